@@ -1,0 +1,514 @@
+//! Attribution of one site-hour of metered energy to jobs, tenants and idle
+//! (DESIGN.md "Attribution", rules 1–6).
+//!
+//! Input is the hour's energy per step of every meter (see [`crate::energy`]), the GPU
+//! allocations active in it, and the hour's token totals per job and tenant. Output is ledger
+//! rows whose total mJ add up to the site's energy for the hour exactly: every split goes
+//! through [`crate::split`], and every unit of energy lands in exactly one row.
+
+use crate::energy::{MeterSteps, StepGrid};
+use crate::quality::Quality;
+use crate::split::{split, split_into};
+use crate::units::{energy_at_power_mj, PPM};
+use rust_decimal::prelude::ToPrimitive;
+use rust_decimal::Decimal;
+
+pub type TenantId = i64;
+pub type ModelId = i64;
+
+/// What the site's policy does with energy no job used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdlePolicy {
+    /// Idle energy is a row of the site's platform tenant.
+    Platform,
+    /// Idle energy is spread over the hour's jobs by their IT energy.
+    Proportional,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SitePolicy {
+    /// PUE applied when the site has no facility meter, or the meter has no data for a step.
+    pub static_pue: Decimal,
+    pub idle_policy: IdlePolicy,
+    pub platform_tenant: TenantId,
+    /// Node overhead (CPU, memory, NICs, fans) in mW assumed for a node without a reading.
+    pub node_static_overhead_mw: i64,
+}
+
+/// A job's share of one GPU over an interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    /// Index into [`SiteHour::jobs`].
+    pub job: usize,
+    pub start_ms: i64,
+    /// Exclusive; `i64::MAX` for a job still running.
+    pub end_ms: i64,
+    /// 1_000_000 for a whole GPU; a MIG slice or time-slice fraction otherwise.
+    pub share_ppm: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gpu {
+    pub energy: MeterSteps,
+    pub allocations: Vec<Allocation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// The node's own meter (PDU outlet, BMC); `None` if it has none.
+    pub energy: Option<MeterSteps>,
+    pub gpus: Vec<Gpu>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Job {
+    pub tenant: TenantId,
+    pub model: Option<ModelId>,
+    /// Token weights of the job's model, in ppm (prefill default 1.0, decode 4.0).
+    pub prefill_weight_ppm: u64,
+    pub decode_weight_ppm: u64,
+}
+
+/// Tokens a job served to one tenant in the hour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tokens {
+    pub job: usize,
+    pub tenant: TenantId,
+    pub prompt: i64,
+    pub generated: i64,
+}
+
+/// Everything attribution needs for one site and one hour.
+///
+/// `jobs` must be ordered by job key: the order breaks ties in every split.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiteHour {
+    pub policy: SitePolicy,
+    pub grid: StepGrid,
+    /// The site's facility meter; `None` if it has none (static PUE applies).
+    pub facility: Option<MeterSteps>,
+    pub nodes: Vec<Node>,
+    pub jobs: Vec<Job>,
+    pub tokens: Vec<Tokens>,
+}
+
+/// One ledger row: a tenant's energy for a job (or idle, `job: None`) in the hour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub tenant: TenantId,
+    pub job: Option<usize>,
+    pub model: Option<ModelId>,
+    pub gpu_mj: i64,
+    pub node_overhead_mj: i64,
+    pub idle_mj: i64,
+    pub facility_overhead_mj: i64,
+    /// Part of the row's energy that came from estimated steps (gaps, fallbacks, models).
+    pub estimated_mj: i64,
+    pub prompt_tokens: i64,
+    pub generated_tokens: i64,
+    /// GPU time held, in ms × share (ppm) / 1e6: the basis of embodied carbon later.
+    pub gpu_ms: i64,
+    pub quality: Quality,
+}
+
+impl Row {
+    pub fn total_mj(&self) -> i64 {
+        self.gpu_mj + self.node_overhead_mj + self.idle_mj + self.facility_overhead_mj
+    }
+
+    pub fn it_mj(&self) -> i64 {
+        self.gpu_mj + self.node_overhead_mj
+    }
+}
+
+/// Site-level figures of the hour: the denominators of PUE, ITUE and TUE.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HourTotals {
+    /// Site energy: facility meter (or IT × static PUE), reconciled. Σ rows = this.
+    pub site_mj: i64,
+    /// IT energy: Σ node energy (node meters, or GPUs + static overhead).
+    pub it_mj: i64,
+    /// Accelerator energy: Σ GPU meters.
+    pub gpu_mj: i64,
+    /// Energy no job used (idle GPUs, node overhead without jobs, and its facility share),
+    /// before the idle policy moves it.
+    pub idle_mj: i64,
+    pub estimated_mj: i64,
+    /// Σ GPU time allocated (ms × share) and Σ GPU time available (ms), for the allocated
+    /// GPU fraction.
+    pub allocated_gpu_ms: i64,
+    pub capacity_gpu_ms: i64,
+    pub gpu_steps: i64,
+    pub quality: Quality,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attributed {
+    pub rows: Vec<Row>,
+    pub totals: HourTotals,
+}
+
+/// Per-job running sums of one hour, before tenant splitting and idle policy.
+#[derive(Debug, Clone, Copy, Default)]
+struct Acc {
+    gpu: i64,
+    node: i64,
+    idle: i64,
+    facility: i64,
+    estimated: i64,
+    gpu_ms: i64,
+    quality: Quality,
+}
+
+impl Acc {
+    fn it(&self) -> i64 {
+        self.gpu + self.node
+    }
+}
+
+/// Buffers reused across steps so the hot loop does not allocate.
+#[derive(Default)]
+struct Scratch {
+    weights: Vec<u128>,
+    parts: Vec<i64>,
+    owners: Vec<usize>,
+    /// Per job: GPU energy and IT energy in the current step, with the jobs touched.
+    step_gpu: Vec<i64>,
+    step_it: Vec<i64>,
+    step_est: Vec<bool>,
+    in_step: Vec<bool>,
+    touched: Vec<usize>,
+    node_jobs: Vec<usize>,
+}
+
+/// Attributes one site-hour. Pure and deterministic: the same input gives the same rows.
+pub fn attribute(input: &SiteHour) -> Attributed {
+    let grid = input.grid;
+    let jobs = input.jobs.len();
+    let mut acc = vec![Acc::default(); jobs];
+    let mut idle = Acc::default();
+    let mut totals = HourTotals::default();
+    let mut s = Scratch {
+        step_gpu: vec![0; jobs],
+        step_it: vec![0; jobs],
+        step_est: vec![false; jobs],
+        in_step: vec![false; jobs],
+        ..Scratch::default()
+    };
+    let pue_overhead = input.policy.static_pue - Decimal::ONE;
+
+    for step in 0..grid.steps {
+        let t0 = grid.step_start(step);
+        let t1 = t0 + grid.step_ms;
+        for &j in &s.touched {
+            s.step_gpu[j] = 0;
+            s.step_it[j] = 0;
+            s.step_est[j] = false;
+            s.in_step[j] = false;
+        }
+        s.touched.clear();
+        let mut site_it = 0i64;
+        let mut idle_it = 0i64;
+        let mut idle_est = false;
+        let mut step_quality = Quality::EMPTY;
+
+        for node in &input.nodes {
+            s.node_jobs.clear();
+            let mut gpu_sum = 0i64;
+            let mut gpus_estimated = false;
+            for gpu in &node.gpus {
+                let e = gpu.energy.mj[step];
+                let q = gpu.energy.quality[step];
+                step_quality |= q;
+                gpus_estimated |= q.is_estimated();
+                gpu_sum += e;
+                totals.gpu_steps += 1;
+                totals.capacity_gpu_ms += grid.step_ms;
+                // Rule 1: split over allocations by overlap × share; the rest is idle.
+                s.weights.clear();
+                s.owners.clear();
+                let mut held: u128 = 0;
+                for a in &gpu.allocations {
+                    let overlap = t1.min(a.end_ms) - t0.max(a.start_ms);
+                    if overlap <= 0 {
+                        continue;
+                    }
+                    let w = overlap as u128 * u128::from(a.share_ppm);
+                    held += w;
+                    s.weights.push(w);
+                    s.owners.push(a.job);
+                    let ms = (w / u128::from(PPM)) as i64;
+                    acc[a.job].gpu_ms += ms;
+                    acc[a.job].quality |= q;
+                    totals.allocated_gpu_ms += ms;
+                }
+                let capacity = grid.step_ms as u128 * u128::from(PPM);
+                s.weights.push(capacity.saturating_sub(held));
+                s.parts.resize(s.weights.len(), 0);
+                split_into(e, &s.weights, &mut s.parts);
+                let last = s.parts.len() - 1;
+                for (k, &j) in s.owners.iter().enumerate() {
+                    let part = s.parts[k];
+                    if !s.in_step[j] {
+                        s.in_step[j] = true;
+                        s.touched.push(j);
+                    }
+                    if !s.node_jobs.contains(&j) {
+                        s.node_jobs.push(j);
+                    }
+                    s.step_gpu[j] += part;
+                    s.step_it[j] += part;
+                    acc[j].gpu += part;
+                    if q.is_estimated() {
+                        acc[j].estimated += part;
+                        s.step_est[j] = true;
+                    }
+                }
+                idle_it += s.parts[last];
+                if q.is_estimated() {
+                    idle.estimated += s.parts[last];
+                    idle_est |= s.parts[last] != 0;
+                }
+                idle.quality |= q;
+            }
+            totals.gpu_mj += gpu_sum;
+
+            // Rule 2: node overhead = node meter − Σ GPUs, split by the jobs' GPU energy.
+            let (node_e, node_q) = match &node.energy {
+                Some(m) if !m.quality[step].contains(Quality::MISSING) => {
+                    (m.mj[step], m.quality[step])
+                }
+                Some(m) => (
+                    // A partial step still carries measured energy; the model fills the rest
+                    // only when nothing at all was measured.
+                    if m.mj[step] > 0 {
+                        m.mj[step]
+                    } else {
+                        gpu_sum
+                            + energy_at_power_mj(input.policy.node_static_overhead_mw, grid.step_ms)
+                    },
+                    m.quality[step]
+                        | if m.mj[step] > 0 {
+                            Quality::EMPTY
+                        } else {
+                            Quality::NODE_MODEL
+                        },
+                ),
+                None => (
+                    gpu_sum
+                        + energy_at_power_mj(input.policy.node_static_overhead_mw, grid.step_ms),
+                    Quality::NODE_MODEL,
+                ),
+            };
+            let mut node_q = node_q;
+            let mut overhead = node_e - gpu_sum;
+            if overhead < 0 {
+                node_q |= Quality::NEGATIVE_OVERHEAD;
+                overhead = 0;
+            }
+            step_quality |= node_q;
+            let overhead_est = node_q.is_estimated() || gpus_estimated;
+            site_it += gpu_sum + overhead;
+            s.weights.clear();
+            for &j in &s.node_jobs {
+                s.weights.push(s.step_gpu[j].max(0) as u128);
+            }
+            let job_gpu: u128 = s.weights.iter().sum();
+            if job_gpu == 0 {
+                idle_it += overhead;
+                idle.quality |= node_q;
+                if overhead_est {
+                    idle.estimated += overhead;
+                    idle_est |= overhead != 0;
+                }
+            } else {
+                s.parts.resize(s.weights.len(), 0);
+                split_into(overhead, &s.weights, &mut s.parts);
+                for (k, &j) in s.node_jobs.iter().enumerate() {
+                    let part = s.parts[k];
+                    acc[j].node += part;
+                    acc[j].quality |= node_q;
+                    s.step_it[j] += part;
+                    if overhead_est {
+                        acc[j].estimated += part;
+                        s.step_est[j] = true;
+                    }
+                }
+            }
+            // Per-step GPU sums are per node; reset them so the next node's overhead split
+            // only weighs its own GPUs.
+            for &j in &s.node_jobs {
+                s.step_gpu[j] = 0;
+            }
+        }
+
+        // Rule 3: facility overhead = facility meter − IT, or IT × (PUE − 1).
+        let (mut overhead, mut fac_q) = match &input.facility {
+            Some(m) if !m.quality[step].contains(Quality::MISSING) => {
+                (m.mj[step] - site_it, m.quality[step])
+            }
+            Some(m) => (
+                static_overhead(site_it, pue_overhead),
+                m.quality[step] | Quality::FACILITY_FALLBACK,
+            ),
+            None => (static_overhead(site_it, pue_overhead), Quality::EMPTY),
+        };
+        if overhead < 0 {
+            fac_q |= Quality::NEGATIVE_OVERHEAD;
+            overhead = 0;
+        }
+        step_quality |= fac_q;
+        let fac_est = fac_q.is_estimated();
+        s.weights.clear();
+        for &j in &s.touched {
+            s.weights.push(s.step_it[j].max(0) as u128);
+        }
+        s.weights.push(idle_it.max(0) as u128);
+        s.parts.resize(s.weights.len(), 0);
+        split_into(overhead, &s.weights, &mut s.parts);
+        let mut unplaced = overhead;
+        for (k, &j) in s.touched.iter().enumerate() {
+            let part = s.parts[k];
+            unplaced -= part;
+            acc[j].facility += part;
+            acc[j].quality |= fac_q;
+            if fac_est || s.step_est[j] {
+                acc[j].estimated += part;
+            }
+        }
+        // What no IT energy weighs (a facility drawing power with every node dark) is idle.
+        idle.idle += idle_it;
+        idle.facility += unplaced;
+        idle.quality |= fac_q;
+        if fac_est || idle_est {
+            idle.estimated += unplaced;
+        }
+        totals.it_mj += site_it;
+        totals.site_mj += site_it + overhead;
+        totals.quality |= step_quality;
+    }
+    totals.idle_mj = idle.idle + idle.facility;
+
+    let mut rows = Vec::with_capacity(jobs + 1);
+    // Rule 5: a job whose tokens name tenants is split over them by weighted tokens.
+    for (j, job_acc) in acc.iter().enumerate() {
+        let has_energy = job_acc.gpu_ms != 0 || job_acc.it() != 0 || job_acc.facility != 0;
+        let tokens: Vec<&Tokens> = input.tokens.iter().filter(|t| t.job == j).collect();
+        if !has_energy && tokens.is_empty() {
+            continue;
+        }
+        push_job_rows(&mut rows, j, &input.jobs[j], job_acc, &tokens);
+    }
+    // Rule 4: idle to the platform tenant, or over the hour's jobs by IT energy.
+    let idle_total = idle.idle + idle.facility;
+    let job_it: Vec<u128> = rows.iter().map(|r| r.it_mj().max(0) as u128).collect();
+    let spread_idle =
+        input.policy.idle_policy == IdlePolicy::Proportional && job_it.iter().any(|&w| w > 0);
+    if spread_idle {
+        let idle_parts = split(idle.idle, &job_it);
+        let fac_parts = split(idle.facility, &job_it);
+        let est_parts = split(idle.estimated, &job_it);
+        for (k, row) in rows.iter_mut().enumerate() {
+            row.idle_mj += idle_parts[k];
+            row.facility_overhead_mj += fac_parts[k];
+            row.estimated_mj += est_parts[k];
+            if idle_parts[k] != 0 || fac_parts[k] != 0 {
+                row.quality |= idle.quality;
+            }
+        }
+    } else if idle_total != 0 || !idle.quality.is_empty() {
+        rows.push(Row {
+            tenant: input.policy.platform_tenant,
+            job: None,
+            model: None,
+            gpu_mj: 0,
+            node_overhead_mj: 0,
+            idle_mj: idle.idle,
+            facility_overhead_mj: idle.facility,
+            estimated_mj: idle.estimated,
+            prompt_tokens: 0,
+            generated_tokens: 0,
+            gpu_ms: 0,
+            quality: idle.quality,
+        });
+    }
+    totals.estimated_mj = rows.iter().map(|r| r.estimated_mj).sum();
+    debug_assert_eq!(rows.iter().map(Row::total_mj).sum::<i64>(), totals.site_mj);
+    Attributed { rows, totals }
+}
+
+fn static_overhead(it_mj: i64, pue_overhead: Decimal) -> i64 {
+    (Decimal::from(it_mj) * pue_overhead)
+        .round()
+        .to_i64()
+        .unwrap_or(0)
+        .max(0)
+}
+
+fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[&Tokens]) {
+    let base = Row {
+        tenant: job.tenant,
+        job: Some(j),
+        model: job.model,
+        gpu_mj: acc.gpu,
+        node_overhead_mj: acc.node,
+        idle_mj: acc.idle,
+        facility_overhead_mj: acc.facility,
+        estimated_mj: acc.estimated,
+        prompt_tokens: 0,
+        generated_tokens: 0,
+        gpu_ms: acc.gpu_ms,
+        quality: acc.quality,
+    };
+    // Merge token records per tenant, ordered by tenant id for a stable tie-break.
+    let mut by_tenant: Vec<(TenantId, i64, i64)> = Vec::new();
+    for t in tokens {
+        match by_tenant.iter_mut().find(|(id, _, _)| *id == t.tenant) {
+            Some(e) => {
+                e.1 += t.prompt;
+                e.2 += t.generated;
+            }
+            None => by_tenant.push((t.tenant, t.prompt, t.generated)),
+        }
+    }
+    by_tenant.sort_by_key(|e| e.0);
+    let weights: Vec<u128> = by_tenant
+        .iter()
+        .map(|&(_, p, g)| {
+            p.max(0) as u128 * u128::from(job.prefill_weight_ppm)
+                + g.max(0) as u128 * u128::from(job.decode_weight_ppm)
+        })
+        .collect();
+    if weights.iter().all(|&w| w == 0) {
+        let mut row = base;
+        for &(_, p, g) in &by_tenant {
+            row.prompt_tokens += p;
+            row.generated_tokens += g;
+        }
+        rows.push(row);
+        return;
+    }
+    let gpu = split(acc.gpu, &weights);
+    let node = split(acc.node, &weights);
+    let idle = split(acc.idle, &weights);
+    let facility = split(acc.facility, &weights);
+    let estimated = split(acc.estimated, &weights);
+    let gpu_ms = split(acc.gpu_ms, &weights);
+    for (k, &(tenant, prompt, generated)) in by_tenant.iter().enumerate() {
+        rows.push(Row {
+            tenant,
+            gpu_mj: gpu[k],
+            node_overhead_mj: node[k],
+            idle_mj: idle[k],
+            facility_overhead_mj: facility[k],
+            estimated_mj: estimated[k],
+            prompt_tokens: prompt,
+            generated_tokens: generated,
+            gpu_ms: gpu_ms[k],
+            ..base.clone()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

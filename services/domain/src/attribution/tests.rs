@@ -1,0 +1,431 @@
+//! Known answers worked out by hand, and properties that hold for any site-hour.
+
+use super::*;
+use crate::energy::MeterSteps;
+use proptest::prelude::*;
+
+const STEP: i64 = 60_000;
+const HOUR: i64 = 3_600_000;
+const A: TenantId = 1;
+const B: TenantId = 2;
+const PLATFORM: TenantId = 9;
+
+fn constant(mj: i64, steps: usize) -> MeterSteps {
+    MeterSteps {
+        mj: vec![mj; steps],
+        quality: vec![Quality::EMPTY; steps],
+    }
+}
+
+fn hour_grid() -> StepGrid {
+    StepGrid {
+        start_ms: 0,
+        step_ms: STEP,
+        steps: 60,
+    }
+}
+
+fn whole(job: usize) -> Allocation {
+    Allocation {
+        job,
+        start_ms: 0,
+        end_ms: HOUR,
+        share_ppm: PPM,
+    }
+}
+
+fn job(tenant: TenantId) -> Job {
+    Job {
+        tenant,
+        model: None,
+        prefill_weight_ppm: 1_000_000,
+        decode_weight_ppm: 4_000_000,
+    }
+}
+
+fn policy(idle_policy: IdlePolicy) -> SitePolicy {
+    SitePolicy {
+        static_pue: Decimal::new(125, 2),
+        idle_policy,
+        platform_tenant: PLATFORM,
+        node_static_overhead_mw: 0,
+    }
+}
+
+/// Two tenants share a node: A trains on a whole GPU (700 W), B runs on a MIG half of a
+/// second GPU (300 W, the other half idle), and A's inference endpoint on a third GPU
+/// (400 W) serves A (1000 prompt + 250 generated tokens) and B (2000 + 500). The node meter
+/// reads 1600 W; the site has no facility meter and a static PUE of 1.25.
+///
+/// Per minute: GPUs 42 + 9 (+9 idle) + 24 MJ; node overhead 12 MJ split 42:9:24 →
+/// 6.72, 1.44, 3.84 MJ; IT 48.72, 10.44, 27.84 and 9 idle = 96 MJ; facility 24 MJ split by
+/// IT → 12.18, 2.61, 6.96, 2.25. The endpoint's tokens weigh A 1000 + 4×250 = 2000 and
+/// B 2000 + 4×500 = 4000, so A gets a third of it.
+fn shared_node_scenario(idle_policy: IdlePolicy) -> SiteHour {
+    let steps = 60;
+    SiteHour {
+        policy: policy(idle_policy),
+        grid: hour_grid(),
+        facility: None,
+        nodes: vec![Node {
+            energy: Some(constant(96_000_000, steps)),
+            gpus: vec![
+                Gpu {
+                    energy: constant(42_000_000, steps),
+                    allocations: vec![whole(0)],
+                },
+                Gpu {
+                    energy: constant(18_000_000, steps),
+                    allocations: vec![Allocation {
+                        share_ppm: PPM / 2,
+                        ..whole(1)
+                    }],
+                },
+                Gpu {
+                    energy: constant(24_000_000, steps),
+                    allocations: vec![whole(2)],
+                },
+            ],
+        }],
+        jobs: vec![job(A), job(B), job(A)],
+        tokens: vec![
+            Tokens {
+                job: 2,
+                tenant: A,
+                prompt: 1000,
+                generated: 250,
+            },
+            Tokens {
+                job: 2,
+                tenant: B,
+                prompt: 2000,
+                generated: 500,
+            },
+        ],
+    }
+}
+
+fn tenant_total(rows: &[Row], tenant: TenantId) -> i64 {
+    rows.iter()
+        .filter(|r| r.tenant == tenant)
+        .map(Row::total_mj)
+        .sum()
+}
+
+#[test]
+fn known_answer_platform_idle() {
+    let out = attribute(&shared_node_scenario(IdlePolicy::Platform));
+    assert_eq!(
+        out.totals.site_mj, 7_200_000_000,
+        "2 kWh at the meter × PUE"
+    );
+    assert_eq!(out.totals.it_mj, 5_760_000_000);
+    assert_eq!(out.totals.gpu_mj, 5_040_000_000);
+    assert_eq!(tenant_total(&out.rows, A), 4_350_000_000);
+    assert_eq!(tenant_total(&out.rows, B), 2_175_000_000);
+    assert_eq!(tenant_total(&out.rows, PLATFORM), 675_000_000);
+
+    let train = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
+    assert_eq!(
+        (
+            train.gpu_mj,
+            train.node_overhead_mj,
+            train.facility_overhead_mj
+        ),
+        (2_520_000_000, 403_200_000, 730_800_000)
+    );
+    let endpoint_b = out
+        .rows
+        .iter()
+        .find(|r| r.job == Some(2) && r.tenant == B)
+        .unwrap();
+    assert_eq!(endpoint_b.gpu_mj, 960_000_000);
+    assert_eq!(endpoint_b.node_overhead_mj, 153_600_000);
+    assert_eq!(endpoint_b.facility_overhead_mj, 278_400_000);
+    assert_eq!(
+        (endpoint_b.prompt_tokens, endpoint_b.generated_tokens),
+        (2000, 500)
+    );
+    let idle = out.rows.iter().find(|r| r.job.is_none()).unwrap();
+    assert_eq!(
+        (idle.idle_mj, idle.facility_overhead_mj),
+        (540_000_000, 135_000_000)
+    );
+    // The MIG half held half a GPU for the hour.
+    let mig = out.rows.iter().find(|r| r.job == Some(1)).unwrap();
+    assert_eq!(mig.gpu_ms, HOUR / 2);
+}
+
+#[test]
+fn known_answer_proportional_idle() {
+    let out = attribute(&shared_node_scenario(IdlePolicy::Proportional));
+    assert_eq!(tenant_total(&out.rows, A), 4_800_000_000);
+    assert_eq!(tenant_total(&out.rows, B), 2_400_000_000);
+    assert_eq!(tenant_total(&out.rows, PLATFORM), 0);
+    let train = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
+    assert_eq!(train.idle_mj, 302_400_000);
+}
+
+#[test]
+fn a_facility_meter_sets_the_site_total() {
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    hour.facility = Some(constant(110_000_000, 60));
+    let out = attribute(&hour);
+    assert_eq!(out.totals.site_mj, 6_600_000_000);
+    assert_eq!(
+        out.rows.iter().map(Row::total_mj).sum::<i64>(),
+        6_600_000_000
+    );
+}
+
+#[test]
+fn facility_meter_gap_falls_back_to_static_pue_and_is_flagged() {
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    let mut facility = constant(110_000_000, 60);
+    facility.mj[5] = 0;
+    facility.quality[5] = Quality::MISSING;
+    hour.facility = Some(facility);
+    let out = attribute(&hour);
+    assert_eq!(out.totals.site_mj, 59 * 110_000_000 + 120_000_000);
+    assert!(out.totals.quality.contains(Quality::FACILITY_FALLBACK));
+    assert!(out.totals.estimated_mj > 0);
+}
+
+#[test]
+fn negative_node_overhead_is_clamped_and_flagged() {
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    hour.nodes[0].energy = Some(constant(80_000_000, 60));
+    let out = attribute(&hour);
+    assert!(out.totals.quality.contains(Quality::NEGATIVE_OVERHEAD));
+    assert!(out.rows.iter().all(|r| r.node_overhead_mj == 0));
+    assert_eq!(out.totals.it_mj, 84_000_000 * 60);
+}
+
+#[test]
+fn a_job_is_charged_only_for_the_time_it_held_the_gpu() {
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    // The training job held its GPU for the first 30 minutes only.
+    hour.nodes[0].gpus[0].allocations[0].end_ms = HOUR / 2;
+    let out = attribute(&hour);
+    let train = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
+    assert_eq!(train.gpu_mj, 42_000_000 * 30);
+}
+
+// ---- properties over random site-hours ----
+
+#[derive(Debug, Clone)]
+struct Scenario {
+    hour: SiteHour,
+    /// Jobs whose allocations all lie outside the hour.
+    absent_jobs: Vec<usize>,
+    expected_site_mj: i64,
+}
+
+fn steps_strategy(steps: usize, lo: i64, hi: i64) -> impl Strategy<Value = Vec<i64>> {
+    proptest::collection::vec(lo..hi, steps)
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    let steps = 12usize;
+    let grid = StepGrid {
+        start_ms: 0,
+        step_ms: STEP,
+        steps,
+    };
+    let end = grid.end_ms();
+    (
+        1usize..6,
+        1usize..4,
+        1usize..4,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_flat_map(move |(jobs, nodes, gpus, facility, proportional)| {
+            let gpu_energy =
+                proptest::collection::vec(steps_strategy(steps, 0, 50_000_000), nodes * gpus);
+            let node_extra = proptest::collection::vec(steps_strategy(steps, 0, 9_000_000), nodes);
+            let fac_extra = steps_strategy(steps, 0, 40_000_000);
+            // Per GPU up to 3 allocations: (job, start, len, share).
+            let allocs = proptest::collection::vec(
+                proptest::collection::vec((0..jobs, -end..end, 1i64..(2 * end), 1u32..=PPM), 0..3),
+                nodes * gpus,
+            );
+            let tokens =
+                proptest::collection::vec((0..jobs, 1i64..4, 0i64..10_000, 0i64..10_000), 0..6);
+            let tenants = proptest::collection::vec(1i64..4, jobs);
+            (
+                Just((jobs, nodes, gpus, facility, proportional)),
+                gpu_energy,
+                node_extra,
+                fac_extra,
+                allocs,
+                tokens,
+                tenants,
+            )
+        })
+        .prop_map(
+            move |(
+                (jobs, nodes, gpus, facility, proportional),
+                gpu_e,
+                node_x,
+                fac_x,
+                allocs,
+                tokens,
+                tenants,
+            )| {
+                let mut node_list = Vec::new();
+                let mut it = vec![0i64; steps];
+                let mut holds_time = vec![false; jobs];
+                for n in 0..nodes {
+                    let mut gpu_list = Vec::new();
+                    let mut node_mj = node_x[n].clone();
+                    for g in 0..gpus {
+                        let e = &gpu_e[n * gpus + g];
+                        for (k, v) in e.iter().enumerate() {
+                            node_mj[k] += v;
+                        }
+                        let allocations: Vec<Allocation> = allocs[n * gpus + g]
+                            .iter()
+                            .map(|&(job, start, len, share)| {
+                                if start < end && start + len > 0 {
+                                    holds_time[job] = true;
+                                }
+                                Allocation {
+                                    job,
+                                    start_ms: start,
+                                    end_ms: start + len,
+                                    share_ppm: share,
+                                }
+                            })
+                            .collect();
+                        gpu_list.push(Gpu {
+                            energy: MeterSteps {
+                                mj: e.clone(),
+                                quality: vec![Quality::EMPTY; steps],
+                            },
+                            allocations,
+                        });
+                    }
+                    for (k, v) in node_mj.iter().enumerate() {
+                        it[k] += v;
+                    }
+                    node_list.push(Node {
+                        energy: Some(MeterSteps {
+                            mj: node_mj,
+                            quality: vec![Quality::EMPTY; steps],
+                        }),
+                        gpus: gpu_list,
+                    });
+                }
+                let (facility_steps, expected) = if facility {
+                    let f: Vec<i64> = it.iter().zip(&fac_x).map(|(a, b)| a + b).collect();
+                    let total = f.iter().sum();
+                    (
+                        Some(MeterSteps {
+                            mj: f,
+                            quality: vec![Quality::EMPTY; steps],
+                        }),
+                        total,
+                    )
+                } else {
+                    let total = it
+                        .iter()
+                        .map(|&v| v + static_overhead(v, Decimal::new(25, 2)))
+                        .sum();
+                    (None, total)
+                };
+                let job_list: Vec<Job> = tenants.iter().map(|&t| job(t)).collect();
+                let token_list = tokens
+                    .iter()
+                    .map(|&(job, tenant, prompt, generated)| Tokens {
+                        job,
+                        tenant,
+                        prompt,
+                        generated,
+                    })
+                    .collect();
+                Scenario {
+                    hour: SiteHour {
+                        policy: policy(if proportional {
+                            IdlePolicy::Proportional
+                        } else {
+                            IdlePolicy::Platform
+                        }),
+                        grid,
+                        facility: facility_steps,
+                        nodes: node_list,
+                        jobs: job_list,
+                        tokens: token_list,
+                    },
+                    absent_jobs: (0..jobs).filter(|j| !holds_time[*j]).collect(),
+                    expected_site_mj: expected,
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn ledger_adds_up_to_the_meters_exactly(s in scenario()) {
+        let out = attribute(&s.hour);
+        prop_assert_eq!(out.totals.site_mj, s.expected_site_mj);
+        prop_assert_eq!(out.rows.iter().map(Row::total_mj).sum::<i64>(), s.expected_site_mj);
+        for r in &out.rows {
+            prop_assert!(r.gpu_mj >= 0 && r.node_overhead_mj >= 0 && r.idle_mj >= 0 && r.facility_overhead_mj >= 0);
+            prop_assert!(r.estimated_mj <= r.total_mj());
+        }
+    }
+
+    #[test]
+    fn attribution_is_deterministic(s in scenario()) {
+        prop_assert_eq!(attribute(&s.hour), attribute(&s.hour.clone()));
+    }
+
+    #[test]
+    fn no_job_is_charged_for_time_it_did_not_hold_a_gpu(s in scenario()) {
+        let out = attribute(&s.hour);
+        for j in &s.absent_jobs {
+            for r in out.rows.iter().filter(|r| r.job == Some(*j)) {
+                prop_assert_eq!(r.gpu_mj + r.node_overhead_mj + r.facility_overhead_mj, 0);
+                prop_assert_eq!(r.gpu_ms, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn tokens_are_kept(s in scenario()) {
+        let out = attribute(&s.hour);
+        let sent: i64 = s.hour.tokens.iter().map(|t| t.prompt + t.generated).sum();
+        let kept: i64 = out.rows.iter().map(|r| r.prompt_tokens + r.generated_tokens).sum();
+        prop_assert_eq!(sent, kept);
+    }
+
+    #[test]
+    fn a_whole_gpu_job_alone_on_a_node_gets_all_its_overhead(
+        gpu in steps_strategy(60, 1, 50_000_000),
+        idle_gpu in steps_strategy(60, 0, 5_000_000),
+        extra in steps_strategy(60, 0, 9_000_000),
+    ) {
+        let node: Vec<i64> = (0..60).map(|k| gpu[k] + idle_gpu[k] + extra[k]).collect();
+        let hour = SiteHour {
+            policy: policy(IdlePolicy::Platform),
+            grid: hour_grid(),
+            facility: None,
+            nodes: vec![Node {
+                energy: Some(MeterSteps { mj: node, quality: vec![Quality::EMPTY; 60] }),
+                gpus: vec![
+                    Gpu { energy: MeterSteps { mj: gpu.clone(), quality: vec![Quality::EMPTY; 60] }, allocations: vec![whole(0)] },
+                    Gpu { energy: MeterSteps { mj: idle_gpu, quality: vec![Quality::EMPTY; 60] }, allocations: vec![] },
+                ],
+            }],
+            jobs: vec![job(A)],
+            tokens: vec![],
+        };
+        let out = attribute(&hour);
+        let row = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
+        prop_assert_eq!(row.gpu_mj, gpu.iter().sum::<i64>());
+        prop_assert_eq!(row.node_overhead_mj, extra.iter().sum::<i64>());
+    }
+}

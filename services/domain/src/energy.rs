@@ -1,0 +1,278 @@
+//! From raw meter samples to energy per step (DESIGN.md "From samples to energy").
+//!
+//! Steps are aligned to the Unix epoch, so every hour sees the same step grid and a delta
+//! that crosses an hour boundary is split the same way whichever hour is being computed:
+//! the hours of a meter add up to its counter exactly.
+
+use crate::quality::Quality;
+use crate::split::split;
+use crate::units::energy_from_power_mj;
+
+/// One reading of a meter. At least one of `counter_mj` and `power_mw` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// Milliseconds since the Unix epoch.
+    pub ts_ms: i64,
+    /// Monotonic energy counter in mJ (NVML, DCGM, PDU kWh registers), if the meter has one.
+    pub counter_mj: Option<i64>,
+    /// Instantaneous power in mW, if the meter reports it.
+    pub power_mw: Option<i64>,
+}
+
+/// A window of equal steps, aligned so that `start_ms` is a multiple of `step_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepGrid {
+    pub start_ms: i64,
+    pub step_ms: i64,
+    pub steps: usize,
+}
+
+impl StepGrid {
+    pub fn end_ms(&self) -> i64 {
+        self.start_ms + self.step_ms * self.steps as i64
+    }
+
+    pub fn step_start(&self, i: usize) -> i64 {
+        self.start_ms + self.step_ms * i as i64
+    }
+}
+
+/// Energy of one meter in each step of a grid, with its data-quality flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeterSteps {
+    pub mj: Vec<i64>,
+    pub quality: Vec<Quality>,
+}
+
+impl MeterSteps {
+    /// A meter with no data at all in the window.
+    pub fn missing(steps: usize) -> Self {
+        Self {
+            mj: vec![0; steps],
+            quality: vec![Quality::MISSING; steps],
+        }
+    }
+
+    pub fn total_mj(&self) -> i64 {
+        self.mj.iter().sum()
+    }
+}
+
+/// Turns samples into energy per step of `grid`.
+///
+/// `samples` must be sorted by time, distinct in time, and should include the last sample
+/// before the window and the first one after it, so the deltas that cross the window's edges
+/// are counted. Between two samples:
+/// - both have counters: the delta (or, if the counter went backwards, the new value: the
+///   meter was reset and counts from zero; flagged `RESET`);
+/// - otherwise both have power: the trapezoid of the two readings;
+/// - the energy is spread over the steps it spans by time. An interval longer than
+///   `gap_limit_ms` is a gap: a counter's delta is still placed (it was measured, only its
+///   timing is unknown) but flagged `GAP` and counted as estimated; a power-only interval is
+///   not interpolated and its steps are `MISSING`.
+///
+/// A step that no interval covers completely is flagged `MISSING`.
+pub fn meter_steps(samples: &[Sample], grid: StepGrid, gap_limit_ms: i64) -> MeterSteps {
+    let mut out = MeterSteps {
+        mj: vec![0; grid.steps],
+        quality: vec![Quality::EMPTY; grid.steps],
+    };
+    let mut covered_ms = vec![0i64; grid.steps];
+    for pair in samples.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if b.ts_ms <= a.ts_ms || b.ts_ms <= grid.start_ms || a.ts_ms >= grid.end_ms() {
+            continue;
+        }
+        let Some((energy, quality)) = interval_energy(a, b, gap_limit_ms) else {
+            continue;
+        };
+        spread(
+            energy,
+            quality,
+            a.ts_ms,
+            b.ts_ms,
+            grid,
+            &mut out,
+            &mut covered_ms,
+        );
+    }
+    for (i, covered) in covered_ms.iter().enumerate() {
+        if *covered < grid.step_ms {
+            out.quality[i] |= Quality::MISSING;
+        }
+    }
+    out
+}
+
+/// Energy between two consecutive samples, or `None` where it cannot be known.
+fn interval_energy(a: Sample, b: Sample, gap_limit_ms: i64) -> Option<(i64, Quality)> {
+    let dt = b.ts_ms - a.ts_ms;
+    let gap = dt > gap_limit_ms;
+    if let (Some(ca), Some(cb)) = (a.counter_mj, b.counter_mj) {
+        let (delta, mut quality) = if cb >= ca {
+            (cb - ca, Quality::EMPTY)
+        } else {
+            (cb, Quality::RESET)
+        };
+        if gap {
+            quality |= Quality::GAP;
+        }
+        return Some((delta, quality));
+    }
+    if let (Some(pa), Some(pb)) = (a.power_mw, b.power_mw) {
+        if gap {
+            return None;
+        }
+        return Some((energy_from_power_mj(pa, pb, dt), Quality::EMPTY));
+    }
+    None
+}
+
+/// Spreads `energy` over the global steps that `[t0, t1)` overlaps, by overlap time, and adds
+/// the parts that fall inside `grid`.
+fn spread(
+    energy: i64,
+    quality: Quality,
+    t0: i64,
+    t1: i64,
+    grid: StepGrid,
+    out: &mut MeterSteps,
+    covered_ms: &mut [i64],
+) {
+    let step = grid.step_ms;
+    let k0 = t0.div_euclid(step);
+    let k1 = (t1 - 1).div_euclid(step);
+    let grid_k0 = grid.start_ms.div_euclid(step);
+    let grid_k1 = grid_k0 + grid.steps as i64 - 1;
+    let overlap = |k: i64| (t1.min((k + 1) * step) - t0.max(k * step)) as u128;
+    let place = |k: i64, part: i64, out: &mut MeterSteps, covered_ms: &mut [i64]| {
+        if (grid_k0..=grid_k1).contains(&k) {
+            let i = (k - grid_k0) as usize;
+            out.mj[i] += part;
+            out.quality[i] |= quality;
+            covered_ms[i] += overlap(k) as i64;
+        }
+    };
+    if k0 == k1 {
+        place(k0, energy, out, covered_ms);
+        return;
+    }
+    let weights: Vec<u128> = (k0..=k1).map(overlap).collect();
+    let parts = split(energy, &weights);
+    for (k, part) in (k0..=k1).zip(parts) {
+        place(k, part, out, covered_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60_000;
+
+    fn counter(ts_ms: i64, mj: i64) -> Sample {
+        Sample {
+            ts_ms,
+            counter_mj: Some(mj),
+            power_mw: None,
+        }
+    }
+
+    fn power(ts_ms: i64, mw: i64) -> Sample {
+        Sample {
+            ts_ms,
+            counter_mj: None,
+            power_mw: Some(mw),
+        }
+    }
+
+    fn grid(steps: usize) -> StepGrid {
+        StepGrid {
+            start_ms: 0,
+            step_ms: MIN,
+            steps,
+        }
+    }
+
+    #[test]
+    fn counter_deltas_per_step() {
+        let s = [counter(0, 100), counter(MIN, 400), counter(2 * MIN, 1000)];
+        let m = meter_steps(&s, grid(2), 5 * MIN);
+        assert_eq!(m.mj, vec![300, 600]);
+        assert_eq!(m.quality, vec![Quality::EMPTY, Quality::EMPTY]);
+    }
+
+    #[test]
+    fn a_delta_over_several_steps_is_spread_by_time() {
+        // 5-minute samples, 1-minute steps: 1000 mJ → 200 per step.
+        let s = [counter(0, 0), counter(5 * MIN, 1000)];
+        assert_eq!(meter_steps(&s, grid(5), 10 * MIN).mj, vec![200; 5]);
+        // Unaligned: 30 s into step 0 to 30 s into step 2: weights 30, 60, 30.
+        let s = [counter(MIN / 2, 0), counter(2 * MIN + MIN / 2, 1001)];
+        let m = meter_steps(&s, grid(3), 10 * MIN);
+        assert_eq!(m.mj, vec![250, 501, 250]);
+        assert!(m.quality[0].contains(Quality::MISSING));
+        assert!(!m.quality[1].contains(Quality::MISSING));
+    }
+
+    #[test]
+    fn counter_going_backwards_is_a_reset_counting_from_zero() {
+        let s = [counter(0, 5000), counter(MIN, 7000), counter(2 * MIN, 300)];
+        let m = meter_steps(&s, grid(2), 5 * MIN);
+        assert_eq!(m.mj, vec![2000, 300]);
+        assert!(m.quality[1].contains(Quality::RESET));
+        assert!(!m.quality[0].contains(Quality::RESET));
+    }
+
+    #[test]
+    fn counter_gap_is_placed_but_flagged() {
+        let s = [counter(0, 0), counter(20 * MIN, 2000)];
+        let m = meter_steps(&s, grid(20), 5 * MIN);
+        assert_eq!(m.total_mj(), 2000);
+        assert!(m.quality.iter().all(|q| q.contains(Quality::GAP)));
+        assert!(m.quality.iter().all(|q| q.is_estimated()));
+    }
+
+    #[test]
+    fn power_gap_is_missing_not_zero_filled_silently() {
+        let s = [
+            power(0, 100_000),
+            power(MIN, 100_000),
+            power(30 * MIN, 100_000),
+        ];
+        let m = meter_steps(&s, grid(3), 5 * MIN);
+        // 100 W for 60 s = 6000 J = 6_000_000 mJ.
+        assert_eq!(m.mj, vec![6_000_000, 0, 0]);
+        assert_eq!(m.quality[0], Quality::EMPTY);
+        assert!(m.quality[1].contains(Quality::MISSING));
+    }
+
+    #[test]
+    fn trapezoid_between_power_readings() {
+        // 100 W → 200 W over 60 s = 150 W average = 9000 J.
+        let s = [power(0, 100_000), power(MIN, 200_000)];
+        assert_eq!(meter_steps(&s, grid(1), 5 * MIN).mj, vec![9_000_000]);
+    }
+
+    #[test]
+    fn hours_of_one_interval_add_up() {
+        let s = [counter(-7 * MIN + 13, 0), counter(3 * MIN + 7, 999_999)];
+        let before = meter_steps(
+            &s,
+            StepGrid {
+                start_ms: -10 * MIN,
+                step_ms: MIN,
+                steps: 10,
+            },
+            60 * MIN,
+        );
+        let after = meter_steps(&s, grid(10), 60 * MIN);
+        assert_eq!(before.total_mj() + after.total_mj(), 999_999);
+    }
+
+    #[test]
+    fn no_samples_is_missing() {
+        let m = meter_steps(&[], grid(3), MIN);
+        assert_eq!(m, MeterSteps::missing(3));
+    }
+}

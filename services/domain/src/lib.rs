@@ -1,0 +1,14 @@
+//! wattledger's domain: the pure logic of metering and attribution.
+//!
+//! No I/O and no async here: everything takes values and returns values, so it is tested by
+//! plain unit tests and property tests. Energy is integer millijoules, splits are exact.
+
+pub mod attribution;
+pub mod energy;
+pub mod metrics;
+pub mod quality;
+pub mod split;
+pub mod tokens;
+pub mod units;
+
+pub use quality::Quality;

@@ -1,0 +1,99 @@
+//! Dirty-hour bookkeeping: which (site, hour) pairs must be attributed again.
+//!
+//! A mark is an upsert that bumps `marked_at`, so an hour re-marked while the worker is
+//! computing it stays dirty: the worker only clears marks it has seen.
+
+use crate::StoreResult;
+use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
+
+// A single change dirties at most 45 days around it: a counter gap longer than that still
+// has its energy spread, but recomputing the far end needs `wattledger attribute --from`.
+
+/// Marks the hours a sample batch changes: for each meter, from the hour of the sample before
+/// the batch (its delta now ends elsewhere) to the hour of the sample after it.
+pub async fn mark_for_samples(
+    tx: &mut Transaction<'_, Postgres>,
+    meter_ids: &[i64],
+    ts: &[DateTime<Utc>],
+) -> StoreResult<()> {
+    sqlx::query(
+        "WITH batch AS (
+             SELECT meter_id, min(ts) AS lo, max(ts) AS hi
+             FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(meter_id, ts) GROUP BY meter_id
+         ), spans AS (
+             SELECT m.site_id,
+                    greatest(coalesce(p.ts, b.lo), b.lo - interval '45 days') AS lo,
+                    least(coalesce(n.ts, b.hi), b.hi + interval '45 days') AS hi
+             FROM batch b
+             JOIN meters m ON m.id = b.meter_id
+             LEFT JOIN LATERAL (SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts < b.lo
+                                ORDER BY ts DESC LIMIT 1) p ON true
+             LEFT JOIN LATERAL (SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts > b.hi
+                                ORDER BY ts LIMIT 1) n ON true
+         ), hours AS (
+             SELECT DISTINCT site_id, h AS hour FROM spans,
+                 generate_series(date_trunc('hour', lo), date_trunc('hour', hi), interval '1 hour') h
+         )
+         INSERT INTO dirty_hours (site_id, hour) SELECT site_id, hour FROM hours ORDER BY 1, 2
+         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+    )
+    .bind(meter_ids)
+    .bind(ts)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Marks every hour of `[from, to)` at the sites of these GPU (or MIG) meters.
+pub async fn mark_for_intervals(
+    tx: &mut Transaction<'_, Postgres>,
+    meter_ids: &[i64],
+    from: &[DateTime<Utc>],
+    to: &[DateTime<Utc>],
+) -> StoreResult<()> {
+    sqlx::query(
+        "WITH spans AS (
+             SELECT m.site_id, t.lo, least(t.hi, t.lo + interval '45 days') AS hi
+             FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS t(meter_id, lo, hi)
+             JOIN meters m ON m.id = t.meter_id
+         ), hours AS (
+             SELECT DISTINCT site_id, h AS hour FROM spans,
+                 generate_series(date_trunc('hour', lo), date_trunc('hour', hi), interval '1 hour') h
+         )
+         INSERT INTO dirty_hours (site_id, hour) SELECT site_id, hour FROM hours ORDER BY 1, 2
+         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+    )
+    .bind(meter_ids)
+    .bind(from)
+    .bind(to)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Marks every hour of every site in `[from, to)`: an explicit recompute.
+pub async fn mark_range(
+    tx: &mut Transaction<'_, Postgres>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let done = sqlx::query(
+        "INSERT INTO dirty_hours (site_id, hour)
+         SELECT s.id, h FROM sites s,
+             generate_series(date_trunc('hour', $1::timestamptz), $2::timestamptz - interval '1 microsecond', interval '1 hour') h
+         ORDER BY 1, 2
+         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+    )
+    .bind(from)
+    .bind(to)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+pub async fn count(pool: &sqlx::PgPool) -> StoreResult<i64> {
+    Ok(sqlx::query_scalar("SELECT count(*) FROM dirty_hours")
+        .fetch_one(pool)
+        .await?)
+}

@@ -1,0 +1,272 @@
+//! Inventory upserts and lookups: tenants, sites, models, meters.
+//!
+//! Upserts are batch statements over UNNEST arrays. Re-sending the same records changes
+//! nothing (rows are only touched when a value differs), so collectors can resend freely.
+
+use crate::StoreResult;
+use rust_decimal::Decimal;
+use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone)]
+pub struct TenantRecord {
+    pub key: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct SiteRecord {
+    pub key: String,
+    pub name: String,
+    pub grid_region: String,
+    pub currency: String,
+    pub power_envelope_w: i64,
+    pub static_pue: Decimal,
+    pub idle_policy: String,
+    pub platform_tenant_id: i64,
+    pub node_static_overhead_w: Decimal,
+    pub gap_limit_s: i32,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelRecord {
+    pub key: String,
+    pub name: String,
+    pub prefill_weight: Decimal,
+    pub decode_weight: Decimal,
+}
+
+#[derive(Debug, Clone)]
+pub struct MeterRecord {
+    pub key: String,
+    pub site_id: i64,
+    pub kind: String,
+    pub parent_key: Option<String>,
+    pub gpu_uuid: Option<String>,
+    pub device_model: Option<String>,
+    pub mig_profile: Option<String>,
+}
+
+/// A meter as validation and attribution need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeterRef {
+    pub id: i64,
+    pub site_id: i64,
+    pub kind: String,
+    pub parent_id: Option<i64>,
+}
+
+#[tracing::instrument(skip_all, fields(n = records.len()))]
+pub async fn upsert_tenants(pool: &PgPool, records: &[TenantRecord]) -> StoreResult<u64> {
+    let keys: Vec<&str> = records.iter().map(|r| r.key.as_str()).collect();
+    let names: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
+    let done = sqlx::query(
+        "INSERT INTO tenants (key, name) SELECT * FROM UNNEST($1::text[], $2::text[])
+         ON CONFLICT (key) DO UPDATE SET name = excluded.name, updated_at = now()
+         WHERE tenants.name IS DISTINCT FROM excluded.name",
+    )
+    .bind(&keys)
+    .bind(&names)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+#[tracing::instrument(skip_all, fields(n = records.len()))]
+pub async fn upsert_sites(pool: &PgPool, records: &[SiteRecord]) -> StoreResult<u64> {
+    let col = |f: fn(&SiteRecord) -> String| records.iter().map(f).collect::<Vec<_>>();
+    let done = sqlx::query(
+        "INSERT INTO sites (key, name, grid_region, currency, power_envelope_w, static_pue,
+                            idle_policy, platform_tenant_id, node_static_overhead_w, gap_limit_s)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+                              $6::numeric[], $7::text[], $8::bigint[], $9::numeric[], $10::int[])
+         ON CONFLICT (key) DO UPDATE SET
+            name = excluded.name, grid_region = excluded.grid_region, currency = excluded.currency,
+            power_envelope_w = excluded.power_envelope_w, static_pue = excluded.static_pue,
+            idle_policy = excluded.idle_policy, platform_tenant_id = excluded.platform_tenant_id,
+            node_static_overhead_w = excluded.node_static_overhead_w,
+            gap_limit_s = excluded.gap_limit_s, updated_at = now()
+         WHERE (sites.name, sites.grid_region, sites.currency, sites.power_envelope_w,
+                sites.static_pue, sites.idle_policy, sites.platform_tenant_id,
+                sites.node_static_overhead_w, sites.gap_limit_s)
+               IS DISTINCT FROM
+               (excluded.name, excluded.grid_region, excluded.currency, excluded.power_envelope_w,
+                excluded.static_pue, excluded.idle_policy, excluded.platform_tenant_id,
+                excluded.node_static_overhead_w, excluded.gap_limit_s)",
+    )
+    .bind(col(|r| r.key.clone()))
+    .bind(col(|r| r.name.clone()))
+    .bind(col(|r| r.grid_region.clone()))
+    .bind(col(|r| r.currency.clone()))
+    .bind(records.iter().map(|r| r.power_envelope_w).collect::<Vec<_>>())
+    .bind(records.iter().map(|r| r.static_pue).collect::<Vec<_>>())
+    .bind(col(|r| r.idle_policy.clone()))
+    .bind(records.iter().map(|r| r.platform_tenant_id).collect::<Vec<_>>())
+    .bind(records.iter().map(|r| r.node_static_overhead_w).collect::<Vec<_>>())
+    .bind(records.iter().map(|r| r.gap_limit_s).collect::<Vec<_>>())
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+#[tracing::instrument(skip_all, fields(n = records.len()))]
+pub async fn upsert_models(pool: &PgPool, records: &[ModelRecord]) -> StoreResult<u64> {
+    let done = sqlx::query(
+        "INSERT INTO models (key, name, prefill_weight, decode_weight)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::numeric[], $4::numeric[])
+         ON CONFLICT (key) DO UPDATE SET name = excluded.name,
+            prefill_weight = excluded.prefill_weight, decode_weight = excluded.decode_weight,
+            updated_at = now()
+         WHERE (models.name, models.prefill_weight, models.decode_weight)
+               IS DISTINCT FROM (excluded.name, excluded.prefill_weight, excluded.decode_weight)",
+    )
+    .bind(records.iter().map(|r| r.key.clone()).collect::<Vec<_>>())
+    .bind(records.iter().map(|r| r.name.clone()).collect::<Vec<_>>())
+    .bind(records.iter().map(|r| r.prefill_weight).collect::<Vec<_>>())
+    .bind(records.iter().map(|r| r.decode_weight).collect::<Vec<_>>())
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Upserts meters in order, so a batch may name a parent defined earlier in the same batch.
+#[tracing::instrument(skip_all, fields(n = records.len()))]
+pub async fn upsert_meters(
+    tx: &mut Transaction<'_, Postgres>,
+    records: &[MeterRecord],
+) -> StoreResult<u64> {
+    let mut changed = 0;
+    // Parents first: facility, node, gpu, mig. Within a kind the batch order is kept.
+    let rank = |k: &str| match k {
+        "facility" => 0,
+        "node" => 1,
+        "gpu" => 2,
+        _ => 3,
+    };
+    let mut ordered: Vec<&MeterRecord> = records.iter().collect();
+    ordered.sort_by_key(|r| rank(&r.kind));
+    for chunk in ordered.chunk_by(|a, b| rank(&a.kind) == rank(&b.kind)) {
+        let done = sqlx::query(
+            "INSERT INTO meters (key, site_id, kind, parent_id, gpu_uuid, device_model, mig_profile)
+             SELECT r.key, r.site_id, r.kind, p.id, r.gpu_uuid, r.device_model, r.mig_profile
+             FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+                  AS r(key, site_id, kind, parent_key, gpu_uuid, device_model, mig_profile)
+             LEFT JOIN meters p ON p.key = r.parent_key
+             ON CONFLICT (key) DO UPDATE SET site_id = excluded.site_id, kind = excluded.kind,
+                parent_id = excluded.parent_id, gpu_uuid = excluded.gpu_uuid,
+                device_model = excluded.device_model, mig_profile = excluded.mig_profile,
+                updated_at = now()
+             WHERE (meters.site_id, meters.kind, meters.parent_id, meters.gpu_uuid,
+                    meters.device_model, meters.mig_profile)
+                   IS DISTINCT FROM (excluded.site_id, excluded.kind, excluded.parent_id,
+                    excluded.gpu_uuid, excluded.device_model, excluded.mig_profile)",
+        )
+        .bind(chunk.iter().map(|r| r.key.clone()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|r| r.site_id).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|r| r.kind.clone()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|r| r.parent_key.clone()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|r| r.gpu_uuid.clone()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|r| r.device_model.clone()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|r| r.mig_profile.clone()).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+        changed += done.rows_affected();
+    }
+    Ok(changed)
+}
+
+/// Ids of the given keys in a keyed table; keys not found are absent from the map.
+pub async fn ids_by_key<'e>(
+    db: impl PgExecutor<'e>,
+    table: KeyedTable,
+    keys: &[String],
+) -> StoreResult<HashMap<String, i64>> {
+    let sql = format!("SELECT key, id FROM {} WHERE key = ANY($1)", table.name());
+    let rows: Vec<(String, i64)> = sqlx::query_as(&sql).bind(keys).fetch_all(db).await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// The inventory tables addressed by key. A closed set, so table names are never user input.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyedTable {
+    Tenants,
+    Sites,
+    Models,
+    Jobs,
+}
+
+impl KeyedTable {
+    fn name(self) -> &'static str {
+        match self {
+            KeyedTable::Tenants => "tenants",
+            KeyedTable::Sites => "sites",
+            KeyedTable::Models => "models",
+            KeyedTable::Jobs => "jobs",
+        }
+    }
+}
+
+/// Meters by key, with what validation needs (kind, site, parent).
+pub async fn meters_by_key<'e>(
+    db: impl PgExecutor<'e>,
+    keys: &[String],
+) -> StoreResult<HashMap<String, MeterRef>> {
+    let rows: Vec<(String, i64, i64, String, Option<i64>)> = sqlx::query_as(
+        "SELECT key, id, site_id, kind, parent_id FROM meters WHERE key = ANY($1)",
+    )
+    .bind(keys)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(key, id, site_id, kind, parent_id)| {
+            (
+                key,
+                MeterRef {
+                    id,
+                    site_id,
+                    kind,
+                    parent_id,
+                },
+            )
+        })
+        .collect())
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct SiteRow {
+    pub id: i64,
+    pub key: String,
+    pub name: String,
+    pub grid_region: String,
+    pub currency: String,
+    pub power_envelope_w: i64,
+    pub static_pue: Decimal,
+    pub idle_policy: String,
+}
+
+pub async fn list_sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, key, name, grid_region, currency::text AS currency, power_envelope_w,
+                static_pue, idle_policy FROM sites ORDER BY key",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct TenantRow {
+    pub id: i64,
+    pub key: String,
+    pub name: String,
+}
+
+/// Tenants visible to `scope`.
+pub async fn list_tenants(pool: &PgPool, scope: &crate::Scope) -> StoreResult<Vec<TenantRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, key, name FROM tenants WHERE ($1::bigint IS NULL OR id = $1) ORDER BY key",
+    )
+    .bind(scope.tenant())
+    .fetch_all(pool)
+    .await?)
+}

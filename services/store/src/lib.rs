@@ -1,0 +1,43 @@
+//! wattledger's Postgres storage: migrations, ingest writes, attribution I/O and the
+//! tenant-scoped queries of the API.
+//!
+//! Every function takes a pool or a transaction; none holds state. Tenant-visible reads take
+//! a [`Scope`], so a tenant's token cannot reach another tenant's rows by construction.
+
+pub mod attribution;
+pub mod dirty;
+pub mod error;
+pub mod inventory;
+pub mod jobs;
+pub mod partitions;
+pub mod samples;
+pub mod scope;
+pub mod tokens;
+pub mod usage;
+
+pub use error::{StoreError, StoreResult};
+pub use scope::Scope;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use std::str::FromStr;
+use std::time::Duration;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// Opens a pool to `url`.
+pub async fn connect(url: &str, max_connections: u32) -> StoreResult<PgPool> {
+    let options = PgConnectOptions::from_str(url)?.application_name("wattledger");
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await?;
+    Ok(pool)
+}
+
+/// Applies pending migrations (forward only).
+pub async fn migrate(pool: &PgPool) -> StoreResult<()> {
+    MIGRATOR.run(pool).await?;
+    Ok(())
+}
