@@ -51,6 +51,8 @@ CREATE TABLE dirty_hours (
     site_id     bigint NOT NULL REFERENCES sites (id),
     hour        timestamptz NOT NULL,
     marked_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- A worker's lease: other replicas skip the hour until it expires.
+    claimed_until timestamptz,
     PRIMARY KEY (site_id, hour)
 );
 

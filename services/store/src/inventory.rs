@@ -98,11 +98,26 @@ pub async fn upsert_sites(pool: &PgPool, records: &[SiteRecord]) -> StoreResult<
     .bind(col(|r| r.name.clone()))
     .bind(col(|r| r.grid_region.clone()))
     .bind(col(|r| r.currency.clone()))
-    .bind(records.iter().map(|r| r.power_envelope_w).collect::<Vec<_>>())
+    .bind(
+        records
+            .iter()
+            .map(|r| r.power_envelope_w)
+            .collect::<Vec<_>>(),
+    )
     .bind(records.iter().map(|r| r.static_pue).collect::<Vec<_>>())
     .bind(col(|r| r.idle_policy.clone()))
-    .bind(records.iter().map(|r| r.platform_tenant_id).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.node_static_overhead_w).collect::<Vec<_>>())
+    .bind(
+        records
+            .iter()
+            .map(|r| r.platform_tenant_id)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        records
+            .iter()
+            .map(|r| r.node_static_overhead_w)
+            .collect::<Vec<_>>(),
+    )
     .bind(records.iter().map(|r| r.gap_limit_s).collect::<Vec<_>>())
     .execute(pool)
     .await?;
@@ -211,12 +226,11 @@ pub async fn meters_by_key<'e>(
     db: impl PgExecutor<'e>,
     keys: &[String],
 ) -> StoreResult<HashMap<String, MeterRef>> {
-    let rows: Vec<(String, i64, i64, String, Option<i64>)> = sqlx::query_as(
-        "SELECT key, id, site_id, kind, parent_id FROM meters WHERE key = ANY($1)",
-    )
-    .bind(keys)
-    .fetch_all(db)
-    .await?;
+    let rows: Vec<(String, i64, i64, String, Option<i64>)> =
+        sqlx::query_as("SELECT key, id, site_id, kind, parent_id FROM meters WHERE key = ANY($1)")
+            .bind(keys)
+            .fetch_all(db)
+            .await?;
     Ok(rows
         .into_iter()
         .map(|(key, id, site_id, kind, parent_id)| {

@@ -27,7 +27,7 @@ fn next_month(m: NaiveDate) -> NaiveDate {
 /// Creates the partitions for these months if missing. Serialised by an advisory lock so
 /// concurrent ingests of a new month do not race on `CREATE TABLE`.
 pub async fn ensure(tx: &mut Transaction<'_, Postgres>, months: &[NaiveDate]) -> StoreResult<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock(7_301_001)")
+    sqlx::query("SELECT pg_advisory_xact_lock(7301001)")
         .execute(&mut **tx)
         .await?;
     for m in months {

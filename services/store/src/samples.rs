@@ -99,7 +99,11 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
         .bind(c.iter().map(|c| rows[c.index].ts).collect::<Vec<_>>())
         .bind(c.iter().map(|c| c.stored_counter_mj).collect::<Vec<_>>())
         .bind(c.iter().map(|c| c.stored_power_mw).collect::<Vec<_>>())
-        .bind(c.iter().map(|c| rows[c.index].counter_mj).collect::<Vec<_>>())
+        .bind(
+            c.iter()
+                .map(|c| rows[c.index].counter_mj)
+                .collect::<Vec<_>>(),
+        )
         .bind(c.iter().map(|c| rows[c.index].power_mw).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;

@@ -1,0 +1,511 @@
+//! The attribution driver's I/O: claim dirty hours, load their inputs, write their ledger.
+//!
+//! The worker claims up to a day of one site's dirty hours with a lease (so replicas do not
+//! collide), loads samples, allocations, jobs and tokens for that window in a handful of
+//! queries, runs the pure core per hour, and replaces those hours' ledger rows in one
+//! transaction. A mark that moved on while computing stays dirty for the next pass.
+
+use crate::StoreResult;
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use rust_decimal::prelude::ToPrimitive;
+use rust_decimal::Decimal;
+use sqlx::PgPool;
+use std::collections::HashMap;
+use wattledger_domain::attribution::{
+    self, Allocation, Attributed, Gpu, IdlePolicy, Job, Node, SiteHour, SitePolicy, Tokens,
+};
+use wattledger_domain::energy::{meter_steps, MeterSteps, Sample, StepGrid};
+use wattledger_domain::tokens::{tokens_in_hour, HOUR_MS};
+use wattledger_domain::units::{share_ppm, PPM};
+
+/// The step of attribution (DESIGN.md: 60 s by default).
+pub const STEP_MS: i64 = 60_000;
+const LEASE: &str = "10 minutes";
+
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub site_id: i64,
+    pub hours: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+}
+
+/// Claims up to `max_hours` dirty hours of one site within one day, oldest first.
+pub async fn claim(pool: &PgPool, max_hours: i64) -> StoreResult<Option<Claim>> {
+    let rows: Vec<(i64, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(&format!(
+        "WITH first AS (
+             SELECT site_id, hour FROM dirty_hours
+             WHERE claimed_until IS NULL OR claimed_until < now()
+             ORDER BY hour, site_id LIMIT 1
+         ), pick AS (
+             SELECT d.site_id, d.hour FROM dirty_hours d, first f
+             WHERE d.site_id = f.site_id AND d.hour >= f.hour AND d.hour < f.hour + interval '1 day'
+               AND (d.claimed_until IS NULL OR d.claimed_until < now())
+             ORDER BY d.hour LIMIT $1
+             FOR UPDATE OF d SKIP LOCKED
+         )
+         UPDATE dirty_hours d SET claimed_until = now() + interval '{LEASE}'
+         FROM pick WHERE d.site_id = pick.site_id AND d.hour = pick.hour
+         RETURNING d.site_id, d.hour, d.marked_at"
+    ))
+    .bind(max_hours)
+    .fetch_all(pool)
+    .await?;
+    let Some(site_id) = rows.first().map(|r| r.0) else {
+        return Ok(None);
+    };
+    let mut hours: Vec<_> = rows.into_iter().map(|(_, h, m)| (h, m)).collect();
+    hours.sort();
+    Ok(Some(Claim { site_id, hours }))
+}
+
+/// Everything the window needs, loaded once.
+struct Window {
+    policy: SitePolicy,
+    gap_limit_ms: i64,
+    facility: Vec<i64>,
+    /// Node meter id → its GPU meter ids (ordered by id).
+    nodes: Vec<(i64, Vec<i64>)>,
+    samples: HashMap<i64, Vec<Sample>>,
+    /// GPU meter id → allocations (job index into `jobs`).
+    allocations: HashMap<i64, Vec<Allocation>>,
+    jobs: Vec<Job>,
+    job_ids: Vec<i64>,
+    tokens: Vec<(usize, i64, i64, i64, i64, i64)>,
+}
+
+async fn load(
+    pool: &PgPool,
+    site_id: i64,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<Window> {
+    let (static_pue, idle_policy, platform, node_w, gap_s): (Decimal, String, i64, Decimal, i32) =
+        sqlx::query_as(
+            "SELECT static_pue, idle_policy, platform_tenant_id, node_static_overhead_w, gap_limit_s
+             FROM sites WHERE id = $1",
+        )
+        .bind(site_id)
+        .fetch_one(pool)
+        .await?;
+    let policy = SitePolicy {
+        static_pue,
+        idle_policy: if idle_policy == "proportional" {
+            IdlePolicy::Proportional
+        } else {
+            IdlePolicy::Platform
+        },
+        platform_tenant: platform,
+        node_static_overhead_mw: (node_w * Decimal::from(1000)).round().to_i64().unwrap_or(0),
+    };
+
+    let meters: Vec<(i64, String, Option<i64>)> =
+        sqlx::query_as("SELECT id, kind, parent_id FROM meters WHERE site_id = $1 ORDER BY id")
+            .bind(site_id)
+            .fetch_all(pool)
+            .await?;
+    let facility: Vec<i64> = meters
+        .iter()
+        .filter(|m| m.1 == "facility")
+        .map(|m| m.0)
+        .collect();
+    let mut nodes: Vec<(i64, Vec<i64>)> = meters
+        .iter()
+        .filter(|m| m.1 == "node")
+        .map(|m| (m.0, Vec::new()))
+        .collect();
+    let node_index: HashMap<i64, usize> = nodes.iter().enumerate().map(|(i, n)| (n.0, i)).collect();
+    let mut mig_parent: HashMap<i64, i64> = HashMap::new();
+    for (id, kind, parent) in &meters {
+        match (kind.as_str(), parent) {
+            ("gpu", Some(p)) => {
+                if let Some(&i) = node_index.get(p) {
+                    nodes[i].1.push(*id);
+                }
+            }
+            ("mig", Some(p)) => {
+                mig_parent.insert(*id, *p);
+            }
+            _ => {}
+        }
+    }
+    let metered: Vec<i64> = meters
+        .iter()
+        .filter(|m| m.1 != "mig")
+        .map(|m| m.0)
+        .collect();
+
+    let rows: Vec<(i64, DateTime<Utc>, Option<i64>, Option<i64>)> = sqlx::query_as(
+        "SELECT meter_id, ts, counter_mj, power_mw FROM samples
+         WHERE meter_id = ANY($1) AND ts >= $2 AND ts < $3
+         UNION ALL
+         SELECT m.id, p.ts, p.counter_mj, p.power_mw FROM unnest($1::bigint[]) AS m(id)
+         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw FROM samples s
+                             WHERE s.meter_id = m.id AND s.ts < $2 ORDER BY ts DESC LIMIT 1) p
+         UNION ALL
+         SELECT m.id, n.ts, n.counter_mj, n.power_mw FROM unnest($1::bigint[]) AS m(id)
+         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw FROM samples s
+                             WHERE s.meter_id = m.id AND s.ts >= $3 ORDER BY ts LIMIT 1) n",
+    )
+    .bind(&metered)
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await?;
+    let mut samples: HashMap<i64, Vec<Sample>> = HashMap::new();
+    for (meter, ts, counter_mj, power_mw) in rows {
+        samples.entry(meter).or_default().push(Sample {
+            ts_ms: ts.timestamp_millis(),
+            counter_mj,
+            power_mw,
+        });
+    }
+    for list in samples.values_mut() {
+        list.sort_by_key(|s| s.ts_ms);
+    }
+
+    let allocs: Vec<(
+        i64,
+        i64,
+        String,
+        Decimal,
+        DateTime<Utc>,
+        Option<DateTime<Utc>>,
+    )> = sqlx::query_as(
+        "SELECT a.meter_id, a.job_id, j.key, a.share, a.start_at, a.end_at
+         FROM allocations a JOIN meters m ON m.id = a.meter_id JOIN jobs j ON j.id = a.job_id
+         WHERE m.site_id = $1 AND a.start_at < $3 AND (a.end_at IS NULL OR a.end_at > $2)",
+    )
+    .bind(site_id)
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await?;
+    let mut job_keys: Vec<(String, i64)> = allocs.iter().map(|a| (a.2.clone(), a.1)).collect();
+    job_keys.sort();
+    job_keys.dedup();
+    let job_ids: Vec<i64> = job_keys.iter().map(|k| k.1).collect();
+    let job_index: HashMap<i64, usize> =
+        job_ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    let job_rows: Vec<(i64, i64, Option<i64>, Option<Decimal>, Option<Decimal>)> = sqlx::query_as(
+        "SELECT j.id, j.tenant_id, j.model_id, m.prefill_weight, m.decode_weight
+         FROM jobs j LEFT JOIN models m ON m.id = j.model_id WHERE j.id = ANY($1)",
+    )
+    .bind(&job_ids)
+    .fetch_all(pool)
+    .await?;
+    let ppm = |d: Option<Decimal>, default: u64| {
+        d.map(|w| (w * Decimal::from(PPM)).round().to_u64().unwrap_or(0))
+            .unwrap_or(default)
+    };
+    let mut jobs = vec![
+        Job {
+            tenant: platform,
+            model: None,
+            prefill_weight_ppm: u64::from(PPM),
+            decode_weight_ppm: 4 * u64::from(PPM),
+        };
+        job_ids.len()
+    ];
+    for (id, tenant, model, wp, wd) in job_rows {
+        jobs[job_index[&id]] = Job {
+            tenant,
+            model,
+            prefill_weight_ppm: ppm(wp, u64::from(PPM)),
+            decode_weight_ppm: ppm(wd, 4 * u64::from(PPM)),
+        };
+    }
+    let mut allocations: HashMap<i64, Vec<Allocation>> = HashMap::new();
+    for (meter, job, _, share, start, end) in &allocs {
+        let gpu = mig_parent.get(meter).copied().unwrap_or(*meter);
+        allocations.entry(gpu).or_default().push(Allocation {
+            job: job_index[job],
+            start_ms: start.timestamp_millis(),
+            end_ms: end.map_or(i64::MAX, |e| e.timestamp_millis()),
+            share_ppm: share_ppm(*share).unwrap_or(PPM),
+        });
+    }
+
+    let token_rows: Vec<(i64, Option<i64>, DateTime<Utc>, DateTime<Utc>, i64, i64)> =
+        sqlx::query_as(
+            "SELECT job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens
+         FROM token_records WHERE job_id = ANY($1) AND start_at < $3 AND end_at >= $2",
+        )
+        .bind(&job_ids)
+        .bind(from)
+        .bind(to)
+        .fetch_all(pool)
+        .await?;
+    let tokens = token_rows
+        .into_iter()
+        .map(|(job, tenant, start, end, p, g)| {
+            let j = job_index[&job];
+            (
+                j,
+                tenant.unwrap_or(jobs[j].tenant),
+                start.timestamp_millis(),
+                end.timestamp_millis(),
+                p,
+                g,
+            )
+        })
+        .collect();
+
+    Ok(Window {
+        policy,
+        gap_limit_ms: i64::from(gap_s) * 1000,
+        facility,
+        nodes,
+        samples,
+        allocations,
+        jobs,
+        job_ids,
+        tokens,
+    })
+}
+
+impl Window {
+    fn steps(&self, meter: i64, grid: StepGrid) -> MeterSteps {
+        let Some(all) = self.samples.get(&meter) else {
+            return MeterSteps::missing(grid.steps);
+        };
+        // The hour's samples plus one on each side.
+        let lo = all
+            .partition_point(|s| s.ts_ms < grid.start_ms)
+            .saturating_sub(1);
+        let hi = (all.partition_point(|s| s.ts_ms < grid.end_ms()) + 1).min(all.len());
+        meter_steps(&all[lo..hi], grid, self.gap_limit_ms)
+    }
+
+    fn site_hour(&self, hour: DateTime<Utc>) -> SiteHour {
+        let start = hour.timestamp_millis();
+        let grid = StepGrid {
+            start_ms: start,
+            step_ms: STEP_MS,
+            steps: (HOUR_MS / STEP_MS) as usize,
+        };
+        let facility = if self.facility.is_empty() {
+            None
+        } else {
+            let mut sum = MeterSteps {
+                mj: vec![0; grid.steps],
+                quality: vec![Default::default(); grid.steps],
+            };
+            for m in &self.facility {
+                let s = self.steps(*m, grid);
+                for i in 0..grid.steps {
+                    sum.mj[i] += s.mj[i];
+                    sum.quality[i] |= s.quality[i];
+                }
+            }
+            Some(sum)
+        };
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|(node, gpus)| Node {
+                energy: self
+                    .samples
+                    .contains_key(node)
+                    .then(|| self.steps(*node, grid)),
+                gpus: gpus
+                    .iter()
+                    .map(|g| Gpu {
+                        energy: self.steps(*g, grid),
+                        allocations: self.allocations.get(g).cloned().unwrap_or_default(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let tokens = self
+            .tokens
+            .iter()
+            .filter_map(|&(job, tenant, s, e, p, g)| {
+                let prompt = tokens_in_hour(p, s, e, start);
+                let generated = tokens_in_hour(g, s, e, start);
+                (prompt != 0 || generated != 0).then_some(Tokens {
+                    job,
+                    tenant,
+                    prompt,
+                    generated,
+                })
+            })
+            .collect();
+        SiteHour {
+            policy: self.policy.clone(),
+            grid,
+            facility,
+            nodes,
+            jobs: self.jobs.clone(),
+            tokens,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunStats {
+    pub hours: u64,
+    pub rows: u64,
+    pub gpu_steps: u64,
+}
+
+/// Attributes a claimed set of hours and writes the result in one transaction.
+#[tracing::instrument(skip_all, fields(site = claim.site_id, hours = claim.hours.len()))]
+pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {
+    let first = claim.hours[0].0;
+    let last = claim.hours[claim.hours.len() - 1].0 + Duration::hours(1);
+    let window = load(pool, claim.site_id, first, last).await?;
+    let results: Vec<(DateTime<Utc>, Attributed)> = claim
+        .hours
+        .iter()
+        .map(|(h, _)| (*h, attribution::attribute(&window.site_hour(*h))))
+        .collect();
+    write(pool, claim, &window, &results).await
+}
+
+async fn write(
+    pool: &PgPool,
+    claim: &Claim,
+    window: &Window,
+    results: &[(DateTime<Utc>, Attributed)],
+) -> StoreResult<RunStats> {
+    let mut stats = RunStats::default();
+    let mut tx = pool.begin().await?;
+    let run_id: i64 =
+        sqlx::query_scalar("INSERT INTO attribution_runs DEFAULT VALUES RETURNING id")
+            .fetch_one(&mut *tx)
+            .await?;
+    let hours: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.0).collect();
+    sqlx::query("DELETE FROM ledger WHERE site_id = $1 AND hour = ANY($2)")
+        .bind(claim.site_id)
+        .bind(&hours)
+        .execute(&mut *tx)
+        .await?;
+
+    let mut c = LedgerColumns::default();
+    for (hour, out) in results {
+        stats.hours += 1;
+        stats.gpu_steps += out.totals.gpu_steps as u64;
+        for r in &out.rows {
+            c.hour.push(*hour);
+            c.tenant.push(r.tenant);
+            c.job.push(r.job.map(|j| window.job_ids[j]));
+            c.model.push(r.model);
+            c.gpu.push(r.gpu_mj);
+            c.node.push(r.node_overhead_mj);
+            c.idle.push(r.idle_mj);
+            c.facility.push(r.facility_overhead_mj);
+            c.total.push(r.total_mj());
+            c.estimated.push(r.estimated_mj);
+            c.prompt.push(r.prompt_tokens);
+            c.generated.push(r.generated_tokens);
+            c.gpu_ms.push(r.gpu_ms);
+            c.flags.push(r.quality.names().join(","));
+        }
+    }
+    stats.rows = c.hour.len() as u64;
+    sqlx::query(
+        "INSERT INTO ledger (hour, site_id, tenant_id, job_id, model_id, gpu_mj, node_overhead_mj,
+                             idle_mj, facility_overhead_mj, total_mj, estimated_mj, prompt_tokens,
+                             generated_tokens, gpu_ms, flags)
+         SELECT hour, $1, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
+                coalesce(string_to_array(nullif(flags, ''), ','), '{}')
+         FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
+                     $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
+                     $12::bigint[], $13::bigint[], $14::bigint[], $15::text[])
+              AS t(hour, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms, flags)",
+    )
+    .bind(claim.site_id)
+    .bind(&c.hour)
+    .bind(&c.tenant)
+    .bind(&c.job)
+    .bind(&c.model)
+    .bind(&c.gpu)
+    .bind(&c.node)
+    .bind(&c.idle)
+    .bind(&c.facility)
+    .bind(&c.total)
+    .bind(&c.estimated)
+    .bind(&c.prompt)
+    .bind(&c.generated)
+    .bind(&c.gpu_ms)
+    .bind(&c.flags)
+    .execute(&mut *tx)
+    .await?;
+
+    let t = |f: fn(&Attributed) -> i64| results.iter().map(|(_, a)| f(a)).collect::<Vec<i64>>();
+    sqlx::query(
+        "INSERT INTO site_hours (site_id, hour, site_mj, it_mj, gpu_mj, idle_mj, estimated_mj,
+                                 allocated_gpu_ms, capacity_gpu_ms, flags, run_id, computed_at)
+         SELECT $1, hour, site, it, gpu, idle, est, alloc, cap, coalesce(string_to_array(nullif(flags, ''), ','), '{}'), $11, now()
+         FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
+                     $7::bigint[], $8::bigint[], $9::bigint[], $10::text[])
+              AS t(hour, site, it, gpu, idle, est, alloc, cap, flags)
+         ON CONFLICT (site_id, hour) DO UPDATE SET site_mj = excluded.site_mj, it_mj = excluded.it_mj,
+            gpu_mj = excluded.gpu_mj, idle_mj = excluded.idle_mj, estimated_mj = excluded.estimated_mj,
+            allocated_gpu_ms = excluded.allocated_gpu_ms, capacity_gpu_ms = excluded.capacity_gpu_ms,
+            flags = excluded.flags, run_id = excluded.run_id, computed_at = excluded.computed_at",
+    )
+    .bind(claim.site_id)
+    .bind(&hours)
+    .bind(t(|a| a.totals.site_mj))
+    .bind(t(|a| a.totals.it_mj))
+    .bind(t(|a| a.totals.gpu_mj))
+    .bind(t(|a| a.totals.idle_mj))
+    .bind(t(|a| a.totals.estimated_mj))
+    .bind(t(|a| a.totals.allocated_gpu_ms))
+    .bind(t(|a| a.totals.capacity_gpu_ms))
+    .bind(results.iter().map(|(_, a)| a.totals.quality.names().join(",")).collect::<Vec<_>>())
+    .bind(run_id)
+    .execute(&mut *tx)
+    .await?;
+
+    // Clear the marks we computed; a mark bumped meanwhile stays, with its lease released.
+    let marked: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.1).collect();
+    sqlx::query(
+        "DELETE FROM dirty_hours d USING UNNEST($2::timestamptz[], $3::timestamptz[]) AS t(hour, marked_at)
+         WHERE d.site_id = $1 AND d.hour = t.hour AND d.marked_at = t.marked_at",
+    )
+    .bind(claim.site_id)
+    .bind(&hours)
+    .bind(&marked)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "UPDATE dirty_hours SET claimed_until = NULL WHERE site_id = $1 AND hour = ANY($2)",
+    )
+    .bind(claim.site_id)
+    .bind(&hours)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE attribution_runs SET finished_at = clock_timestamp(), hours = $2, rows = $3 WHERE id = $1")
+        .bind(run_id)
+        .bind(stats.hours as i32)
+        .bind(stats.rows as i32)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(stats)
+}
+
+#[derive(Default)]
+struct LedgerColumns {
+    hour: Vec<DateTime<Utc>>,
+    tenant: Vec<i64>,
+    job: Vec<Option<i64>>,
+    model: Vec<Option<i64>>,
+    gpu: Vec<i64>,
+    node: Vec<i64>,
+    idle: Vec<i64>,
+    facility: Vec<i64>,
+    total: Vec<i64>,
+    estimated: Vec<i64>,
+    prompt: Vec<i64>,
+    generated: Vec<i64>,
+    gpu_ms: Vec<i64>,
+    flags: Vec<String>,
+}
+
+/// Truncates a time to its UTC hour.
+pub fn hour_of(ts: DateTime<Utc>) -> DateTime<Utc> {
+    let secs = ts.timestamp().div_euclid(3600) * 3600;
+    Utc.timestamp_opt(secs, 0).single().unwrap_or(ts)
+}

@@ -1,0 +1,50 @@
+//! Server configuration from flags and environment (`WATTLEDGER_*`, `DATABASE_URL`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// What the server needs to run; every field has a flag and an environment variable.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// Postgres URL. Without one, a private PostgreSQL is started under --data-dir.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Where the embedded PostgreSQL keeps its data when no DATABASE_URL is given.
+    #[arg(long, env = "WATTLEDGER_DATA_DIR", default_value = ".wattledger")]
+    pub data_dir: PathBuf,
+    /// Address the API listens on.
+    #[arg(long, env = "WATTLEDGER_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// HS256 signing key for API tokens (at least 32 bytes). Without one, a key is generated
+    /// once and kept in <data-dir>/jwt.key.
+    #[arg(long, env = "WATTLEDGER_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "WATTLEDGER_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Most records accepted in one ingest batch.
+    #[arg(long, env = "WATTLEDGER_MAX_BATCH_RECORDS", default_value_t = 50_000)]
+    pub max_batch_records: usize,
+    /// How far in the future a sample's timestamp may be (clock skew), in seconds.
+    #[arg(long, env = "WATTLEDGER_MAX_CLOCK_SKEW_S", default_value_t = 300)]
+    pub max_clock_skew_s: i64,
+    /// Run the attribution worker inside the server.
+    #[arg(long, env = "WATTLEDGER_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub worker: bool,
+}
+
+impl Config {
+    /// Defaults for tests and the demo: loopback, embedded database, worker on.
+    pub fn for_tests(database_url: String, jwt_secret: String) -> Self {
+        Config {
+            database_url: Some(database_url),
+            data_dir: PathBuf::from(".wattledger"),
+            listen: "127.0.0.1:0".parse().expect("valid address"),
+            jwt_secret: Some(jwt_secret),
+            max_body_bytes: 16 * 1024 * 1024,
+            max_batch_records: 50_000,
+            max_clock_skew_s: 300,
+            worker: false,
+        }
+    }
+}

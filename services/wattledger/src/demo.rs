@@ -1,0 +1,397 @@
+//! `wattledger demo`: a simulated cluster pushed through the real ingest API, attributed,
+//! summarised, and served until Ctrl-C.
+
+use crate::auth::Role;
+use crate::config::Config;
+use crate::progress::Progress;
+use crate::sim::{SampleState, Simulation};
+use crate::{embedded_pg, startup, worker};
+use anyhow::{bail, Context};
+use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Mutex};
+use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
+use wattledger_domain::units::kwh;
+use wattledger_store::usage::{self, GroupBy, UsageFilter};
+use wattledger_store::Scope;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Simulate only the last N days (default: the previous full month and this month to date).
+    #[arg(long)]
+    pub days: Option<u32>,
+    /// Seed of the simulated cluster.
+    #[arg(long, default_value_t = 2026)]
+    pub seed: u64,
+    /// Seconds between samples of every meter.
+    #[arg(long, default_value_t = 300)]
+    pub sample_interval_s: i64,
+    /// Seed and summarise, then exit instead of serving.
+    #[arg(long)]
+    pub no_serve: bool,
+}
+
+/// Start of the simulated range: the first of last month, or N days ago.
+pub fn demo_range(now: DateTime<Utc>, days: Option<u32>) -> (DateTime<Utc>, DateTime<Utc>) {
+    let from = match days {
+        Some(d) => now - Duration::days(i64::from(d)),
+        None => {
+            let (y, m) = if now.month() == 1 {
+                (now.year() - 1, 12)
+            } else {
+                (now.year(), now.month() - 1)
+            };
+            Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0)
+                .single()
+                .unwrap_or(now)
+        }
+    };
+    (from, now)
+}
+
+pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
+    if args.sample_interval_s < 10 || args.sample_interval_s > 600 {
+        bail!("--sample-interval-s must be between 10 and 600");
+    }
+    let started = std::time::Instant::now();
+    // Without a configured database, the demo gets a fresh database of its own on the
+    // embedded server, so every run shows the same cluster.
+    if config.database_url.is_none() {
+        let dir = config.data_dir.clone();
+        let pg = tokio::task::spawn_blocking(move || {
+            embedded_pg::EmbeddedPostgres::start(&dir, &["synchronous_commit=off"])
+        })
+        .await??;
+        eprintln!(
+            "PostgreSQL: embedded, data in {} (port {})",
+            pg.dir.display(),
+            pg.port
+        );
+        reset_database(&pg.url("postgres"), "wattledger_demo").await?;
+        config.database_url = Some(pg.url("wattledger_demo"));
+    }
+    let pool = crate::database(&config, &[]).await?;
+    let keys = crate::signing_key(&config)?;
+    let listener = TcpListener::bind(config.listen).await.with_context(|| {
+        format!(
+            "binding {} (is another wattledger running? use --listen)",
+            config.listen
+        )
+    })?;
+    let addr = listener.local_addr()?;
+    let base = format!("http://{addr}");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(startup::serve(
+        pool.clone(),
+        keys.clone(),
+        config.clone(),
+        listener,
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+
+    let (from, to) = demo_range(Utc::now(), args.days);
+    let sim = Arc::new(Simulation::new(
+        args.seed,
+        from.timestamp_millis(),
+        to.timestamp_millis(),
+        args.sample_interval_s * 1000,
+    ));
+    eprintln!(
+        "Simulating {} to {}: 2 sites, 20 nodes, 160 GPUs, 7 tenants, {} jobs",
+        from.format("%Y-%m-%d %H:%M"),
+        to.format("%Y-%m-%d %H:%M UTC"),
+        sim.job_count()
+    );
+    let client = Client {
+        http: reqwest::Client::new(),
+        base: base.clone(),
+        admin: keys.mint("demo", Role::Admin, None, 3600)?,
+        collector: keys.mint("demo-agent", Role::Collector, None, 3600)?,
+        scheduler: keys.mint("demo-scheduler", Role::Scheduler, None, 3600)?,
+    };
+    client
+        .post(&client.admin, "/v1/ingest/tenants", sim.tenant_records())
+        .await?;
+    client
+        .post(&client.admin, "/v1/ingest/sites", sim.site_records())
+        .await?;
+    client
+        .post(&client.admin, "/v1/ingest/models", sim.model_records())
+        .await?;
+    client
+        .post(&client.collector, "/v1/ingest/meters", sim.meter_records())
+        .await?;
+    let job_batches = sim.job_batches(2000);
+    let mut p = Progress::new("jobs", sim.job_count() as u64);
+    for b in job_batches {
+        let n = b["records"].as_array().map_or(0, Vec::len);
+        client.post(&client.scheduler, "/v1/ingest/jobs", b).await?;
+        p.add(n as u64);
+    }
+    p.finish();
+
+    let samples = push_samples(&client, sim.clone()).await?;
+    let tokens = push_tokens(&client, &sim).await?;
+
+    let pending = wattledger_store::dirty::count(&pool).await? as u64;
+    let mut p = Progress::new("attribution", pending);
+    let t0 = std::time::Instant::now();
+    let stats = worker::drain(&pool, |s| p.set(s.hours)).await?;
+    p.finish();
+    let attribution_s = t0.elapsed().as_secs_f64();
+
+    eprintln!(
+        "\nSeeded {samples} samples and {tokens} token records; attributed {} site-hours ({} GPU-steps, {} ledger rows) in {:.1} s; ready in {:.0} s.\n",
+        stats.hours,
+        stats.gpu_steps,
+        stats.rows,
+        attribution_s,
+        started.elapsed().as_secs_f64()
+    );
+    summary(&pool, from, to).await?;
+
+    if args.no_serve {
+        let _ = stop_tx.send(());
+        server.await??;
+        return Ok(());
+    }
+    let admin = keys.mint("demo-admin", Role::Admin, None, 7 * 24 * 3600)?;
+    println!(
+        "\nServing the API on {base} (GET {base}/health, {base}/v1/openapi.json). Ctrl-C stops."
+    );
+    println!("Admin token (7 days):\n{admin}\n");
+    println!("Try:\n  curl -H \"Authorization: Bearer $TOKEN\" '{base}/v1/usage?group_by=tenant'");
+    startup::shutdown_signal().await;
+    let _ = stop_tx.send(());
+    server.await??;
+    Ok(())
+}
+
+async fn reset_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(admin_url).await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&mut conn)
+        .await?;
+    drop(conn);
+    embedded_pg::ensure_database(admin_url, name).await
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    admin: String,
+    collector: String,
+    scheduler: String,
+}
+
+impl Client {
+    async fn post(&self, token: &str, path: &str, body: Value) -> anyhow::Result<Value> {
+        let bytes = serde_json::to_vec(&body)?;
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(bytes)
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        if !status.is_success() {
+            bail!("POST {path} answered {status}: {text}");
+        }
+        Ok(serde_json::from_str(&text)?)
+    }
+}
+
+/// Streams sample batches (about 10k records each) from a generator thread to two uploaders.
+async fn push_samples(client: &Client, sim: Arc<Simulation>) -> anyhow::Result<u64> {
+    let per_interval = 181i64;
+    let chunk = (10_000 / per_interval).max(1);
+    let intervals = sim.intervals();
+    let (tx, rx) = mpsc::channel::<Vec<Value>>(4);
+    let generator = {
+        let sim = sim.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut state = SampleState::default();
+            let mut k = 0;
+            while k < intervals {
+                let batch = sim.sample_records(k, (k + chunk).min(intervals), &mut state);
+                if tx.blocking_send(batch).is_err() {
+                    return;
+                }
+                k += chunk;
+            }
+        })
+    };
+    let rx = Arc::new(Mutex::new(rx));
+    let progress = Arc::new(Mutex::new(Progress::new(
+        "samples",
+        (intervals * per_interval) as u64,
+    )));
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut uploaders = Vec::new();
+    for _ in 0..2 {
+        let rx = rx.clone();
+        let progress = progress.clone();
+        let sent = sent.clone();
+        let http = client.http.clone();
+        let url = format!("{}/v1/ingest/samples", client.base);
+        let token = client.collector.clone();
+        uploaders.push(tokio::spawn(async move {
+            loop {
+                let Some(batch) = rx.lock().await.recv().await else {
+                    return Ok::<_, anyhow::Error>(());
+                };
+                let n = batch.len() as u64;
+                let body = serde_json::to_vec(&serde_json::json!({ "records": batch }))?;
+                let resp = http
+                    .post(&url)
+                    .bearer_auth(&token)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await?;
+                if !resp.status().is_success() {
+                    bail!(
+                        "samples batch refused: {} {}",
+                        resp.status(),
+                        resp.text().await.unwrap_or_default()
+                    );
+                }
+                sent.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                progress.lock().await.add(n);
+            }
+        }));
+    }
+    for u in uploaders {
+        u.await??;
+    }
+    generator.await?;
+    let p = Arc::try_unwrap(progress)
+        .map_err(|_| anyhow::anyhow!("progress still shared"))?
+        .into_inner();
+    p.finish();
+    Ok(sent.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+async fn push_tokens(client: &Client, sim: &Simulation) -> anyhow::Result<u64> {
+    let intervals = sim.intervals();
+    let mut p = Progress::new("tokens", intervals as u64);
+    let mut total = 0;
+    let chunk = 1000;
+    let mut k = 0;
+    while k < intervals {
+        let records = sim.token_records(k, (k + chunk).min(intervals));
+        total += records.len() as u64;
+        if !records.is_empty() {
+            client
+                .post(
+                    &client.collector,
+                    "/v1/ingest/tokens",
+                    serde_json::json!({ "records": records }),
+                )
+                .await?;
+        }
+        k += chunk;
+        p.set(k as u64);
+    }
+    p.finish();
+    Ok(total)
+}
+
+/// Prints energy per tenant, tokens per kWh per model and PUE/TUE per site.
+pub async fn summary(
+    pool: &sqlx::PgPool,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> anyhow::Result<()> {
+    let filter = UsageFilter {
+        from: Some(from - Duration::hours(1)),
+        to: Some(to + Duration::hours(1)),
+        ..Default::default()
+    };
+    let tenants = usage::usage(pool, &Scope::All, &[GroupBy::Tenant], &filter).await?;
+    let total: i64 = tenants.iter().map(|r| r.total_mj).sum();
+    println!(
+        "Energy per tenant ({} to {})",
+        from.format("%Y-%m-%d"),
+        to.format("%Y-%m-%d")
+    );
+    println!(
+        "  {:<16} {:>12} {:>7} {:>10}",
+        "tenant", "kWh", "share", "idle kWh"
+    );
+    for r in &tenants {
+        println!(
+            "  {:<16} {:>12} {:>6.1}% {:>10}",
+            r.tenant.as_deref().unwrap_or("-"),
+            kwh(r.total_mj).round_dp(1),
+            r.total_mj as f64 * 100.0 / total.max(1) as f64,
+            kwh(r.idle_mj).round_dp(1)
+        );
+    }
+    println!("  {:<16} {:>12}", "total", kwh(total).round_dp(1));
+
+    let models = usage::usage(pool, &Scope::All, &[GroupBy::Model], &filter).await?;
+    println!("\nTokens per kWh per model");
+    println!(
+        "  {:<16} {:>14} {:>12} {:>14} {:>10}",
+        "model", "tokens", "kWh", "tokens/kWh", "J/token"
+    );
+    for r in models
+        .iter()
+        .filter(|r| r.prompt_tokens + r.generated_tokens > 0)
+    {
+        let e = efficiency(EnergyTotals {
+            total_mj: r.total_mj,
+            it_mj: r.gpu_mj + r.node_overhead_mj,
+            gpu_mj: r.gpu_mj,
+            idle_mj: r.idle_mj,
+            tokens: r.prompt_tokens + r.generated_tokens,
+        });
+        println!(
+            "  {:<16} {:>14} {:>12} {:>14} {:>10}",
+            r.model.as_deref().unwrap_or("-"),
+            r.prompt_tokens + r.generated_tokens,
+            kwh(r.total_mj).round_dp(1),
+            e.tokens_per_kwh
+                .map(|d| d.round().to_string())
+                .unwrap_or_default(),
+            e.joules_per_token
+                .map(|d| d.round_dp(3).to_string())
+                .unwrap_or_default()
+        );
+    }
+
+    let sites = usage::site_totals(pool, &filter, None).await?;
+    println!("\nSites");
+    println!(
+        "  {:<8} {:>12} {:>8} {:>8} {:>8} {:>8} {:>10}",
+        "site", "kWh", "PUE", "ITUE", "TUE", "idle", "GPU alloc"
+    );
+    for s in &sites {
+        let e = effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
+        let show = |d: Option<rust_decimal::Decimal>| {
+            d.map(|d| d.round_dp(3).to_string())
+                .unwrap_or_else(|| "-".into())
+        };
+        println!(
+            "  {:<8} {:>12} {:>8} {:>8} {:>8} {:>7.1}% {:>9.1}%",
+            s.site,
+            kwh(s.site_mj).round_dp(1),
+            show(e.pue),
+            show(e.itue),
+            show(e.tue),
+            s.idle_mj as f64 * 100.0 / s.site_mj.max(1) as f64,
+            s.allocated_gpu_ms as f64 * 100.0 / s.capacity_gpu_ms.max(1) as f64
+        );
+    }
+    Ok(())
+}

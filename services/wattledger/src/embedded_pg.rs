@@ -1,0 +1,192 @@
+//! A private PostgreSQL cluster for the demo and tests when no `DATABASE_URL` is given.
+//!
+//! Started from the installed binaries (`initdb`, `pg_ctl`) in a data directory, on a free
+//! loopback port remembered in the directory, and reused while it runs. As root, the server
+//! runs as the `postgres` user (PostgreSQL refuses to run as root).
+
+use anyhow::{bail, Context};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct EmbeddedPostgres {
+    pub dir: PathBuf,
+    pub port: u16,
+    bin: PathBuf,
+}
+
+/// Where the PostgreSQL server binaries are, newest version first.
+fn find_bindir() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|p| p.join("initdb").exists())
+        .collect();
+    candidates.sort_by_key(|p| {
+        p.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    if let Some(p) = candidates.pop() {
+        return Some(p);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .find(|p| p.join("initdb").exists() && p.join("pg_ctl").exists())
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl EmbeddedPostgres {
+    /// Starts (or reuses) the cluster in `dir`. `settings` are extra `-c name=value` options.
+    pub fn start(dir: &Path, settings: &[&str]) -> anyhow::Result<Self> {
+        let Some(bin) = find_bindir() else {
+            bail!(
+                "no DATABASE_URL is set and no PostgreSQL server is installed to start one.\n\
+                 Install it with:   apt-get install -y postgresql\n\
+                 or point wattledger at a server:   export DATABASE_URL=postgres://user:pass@host/db"
+            );
+        };
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir = dir.canonicalize()?;
+        let pg = EmbeddedPostgres {
+            port: 0,
+            dir: dir.join("postgres"),
+            bin,
+        };
+        let root = is_root();
+        if !pg.dir.join("PG_VERSION").exists() {
+            std::fs::create_dir_all(&pg.dir)?;
+            if root {
+                pg.chown_to_postgres()?;
+            }
+            tracing::info!(dir = %pg.dir.display(), "creating a private PostgreSQL cluster");
+            pg.run(
+                root,
+                "initdb",
+                &[
+                    "-D",
+                    &pg.dir.to_string_lossy(),
+                    "-U",
+                    "wattledger",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-locale",
+                ],
+            )?;
+        }
+        let port_file = dir.join("postgres.port");
+        let port = match std::fs::read_to_string(&port_file)
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+        {
+            Some(p) => p,
+            None => {
+                let p = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+                std::fs::write(&port_file, p.to_string())?;
+                p
+            }
+        };
+        let pg = EmbeddedPostgres { port, ..pg };
+        let data = pg.dir.to_string_lossy().to_string();
+        let running = pg
+            .command(root, "pg_ctl", &["-D", &data, "status"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !running {
+            let mut options = format!("-p {port} -k {data} -c listen_addresses=127.0.0.1");
+            for s in settings {
+                options.push_str(&format!(" -c {s}"));
+            }
+            let log = pg.dir.join("server.log").to_string_lossy().to_string();
+            pg.run(
+                root,
+                "pg_ctl",
+                &[
+                    "-D", &data, "-o", &options, "-l", &log, "-w", "-t", "60", "start",
+                ],
+            )
+            .with_context(|| format!("starting PostgreSQL; its log is {log}"))?;
+        }
+        Ok(pg)
+    }
+
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://wattledger@127.0.0.1:{}/{database}", self.port)
+    }
+
+    fn chown_to_postgres(&self) -> anyhow::Result<()> {
+        let status = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&self.dir)
+            .status()?;
+        if !status.success() {
+            bail!(
+                "could not give {} to the postgres user (does the user exist?)",
+                self.dir.display()
+            );
+        }
+        Ok(())
+    }
+
+    fn command(&self, root: bool, tool: &str, args: &[&str]) -> Command {
+        let exe = self.bin.join(tool);
+        if root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe).args(args);
+            c
+        } else {
+            let mut c = Command::new(exe);
+            c.args(args);
+            c
+        }
+    }
+
+    fn run(&self, root: bool, tool: &str, args: &[&str]) -> anyhow::Result<()> {
+        let out = self
+            .command(root, tool, args)
+            .output()
+            .with_context(|| format!("running {tool}"))?;
+        if !out.status.success() {
+            bail!(
+                "{tool} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Creates `name` on the server at `admin_url` (a database that exists) if it is missing.
+pub async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(admin_url).await?;
+    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+        .bind(name)
+        .fetch_optional(&mut conn)
+        .await?;
+    if exists.is_none() {
+        // Identifiers cannot be bound; callers pass fixed or generated names only.
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            bail!("invalid database name {name}");
+        }
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! The API's one error type. Every error leaves as JSON with a stable `code`, a `message`,
+//! and for a refused batch the index, field and reason of each bad record.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+use wattledger_store::StoreError;
+
+/// One bad field of one record in a batch.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq, Eq)]
+pub struct FieldError {
+    /// Position of the record in the batch, from 0.
+    pub index: usize,
+    pub field: String,
+    pub reason: String,
+}
+
+impl FieldError {
+    pub fn new(index: usize, field: &str, reason: impl Into<String>) -> Self {
+        FieldError {
+            index,
+            field: field.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code: `unauthorized`, `forbidden`, `not_found`, `bad_request`,
+    /// `unsupported_media_type`, `payload_too_large`, `too_many_records`, `validation_failed`,
+    /// `internal`.
+    pub code: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("this token's role may not do this")]
+    Forbidden,
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("the body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    #[error("the request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("a batch may hold at most {limit} records; this one has {got}")]
+    TooManyRecords { limit: usize, got: usize },
+    #[error("{} record(s) are invalid; nothing was written", .0.len())]
+    Validation(Vec<FieldError>),
+    #[error("{0}")]
+    InvalidQuery(String),
+    #[error("internal error")]
+    Store(#[from] StoreError),
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::NotFound | ApiError::Store(StoreError::NotFound) => {
+                (StatusCode::NOT_FOUND, "not_found")
+            }
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::UnsupportedMediaType => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::TooManyRecords { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_many_records"),
+            ApiError::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            ApiError::InvalidQuery(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_query"),
+            ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if status.is_server_error() {
+            // Logged once here; the client gets an opaque message.
+            tracing::error!(error = %self, detail = ?self, "request failed");
+        }
+        let errors = match &self {
+            ApiError::Validation(e) => e.clone(),
+            _ => Vec::new(),
+        };
+        let message = match &self {
+            ApiError::Store(StoreError::NotFound) => "not found".to_owned(),
+            other => other.to_string(),
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message,
+                errors,
+            },
+        };
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}

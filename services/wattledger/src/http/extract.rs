@@ -1,0 +1,154 @@
+//! Request extractors that fail in the API's error format: the caller (bearer token), a JSON
+//! batch, and query strings.
+
+use super::error::{ApiError, FieldError};
+use super::AppState;
+use crate::auth::Role;
+use axum::body::Bytes;
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use wattledger_store::Scope;
+
+/// Who is calling: a verified token's role and the rows it may read.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub subject: String,
+    pub role: Role,
+    pub scope: Scope,
+}
+
+impl Caller {
+    /// Refuses callers whose role is not in `roles`.
+    pub fn require(&self, roles: &[Role]) -> Result<(), ApiError> {
+        if self.role == Role::Admin || roles.contains(&self.role) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden)
+        }
+    }
+}
+
+impl<S> FromRequestParts<S> for Caller
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let state = AppState::from_ref(state);
+        let header = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?;
+        let token = header.strip_prefix("Bearer ").ok_or_else(|| {
+            ApiError::Unauthorized("expected 'Authorization: Bearer <token>'".into())
+        })?;
+        let claims = state
+            .keys
+            .verify(token.trim())
+            .map_err(|e| ApiError::Unauthorized(e.to_string()))?;
+        let scope = match (&claims.role, &claims.tenant) {
+            (Role::Tenant, Some(key)) => {
+                Scope::Tenant(state.tenant_id(key).await?.ok_or_else(|| {
+                    ApiError::Unauthorized("the token's tenant does not exist".into())
+                })?)
+            }
+            _ => Scope::All,
+        };
+        Ok(Caller {
+            subject: claims.sub,
+            role: claims.role,
+            scope,
+        })
+    }
+}
+
+/// A JSON body of the form `{"records": [...]}`, kept as raw values so each record can be
+/// validated field by field and reported by index.
+#[derive(Debug)]
+pub struct Batch(pub Vec<Value>);
+
+impl<S> FromRequest<S> for Batch
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let state = AppState::from_ref(state);
+        let is_json = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| {
+                let v = v.trim();
+                v.eq_ignore_ascii_case("application/json") || v.ends_with("+json")
+            });
+        if !is_json {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes = Bytes::from_request(req, &())
+            .await
+            .map_err(|e| match e.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => {
+                    ApiError::PayloadTooLarge(state.config.max_body_bytes)
+                }
+                _ => ApiError::BadRequest(e.body_text()),
+            })?;
+        let value: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
+        let Value::Object(mut body) = value else {
+            return Err(ApiError::BadRequest(
+                "the body must be an object: {\"records\": [...]}".into(),
+            ));
+        };
+        let records = match body.remove("records") {
+            Some(Value::Array(records)) => records,
+            Some(_) => {
+                return Err(ApiError::Validation(vec![FieldError {
+                    index: 0,
+                    field: "records".into(),
+                    reason: "must be an array".into(),
+                }]))
+            }
+            None => {
+                return Err(ApiError::BadRequest(
+                    "the body must have a \"records\" array".into(),
+                ))
+            }
+        };
+        if records.len() > state.config.max_batch_records {
+            return Err(ApiError::TooManyRecords {
+                limit: state.config.max_batch_records,
+                got: records.len(),
+            });
+        }
+        Ok(Batch(records))
+    }
+}
+
+/// `Query<T>` whose rejection is an API error (422 with the reason).
+pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| Query(q.0))
+            .map_err(|e| ApiError::InvalidQuery(e.body_text()))
+    }
+}

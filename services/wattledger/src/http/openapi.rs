@@ -1,0 +1,44 @@
+//! The OpenAPI 3 document, generated from the handlers' types and `#[utoipa::path]`s.
+
+use super::{error, ingest, usage};
+use axum::Json;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "wattledger", description = "Energy, cost and carbon metering for GPU clusters."),
+    paths(
+        super::health,
+        ingest::tenants, ingest::sites, ingest::models, ingest::meters,
+        ingest::samples_batch, ingest::jobs_batch, ingest::tokens_batch,
+        usage::get_usage, usage::list_jobs, usage::get_job, usage::list_sites, usage::list_tenants,
+    ),
+    components(schemas(error::ErrorBody, error::ErrorDetail, error::FieldError)),
+    modifiers(&Bearer),
+    tags((name = "ingest", description = "Collectors and schedulers push data"),
+         (name = "query", description = "Usage, jobs and inventory"),
+         (name = "service", description = "Health"))
+)]
+pub struct ApiDoc;
+
+struct Bearer;
+
+impl Modify for Bearer {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+    }
+}
+
+pub async fn serve() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

@@ -1,0 +1,408 @@
+//! The query API: usage grouped any way with efficiency figures, jobs, sites and tenants.
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{Caller, Query};
+use super::AppState;
+use crate::auth::Role;
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::{DateTime, Duration, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
+use wattledger_domain::units::{kwh, ratio};
+use wattledger_store::inventory::{self, KeyedTable};
+use wattledger_store::usage::{self, GroupBy, UsageFilter};
+use wattledger_store::{jobs, Scope};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/usage", get(get_usage))
+        .route("/v1/jobs", get(list_jobs))
+        .route("/v1/jobs/{key}", get(get_job))
+        .route("/v1/sites", get(list_sites))
+        .route("/v1/tenants", get(list_tenants))
+}
+
+const READERS: &[Role] = &[Role::Finance, Role::Operator, Role::Tenant];
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct UsageParams {
+    /// Start of the range (RFC 3339, inclusive); default 30 days before `to`.
+    pub from: Option<DateTime<Utc>>,
+    /// End of the range (RFC 3339, exclusive); default now.
+    pub to: Option<DateTime<Utc>>,
+    /// Comma-separated: any of `tenant`, `job`, `model`, `site`, `day`, `hour`.
+    pub group_by: Option<String>,
+    /// Site key.
+    pub site: Option<String>,
+    /// Tenant key (a tenant token may only name its own).
+    pub tenant: Option<String>,
+    /// Job key.
+    pub job: Option<String>,
+    /// Model key.
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsageResponse {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub group_by: Vec<String>,
+    pub rows: Vec<UsageRowOut>,
+    /// Per site: PUE, ITUE, TUE and utilisation over the range (per hour or day when grouped so).
+    pub sites: Vec<SiteEfficiency>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsageRowOut {
+    pub tenant: Option<String>,
+    pub job: Option<String>,
+    pub model: Option<String>,
+    pub site: Option<String>,
+    pub period: Option<DateTime<Utc>>,
+    #[schema(value_type = String)]
+    pub kwh: Decimal,
+    pub total_mj: i64,
+    pub gpu_mj: i64,
+    pub node_overhead_mj: i64,
+    pub idle_mj: i64,
+    pub facility_overhead_mj: i64,
+    /// Share of the energy that came from estimated steps (gaps, fallbacks).
+    #[schema(value_type = Option<String>)]
+    pub estimated_fraction: Option<Decimal>,
+    pub prompt_tokens: i64,
+    pub generated_tokens: i64,
+    pub tokens: i64,
+    #[schema(value_type = Option<String>)]
+    pub tokens_per_kwh: Option<Decimal>,
+    /// Tokens per kWh of IT energy (without facility overhead).
+    #[schema(value_type = Option<String>)]
+    pub tokens_per_kwh_it: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub joules_per_token: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub idle_fraction: Option<Decimal>,
+    /// GPU-hours held (share-weighted).
+    #[schema(value_type = String)]
+    pub gpu_hours: Decimal,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SiteEfficiency {
+    pub site: String,
+    pub period: Option<DateTime<Utc>>,
+    /// Facility energy; omitted for tenant tokens (it reveals other tenants' use).
+    #[schema(value_type = Option<String>)]
+    pub kwh: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub it_kwh: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub gpu_kwh: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub pue: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub itue: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub tue: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub idle_fraction: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub allocated_gpu_fraction: Option<Decimal>,
+    pub hours: i64,
+}
+
+fn parse_group_by(s: Option<&str>) -> ApiResult<Vec<GroupBy>> {
+    let mut out = Vec::new();
+    for part in s
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let g = GroupBy::parse(part).ok_or_else(|| {
+            ApiError::InvalidQuery(format!(
+                "group_by: unknown '{part}'; use any of tenant, job, model, site, day, hour"
+            ))
+        })?;
+        if !out.contains(&g) {
+            out.push(g);
+        }
+    }
+    Ok(out)
+}
+
+/// Resolves a key to an id, or 404: an unknown key and a hidden one look the same.
+async fn id_of(
+    state: &AppState,
+    table: KeyedTable,
+    key: &Option<String>,
+) -> ApiResult<Option<i64>> {
+    let Some(key) = key else { return Ok(None) };
+    let ids = inventory::ids_by_key(&state.pool, table, std::slice::from_ref(key)).await?;
+    ids.get(key).copied().map(Some).ok_or(ApiError::NotFound)
+}
+
+fn range(
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
+    let to = to.unwrap_or_else(Utc::now);
+    let from = from.unwrap_or(to - Duration::days(30));
+    if from > to {
+        return Err(ApiError::InvalidQuery("from: must not be after to".into()));
+    }
+    Ok((from, to))
+}
+
+#[utoipa::path(get, path = "/v1/usage", tag = "query", params(UsageParams),
+    responses((status = 200, body = UsageResponse), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_usage(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(p): Query<UsageParams>,
+) -> ApiResult<Json<UsageResponse>> {
+    caller.require(READERS)?;
+    let group_by = parse_group_by(p.group_by.as_deref())?;
+    let (from, to) = range(p.from, p.to)?;
+    let scope = match id_of(&state, KeyedTable::Tenants, &p.tenant).await? {
+        Some(t) => caller.scope.narrow(t).ok_or(ApiError::NotFound)?,
+        None => caller.scope,
+    };
+    let filter = UsageFilter {
+        from: Some(from),
+        to: Some(to),
+        site_id: id_of(&state, KeyedTable::Sites, &p.site).await?,
+        job_id: id_of(&state, KeyedTable::Jobs, &p.job).await?,
+        model_id: id_of(&state, KeyedTable::Models, &p.model).await?,
+    };
+    let rows = usage::usage(&state.pool, &scope, &group_by, &filter).await?;
+    let per = group_by
+        .iter()
+        .copied()
+        .find(|g| matches!(g, GroupBy::Hour | GroupBy::Day));
+    let site_rows = usage::site_totals(&state.pool, &filter, per).await?;
+    let show_energy = caller.scope == Scope::All;
+    Ok(Json(UsageResponse {
+        from,
+        to,
+        group_by: p
+            .group_by
+            .map(|g| {
+                g.split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        rows: rows
+            .into_iter()
+            .map(|r| {
+                let tokens = r.prompt_tokens + r.generated_tokens;
+                let e = efficiency(EnergyTotals {
+                    total_mj: r.total_mj,
+                    it_mj: r.gpu_mj + r.node_overhead_mj,
+                    gpu_mj: r.gpu_mj,
+                    idle_mj: r.idle_mj,
+                    tokens,
+                });
+                UsageRowOut {
+                    tenant: r.tenant,
+                    job: r.job,
+                    model: r.model,
+                    site: r.site,
+                    period: r.period,
+                    kwh: e.kwh,
+                    total_mj: r.total_mj,
+                    gpu_mj: r.gpu_mj,
+                    node_overhead_mj: r.node_overhead_mj,
+                    idle_mj: r.idle_mj,
+                    facility_overhead_mj: r.facility_overhead_mj,
+                    estimated_fraction: ratio(r.estimated_mj, r.total_mj),
+                    prompt_tokens: r.prompt_tokens,
+                    generated_tokens: r.generated_tokens,
+                    tokens,
+                    tokens_per_kwh: e.tokens_per_kwh,
+                    tokens_per_kwh_it: e.tokens_per_kwh_it,
+                    joules_per_token: e.joules_per_token,
+                    idle_fraction: e.idle_fraction,
+                    gpu_hours: (Decimal::from(r.gpu_ms) / Decimal::from(3_600_000)).round_dp(4),
+                }
+            })
+            .collect(),
+        sites: site_rows
+            .into_iter()
+            .map(|s| {
+                let eff = effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
+                let energy = |mj: i64| show_energy.then(|| kwh(mj).round_dp(6));
+                SiteEfficiency {
+                    site: s.site,
+                    period: s.period,
+                    kwh: energy(s.site_mj),
+                    it_kwh: energy(s.it_mj),
+                    gpu_kwh: energy(s.gpu_mj),
+                    pue: eff.pue,
+                    itue: eff.itue,
+                    tue: eff.tue,
+                    idle_fraction: ratio(s.idle_mj, s.site_mj),
+                    allocated_gpu_fraction: ratio(s.allocated_gpu_ms, s.capacity_gpu_ms),
+                    hours: s.hours,
+                }
+            })
+            .collect(),
+    }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobOut {
+    pub key: String,
+    pub name: String,
+    pub tenant: String,
+    pub model: Option<String>,
+    pub kind: String,
+    pub priority: String,
+    pub submit_at: Option<DateTime<Utc>>,
+    pub start_at: DateTime<Utc>,
+    pub end_at: Option<DateTime<Utc>>,
+    /// Energy attributed to the caller's view of the job (a tenant sees its own share).
+    #[schema(value_type = String)]
+    pub kwh: Decimal,
+    pub total_mj: i64,
+    pub prompt_tokens: i64,
+    pub generated_tokens: i64,
+}
+
+impl From<jobs::JobRow> for JobOut {
+    fn from(j: jobs::JobRow) -> Self {
+        JobOut {
+            kwh: kwh(j.total_mj).round_dp(6),
+            key: j.key,
+            name: j.name,
+            tenant: j.tenant,
+            model: j.model,
+            kind: j.kind,
+            priority: j.priority,
+            submit_at: j.submit_at,
+            start_at: j.start_at,
+            end_at: j.end_at,
+            total_mj: j.total_mj,
+            prompt_tokens: j.prompt_tokens,
+            generated_tokens: j.generated_tokens,
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{key}", tag = "query",
+    params(("key" = String, Path, description = "Job key")),
+    responses((status = 200, body = JobOut), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_job(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+) -> ApiResult<Json<JobOut>> {
+    caller.require(READERS)?;
+    Ok(Json(
+        jobs::get(&state.pool, &caller.scope, &key).await?.into(),
+    ))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct JobListParams {
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    /// At most this many jobs (1 to 1000, default 100), biggest energy first.
+    pub limit: Option<u16>,
+}
+
+#[utoipa::path(get, path = "/v1/jobs", tag = "query", params(JobListParams),
+    responses((status = 200, body = [JobOut]), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_jobs(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(p): Query<JobListParams>,
+) -> ApiResult<Json<Vec<JobOut>>> {
+    caller.require(READERS)?;
+    let (from, to) = range(p.from, p.to)?;
+    let limit = i64::from(p.limit.unwrap_or(100).clamp(1, 1000));
+    let rows = jobs::list(&state.pool, &caller.scope, from, to, limit).await?;
+    Ok(Json(rows.into_iter().map(JobOut::from).collect()))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SiteOut {
+    pub key: String,
+    pub name: String,
+    pub grid_region: String,
+    pub currency: String,
+    pub power_envelope_w: i64,
+    #[schema(value_type = String)]
+    pub static_pue: Decimal,
+    pub idle_policy: String,
+}
+
+#[utoipa::path(get, path = "/v1/sites", tag = "query",
+    responses((status = 200, body = [SiteOut]), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_sites(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<SiteOut>>> {
+    caller.require(&[
+        Role::Finance,
+        Role::Operator,
+        Role::Tenant,
+        Role::Scheduler,
+        Role::Collector,
+    ])?;
+    let sites = inventory::list_sites(&state.pool).await?;
+    Ok(Json(
+        sites
+            .into_iter()
+            .map(|s| SiteOut {
+                key: s.key,
+                name: s.name,
+                grid_region: s.grid_region,
+                currency: s.currency,
+                power_envelope_w: s.power_envelope_w,
+                static_pue: s.static_pue,
+                idle_policy: s.idle_policy,
+            })
+            .collect(),
+    ))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantOut {
+    pub key: String,
+    pub name: String,
+}
+
+#[utoipa::path(get, path = "/v1/tenants", tag = "query",
+    responses((status = 200, body = [TenantOut]), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_tenants(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<TenantOut>>> {
+    caller.require(READERS)?;
+    let tenants = inventory::list_tenants(&state.pool, &caller.scope).await?;
+    Ok(Json(
+        tenants
+            .into_iter()
+            .map(|t| TenantOut {
+                key: t.key,
+                name: t.name,
+            })
+            .collect(),
+    ))
+}

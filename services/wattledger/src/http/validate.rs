@@ -1,0 +1,228 @@
+//! Field-by-field reading of one JSON record, collecting every problem with its index and
+//! field instead of stopping at the first, so a refused batch lists all that is wrong.
+
+use super::error::FieldError;
+use chrono::{DateTime, TimeZone, Utc};
+use rust_decimal::Decimal;
+use serde_json::{Map, Value};
+use std::str::FromStr;
+
+/// Longest key accepted (tenant, site, meter, job keys).
+const MAX_KEY_LEN: usize = 256;
+
+pub struct Record<'a> {
+    index: usize,
+    obj: Option<&'a Map<String, Value>>,
+    pub errors: Vec<FieldError>,
+}
+
+impl<'a> Record<'a> {
+    /// Starts reading record `index`; `allowed` lists its fields (others are errors).
+    pub fn new(index: usize, value: &'a Value, allowed: &[&str]) -> Self {
+        let mut r = Record {
+            index,
+            obj: value.as_object(),
+            errors: Vec::new(),
+        };
+        match r.obj {
+            None => r.error("", "must be an object"),
+            Some(obj) => {
+                for k in obj.keys() {
+                    if !allowed.contains(&k.as_str()) {
+                        r.errors.push(FieldError::new(index, k, "unknown field"));
+                    }
+                }
+            }
+        }
+        r
+    }
+
+    pub fn error(&mut self, field: &str, reason: impl Into<String>) {
+        self.errors.push(FieldError::new(self.index, field, reason));
+    }
+
+    fn get(&self, field: &str) -> Option<&'a Value> {
+        self.obj?.get(field).filter(|v| !v.is_null())
+    }
+
+    fn required<T>(&mut self, field: &str, v: Option<T>) -> Option<T> {
+        if v.is_none() && self.obj.is_some() && self.get(field).is_none() {
+            self.error(field, "is required");
+        }
+        v
+    }
+
+    pub fn opt_str(&mut self, field: &str, max_len: usize) -> Option<String> {
+        match self.get(field)? {
+            Value::String(s) if s.chars().any(char::is_control) => {
+                self.error(field, "must not contain control characters");
+                None
+            }
+            Value::String(s) if s.len() > max_len => {
+                self.error(field, format!("must be at most {max_len} bytes"));
+                None
+            }
+            Value::String(s) => Some(s.clone()),
+            _ => {
+                self.error(field, "must be a string");
+                None
+            }
+        }
+    }
+
+    pub fn str(&mut self, field: &str, max_len: usize) -> Option<String> {
+        let v = self.opt_str(field, max_len);
+        self.required(field, v)
+    }
+
+    /// A non-empty key.
+    pub fn key(&mut self, field: &str) -> Option<String> {
+        let v = self.str(field, MAX_KEY_LEN)?;
+        if v.trim().is_empty() {
+            self.error(field, "must not be empty");
+            return None;
+        }
+        Some(v)
+    }
+
+    pub fn opt_key(&mut self, field: &str) -> Option<String> {
+        let v = self.opt_str(field, MAX_KEY_LEN)?;
+        if v.trim().is_empty() {
+            self.error(field, "must not be empty");
+            return None;
+        }
+        Some(v)
+    }
+
+    pub fn opt_i64(&mut self, field: &str) -> Option<i64> {
+        let v = self.get(field)?;
+        match v.as_i64() {
+            Some(n) => Some(n),
+            None if v.is_number() => {
+                self.error(field, "must be an integer");
+                None
+            }
+            None => {
+                self.error(field, "must be a number");
+                None
+            }
+        }
+    }
+
+    pub fn i64(&mut self, field: &str) -> Option<i64> {
+        let v = self.opt_i64(field);
+        self.required(field, v)
+    }
+
+    pub fn opt_f64(&mut self, field: &str) -> Option<f64> {
+        let v = self.get(field)?;
+        match v.as_f64() {
+            Some(n) if n.is_finite() => Some(n),
+            _ => {
+                self.error(field, "must be a number");
+                None
+            }
+        }
+    }
+
+    /// A decimal given as a JSON number or a string (exact either way: the number's text is
+    /// parsed, never a float).
+    pub fn opt_decimal(&mut self, field: &str) -> Option<Decimal> {
+        let v = self.get(field)?;
+        let text = match v {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.clone(),
+            _ => {
+                self.error(field, "must be a number");
+                return None;
+            }
+        };
+        match Decimal::from_str(&text).or_else(|_| Decimal::from_scientific(&text)) {
+            Ok(d) => Some(d),
+            Err(_) => {
+                self.error(field, "must be a decimal number");
+                None
+            }
+        }
+    }
+
+    pub fn decimal(&mut self, field: &str) -> Option<Decimal> {
+        let v = self.opt_decimal(field);
+        self.required(field, v)
+    }
+
+    /// An RFC 3339 time, from 2000 up to `latest`.
+    pub fn opt_time(&mut self, field: &str, latest: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let s = match self.get(field)? {
+            Value::String(s) => s.clone(),
+            _ => {
+                self.error(field, "must be an RFC 3339 time string");
+                return None;
+            }
+        };
+        let ts = match DateTime::parse_from_rfc3339(&s) {
+            Ok(t) => t.with_timezone(&Utc),
+            Err(e) => {
+                self.error(field, format!("must be an RFC 3339 time: {e}"));
+                return None;
+            }
+        };
+        let earliest = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single()?;
+        if ts < earliest {
+            self.error(field, "is before 2000-01-01");
+            return None;
+        }
+        if ts > latest {
+            self.error(field, "is in the future beyond the allowed clock skew");
+            return None;
+        }
+        Some(ts)
+    }
+
+    pub fn time(&mut self, field: &str, latest: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let v = self.opt_time(field, latest);
+        self.required(field, v)
+    }
+
+    pub fn one_of(&mut self, field: &str, allowed: &[&str]) -> Option<String> {
+        let v = self.str(field, 64)?;
+        if !allowed.contains(&v.as_str()) {
+            self.error(field, format!("must be one of: {}", allowed.join(", ")));
+            return None;
+        }
+        Some(v)
+    }
+
+    pub fn array(&mut self, field: &str) -> Option<&'a Vec<Value>> {
+        match self.get(field)? {
+            Value::Array(a) => Some(a),
+            _ => {
+                self.error(field, "must be an array");
+                None
+            }
+        }
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}
+
+/// Collects records' errors and yields the values only if the whole batch is valid.
+pub fn all_or_errors<T>(
+    parsed: Vec<Result<T, Vec<FieldError>>>,
+) -> Result<Vec<T>, Vec<FieldError>> {
+    let mut ok = Vec::with_capacity(parsed.len());
+    let mut errors = Vec::new();
+    for p in parsed {
+        match p {
+            Ok(v) => ok.push(v),
+            Err(e) => errors.extend(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(ok)
+    } else {
+        Err(errors)
+    }
+}

@@ -1,0 +1,74 @@
+//! The wattledger server: HTTP API, attribution worker, simulator and demo.
+//!
+//! `main.rs` is a thin CLI over this library so tests can start the real app on port 0.
+
+pub mod auth;
+pub mod config;
+pub mod demo;
+pub mod embedded_pg;
+pub mod http;
+pub mod progress;
+pub mod sim;
+pub mod startup;
+pub mod worker;
+
+use anyhow::Context;
+use config::Config;
+
+/// Opens the configured database, or starts the embedded one, and migrates it.
+pub async fn database(config: &Config, embedded_settings: &[&str]) -> anyhow::Result<sqlx::PgPool> {
+    let url = match &config.database_url {
+        Some(url) => url.clone(),
+        None => {
+            let dir = config.data_dir.clone();
+            let settings: Vec<String> = embedded_settings.iter().map(|s| s.to_string()).collect();
+            let pg = tokio::task::spawn_blocking(move || {
+                let refs: Vec<&str> = settings.iter().map(String::as_str).collect();
+                embedded_pg::EmbeddedPostgres::start(&dir, &refs)
+            })
+            .await??;
+            embedded_pg::ensure_database(&pg.url("postgres"), "wattledger").await?;
+            tracing::info!(data = %pg.dir.display(), port = pg.port, "using the embedded PostgreSQL");
+            pg.url("wattledger")
+        }
+    };
+    let pool = wattledger_store::connect(&url, 8)
+        .await
+        .context("connecting to PostgreSQL")?;
+    wattledger_store::migrate(&pool)
+        .await
+        .context("migrating the database")?;
+    Ok(pool)
+}
+
+/// The signing key: configured, or generated once and kept in the data directory.
+pub fn signing_key(config: &Config) -> anyhow::Result<auth::Keys> {
+    let secret = match &config.jwt_secret {
+        Some(s) => s.clone(),
+        None => {
+            let path = config.data_dir.join("jwt.key");
+            match std::fs::read_to_string(&path) {
+                Ok(s) => s.trim().to_owned(),
+                Err(_) => {
+                    std::fs::create_dir_all(&config.data_dir)?;
+                    let key = random_hex(32)?;
+                    std::fs::write(&path, &key)?;
+                    #[cfg(unix)]
+                    {
+                        use std::os::unix::fs::PermissionsExt;
+                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+                    }
+                    key
+                }
+            }
+        }
+    };
+    Ok(auth::Keys::new(secret.as_bytes())?)
+}
+
+fn random_hex(bytes: usize) -> anyhow::Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}

@@ -1,0 +1,711 @@
+//! A deterministic simulated GPU cluster that a platform team would recognise.
+//!
+//! Two sites in different grids (Frankfurt with a facility meter and PDU kWh counters;
+//! Oregon with static PUE and BMC power readings), 20 nodes × 8 H100-class GPUs (700 W TDP,
+//! ~70–95 W idle), seven tenants, training jobs with synchronous swings and checkpoint dips,
+//! shared inference endpoints with bursty, uncorrelated load and per-tenant token counters,
+//! batch lanes with idle gaps, a notebook on a MIG half, one GPU counter reset (driver
+//! reload), an agent outage (counter gap) and a BMC outage (power-only gap).
+//!
+//! The simulator only produces the records the agent and schedulers would send; the demo
+//! pushes them through the ingest API like any collector.
+
+pub mod rng;
+
+use serde_json::{json, Value};
+
+const MINUTE: i64 = 60_000;
+const HOUR: i64 = 60 * MINUTE;
+const DAY: i64 = 24 * HOUR;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeMeter {
+    /// A PDU outlet with a kWh register (sent as a mJ counter).
+    Counter,
+    /// A BMC reporting power only.
+    Power,
+}
+
+#[derive(Debug, Clone)]
+struct Site {
+    key: &'static str,
+    name: &'static str,
+    region: &'static str,
+    currency: &'static str,
+    envelope_w: i64,
+    pue: &'static str,
+    idle_policy: &'static str,
+    facility: bool,
+    node_meter: NodeMeter,
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    key: String,
+    site: usize,
+    gpus: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+struct GpuDev {
+    key: String,
+    uuid: String,
+    /// MIG instance meter keys, for GPUs partitioned in halves.
+    mig: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Workload {
+    Training,
+    /// Index into the deployments' token mix.
+    Inference(usize),
+    Batch(f64),
+    Notebook,
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    key: String,
+    name: String,
+    tenant: &'static str,
+    model: Option<&'static str>,
+    kind: &'static str,
+    start: i64,
+    end: i64,
+    /// (GPU, MIG slot) pairs; a MIG slot means a half share.
+    gpus: Vec<(usize, Option<usize>)>,
+    workload: Workload,
+}
+
+/// A shared inference endpoint: who it serves and how its load moves.
+#[derive(Debug, Clone)]
+struct Deployment {
+    tenants: &'static [(&'static str, f64)],
+    /// Generated tokens per second of the whole deployment at full load.
+    tokens_per_s: f64,
+    peak_hour_utc: f64,
+}
+
+pub const TENANTS: &[(&str, &str)] = &[
+    ("platform", "Platform Engineering"),
+    ("acme-research", "Acme Research"),
+    ("nimbus-ai", "Nimbus AI"),
+    ("helix-bio", "Helix Bio"),
+    ("orbit-labs", "Orbit Labs"),
+    ("lumen-search", "Lumen Search"),
+    ("quanta-fin", "Quanta Finance"),
+];
+
+const MODELS: &[(&str, &str, &str, &str)] = &[
+    ("llama-3.1-70b", "Llama 3.1 70B Instruct", "1", "4"),
+    ("mistral-7b", "Mistral 7B Instruct", "1", "3"),
+    ("qwen2.5-32b", "Qwen2.5 32B Instruct", "1", "4"),
+    ("acme-llm-34b", "Acme LLM 34B (training)", "1", "4"),
+    ("orbit-vision-8b", "Orbit Vision 8B (training)", "1", "4"),
+];
+
+const SITES: [Site; 2] = [
+    Site {
+        key: "fra1",
+        name: "Frankfurt 1",
+        region: "DE",
+        currency: "EUR",
+        envelope_w: 220_000,
+        pue: "1.35",
+        idle_policy: "platform",
+        facility: true,
+        node_meter: NodeMeter::Counter,
+    },
+    Site {
+        key: "ore1",
+        name: "Oregon 1",
+        region: "US-NW-PACW",
+        currency: "USD",
+        envelope_w: 140_000,
+        pue: "1.18",
+        idle_policy: "proportional",
+        facility: false,
+        node_meter: NodeMeter::Power,
+    },
+];
+
+/// The simulated cluster over `[from_ms, to_ms)`.
+pub struct Simulation {
+    seed: u64,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub interval_ms: i64,
+    nodes: Vec<Node>,
+    gpus: Vec<GpuDev>,
+    jobs: Vec<Job>,
+    deployments: Vec<Deployment>,
+    /// Per GPU: (start, end, job) sorted by start.
+    timeline: Vec<Vec<(i64, i64, usize)>>,
+    /// GPU whose driver reloads (counter back to zero) at this time.
+    reset: (usize, i64),
+    /// Node whose agent is down (no GPU or node samples) over this span.
+    agent_gap: (usize, i64, i64),
+    /// Node whose BMC is silent (power-only node meter) over this span.
+    bmc_gap: (usize, i64, i64),
+}
+
+impl Simulation {
+    pub fn new(seed: u64, from_ms: i64, to_ms: i64, interval_ms: i64) -> Self {
+        let from_ms = from_ms - from_ms.rem_euclid(interval_ms);
+        let to_ms = to_ms - to_ms.rem_euclid(interval_ms);
+        let mut nodes = Vec::new();
+        let mut gpus = Vec::new();
+        for (site_idx, site, count) in [(0usize, "fra1", 12usize), (1, "ore1", 8)] {
+            for n in 0..count {
+                let node = nodes.len();
+                let mut list = Vec::new();
+                for g in 0..8 {
+                    let uuid = format!(
+                        "GPU-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+                        rng::hash(seed, 1, node as u64, g) as u32,
+                        rng::hash(seed, 2, node as u64, g) as u16,
+                        rng::hash(seed, 3, node as u64, g) as u16,
+                        rng::hash(seed, 4, node as u64, g) as u16,
+                        rng::hash(seed, 5, node as u64, g) & 0xFFFF_FFFF_FFFF
+                    );
+                    // ore1 node 0, GPU 6 is split into two MIG 3g.40gb halves.
+                    let mig = if site == "ore1" && n == 0 && g == 6 {
+                        vec![
+                            format!("{site}-n{n:02}-gpu{g}-mig0"),
+                            format!("{site}-n{n:02}-gpu{g}-mig1"),
+                        ]
+                    } else {
+                        Vec::new()
+                    };
+                    list.push(gpus.len());
+                    gpus.push(GpuDev {
+                        key: format!("{site}-n{n:02}-gpu{g}"),
+                        uuid,
+                        mig,
+                    });
+                }
+                nodes.push(Node {
+                    key: format!("{site}-n{n:02}"),
+                    site: site_idx,
+                    gpus: list,
+                });
+            }
+        }
+        let deployments = vec![
+            Deployment {
+                tenants: &[
+                    ("nimbus-ai", 0.5),
+                    ("lumen-search", 0.3),
+                    ("quanta-fin", 0.2),
+                ],
+                tokens_per_s: 2600.0,
+                peak_hour_utc: 14.0,
+            },
+            Deployment {
+                tenants: &[("nimbus-ai", 0.7), ("lumen-search", 0.3)],
+                tokens_per_s: 5200.0,
+                peak_hour_utc: 19.0,
+            },
+            Deployment {
+                tenants: &[
+                    ("nimbus-ai", 0.4),
+                    ("lumen-search", 0.35),
+                    ("quanta-fin", 0.25),
+                ],
+                tokens_per_s: 1900.0,
+                peak_hour_utc: 20.0,
+            },
+        ];
+        let span = to_ms - from_ms;
+        let mut sim = Simulation {
+            seed,
+            from_ms,
+            to_ms,
+            interval_ms,
+            nodes,
+            gpus,
+            jobs: Vec::new(),
+            deployments,
+            timeline: Vec::new(),
+            reset: (8 * 8 + 3, from_ms + span * 23 / 100 + 5 * MINUTE),
+            agent_gap: (
+                9,
+                from_ms + span * 41 / 100,
+                from_ms + span * 41 / 100 + 2 * HOUR,
+            ),
+            bmc_gap: (
+                12 + 6,
+                from_ms + span * 63 / 100,
+                from_ms + span * 63 / 100 + 90 * MINUTE,
+            ),
+        };
+        sim.schedule();
+        sim
+    }
+
+    fn node_gpus(&self, node: usize, range: std::ops::Range<usize>) -> Vec<(usize, Option<usize>)> {
+        self.nodes[node].gpus[range]
+            .iter()
+            .map(|&g| (g, None))
+            .collect()
+    }
+
+    fn schedule(&mut self) {
+        let seed = self.seed;
+        let (from, to) = (self.from_ms, self.to_ms);
+        let mut slurm_id = 410_000u64;
+        let mut jobs = Vec::new();
+        // Training: back-to-back multi-node runs with maintenance gaps.
+        let training: [(&str, &str, &str, std::ops::Range<usize>, i64, i64); 3] = [
+            ("acme-research", "acme-llm-34b", "fra1", 0..4, 36, 96),
+            ("orbit-labs", "orbit-vision-8b", "fra1", 4..6, 12, 36),
+            ("orbit-labs", "orbit-vision-8b", "ore1", 13..17, 24, 72),
+        ];
+        for (ti, (tenant, model, cluster, nodes, min_h, max_h)) in training.iter().enumerate() {
+            let mut t = from - rng::int(seed, 10, ti as u64, 0, 0, 24) * HOUR;
+            let mut k = 0u64;
+            while t < to {
+                let len = rng::int(seed, 11, ti as u64, k, *min_h, *max_h) * HOUR;
+                let gap = rng::int(seed, 12, ti as u64, k, 20, 240) * MINUTE;
+                let gpus: Vec<_> = nodes
+                    .clone()
+                    .flat_map(|n| self.node_gpus(n, 0..8))
+                    .collect();
+                slurm_id += 1;
+                jobs.push(Job {
+                    key: format!("slurm:{cluster}:{slurm_id}"),
+                    name: format!("{model}-pretrain-r{k}"),
+                    tenant,
+                    model: Some(model),
+                    kind: "training",
+                    start: t,
+                    end: t + len,
+                    gpus,
+                    workload: Workload::Training,
+                });
+                t += len + gap;
+                k += 1;
+            }
+        }
+        // Inference deployments: pods that live for days, then roll to a new pod.
+        let serving: [(&str, &str, usize, std::ops::Range<usize>, usize); 3] = [
+            ("nimbus-ai", "llama-3.1-70b", 6, 0..8, 0),
+            ("nimbus-ai", "mistral-7b", 12, 0..2, 1),
+            ("nimbus-ai", "qwen2.5-32b", 12, 2..6, 2),
+        ];
+        for (si, (tenant, model, node, range, dep)) in serving.iter().enumerate() {
+            let mut t = from - DAY;
+            let mut k = 0u64;
+            while t < to {
+                let len = rng::int(seed, 20, si as u64, k, 5, 12) * DAY;
+                let uid = rng::hash(seed, 21, si as u64, k);
+                jobs.push(Job {
+                    key: format!("k8s:serving/{model}-{:016x}", uid),
+                    name: format!("{model}-serving"),
+                    tenant,
+                    model: Some(model),
+                    kind: "inference",
+                    start: t,
+                    end: t + len,
+                    gpus: self.node_gpus(*node, range.clone()),
+                    workload: Workload::Inference(*dep),
+                });
+                // Rolling restart: a few minutes with no pod.
+                t += len + 4 * MINUTE;
+                k += 1;
+            }
+        }
+        // A notebook on one MIG half, in Oregon business hours on weekdays.
+        let mig_gpu = self.nodes[12].gpus[6];
+        let mut day = from - from.rem_euclid(DAY);
+        let mut k = 0u64;
+        while day < to {
+            let weekday = (day / DAY + 4).rem_euclid(7); // 1970-01-01 was a Thursday.
+            if weekday < 5 {
+                let start = day + 16 * HOUR + rng::int(seed, 30, k, 0, 0, 60) * MINUTE;
+                let end = start + rng::int(seed, 31, k, 0, 3, 8) * HOUR;
+                slurm_id += 1;
+                jobs.push(Job {
+                    key: format!("slurm:ore1:{slurm_id}"),
+                    name: "quanta-risk-notebook".into(),
+                    tenant: "quanta-fin",
+                    model: None,
+                    kind: "interactive",
+                    start,
+                    end,
+                    gpus: vec![(mig_gpu, Some(0))],
+                    workload: Workload::Notebook,
+                });
+            }
+            day += DAY;
+            k += 1;
+        }
+        // Batch lanes: 4 lanes of 2 GPUs per node, jobs of 1 or 2 GPUs with idle gaps.
+        let batch_tenants = [
+            "helix-bio",
+            "quanta-fin",
+            "orbit-labs",
+            "helix-bio",
+            "acme-research",
+        ];
+        let batch_nodes: Vec<usize> = (7..12).chain(17..20).collect();
+        for &node in &batch_nodes {
+            let cluster = SITES[self.nodes[node].site].key;
+            for lane in 0..4usize {
+                let lane_id = (node * 4 + lane) as u64;
+                let mut t = from - rng::int(seed, 40, lane_id, 0, 0, 6) * HOUR;
+                let mut k = 0u64;
+                while t < to {
+                    let len = rng::int(seed, 41, lane_id, k, 20, 360) * MINUTE;
+                    let gap = (rng::unit(seed, 42, lane_id, k).powi(3) * 180.0) as i64 * MINUTE;
+                    let width = if rng::unit(seed, 43, lane_id, k) < 0.6 {
+                        2
+                    } else {
+                        1
+                    };
+                    let tenant = batch_tenants[rng::int(seed, 44, lane_id, k, 0, 5) as usize];
+                    slurm_id += 1;
+                    jobs.push(Job {
+                        key: format!("slurm:{cluster}:{slurm_id}"),
+                        name: format!("{tenant}-batch-{k}"),
+                        tenant,
+                        model: None,
+                        kind: "batch",
+                        start: t,
+                        end: t + len,
+                        gpus: self.node_gpus(node, lane * 2..lane * 2 + width),
+                        workload: Workload::Batch(rng::range(seed, 45, lane_id, k, 380.0, 620.0)),
+                    });
+                    t += len + gap;
+                    k += 1;
+                }
+            }
+        }
+        // Keep jobs that overlap the window, clipped to it for what we report.
+        jobs.retain(|j| j.end > from && j.start < to);
+        let mut timeline = vec![Vec::new(); self.gpus.len()];
+        for (i, j) in jobs.iter().enumerate() {
+            for (g, _) in &j.gpus {
+                timeline[*g].push((j.start, j.end, i));
+            }
+        }
+        for t in &mut timeline {
+            t.sort();
+        }
+        self.jobs = jobs;
+        self.timeline = timeline;
+    }
+
+    pub fn tenant_records(&self) -> Value {
+        json!({ "records": TENANTS.iter().map(|(k, n)| json!({"key": k, "name": n})).collect::<Vec<_>>() })
+    }
+
+    pub fn model_records(&self) -> Value {
+        json!({ "records": MODELS.iter().map(|(k, n, p, d)| json!({
+            "key": k, "name": n, "prefill_weight": p, "decode_weight": d
+        })).collect::<Vec<_>>() })
+    }
+
+    pub fn site_records(&self) -> Value {
+        json!({ "records": SITES.iter().map(|s| json!({
+            "key": s.key, "name": s.name, "grid_region": s.region, "currency": s.currency,
+            "power_envelope_w": s.envelope_w, "static_pue": s.pue, "idle_policy": s.idle_policy,
+            "platform_tenant": "platform", "node_static_overhead_w": 1500, "gap_limit_s": 600
+        })).collect::<Vec<_>>() })
+    }
+
+    pub fn meter_records(&self) -> Value {
+        let mut records = Vec::new();
+        for s in SITES.iter().filter(|s| s.facility) {
+            records.push(
+                json!({"key": format!("{}-facility", s.key), "site": s.key, "kind": "facility"}),
+            );
+        }
+        for n in &self.nodes {
+            let site = &SITES[n.site];
+            let mut node = json!({"key": n.key, "site": site.key, "kind": "node"});
+            if site.facility {
+                node["parent"] = json!(format!("{}-facility", site.key));
+            }
+            records.push(node);
+            for &g in &n.gpus {
+                let gpu = &self.gpus[g];
+                records.push(
+                    json!({"key": gpu.key, "site": site.key, "kind": "gpu", "parent": n.key,
+                    "gpu_uuid": gpu.uuid, "device_model": "NVIDIA H100 80GB HBM3"}),
+                );
+                for m in &gpu.mig {
+                    records.push(
+                        json!({"key": m, "site": site.key, "kind": "mig", "parent": gpu.key,
+                        "mig_profile": "3g.40gb"}),
+                    );
+                }
+            }
+        }
+        json!({ "records": records })
+    }
+
+    /// Job records in batches of `batch` (jobs clipped to what has started by `to`).
+    pub fn job_batches(&self, batch: usize) -> Vec<Value> {
+        let records: Vec<Value> = self
+            .jobs
+            .iter()
+            .map(|j| {
+                let end = (j.end <= self.to_ms).then(|| iso(j.end));
+                let allocations: Vec<Value> = j
+                    .gpus
+                    .iter()
+                    .map(|(g, mig)| match mig {
+                        Some(slot) => json!({"meter": self.gpus[*g].mig[*slot], "share": "0.5"}),
+                        None => json!({"meter": self.gpus[*g].key}),
+                    })
+                    .collect();
+                json!({
+                    "key": j.key, "name": j.name, "tenant": j.tenant, "model": j.model, "kind": j.kind,
+                    "priority": if j.kind == "inference" { "high" } else { "normal" },
+                    "submit_at": iso(j.start - 7 * MINUTE), "start_at": iso(j.start), "end_at": end,
+                    "allocations": allocations,
+                })
+            })
+            .collect();
+        records
+            .chunks(batch)
+            .map(|c| json!({ "records": c }))
+            .collect()
+    }
+
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    fn job_at(&self, gpu: usize, t: i64) -> Option<&Job> {
+        let tl = &self.timeline[gpu];
+        let i = tl.partition_point(|(s, _, _)| *s <= t);
+        tl[..i]
+            .iter()
+            .rev()
+            .take(3)
+            .find(|(s, e, _)| *s <= t && t < *e)
+            .map(|(_, _, j)| &self.jobs[*j])
+    }
+
+    /// Diurnal load of a deployment in [0.15, 1].
+    fn load(&self, dep: usize, t: i64) -> f64 {
+        let d = &self.deployments[dep];
+        let hour = (t.rem_euclid(DAY)) as f64 / HOUR as f64;
+        let phase = ((hour - d.peak_hour_utc) / 24.0 * std::f64::consts::TAU).cos();
+        (0.55 + 0.4 * phase).clamp(0.15, 1.0)
+    }
+
+    /// Average power of a GPU over the interval starting at `t`, in W.
+    fn gpu_power(&self, gpu: usize, t: i64) -> f64 {
+        let s = self.seed;
+        let k = (t / self.interval_ms) as u64;
+        let idle = 72.0
+            + 18.0 * rng::unit(s, 50, gpu as u64, 0)
+            + rng::range(s, 51, gpu as u64, k, -3.0, 3.0);
+        let mid = t + self.interval_ms / 2;
+        let Some(job) = self.job_at(gpu, mid) else {
+            return idle;
+        };
+        let job_seed = rng::hash(s, 52, job.start as u64, 0);
+        match job.workload {
+            Workload::Training => {
+                let since = mid - job.start;
+                // Checkpoint every 45 minutes: all GPUs of the job drop together.
+                if since % (45 * MINUTE) < self.interval_ms {
+                    return 240.0 + rng::range(s, 53, gpu as u64, k, -10.0, 10.0);
+                }
+                // Synchronous swing (collective phases) shared by the job, small per-GPU spread.
+                let swing =
+                    40.0 * ((since as f64 / (17.0 * MINUTE as f64)) * std::f64::consts::TAU).sin();
+                let spread = 12.0 * (rng::unit(s, 54, gpu as u64, 0) - 0.5);
+                (648.0 + swing + spread + rng::range(job_seed, 55, 0, k, -8.0, 8.0)).min(700.0)
+            }
+            Workload::Inference(dep) => {
+                // Bursty and uncorrelated across GPUs: each GPU gets its own burst factor.
+                let burst = rng::range(s, 56, gpu as u64, k, 0.55, 1.35);
+                (120.0 + 520.0 * self.load(dep, mid) * burst).min(700.0)
+            }
+            Workload::Batch(level) => level + rng::range(s, 57, gpu as u64, k, -30.0, 30.0),
+            // A MIG half in use: the other half idles.
+            Workload::Notebook => 150.0 + rng::range(s, 58, gpu as u64, k, -40.0, 60.0),
+        }
+    }
+
+    /// Node overhead (CPUs, memory, NICs, fans) for a given GPU draw, in W.
+    fn node_power(&self, node: usize, gpu_w: f64, k: u64) -> f64 {
+        gpu_w + 1100.0 + 0.22 * gpu_w + rng::range(self.seed, 60, node as u64, k, -40.0, 40.0)
+    }
+
+    fn facility_power(&self, it_w: f64, t: i64) -> f64 {
+        let hour = (t.rem_euclid(DAY)) as f64 / HOUR as f64;
+        // Cooling works harder in the afternoon.
+        let cooling = 0.24 + 0.07 * ((hour - 15.0) / 24.0 * std::f64::consts::TAU).cos();
+        it_w * (1.0 + cooling) + 9_000.0
+    }
+
+    pub fn intervals(&self) -> i64 {
+        (self.to_ms - self.from_ms) / self.interval_ms + 1
+    }
+
+    /// Sample records for intervals `[k0, k1)`, ordered by meter then time (the fast order
+    /// for the database), with the counters carried in `state`.
+    pub fn sample_records(&self, k0: i64, k1: i64, state: &mut SampleState) -> Vec<Value> {
+        if state.gpu.is_empty() {
+            state.gpu = (0..self.gpus.len())
+                .map(|g| 1_000_000_000_000 + rng::int(self.seed, 70, g as u64, 0, 0, 1 << 40))
+                .collect();
+            state.node = (0..self.nodes.len())
+                .map(|n| 5_000_000_000_000 + rng::int(self.seed, 71, n as u64, 0, 0, 1 << 40))
+                .collect();
+            state.facility = vec![9_000_000_000_000; SITES.len()];
+        }
+        let n_int = (k1 - k0).max(0) as usize;
+        let mut gpu_rows: Vec<Vec<Value>> = vec![Vec::with_capacity(n_int); self.gpus.len()];
+        let mut node_rows: Vec<Vec<Value>> = vec![Vec::with_capacity(n_int); self.nodes.len()];
+        let mut fac_rows: Vec<Vec<Value>> = vec![Vec::with_capacity(n_int); SITES.len()];
+        let dt_s = self.interval_ms as f64 / 1000.0;
+        for k in k0..k1 {
+            let t = self.from_ms + k * self.interval_ms;
+            let ts = iso(t);
+            let mut site_it = vec![0.0; SITES.len()];
+            for (n, node) in self.nodes.iter().enumerate() {
+                let agent_down =
+                    n == self.agent_gap.0 && (self.agent_gap.1..self.agent_gap.2).contains(&t);
+                let mut gpu_w = 0.0;
+                for &g in &node.gpus {
+                    let p = self.gpu_power(g, t);
+                    gpu_w += p;
+                    if g == self.reset.0 && t >= self.reset.1 && !state.reset_done {
+                        state.gpu[g] = 0;
+                        state.reset_done = true;
+                    }
+                    if !agent_down {
+                        gpu_rows[g].push(json!({"meter": self.gpus[g].key, "ts": ts,
+                            "counter_mj": state.gpu[g], "power_w": (p * 100.0).round() / 100.0}));
+                    }
+                    state.gpu[g] += (p * dt_s * 1000.0).round() as i64;
+                }
+                let node_w = self.node_power(n, gpu_w, k as u64);
+                site_it[node.site] += node_w;
+                let site = &SITES[node.site];
+                match site.node_meter {
+                    NodeMeter::Counter if !agent_down => {
+                        node_rows[n].push(json!({"meter": node.key, "ts": ts, "counter_mj": state.node[n]}))
+                    }
+                    NodeMeter::Power if !(n == self.bmc_gap.0 && (self.bmc_gap.1..self.bmc_gap.2).contains(&t)) => {
+                        node_rows[n].push(json!({"meter": node.key, "ts": ts, "power_w": (node_w * 10.0).round() / 10.0}))
+                    }
+                    _ => {}
+                }
+                state.node[n] += (node_w * dt_s * 1000.0).round() as i64;
+            }
+            for (si, site) in SITES.iter().enumerate().filter(|(_, s)| s.facility) {
+                fac_rows[si].push(json!({"meter": format!("{}-facility", site.key), "ts": ts, "counter_mj": state.facility[si]}));
+                state.facility[si] +=
+                    (self.facility_power(site_it[si], t) * dt_s * 1000.0).round() as i64;
+            }
+        }
+        fac_rows
+            .into_iter()
+            .chain(node_rows)
+            .chain(gpu_rows)
+            .flatten()
+            .collect()
+    }
+
+    /// Token records of the shared endpoints for intervals `[k0, k1)`, per tenant.
+    pub fn token_records(&self, k0: i64, k1: i64) -> Vec<Value> {
+        let mut out = Vec::new();
+        for k in k0..k1.min(self.intervals() - 1) {
+            let t = self.from_ms + k * self.interval_ms;
+            let mid = t + self.interval_ms / 2;
+            let live: Vec<usize> = (0..self.jobs.len())
+                .filter(|&j| matches!(self.jobs[j].workload, Workload::Inference(_)))
+                .filter(|&j| self.jobs[j].start <= mid && mid < self.jobs[j].end)
+                .collect();
+            for j in live {
+                let job = &self.jobs[j];
+                let Workload::Inference(dep) = job.workload else {
+                    continue;
+                };
+                let d = &self.deployments[dep];
+                let generated =
+                    d.tokens_per_s * self.load(dep, mid) * (self.interval_ms / 1000) as f64;
+                for (ti, (tenant, share)) in d.tenants.iter().enumerate() {
+                    let wobble = rng::range(self.seed, 80, (j * 8 + ti) as u64, k as u64, 0.7, 1.3);
+                    let gen = (generated * share * wobble).round() as i64;
+                    // Prompts are longer than answers; retrieval-heavy tenants more so.
+                    let ratio = if *tenant == "lumen-search" { 6.0 } else { 2.5 };
+                    let prompt = (gen as f64
+                        * ratio
+                        * rng::range(self.seed, 81, (j * 8 + ti) as u64, k as u64, 0.8, 1.2))
+                    .round() as i64;
+                    out.push(json!({"job": job.key, "tenant": tenant, "start_at": iso(t),
+                        "end_at": iso(t + self.interval_ms), "prompt_tokens": prompt, "generated_tokens": gen}));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Counters carried from one sample chunk to the next.
+#[derive(Debug, Default)]
+pub struct SampleState {
+    gpu: Vec<i64>,
+    node: Vec<i64>,
+    facility: Vec<i64>,
+    reset_done: bool,
+}
+
+fn iso(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sim() -> Simulation {
+        // 2 days from 2026-10-01.
+        Simulation::new(
+            42,
+            1_790_812_800_000,
+            1_790_812_800_000 + 2 * DAY,
+            5 * MINUTE,
+        )
+    }
+
+    #[test]
+    fn deterministic() {
+        let a = sim();
+        let b = sim();
+        let mut sa = SampleState::default();
+        let mut sb = SampleState::default();
+        assert_eq!(
+            a.sample_records(0, 3, &mut sa),
+            b.sample_records(0, 3, &mut sb)
+        );
+        assert_eq!(a.token_records(0, 3), b.token_records(0, 3));
+    }
+
+    #[test]
+    fn a_cluster_a_user_can_believe() {
+        let s = sim();
+        assert_eq!(s.nodes.len(), 20);
+        assert_eq!(s.gpus.len(), 160);
+        assert!(s.jobs.iter().any(|j| j.kind == "training"));
+        assert!(s.jobs.iter().any(|j| j.kind == "inference"));
+        assert!(s.jobs.iter().any(|j| j.kind == "batch"));
+        for g in 0..s.gpus.len() {
+            for k in 0..50 {
+                let p = s.gpu_power(g, s.from_ms + k * s.interval_ms);
+                assert!((60.0..=700.0).contains(&p), "GPU {g} at {p} W");
+            }
+        }
+    }
+}

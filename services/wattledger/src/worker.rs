@@ -1,0 +1,44 @@
+//! The attribution worker: drains dirty hours through the pure core, beside the API.
+
+use std::time::Duration;
+use tokio::sync::watch;
+use wattledger_store::attribution::{self, RunStats};
+use wattledger_store::StoreResult;
+
+/// Hours claimed per transaction: a day of one site.
+const CLAIM_HOURS: i64 = 24;
+
+/// Attributes dirty hours until none are left; returns what was done.
+/// `progress` is called after each claim with the running totals.
+pub async fn drain(
+    pool: &sqlx::PgPool,
+    mut progress: impl FnMut(&RunStats),
+) -> StoreResult<RunStats> {
+    let mut total = RunStats::default();
+    while let Some(claim) = attribution::claim(pool, CLAIM_HOURS).await? {
+        let s = attribution::run_claim(pool, &claim).await?;
+        total.hours += s.hours;
+        total.rows += s.rows;
+        total.gpu_steps += s.gpu_steps;
+        progress(&total);
+    }
+    Ok(total)
+}
+
+/// Runs until `shutdown` turns true, polling for dirty hours.
+pub async fn run(pool: sqlx::PgPool, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        match drain(&pool, |_| {}).await {
+            Ok(s) if s.hours > 0 => tracing::info!(hours = s.hours, rows = s.rows, "attributed"),
+            Ok(_) => {}
+            Err(error) => tracing::error!(%error, "attribution pass failed; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}
