@@ -1,1 +1,7 @@
+//! End-to-end tests: the real server against a real PostgreSQL (a fresh database per test).
 
+mod auth;
+mod ingest;
+mod ledger;
+mod openapi;
+mod scenario;

@@ -1,1 +1,180 @@
+//! Test support: a real PostgreSQL, a fresh database per test, and the real app on port 0.
+//!
+//! With `DATABASE_URL` set (CI), it names a server and a database to connect to for
+//! creating test databases; otherwise a private cluster is started (and reused) under the
+//! system temp directory from the installed PostgreSQL binaries.
 
+use serde_json::Value;
+use sqlx::PgPool;
+use std::sync::OnceLock;
+use tokio::net::TcpListener;
+use wattledger::auth::{Keys, Role};
+use wattledger::config::Config;
+
+pub const SECRET: &str = "test-secret-test-secret-test-secret!";
+
+fn admin_url() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| match std::env::var("DATABASE_URL") {
+        Ok(url) => url,
+        Err(_) => {
+            let dir = std::env::temp_dir().join("wattledger-test-pg");
+            let pg = wattledger::embedded_pg::EmbeddedPostgres::start(
+                &dir,
+                &[
+                    "fsync=off",
+                    "synchronous_commit=off",
+                    "full_page_writes=off",
+                    "max_connections=200",
+                ],
+            )
+            .expect("start a test PostgreSQL (apt-get install postgresql, or set DATABASE_URL)");
+            pg.url("postgres")
+        }
+    })
+}
+
+/// A fresh, migrated database.
+pub async fn fresh_db() -> (PgPool, String) {
+    use sqlx::Connection;
+    let admin = admin_url().to_owned();
+    let name = format!(
+        "wl_test_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_000_000
+    );
+    // CREATE DATABASE copies template1 and fails while another session copies it: retry.
+    for attempt in 0.. {
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .expect("connect to the test server");
+        match sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+        {
+            Ok(_) => break,
+            Err(e) if attempt < 50 => {
+                tracing_free_sleep(attempt, &e).await;
+            }
+            Err(e) => panic!("CREATE DATABASE failed: {e}"),
+        }
+    }
+    let url = match admin.rfind('/') {
+        Some(i) => format!("{}/{name}", &admin[..i]),
+        None => panic!("DATABASE_URL must name a database"),
+    };
+    let pool = wattledger_store::connect(&url, 5).await.expect("connect");
+    wattledger_store::migrate(&pool).await.expect("migrate");
+    (pool, url)
+}
+
+async fn tracing_free_sleep(attempt: u32, _e: &sqlx::Error) {
+    tokio::time::sleep(std::time::Duration::from_millis(
+        50 + 20 * u64::from(attempt),
+    ))
+    .await;
+}
+
+/// The real app on a loopback port, against a fresh database.
+pub struct TestApp {
+    pub base: String,
+    pub pool: PgPool,
+    pub db_url: String,
+    pub keys: Keys,
+    pub http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl TestApp {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Self {
+        let (pool, db_url) = fresh_db().await;
+        let mut config = Config::for_tests(db_url.clone(), SECRET.into());
+        tweak(&mut config);
+        let keys = Keys::new(SECRET.as_bytes()).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(wattledger::startup::serve(
+            pool.clone(),
+            keys.clone(),
+            config,
+            listener,
+            async {
+                let _ = rx.await;
+            },
+        ));
+        TestApp {
+            base,
+            pool,
+            db_url,
+            keys,
+            http: reqwest::Client::new(),
+            stop: Some(tx),
+        }
+    }
+
+    pub fn token(&self, role: Role) -> String {
+        self.keys.mint("test", role, None, 600).unwrap()
+    }
+
+    pub fn tenant_token(&self, tenant: &str) -> String {
+        self.keys
+            .mint("test", Role::Tenant, Some(tenant), 600)
+            .unwrap()
+    }
+
+    /// POSTs `{"records": records}` and returns (status, body).
+    pub async fn ingest(&self, token: &str, what: &str, records: Value) -> (u16, Value) {
+        self.post_raw(
+            token,
+            &format!("/v1/ingest/{what}"),
+            serde_json::json!({ "records": records }).to_string(),
+        )
+        .await
+    }
+
+    pub async fn post_raw(&self, token: &str, path: &str, body: String) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, token: Option<&str>, path: &str) -> (u16, Value) {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Attributes every dirty hour now.
+    pub async fn attribute(&self) -> wattledger_store::attribution::RunStats {
+        wattledger::worker::drain(&self.pool, |_| {}).await.unwrap()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}

@@ -216,11 +216,13 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             s.node_jobs.clear();
             let mut gpu_sum = 0i64;
             let mut gpus_estimated = false;
+            let mut gpus_measured = false;
             for gpu in &node.gpus {
                 let e = gpu.energy.mj[step];
                 let q = gpu.energy.quality[step];
                 step_quality |= q;
                 gpus_estimated |= q.is_estimated();
+                gpus_measured |= !q.contains(Quality::MISSING) || e != 0;
                 gpu_sum += e;
                 totals.gpu_steps += 1;
                 totals.capacity_gpu_ms += grid.step_ms;
@@ -274,31 +276,26 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             totals.gpu_mj += gpu_sum;
 
             // Rule 2: node overhead = node meter − Σ GPUs, split by the jobs' GPU energy.
+            // Static node model only where the node was alive (some GPU measured) but its own
+            // reading is absent; a node with no data at all gets no invented energy.
+            let model_e = if gpus_measured {
+                gpu_sum + energy_at_power_mj(input.policy.node_static_overhead_mw, grid.step_ms)
+            } else {
+                gpu_sum
+            };
+            let model_q = if gpus_measured {
+                Quality::NODE_MODEL
+            } else {
+                Quality::MISSING
+            };
             let (node_e, node_q) = match &node.energy {
                 Some(m) if !m.quality[step].contains(Quality::MISSING) => {
                     (m.mj[step], m.quality[step])
                 }
-                Some(m) => (
-                    // A partial step still carries measured energy; the model fills the rest
-                    // only when nothing at all was measured.
-                    if m.mj[step] > 0 {
-                        m.mj[step]
-                    } else {
-                        gpu_sum
-                            + energy_at_power_mj(input.policy.node_static_overhead_mw, grid.step_ms)
-                    },
-                    m.quality[step]
-                        | if m.mj[step] > 0 {
-                            Quality::EMPTY
-                        } else {
-                            Quality::NODE_MODEL
-                        },
-                ),
-                None => (
-                    gpu_sum
-                        + energy_at_power_mj(input.policy.node_static_overhead_mw, grid.step_ms),
-                    Quality::NODE_MODEL,
-                ),
+                // A partial step still carries measured energy.
+                Some(m) if m.mj[step] > 0 => (m.mj[step], m.quality[step]),
+                Some(m) => (model_e, m.quality[step] | model_q),
+                None => (model_e, model_q),
             };
             let mut node_q = node_q;
             let mut overhead = node_e - gpu_sum;
@@ -416,7 +413,7 @@ pub fn attribute(input: &SiteHour) -> Attributed {
                 row.quality |= idle.quality;
             }
         }
-    } else if idle_total != 0 || !idle.quality.is_empty() {
+    } else if idle_total != 0 {
         rows.push(Row {
             tenant: input.policy.platform_tenant,
             job: None,

@@ -30,11 +30,11 @@ pub fn efficiency(t: EnergyTotals) -> Efficiency {
         if mj == 0 || t.tokens == 0 {
             None
         } else {
-            Some((Decimal::from(t.tokens) / kwh(mj)).round_dp(3))
+            Some((Decimal::from(t.tokens) / kwh(mj)).round_dp(3).normalize())
         }
     };
     Efficiency {
-        kwh: kwh(t.total_mj).round_dp(6),
+        kwh: kwh(t.total_mj).round_dp(6).normalize(),
         tokens_per_kwh: per_kwh(t.total_mj),
         tokens_per_kwh_it: per_kwh(t.it_mj),
         joules_per_token: ratio(t.total_mj, t.tokens * MJ_PER_J),

@@ -47,7 +47,11 @@ pub fn ratio(num: i64, den: i64) -> Option<Decimal> {
     if den == 0 {
         return None;
     }
-    Some((Decimal::from(num) / Decimal::from(den)).round_dp(6))
+    Some(
+        (Decimal::from(num) / Decimal::from(den))
+            .round_dp(6)
+            .normalize(),
+    )
 }
 
 #[cfg(test)]

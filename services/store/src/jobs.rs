@@ -83,7 +83,14 @@ pub async fn upsert(pool: &PgPool, records: &[JobRecord], now: DateTime<Utc>) ->
         }
     }
     // Allocations that change report their old and new spans, so both get recomputed.
-    let changed: Vec<(i64, DateTime<Utc>, Option<DateTime<Utc>>, Option<DateTime<Utc>>)> =
+    type Changed = (
+        i64,
+        DateTime<Utc>,
+        Option<DateTime<Utc>>,
+        bool,
+        Option<DateTime<Utc>>,
+    );
+    let changed: Vec<Changed> =
         sqlx::query_as(
             "WITH input AS (
                  SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::numeric[], $4::timestamptz[], $5::timestamptz[])
@@ -99,7 +106,7 @@ pub async fn upsert(pool: &PgPool, records: &[JobRecord], now: DateTime<Utc>) ->
                  WHERE (allocations.share, allocations.end_at) IS DISTINCT FROM (excluded.share, excluded.end_at)
                  RETURNING job_id, meter_id, start_at, end_at
              )
-             SELECT up.meter_id, up.start_at, up.end_at, old.end_at FROM up
+             SELECT up.meter_id, up.start_at, up.end_at, old.job_id IS NOT NULL, old.end_at FROM up
              LEFT JOIN old USING (job_id, meter_id, start_at)",
         )
         .bind(&a_job)
@@ -121,12 +128,12 @@ pub async fn upsert(pool: &PgPool, records: &[JobRecord], now: DateTime<Utc>) ->
     let mut m = Vec::new();
     let mut from = Vec::new();
     let mut to = Vec::new();
-    for (meter, start, end, old_end) in changed {
-        let end = [end, old_end]
-            .into_iter()
-            .map(|e| e.unwrap_or(now))
-            .max()
-            .unwrap_or(now);
+    for (meter, start, end, existed, old_end) in changed {
+        // Recompute the allocation's span before and after the change; an open end runs to now.
+        let mut end = end.unwrap_or(now);
+        if existed {
+            end = end.max(old_end.unwrap_or(now));
+        }
         m.push(meter);
         from.push(start);
         to.push(end.max(start));

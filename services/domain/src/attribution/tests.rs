@@ -429,3 +429,28 @@ proptest! {
         prop_assert_eq!(row.node_overhead_mj, extra.iter().sum::<i64>());
     }
 }
+
+#[test]
+fn a_node_with_no_data_gets_no_invented_energy() {
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    hour.policy.node_static_overhead_mw = 1_500_000;
+    for gpu in &mut hour.nodes[0].gpus {
+        gpu.energy = MeterSteps::missing(60);
+    }
+    hour.nodes[0].energy = Some(MeterSteps::missing(60));
+    let out = attribute(&hour);
+    assert_eq!(out.totals.site_mj, 0);
+    assert!(out.rows.iter().all(|r| r.total_mj() == 0));
+    assert!(out.totals.quality.contains(Quality::MISSING));
+
+    // With the GPUs measured but the node meter silent, the static model fills the overhead.
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    hour.policy.node_static_overhead_mw = 1_500_000;
+    hour.nodes[0].energy = Some(MeterSteps::missing(60));
+    let out = attribute(&hour);
+    assert_eq!(out.totals.it_mj, 60 * (84_000_000 + 90_000_000));
+    assert!(out.totals.quality.contains(Quality::NODE_MODEL));
+    // Estimated per minute: the modelled 90 MJ of node overhead, plus the jobs' facility share
+    // in those steps (43.5 MJ × 165/174 = 41.25 MJ); the measured GPU energy is not.
+    assert_eq!(out.totals.estimated_mj, 60 * 131_250_000);
+}

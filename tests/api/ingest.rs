@@ -1,0 +1,263 @@
+//! Bad input: refused whole with every error listed, never a 500, never a silent drop.
+
+use crate::scenario;
+use serde_json::{json, Value};
+use wattledger::auth::Role;
+use wattledger_tests::TestApp;
+
+fn errors(body: &Value) -> Vec<(u64, String)> {
+    body["error"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["index"].as_u64().unwrap(),
+                e["field"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn count(app: &TestApp, table: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_bad_sample_batch_is_refused_whole_with_each_error() {
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let collector = app.token(Role::Collector);
+    let batch = json!([
+        {"meter": "g0", "ts": scenario::at(0), "counter_mj": 1},
+        {"meter": "nope", "ts": scenario::at(1), "counter_mj": 2},
+        {"meter": "g0", "ts": "2999-01-01T00:00:00Z", "counter_mj": 3},
+        {"meter": "g0", "ts": scenario::at(3), "counter_mj": "abc"},
+        {"meter": "g0", "ts": scenario::at(4), "power_w": -5},
+        {"meter": "g0", "ts": scenario::at(5)},
+        {"meter": "g1-mig0", "ts": scenario::at(6), "counter_mj": 7},
+        {"meter": "g0", "ts": "yesterday", "counter_mj": 8},
+        {"meter": "g0", "ts": scenario::at(9), "counter_mj": 1.5, "volts": 230},
+        {"meter": "g0", "ts": scenario::at(10), "counter_mj": 10}
+    ]);
+    let (status, body) = app.ingest(&collector, "samples", batch).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "validation_failed");
+    assert_eq!(
+        errors(&body),
+        vec![
+            (1, "meter".into()),
+            (2, "ts".into()),
+            (3, "counter_mj".into()),
+            (4, "power_w".into()),
+            (5, "counter_mj".into()),
+            (6, "meter".into()),
+            (7, "ts".into()),
+            (8, "volts".into()),
+            (8, "counter_mj".into()),
+        ]
+    );
+    assert_eq!(
+        count(&app, "samples").await,
+        0,
+        "nothing of a refused batch is written"
+    );
+    assert_eq!(count(&app, "dirty_hours").await, 0);
+}
+
+#[tokio::test]
+async fn bad_jobs_and_tokens_are_refused_with_their_fields() {
+    let app = TestApp::start().await;
+    let b = scenario::batches();
+    scenario::push_inventory(&app, &b).await;
+    let scheduler = app.token(Role::Scheduler);
+    let (status, body) = app
+        .ingest(
+            &scheduler,
+            "jobs",
+            json!([
+                {"key": "j1", "tenant": "a", "kind": "training", "start_at": scenario::at(10), "end_at": scenario::at(5)},
+                {"key": "j2", "tenant": "zzz", "kind": "dancing", "start_at": scenario::at(0),
+                 "allocations": [{"meter": "n1"}, {"meter": "g0", "share": 1.5}]},
+                {"key": "j1", "tenant": "a", "kind": "batch", "start_at": scenario::at(0)}
+            ]),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        errors(&body),
+        vec![
+            (0, "end_at".into()),
+            (1, "tenant".into()),
+            (1, "kind".into()),
+            (1, "allocations[0].meter".into()),
+            (1, "allocations[1].share".into()),
+        ]
+    );
+    assert_eq!(count(&app, "jobs").await, 0);
+
+    // A repeated key is refused too, once the records themselves are valid.
+    let (status, body) = app
+        .ingest(
+            &scheduler,
+            "jobs",
+            json!([
+                {"key": "j1", "tenant": "a", "kind": "batch", "start_at": scenario::at(0)},
+                {"key": "j1", "tenant": "a", "kind": "batch", "start_at": scenario::at(1)}
+            ]),
+        )
+        .await;
+    assert_eq!((status, errors(&body)), (422, vec![(1, "key".into())]));
+
+    let (status, _) = app.ingest(&scheduler, "jobs", b.jobs.clone()).await;
+    assert_eq!(status, 200);
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Collector),
+            "tokens",
+            json!([
+                {"job": "job-endpoint", "start_at": scenario::at(10), "end_at": scenario::at(5), "prompt_tokens": 1, "generated_tokens": 1},
+                {"job": "job-endpoint", "tenant": "nobody", "start_at": scenario::at(0), "end_at": scenario::at(1), "prompt_tokens": -1, "generated_tokens": 1}
+            ]),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        errors(&body),
+        vec![
+            (0, "end_at".into()),
+            (1, "tenant".into()),
+            (1, "prompt_tokens".into())
+        ]
+    );
+    assert_eq!(count(&app, "token_records").await, 0);
+}
+
+#[tokio::test]
+async fn a_bad_meter_tree_is_refused() {
+    let app = TestApp::start().await;
+    let b = scenario::batches();
+    let admin = app.token(Role::Admin);
+    for (what, records) in [("tenants", &b.tenants), ("sites", &b.sites)] {
+        assert_eq!(app.ingest(&admin, what, records.clone()).await.0, 200);
+    }
+    let (status, body) = app
+        .ingest(
+            &admin,
+            "meters",
+            json!([
+                {"key": "f", "site": "s1", "kind": "facility", "parent": "x"},
+                {"key": "g", "site": "s1", "kind": "gpu"},
+                {"key": "n", "site": "s1", "kind": "node"},
+                {"key": "m", "site": "s1", "kind": "mig", "parent": "n"},
+                {"key": "q", "site": "nowhere", "kind": "node"}
+            ]),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        errors(&body),
+        vec![
+            (0, "parent".into()),
+            (1, "parent".into()),
+            (3, "parent".into()),
+            (4, "site".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_conflicting_duplicate_is_reported_and_the_stored_sample_stands() {
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let collector = app.token(Role::Collector);
+    let first = json!([{"meter": "g0", "ts": scenario::at(0), "counter_mj": 100}]);
+    assert_eq!(app.ingest(&collector, "samples", first).await.0, 200);
+    let (status, body) = app
+        .ingest(
+            &collector,
+            "samples",
+            json!([
+                {"meter": "g0", "ts": scenario::at(1), "counter_mj": 200},
+                {"meter": "g0", "ts": scenario::at(0), "counter_mj": 999}
+            ]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["written"], 1);
+    assert_eq!(body["conflicts"][0]["index"], 1);
+    let stored: i64 = sqlx::query_scalar("SELECT counter_mj FROM samples WHERE ts = $1")
+        .bind(
+            chrono::DateTime::parse_from_rfc3339(&scenario::at(0))
+                .unwrap()
+                .to_utc(),
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 100);
+    assert_eq!(count(&app, "sample_conflicts").await, 1);
+
+    // Within one batch: identical copies collapse, different ones are refused.
+    let (status, body) = app
+        .ingest(
+            &collector,
+            "samples",
+            json!([
+                {"meter": "g0", "ts": scenario::at(5), "counter_mj": 500},
+                {"meter": "g0", "ts": scenario::at(5), "counter_mj": 500},
+                {"meter": "g0", "ts": scenario::at(5), "counter_mj": 501}
+            ]),
+        )
+        .await;
+    assert_eq!((status, errors(&body)), (422, vec![(2, "ts".into())]));
+}
+
+#[tokio::test]
+async fn size_limits_and_malformed_bodies_get_clear_4xx() {
+    let app = TestApp::start_with(|c| {
+        c.max_batch_records = 3;
+        c.max_body_bytes = 2_000;
+    })
+    .await;
+    let collector = app.token(Role::Collector);
+    let four = json!([{}, {}, {}, {}]);
+    let (status, body) = app.ingest(&collector, "samples", four).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (413, Some("too_many_records"))
+    );
+
+    let big = json!([{"meter": "x".repeat(3_000), "ts": scenario::at(0), "counter_mj": 1}]);
+    let (status, body) = app.ingest(&collector, "samples", big).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (413, Some("payload_too_large"))
+    );
+
+    let (status, body) = app
+        .post_raw(&collector, "/v1/ingest/samples", "{not json".into())
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("bad_request"))
+    );
+    let (status, _) = app
+        .post_raw(&collector, "/v1/ingest/samples", "[]".into())
+        .await;
+    assert_eq!(status, 400);
+
+    let r = app
+        .http
+        .post(format!("{}/v1/ingest/samples", app.base))
+        .bearer_auth(&collector)
+        .header("content-type", "text/plain")
+        .body("{\"records\": []}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 415);
+}

@@ -1,0 +1,53 @@
+//! The OpenAPI document is generated from the handlers; this keeps it and the router in step.
+
+use wattledger_tests::TestApp;
+
+#[tokio::test]
+async fn every_documented_operation_is_routed_and_every_route_is_documented() {
+    let app = TestApp::start().await;
+    let (status, doc) = app.get(None, "/v1/openapi.json").await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    let mut documented: Vec<String> = Vec::new();
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            documented.push(format!("{} {path}", method.to_uppercase()));
+            // Unauthenticated: a routed, secured operation answers 401; the fallback is 404.
+            let url = format!("{}{}", app.base, path.replace("{key}", "some-key"));
+            let req = match method.as_str() {
+                "get" => app.http.get(&url),
+                "post" => app
+                    .http
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body("{\"records\": []}"),
+                other => panic!("unexpected method {other}"),
+            };
+            let status = req.send().await.unwrap().status().as_u16();
+            let secured = ops[method].get("security").is_some();
+            let expected = if secured { 401 } else { 200 };
+            assert_eq!(status, expected, "{method} {path}");
+        }
+    }
+    documented.sort();
+    // The router's operations, listed once here: adding a route without documenting it
+    // (or the reverse) fails this test.
+    let mut routed = vec![
+        "GET /health",
+        "POST /v1/ingest/tenants",
+        "POST /v1/ingest/sites",
+        "POST /v1/ingest/models",
+        "POST /v1/ingest/meters",
+        "POST /v1/ingest/samples",
+        "POST /v1/ingest/jobs",
+        "POST /v1/ingest/tokens",
+        "GET /v1/usage",
+        "GET /v1/jobs",
+        "GET /v1/jobs/{key}",
+        "GET /v1/sites",
+        "GET /v1/tenants",
+    ];
+    routed.sort();
+    assert_eq!(documented, routed);
+}
