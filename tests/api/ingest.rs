@@ -261,3 +261,26 @@ async fn size_limits_and_malformed_bodies_get_clear_4xx() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 415);
 }
+
+#[tokio::test]
+async fn keys_with_nul_bytes_are_refused_not_500() {
+    // Found by schemathesis: PostgreSQL text cannot hold NUL, so lookups must not send it.
+    let app = TestApp::start().await;
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Collector),
+            "samples",
+            json!([{"meter": "g\u{0}0", "ts": scenario::at(0), "counter_mj": 1}]),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(errors(&body), vec![(0, "meter".into())]);
+    let (status, _) = app
+        .get(Some(&app.token(Role::Admin)), "/v1/usage?tenant=a%00b")
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = app
+        .get(Some(&app.token(Role::Admin)), "/v1/jobs/a%00b")
+        .await;
+    assert_eq!(status, 404);
+}

@@ -69,7 +69,54 @@ struct Window {
     allocations: HashMap<i64, Vec<Allocation>>,
     jobs: Vec<Job>,
     job_ids: Vec<i64>,
-    tokens: Vec<(usize, i64, i64, i64, i64, i64)>,
+    tokens: Vec<TokenSpan>,
+}
+
+/// A token record of a job in the window, job as an index into `Window::jobs`.
+struct TokenSpan {
+    job: usize,
+    tenant: i64,
+    start_ms: i64,
+    end_ms: i64,
+    prompt: i64,
+    generated: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct RawSample {
+    meter_id: i64,
+    ts: DateTime<Utc>,
+    counter_mj: Option<i64>,
+    power_mw: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct AllocationRow {
+    meter_id: i64,
+    job_id: i64,
+    job_key: String,
+    share: Decimal,
+    start_at: DateTime<Utc>,
+    end_at: Option<DateTime<Utc>>,
+}
+
+#[derive(sqlx::FromRow)]
+struct JobWeightsRow {
+    id: i64,
+    tenant_id: i64,
+    model_id: Option<i64>,
+    prefill_weight: Option<Decimal>,
+    decode_weight: Option<Decimal>,
+}
+
+#[derive(sqlx::FromRow)]
+struct TokenRecordRow {
+    job_id: i64,
+    tenant_id: Option<i64>,
+    start_at: DateTime<Utc>,
+    end_at: DateTime<Utc>,
+    prompt_tokens: i64,
+    generated_tokens: i64,
 }
 
 async fn load(
@@ -133,7 +180,7 @@ async fn load(
         .map(|m| m.0)
         .collect();
 
-    let rows: Vec<(i64, DateTime<Utc>, Option<i64>, Option<i64>)> = sqlx::query_as(
+    let rows: Vec<RawSample> = sqlx::query_as(
         "SELECT meter_id, ts, counter_mj, power_mw FROM samples
          WHERE meter_id = ANY($1) AND ts >= $2 AND ts < $3
          UNION ALL
@@ -151,26 +198,19 @@ async fn load(
     .fetch_all(pool)
     .await?;
     let mut samples: HashMap<i64, Vec<Sample>> = HashMap::new();
-    for (meter, ts, counter_mj, power_mw) in rows {
-        samples.entry(meter).or_default().push(Sample {
-            ts_ms: ts.timestamp_millis(),
-            counter_mj,
-            power_mw,
+    for r in rows {
+        samples.entry(r.meter_id).or_default().push(Sample {
+            ts_ms: r.ts.timestamp_millis(),
+            counter_mj: r.counter_mj,
+            power_mw: r.power_mw,
         });
     }
     for list in samples.values_mut() {
         list.sort_by_key(|s| s.ts_ms);
     }
 
-    let allocs: Vec<(
-        i64,
-        i64,
-        String,
-        Decimal,
-        DateTime<Utc>,
-        Option<DateTime<Utc>>,
-    )> = sqlx::query_as(
-        "SELECT a.meter_id, a.job_id, j.key, a.share, a.start_at, a.end_at
+    let allocs: Vec<AllocationRow> = sqlx::query_as(
+        "SELECT a.meter_id, a.job_id, j.key AS job_key, a.share, a.start_at, a.end_at
          FROM allocations a JOIN meters m ON m.id = a.meter_id JOIN jobs j ON j.id = a.job_id
          WHERE m.site_id = $1 AND a.start_at < $3 AND (a.end_at IS NULL OR a.end_at > $2)",
     )
@@ -179,13 +219,16 @@ async fn load(
     .bind(to)
     .fetch_all(pool)
     .await?;
-    let mut job_keys: Vec<(String, i64)> = allocs.iter().map(|a| (a.2.clone(), a.1)).collect();
+    let mut job_keys: Vec<(String, i64)> = allocs
+        .iter()
+        .map(|a| (a.job_key.clone(), a.job_id))
+        .collect();
     job_keys.sort();
     job_keys.dedup();
     let job_ids: Vec<i64> = job_keys.iter().map(|k| k.1).collect();
     let job_index: HashMap<i64, usize> =
         job_ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    let job_rows: Vec<(i64, i64, Option<i64>, Option<Decimal>, Option<Decimal>)> = sqlx::query_as(
+    let job_rows: Vec<JobWeightsRow> = sqlx::query_as(
         "SELECT j.id, j.tenant_id, j.model_id, m.prefill_weight, m.decode_weight
          FROM jobs j LEFT JOIN models m ON m.id = j.model_id WHERE j.id = ANY($1)",
     )
@@ -205,47 +248,46 @@ async fn load(
         };
         job_ids.len()
     ];
-    for (id, tenant, model, wp, wd) in job_rows {
-        jobs[job_index[&id]] = Job {
-            tenant,
-            model,
-            prefill_weight_ppm: ppm(wp, u64::from(PPM)),
-            decode_weight_ppm: ppm(wd, 4 * u64::from(PPM)),
+    for r in job_rows {
+        jobs[job_index[&r.id]] = Job {
+            tenant: r.tenant_id,
+            model: r.model_id,
+            prefill_weight_ppm: ppm(r.prefill_weight, u64::from(PPM)),
+            decode_weight_ppm: ppm(r.decode_weight, 4 * u64::from(PPM)),
         };
     }
     let mut allocations: HashMap<i64, Vec<Allocation>> = HashMap::new();
-    for (meter, job, _, share, start, end) in &allocs {
-        let gpu = mig_parent.get(meter).copied().unwrap_or(*meter);
+    for a in &allocs {
+        let gpu = mig_parent.get(&a.meter_id).copied().unwrap_or(a.meter_id);
         allocations.entry(gpu).or_default().push(Allocation {
-            job: job_index[job],
-            start_ms: start.timestamp_millis(),
-            end_ms: end.map_or(i64::MAX, |e| e.timestamp_millis()),
-            share_ppm: share_ppm(*share).unwrap_or(PPM),
+            job: job_index[&a.job_id],
+            start_ms: a.start_at.timestamp_millis(),
+            end_ms: a.end_at.map_or(i64::MAX, |e| e.timestamp_millis()),
+            share_ppm: share_ppm(a.share).unwrap_or(PPM),
         });
     }
 
-    let token_rows: Vec<(i64, Option<i64>, DateTime<Utc>, DateTime<Utc>, i64, i64)> =
-        sqlx::query_as(
-            "SELECT job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens
+    let token_rows: Vec<TokenRecordRow> = sqlx::query_as(
+        "SELECT job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens
          FROM token_records WHERE job_id = ANY($1) AND start_at < $3 AND end_at >= $2",
-        )
-        .bind(&job_ids)
-        .bind(from)
-        .bind(to)
-        .fetch_all(pool)
-        .await?;
+    )
+    .bind(&job_ids)
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await?;
     let tokens = token_rows
         .into_iter()
-        .map(|(job, tenant, start, end, p, g)| {
-            let j = job_index[&job];
-            (
-                j,
-                tenant.unwrap_or(jobs[j].tenant),
-                start.timestamp_millis(),
-                end.timestamp_millis(),
-                p,
-                g,
-            )
+        .map(|r| {
+            let job = job_index[&r.job_id];
+            TokenSpan {
+                job,
+                tenant: r.tenant_id.unwrap_or(jobs[job].tenant),
+                start_ms: r.start_at.timestamp_millis(),
+                end_ms: r.end_at.timestamp_millis(),
+                prompt: r.prompt_tokens,
+                generated: r.generated_tokens,
+            }
         })
         .collect();
 
@@ -318,12 +360,12 @@ impl Window {
         let tokens = self
             .tokens
             .iter()
-            .filter_map(|&(job, tenant, s, e, p, g)| {
-                let prompt = tokens_in_hour(p, s, e, start);
-                let generated = tokens_in_hour(g, s, e, start);
+            .filter_map(|t| {
+                let prompt = tokens_in_hour(t.prompt, t.start_ms, t.end_ms, start);
+                let generated = tokens_in_hour(t.generated, t.start_ms, t.end_ms, start);
                 (prompt != 0 || generated != 0).then_some(Tokens {
-                    job,
-                    tenant,
+                    job: t.job,
+                    tenant: t.tenant,
                     prompt,
                     generated,
                 })

@@ -181,6 +181,9 @@ const JOB_SELECT: &str = "
 /// One job by key, if `scope` may see it: its own tenant's, or one that served the tenant
 /// tokens (a shared endpoint shows a tenant only its own share).
 pub async fn get(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<JobRow> {
+    if key.contains('\0') {
+        return Err(StoreError::NotFound);
+    }
     let sql = format!(
         "{JOB_SELECT} WHERE j.key = $2 AND ($1::bigint IS NULL OR j.tenant_id = $1
             OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))

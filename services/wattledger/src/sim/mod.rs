@@ -256,7 +256,16 @@ impl Simulation {
         let mut slurm_id = 410_000u64;
         let mut jobs = Vec::new();
         // Training: back-to-back multi-node runs with maintenance gaps.
-        let training: [(&str, &str, &str, std::ops::Range<usize>, i64, i64); 3] = [
+        // (tenant, model, cluster, nodes, shortest and longest run in hours)
+        type Training = (
+            &'static str,
+            &'static str,
+            &'static str,
+            std::ops::Range<usize>,
+            i64,
+            i64,
+        );
+        let training: [Training; 3] = [
             ("acme-research", "acme-llm-34b", "fra1", 0..4, 36, 96),
             ("orbit-labs", "orbit-vision-8b", "fra1", 4..6, 12, 36),
             ("orbit-labs", "orbit-vision-8b", "ore1", 13..17, 24, 72),
