@@ -74,7 +74,47 @@ where
 #[derive(Debug)]
 pub struct Batch(pub Vec<Value>);
 
-impl<S> FromRequest<S> for Batch
+/// The raw bytes of a JSON body (content type and size checked), for endpoints with a typed
+/// fast path that falls back to [`Batch::parse`].
+#[derive(Debug)]
+pub struct RawBatch(pub Bytes);
+
+impl Batch {
+    /// Parses `{"records": [...]}`, enforcing the record limit.
+    pub fn parse(bytes: &[u8], max_records: usize) -> Result<Batch, ApiError> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
+        let Value::Object(mut body) = value else {
+            return Err(ApiError::BadRequest(
+                "the body must be an object: {\"records\": [...]}".into(),
+            ));
+        };
+        let records = match body.remove("records") {
+            Some(Value::Array(records)) => records,
+            Some(_) => {
+                return Err(ApiError::Validation(vec![FieldError {
+                    index: 0,
+                    field: "records".into(),
+                    reason: "must be an array".into(),
+                }]))
+            }
+            None => {
+                return Err(ApiError::BadRequest(
+                    "the body must have a \"records\" array".into(),
+                ))
+            }
+        };
+        if records.len() > max_records {
+            return Err(ApiError::TooManyRecords {
+                limit: max_records,
+                got: records.len(),
+            });
+        }
+        Ok(Batch(records))
+    }
+}
+
+impl<S> FromRequest<S> for RawBatch
 where
     AppState: FromRef<S>,
     S: Send + Sync,
@@ -103,35 +143,21 @@ where
                 }
                 _ => ApiError::BadRequest(e.body_text()),
             })?;
-        let value: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
-        let Value::Object(mut body) = value else {
-            return Err(ApiError::BadRequest(
-                "the body must be an object: {\"records\": [...]}".into(),
-            ));
-        };
-        let records = match body.remove("records") {
-            Some(Value::Array(records)) => records,
-            Some(_) => {
-                return Err(ApiError::Validation(vec![FieldError {
-                    index: 0,
-                    field: "records".into(),
-                    reason: "must be an array".into(),
-                }]))
-            }
-            None => {
-                return Err(ApiError::BadRequest(
-                    "the body must have a \"records\" array".into(),
-                ))
-            }
-        };
-        if records.len() > state.config.max_batch_records {
-            return Err(ApiError::TooManyRecords {
-                limit: state.config.max_batch_records,
-                got: records.len(),
-            });
-        }
-        Ok(Batch(records))
+        Ok(RawBatch(bytes))
+    }
+}
+
+impl<S> FromRequest<S> for Batch
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let max = AppState::from_ref(state).config.max_batch_records;
+        let RawBatch(bytes) = RawBatch::from_request(req, state).await?;
+        Batch::parse(&bytes, max)
     }
 }
 

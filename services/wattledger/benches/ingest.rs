@@ -1,0 +1,210 @@
+//! Ingest throughput: samples per second through the HTTP API into PostgreSQL, against
+//! `psql \copy` of the same rows into the same server as the baseline, interleaved rounds.
+//!
+//! cargo bench -p wattledger --bench ingest [-- DAYS]   (default 20 days ≈ 1M samples)
+//!
+//! Needs the PostgreSQL server binaries and psql (apt-get install postgresql).
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::time::Instant;
+use tokio::net::TcpListener;
+use wattledger::auth::{Keys, Role};
+use wattledger::config::Config;
+use wattledger::embedded_pg::{ensure_database, EmbeddedPostgres};
+use wattledger::sim::{SampleState, Simulation};
+
+const SECRET: &str = "bench-secret-bench-secret-bench-secret";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let days: i64 = std::env::args()
+        .filter_map(|a| a.parse().ok())
+        .next()
+        .unwrap_or(20);
+    let dir = std::env::temp_dir().join("wattledger-bench-pg");
+    let pg = tokio::task::spawn_blocking(move || {
+        EmbeddedPostgres::start(&dir, &["synchronous_commit=off"])
+    })
+    .await??;
+    let from = chrono::DateTime::parse_from_rfc3339("2026-09-01T00:00:00Z")?.timestamp_millis();
+    let sim = Simulation::new(7, from, from + days * 86_400_000, 300_000);
+    let mut batches: Vec<Vec<Value>> = Vec::new();
+    let mut state = SampleState::default();
+    let mut k = 0;
+    while k < sim.intervals() {
+        batches.push(sim.sample_records(k, (k + 55).min(sim.intervals()), &mut state));
+        k += 55;
+    }
+    let rows: usize = batches.iter().map(Vec::len).sum();
+    println!(
+        "{rows} samples from {days} simulated days, {} batches of ~10k",
+        batches.len()
+    );
+    let bodies: Vec<Vec<u8>> = batches
+        .iter()
+        .map(|b| serde_json::to_vec(&json!({ "records": b })).unwrap())
+        .collect();
+
+    let mut ratios = Vec::new();
+    for round in 1..=2 {
+        let copy_db = format!("bench_copy_{round}");
+        let http_db = format!("bench_http_{round}");
+        let (copy_url, copy_server) = fresh(&pg, &copy_db, &sim).await?;
+        let (_, http_server) = fresh(&pg, &http_db, &sim).await?;
+
+        // Baseline: the same rows as CSV, meter keys resolved to ids, through psql \copy.
+        let pool = wattledger_store::connect(&copy_url, 2).await?;
+        let ids: std::collections::HashMap<String, i64> =
+            sqlx::query_as::<_, (String, i64)>("SELECT key, id FROM meters")
+                .fetch_all(&pool)
+                .await?
+                .into_iter()
+                .collect();
+        let csv = std::env::temp_dir().join("wattledger-bench-samples.csv");
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&csv)?);
+        for r in batches.iter().flatten() {
+            let power = r
+                .get("power_w")
+                .and_then(Value::as_f64)
+                .map(|w| ((w * 1000.0).round() as i64).to_string());
+            let counter = r
+                .get("counter_mj")
+                .and_then(Value::as_i64)
+                .map(|c| c.to_string());
+            writeln!(
+                f,
+                "{},{},{},{}",
+                ids[r["meter"].as_str().unwrap()],
+                r["ts"].as_str().unwrap(),
+                counter.unwrap_or_default(),
+                power.unwrap_or_default()
+            )?;
+        }
+        f.flush()?;
+        drop(f);
+        let t = Instant::now();
+        let out = std::process::Command::new("psql")
+            .arg(&copy_url)
+            .arg("-c")
+            .arg(format!(
+                "\\copy samples (meter_id, ts, counter_mj, power_mw) FROM '{}' WITH (FORMAT csv)",
+                csv.display()
+            ))
+            .output()
+            .context("running psql")?;
+        if !out.status.success() {
+            bail!(
+                "psql \\copy failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let copy_s = t.elapsed().as_secs_f64();
+
+        // The API: 10k-record batches, two requests in flight, as the demo and agents send.
+        let t = Instant::now();
+        let collector = http_server.1.mint("bench", Role::Collector, None, 3600)?;
+        let client = reqwest::Client::new();
+        let url = format!("{}/v1/ingest/samples", http_server.0);
+        let mut chunks = bodies.chunks(bodies.len().div_ceil(2));
+        let (a, b) = (chunks.next().unwrap_or(&[]), chunks.next().unwrap_or(&[]));
+        let send = |part: &'static [Vec<u8>]| {
+            let (client, url, token) = (client.clone(), url.clone(), collector.clone());
+            tokio::spawn(async move {
+                for body in part {
+                    let r = client
+                        .post(&url)
+                        .bearer_auth(&token)
+                        .header("content-type", "application/json")
+                        .body(body.clone())
+                        .send()
+                        .await?;
+                    if !r.status().is_success() {
+                        bail!("batch refused: {}", r.text().await?);
+                    }
+                }
+                Ok::<_, anyhow::Error>(())
+            })
+        };
+        // Leaked for the spawned tasks' 'static bound; a bench process is short-lived.
+        let (a, b): (&'static [Vec<u8>], &'static [Vec<u8>]) = (
+            Box::leak(a.to_vec().into_boxed_slice()),
+            Box::leak(b.to_vec().into_boxed_slice()),
+        );
+        let (ra, rb) = tokio::join!(send(a), send(b));
+        ra??;
+        rb??;
+        let http_s = t.elapsed().as_secs_f64();
+        let (copy_rate, http_rate) = (rows as f64 / copy_s, rows as f64 / http_s);
+        ratios.push(http_rate / copy_rate);
+        println!(
+            "round {round}: psql \\copy {:>9.0} rows/s ({copy_s:.2} s)   HTTP API {:>9.0} rows/s ({http_s:.2} s)   API/COPY = {:.2}",
+            copy_rate, http_rate, http_rate / copy_rate
+        );
+        drop(copy_server);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "API/COPY ratio: {:.2} (min of {} rounds), target ≥ 0.50",
+        ratios[0],
+        ratios.len()
+    );
+    Ok(())
+}
+
+/// A fresh database with the simulated inventory, served on a loopback port.
+async fn fresh(
+    pg: &EmbeddedPostgres,
+    name: &str,
+    sim: &Simulation,
+) -> anyhow::Result<(String, (String, Keys))> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&pg.url("postgres")).await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&mut conn)
+        .await?;
+    ensure_database(&pg.url("postgres"), name).await?;
+    let url = pg.url(name);
+    let pool = wattledger_store::connect(&url, 8).await?;
+    wattledger_store::migrate(&pool).await?;
+    let keys = Keys::new(SECRET.as_bytes())?;
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let config = Config::for_tests(url.clone(), SECRET.into());
+    tokio::spawn(wattledger::startup::serve(
+        pool.clone(),
+        keys.clone(),
+        config,
+        listener,
+        std::future::pending(),
+    ));
+    let admin = keys.mint("bench", Role::Admin, None, 3600)?;
+    let client = reqwest::Client::new();
+    for (path, body) in [
+        ("tenants", sim.tenant_records()),
+        ("sites", sim.site_records()),
+        ("models", sim.model_records()),
+        ("meters", sim.meter_records()),
+    ] {
+        let r = client
+            .post(format!("{base}/v1/ingest/{path}"))
+            .bearer_auth(&admin)
+            .json(&body)
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            bail!("{path}: {}", r.text().await?);
+        }
+    }
+    // Partitions exist before either path writes, so neither pays for creating them.
+    let mut tx = pool.begin().await?;
+    let (lo, hi) = (
+        chrono::DateTime::from_timestamp_millis(sim.from_ms).unwrap(),
+        chrono::DateTime::from_timestamp_millis(sim.to_ms).unwrap(),
+    );
+    wattledger_store::partitions::ensure(&mut tx, &wattledger_store::partitions::months(lo, hi))
+        .await?;
+    tx.commit().await?;
+    Ok((url, (base, keys)))
+}
