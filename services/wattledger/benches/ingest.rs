@@ -19,6 +19,11 @@ const SECRET: &str = "bench-secret-bench-secret-bench-secret";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // `cargo test --all-targets` runs bench binaries without --bench: nothing to measure then.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("ingest benchmark: run it with cargo bench -p wattledger --bench ingest");
+        return Ok(());
+    }
     let days: i64 = std::env::args()
         .filter_map(|a| a.parse().ok())
         .next()
