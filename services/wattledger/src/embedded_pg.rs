@@ -40,6 +40,25 @@ fn find_bindir() -> Option<PathBuf> {
     })
 }
 
+/// Whether the `postgres` user can search `dir` (and so every directory above it).
+fn postgres_can_enter(dir: &Path) -> bool {
+    Command::new("runuser")
+        .args(["-u", "postgres", "--", "test", "-x"])
+        .arg(dir)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// A stable name for a path (FNV-1a), so the fallback directory is reused run after run.
+fn path_hash(p: &Path) -> u64 {
+    p.to_string_lossy()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -59,13 +78,26 @@ impl EmbeddedPostgres {
             );
         };
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let dir = dir.canonicalize()?;
+        let mut dir = dir.canonicalize()?;
+        let root = is_root();
+        if root && !postgres_can_enter(&dir) {
+            // A checkout under a private home (/root is 0700): the server, running as the
+            // postgres user, could not reach it.
+            let fallback =
+                std::env::temp_dir().join(format!("wattledger-{:016x}", path_hash(&dir)));
+            tracing::warn!(
+                wanted = %dir.display(),
+                using = %fallback.display(),
+                "the postgres user cannot reach the data directory; using a temporary one"
+            );
+            std::fs::create_dir_all(&fallback)?;
+            dir = fallback;
+        }
         let pg = EmbeddedPostgres {
             port: 0,
             dir: dir.join("postgres"),
             bin,
         };
-        let root = is_root();
         if !pg.dir.join("PG_VERSION").exists() {
             std::fs::create_dir_all(&pg.dir)?;
             if root {
