@@ -243,6 +243,11 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         .prop_flat_map(move |(jobs, nodes, gpus, facility, proportional)| {
             let gpu_energy =
                 proptest::collection::vec(steps_strategy(steps, 0, 50_000_000), nodes * gpus);
+            // Some GPU steps have no data at all (an agent outage).
+            let gpu_missing = proptest::collection::vec(
+                proptest::collection::vec(proptest::bool::weighted(0.1), steps),
+                nodes * gpus,
+            );
             let node_extra = proptest::collection::vec(steps_strategy(steps, 0, 9_000_000), nodes);
             let fac_extra = steps_strategy(steps, 0, 40_000_000);
             // Per GPU up to 3 allocations: (job, start, len, share).
@@ -255,7 +260,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             let tenants = proptest::collection::vec(1i64..4, jobs);
             (
                 Just((jobs, nodes, gpus, facility, proportional)),
-                gpu_energy,
+                (gpu_energy, gpu_missing),
                 node_extra,
                 fac_extra,
                 allocs,
@@ -266,7 +271,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         .prop_map(
             move |(
                 (jobs, nodes, gpus, facility, proportional),
-                gpu_e,
+                (gpu_e, gpu_miss),
                 node_x,
                 fac_x,
                 allocs,
@@ -298,10 +303,20 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                                 }
                             })
                             .collect();
+                        // The node meter measured what the GPU drew even where the GPU's own
+                        // data is missing; that energy shows up as node overhead.
+                        let miss = &gpu_miss[n * gpus + g];
                         gpu_list.push(Gpu {
                             energy: MeterSteps {
-                                mj: e.clone(),
-                                quality: vec![Quality::EMPTY; steps],
+                                mj: e
+                                    .iter()
+                                    .zip(miss)
+                                    .map(|(v, m)| if *m { 0 } else { *v })
+                                    .collect(),
+                                quality: miss
+                                    .iter()
+                                    .map(|m| if *m { Quality::MISSING } else { Quality::EMPTY })
+                                    .collect(),
                             },
                             allocations,
                         });
