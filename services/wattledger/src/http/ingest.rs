@@ -35,6 +35,33 @@ pub fn router() -> Router<AppState> {
         .route("/v1/ingest/tokens", post(tokens_batch))
 }
 
+/// The answers every ingest endpoint documents.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+enum IngestResponses {
+    /// The batch was written; records already stored are counted, not written again.
+    #[response(status = 200)]
+    Written(IngestOutcome),
+    /// The body is not JSON of the form {"records": [...]}.
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// No valid bearer token.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The token's role may not send this.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// The body or the number of records is over the limit.
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// The body is not application/json.
+    #[response(status = 415)]
+    UnsupportedMediaType(ErrorBody),
+    /// Records are invalid: each one's index, field and reason; nothing was written.
+    #[response(status = 422)]
+    Invalid(ErrorBody),
+}
+
 /// What a batch did.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct IngestOutcome {
@@ -205,9 +232,7 @@ fn finish<T>(r: Record<'_>, v: Option<T>) -> Result<T, Vec<FieldError>> {
 
 #[utoipa::path(post, path = "/v1/ingest/tenants", tag = "ingest",
     request_body = Records<TenantIn>,
-    responses((status = 200, body = IngestOutcome), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+    responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn tenants(
     State(state): State<AppState>,
@@ -249,9 +274,7 @@ fn reject_repeats(keys: impl Iterator<Item = String>, field: &str) -> ApiResult<
 
 #[utoipa::path(post, path = "/v1/ingest/sites", tag = "ingest",
     request_body = Records<SiteIn>,
-    responses((status = 200, body = IngestOutcome), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+    responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn sites(
     State(state): State<AppState>,
@@ -340,9 +363,7 @@ pub async fn sites(
 
 #[utoipa::path(post, path = "/v1/ingest/models", tag = "ingest",
     request_body = Records<ModelIn>,
-    responses((status = 200, body = IngestOutcome), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+    responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn models(
     State(state): State<AppState>,
@@ -383,9 +404,7 @@ pub async fn models(
 
 #[utoipa::path(post, path = "/v1/ingest/meters", tag = "ingest",
     request_body = Records<MeterIn>,
-    responses((status = 200, body = IngestOutcome), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+    responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn meters(
     State(state): State<AppState>,
@@ -519,9 +538,7 @@ pub async fn meters(
 
 #[utoipa::path(post, path = "/v1/ingest/samples", tag = "ingest",
     request_body = Records<SampleIn>,
-    responses((status = 200, body = IngestOutcome), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+    responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn samples_batch(
     State(state): State<AppState>,
@@ -710,9 +727,7 @@ async fn store_samples(
 
 #[utoipa::path(post, path = "/v1/ingest/jobs", tag = "ingest",
     request_body = Records<JobIn>,
-    responses((status = 200, body = IngestOutcome), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+    responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn jobs_batch(
     State(state): State<AppState>,
@@ -875,9 +890,7 @@ pub async fn jobs_batch(
 
 #[utoipa::path(post, path = "/v1/ingest/tokens", tag = "ingest",
     request_body = Records<TokenIn>,
-    responses((status = 200, body = IngestOutcome), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-              (status = 422, body = ErrorBody)),
+    responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn tokens_batch(
     State(state): State<AppState>,
