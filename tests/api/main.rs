@@ -5,3 +5,4 @@ mod ingest;
 mod ledger;
 mod openapi;
 mod scenario;
+mod worker;
