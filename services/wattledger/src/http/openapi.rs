@@ -10,8 +10,8 @@ use utoipa::{Modify, OpenApi};
     info(title = "wattledger", description = "Energy, cost and carbon metering for GPU clusters."),
     paths(
         super::health,
-        ingest::tenants, ingest::sites, ingest::models, ingest::meters,
-        ingest::samples_batch, ingest::jobs_batch, ingest::tokens_batch,
+        ingest::inventory::tenants, ingest::inventory::sites, ingest::inventory::models, ingest::inventory::meters,
+        ingest::samples::samples_batch, ingest::jobs::jobs_batch, ingest::tokens::tokens_batch,
         usage::get_usage, usage::list_jobs, usage::get_job, usage::list_sites, usage::list_tenants,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail, error::FieldError)),

@@ -1,0 +1,366 @@
+//! Inventory ingest: tenants, sites, models and the meter tree.
+
+use super::{check, finish, reject_repeats, IngestOutcome};
+use super::{IngestResponses, Records};
+use crate::auth::Role;
+use crate::http::error::ApiResult;
+use crate::http::extract::{Batch, Caller};
+use crate::http::validate::Record;
+use crate::http::AppState;
+use axum::extract::State;
+use axum::Json;
+use rust_decimal::Decimal;
+use std::collections::HashMap;
+use utoipa::ToSchema;
+use wattledger_store::inventory::{
+    self, KeyedTable, MeterRecord, ModelRecord, SiteRecord, TenantRecord,
+};
+/// A tenant: a team or customer that is charged.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct TenantIn {
+    key: String,
+    name: String,
+}
+
+/// A site: one power and grid domain.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct SiteIn {
+    key: String,
+    name: String,
+    /// Grid region for carbon and prices, e.g. `DE`, `US-CAL-CISO`.
+    grid_region: String,
+    /// ISO 4217, e.g. `EUR`.
+    currency: String,
+    power_envelope_w: i64,
+    /// Used without a facility meter (and when it misses a step); 1 to 5.
+    #[schema(value_type = f64)]
+    static_pue: Decimal,
+    /// `platform` or `proportional`.
+    idle_policy: String,
+    /// Key of the tenant that carries idle energy under the `platform` policy.
+    platform_tenant: String,
+    #[schema(value_type = Option<f64>)]
+    node_static_overhead_w: Option<Decimal>,
+    gap_limit_s: Option<i32>,
+}
+
+/// A model served or trained, with token weights for shared endpoints.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ModelIn {
+    key: String,
+    name: Option<String>,
+    #[schema(value_type = Option<f64>)]
+    prefill_weight: Option<Decimal>,
+    #[schema(value_type = Option<f64>)]
+    decode_weight: Option<Decimal>,
+}
+
+/// A meter in the tree facility ⊇ node ⊇ gpu ⊇ mig.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct MeterIn {
+    key: String,
+    site: String,
+    /// `facility`, `node`, `gpu` or `mig`.
+    kind: String,
+    /// Key of the parent meter: a node's facility (optional), a GPU's node, a MIG's GPU.
+    parent: Option<String>,
+    gpu_uuid: Option<String>,
+    device_model: Option<String>,
+    mig_profile: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/ingest/tenants", tag = "ingest",
+    request_body = Records<TenantIn>,
+    responses(IngestResponses),
+    security(("bearer" = [])))]
+pub async fn tenants(
+    State(state): State<AppState>,
+    caller: Caller,
+    Batch(batch): Batch,
+) -> ApiResult<Json<IngestOutcome>> {
+    caller.require(&[Role::Operator])?;
+    let parsed = batch
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut r = Record::new(i, v, &["key", "name"]);
+            let key = r.key("key");
+            let name = r.str("name", 256);
+            let rec = key.zip(name).map(|(key, name)| TenantRecord { key, name });
+            finish(r, rec)
+        })
+        .collect();
+    let records = check(parsed)?;
+    reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
+    let written = inventory::upsert_tenants(&state.pool, &records).await?;
+    state.forget_tenants();
+    Ok(Json(IngestOutcome::upserted(records.len(), written)))
+}
+
+#[utoipa::path(post, path = "/v1/ingest/sites", tag = "ingest",
+    request_body = Records<SiteIn>,
+    responses(IngestResponses),
+    security(("bearer" = [])))]
+pub async fn sites(
+    State(state): State<AppState>,
+    caller: Caller,
+    Batch(batch): Batch,
+) -> ApiResult<Json<IngestOutcome>> {
+    caller.require(&[Role::Operator])?;
+    let tenant_keys: Vec<String> = batch
+        .iter()
+        .filter_map(|v| v.get("platform_tenant")?.as_str().map(str::to_owned))
+        .collect();
+    let tenants = inventory::ids_by_key(&state.pool, KeyedTable::Tenants, &tenant_keys).await?;
+    let parsed = batch
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut r = Record::new(
+                i,
+                v,
+                &[
+                    "key",
+                    "name",
+                    "grid_region",
+                    "currency",
+                    "power_envelope_w",
+                    "static_pue",
+                    "idle_policy",
+                    "platform_tenant",
+                    "node_static_overhead_w",
+                    "gap_limit_s",
+                ],
+            );
+            let key = r.key("key");
+            let name = r.str("name", 256);
+            let grid_region = r.str("grid_region", 64);
+            let currency = r.str("currency", 3);
+            if let Some(c) = &currency {
+                if c.len() != 3 || !c.chars().all(|ch| ch.is_ascii_uppercase()) {
+                    r.error("currency", "must be an ISO 4217 code such as EUR");
+                }
+            }
+            let envelope = r.i64("power_envelope_w");
+            if envelope.is_some_and(|w| w <= 0) {
+                r.error("power_envelope_w", "must be positive");
+            }
+            let pue = r.decimal("static_pue");
+            if pue.is_some_and(|p| p < Decimal::ONE || p > Decimal::from(5)) {
+                r.error("static_pue", "must be between 1 and 5");
+            }
+            let policy = r.one_of("idle_policy", &["platform", "proportional"]);
+            let platform = r.key("platform_tenant");
+            let platform_id = platform.as_ref().and_then(|k| tenants.get(k).copied());
+            if platform.is_some() && platform_id.is_none() {
+                r.error("platform_tenant", "unknown tenant");
+            }
+            let node_w = r.opt_decimal("node_static_overhead_w").unwrap_or_default();
+            if node_w < Decimal::ZERO || node_w > Decimal::from(1_000_000) {
+                r.error("node_static_overhead_w", "must be between 0 and 1000000");
+            }
+            let gap = r.opt_i64("gap_limit_s").unwrap_or(600);
+            if !(60..=86_400).contains(&gap) {
+                r.error("gap_limit_s", "must be between 60 and 86400");
+            }
+            let rec = (|| {
+                Some(SiteRecord {
+                    key: key?,
+                    name: name?,
+                    grid_region: grid_region?,
+                    currency: currency?,
+                    power_envelope_w: envelope?,
+                    static_pue: pue?,
+                    idle_policy: policy?,
+                    platform_tenant_id: platform_id?,
+                    node_static_overhead_w: node_w,
+                    gap_limit_s: gap as i32,
+                })
+            })();
+            finish(r, rec)
+        })
+        .collect();
+    let records = check(parsed)?;
+    reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
+    let written = inventory::upsert_sites(&state.pool, &records).await?;
+    Ok(Json(IngestOutcome::upserted(records.len(), written)))
+}
+
+#[utoipa::path(post, path = "/v1/ingest/models", tag = "ingest",
+    request_body = Records<ModelIn>,
+    responses(IngestResponses),
+    security(("bearer" = [])))]
+pub async fn models(
+    State(state): State<AppState>,
+    caller: Caller,
+    Batch(batch): Batch,
+) -> ApiResult<Json<IngestOutcome>> {
+    caller.require(&[Role::Operator])?;
+    let parsed = batch
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut r = Record::new(i, v, &["key", "name", "prefill_weight", "decode_weight"]);
+            let key = r.key("key");
+            let name = r.opt_str("name", 256);
+            let weight = |r: &mut Record, field: &str, default: i64| {
+                let w = r.opt_decimal(field).unwrap_or(Decimal::from(default));
+                if w < Decimal::ZERO || w > Decimal::from(1000) {
+                    r.error(field, "must be between 0 and 1000");
+                }
+                w
+            };
+            let prefill_weight = weight(&mut r, "prefill_weight", 1);
+            let decode_weight = weight(&mut r, "decode_weight", 4);
+            let rec = key.map(|key| ModelRecord {
+                name: name.unwrap_or_else(|| key.clone()),
+                key,
+                prefill_weight,
+                decode_weight,
+            });
+            finish(r, rec)
+        })
+        .collect();
+    let records = check(parsed)?;
+    reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
+    let written = inventory::upsert_models(&state.pool, &records).await?;
+    Ok(Json(IngestOutcome::upserted(records.len(), written)))
+}
+
+#[utoipa::path(post, path = "/v1/ingest/meters", tag = "ingest",
+    request_body = Records<MeterIn>,
+    responses(IngestResponses),
+    security(("bearer" = [])))]
+pub async fn meters(
+    State(state): State<AppState>,
+    caller: Caller,
+    Batch(batch): Batch,
+) -> ApiResult<Json<IngestOutcome>> {
+    caller.require(&[Role::Operator, Role::Collector])?;
+    let str_field = |f: &str| -> Vec<String> {
+        batch
+            .iter()
+            .filter_map(|v| v.get(f)?.as_str().map(str::to_owned))
+            .collect()
+    };
+    let sites = inventory::ids_by_key(&state.pool, KeyedTable::Sites, &str_field("site")).await?;
+    let stored = inventory::meters_by_key(&state.pool, &str_field("parent")).await?;
+    // Parents may be defined in the same batch.
+    let in_batch: HashMap<String, (String, Option<String>)> = batch
+        .iter()
+        .filter_map(|v| {
+            Some((
+                v.get("key")?.as_str()?.to_owned(),
+                (
+                    v.get("kind")?.as_str()?.to_owned(),
+                    v.get("site")?.as_str().map(str::to_owned),
+                ),
+            ))
+        })
+        .collect();
+    let site_keys: HashMap<i64, String> = sites.iter().map(|(k, v)| (*v, k.clone())).collect();
+    let parsed = batch
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut r = Record::new(
+                i,
+                v,
+                &[
+                    "key",
+                    "site",
+                    "kind",
+                    "parent",
+                    "gpu_uuid",
+                    "device_model",
+                    "mig_profile",
+                ],
+            );
+            let key = r.key("key");
+            let site = r.key("site");
+            let site_id = site.as_ref().and_then(|s| sites.get(s).copied());
+            if site.is_some() && site_id.is_none() {
+                r.error("site", "unknown site");
+            }
+            let kind = r.one_of("kind", &["facility", "node", "gpu", "mig"]);
+            let parent = r.opt_key("parent");
+            let gpu_uuid = r.opt_str("gpu_uuid", 128);
+            let device_model = r.opt_str("device_model", 128);
+            let mig_profile = r.opt_str("mig_profile", 64);
+            if let Some(kind) = &kind {
+                let wanted = match kind.as_str() {
+                    "facility" => None,
+                    "node" => Some("facility"),
+                    "gpu" => Some("node"),
+                    _ => Some("gpu"),
+                };
+                let parent_info = parent
+                    .as_ref()
+                    .map(|p| match (stored.get(p), in_batch.get(p)) {
+                        (_, Some((k, s))) => Some((k.clone(), s.clone())),
+                        (Some(m), None) => Some((
+                            m.kind.clone(),
+                            site_keys.get(&m.site_id).cloned().or(Some(String::new())),
+                        )),
+                        (None, None) => None,
+                    });
+                match (wanted, &parent, parent_info) {
+                    (None, Some(_), _) => r.error("parent", "a facility meter has no parent"),
+                    (Some(_), None, _) if kind != "node" => {
+                        r.error("parent", format!("a {kind} meter needs a parent"))
+                    }
+                    (_, Some(_), Some(None)) => r.error("parent", "unknown meter"),
+                    (Some(w), Some(_), Some(Some((pk, psite)))) => {
+                        if pk != w {
+                            r.error(
+                                "parent",
+                                format!("the parent of a {kind} meter must be a {w} meter"),
+                            );
+                        } else if psite.is_some()
+                            && psite != site
+                            && !psite.as_deref().is_some_and(str::is_empty)
+                        {
+                            r.error("parent", "the parent is at another site");
+                        }
+                    }
+                    _ => {}
+                }
+                if parent.as_deref() == key.as_deref() && parent.is_some() {
+                    r.error("parent", "a meter cannot be its own parent");
+                }
+            }
+            let rec = (|| {
+                Some(MeterRecord {
+                    key: key?,
+                    site_id: site_id?,
+                    kind: kind?,
+                    parent_key: parent,
+                    gpu_uuid,
+                    device_model,
+                    mig_profile,
+                })
+            })();
+            finish(r, rec)
+        })
+        .collect();
+    let records = check(parsed)?;
+    reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
+    reject_repeats(
+        records.iter().filter_map(|r| r.gpu_uuid.clone()),
+        "gpu_uuid",
+    )?;
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .map_err(wattledger_store::StoreError::from)?;
+    let written = inventory::upsert_meters(&mut tx, &records).await?;
+    tx.commit()
+        .await
+        .map_err(wattledger_store::StoreError::from)?;
+    Ok(Json(IngestOutcome::upserted(records.len(), written)))
+}

@@ -1,0 +1,136 @@
+//! The ingest API: inventory, samples, jobs with allocations, token records.
+//!
+//! Every endpoint takes `{"records": [...]}`, validates every record, and either refuses the
+//! whole batch with a 422 listing each bad record's index, field and reason, or writes it in
+//! one statement. Resending a batch changes nothing.
+
+pub mod inventory;
+pub mod jobs;
+pub mod samples;
+pub mod tokens;
+
+use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
+use super::validate::{all_or_errors, Record};
+use super::AppState;
+use axum::routing::post;
+use axum::Router;
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+use std::collections::HashSet;
+use utoipa::ToSchema;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/ingest/tenants", post(inventory::tenants))
+        .route("/v1/ingest/sites", post(inventory::sites))
+        .route("/v1/ingest/models", post(inventory::models))
+        .route("/v1/ingest/meters", post(inventory::meters))
+        .route("/v1/ingest/samples", post(samples::samples_batch))
+        .route("/v1/ingest/jobs", post(jobs::jobs_batch))
+        .route("/v1/ingest/tokens", post(tokens::tokens_batch))
+}
+
+/// The answers every ingest endpoint documents.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+enum IngestResponses {
+    /// The batch was written; records already stored are counted, not written again.
+    #[response(status = 200)]
+    Written(IngestOutcome),
+    /// The body is not JSON of the form {"records": [...]}.
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// No valid bearer token.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The token's role may not send this.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// The body or the number of records is over the limit.
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// The body is not application/json.
+    #[response(status = 415)]
+    UnsupportedMediaType(ErrorBody),
+    /// Records are invalid: each one's index, field and reason; nothing was written.
+    #[response(status = 422)]
+    Invalid(ErrorBody),
+}
+
+/// What a batch did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct IngestOutcome {
+    /// Records in the batch.
+    pub received: usize,
+    /// Rows inserted or changed.
+    pub written: u64,
+    /// Records already stored with the same values (no change).
+    pub duplicates: u64,
+    /// Records already stored with other values: the stored ones stand.
+    pub conflicts: Vec<ConflictOut>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConflictOut {
+    pub index: usize,
+    pub reason: String,
+}
+
+impl IngestOutcome {
+    fn upserted(received: usize, written: u64) -> Self {
+        IngestOutcome {
+            received,
+            written,
+            duplicates: received as u64 - written.min(received as u64),
+            conflicts: Vec::new(),
+        }
+    }
+}
+
+// ---- wire types (documentation of the records; parsing is field by field) ----
+
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct Records<T: ToSchema> {
+    records: Vec<T>,
+}
+
+fn latest(state: &AppState) -> DateTime<Utc> {
+    Utc::now() + Duration::seconds(state.config.max_clock_skew_s)
+}
+
+fn far_future() -> DateTime<Utc> {
+    DateTime::<Utc>::MAX_UTC - Duration::days(1)
+}
+
+fn check<T>(parsed: Vec<Result<T, Vec<FieldError>>>) -> ApiResult<Vec<T>> {
+    all_or_errors(parsed).map_err(ApiError::Validation)
+}
+
+fn finish<T>(r: Record<'_>, v: Option<T>) -> Result<T, Vec<FieldError>> {
+    match v {
+        Some(v) if r.errors.is_empty() => Ok(v),
+        _ => Err(r.errors),
+    }
+}
+
+fn reject_repeats(keys: impl Iterator<Item = String>, field: &str) -> ApiResult<()> {
+    let mut seen = HashSet::new();
+    let errors: Vec<FieldError> = keys
+        .enumerate()
+        .filter(|(_, k)| !seen.insert(k.clone()))
+        .map(|(i, _)| FieldError::new(i, field, "appears twice in this batch"))
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::Validation(errors))
+    }
+}
+
+fn distinct<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut v: Vec<String> = keys.map(str::to_owned).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}

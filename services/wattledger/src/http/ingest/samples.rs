@@ -1,0 +1,210 @@
+//! Sample ingest: the hot path, typed fast parse and COPY, with the field-by-field path for
+//! batches that need explaining.
+
+use super::{check, finish, latest, IngestOutcome};
+use super::{distinct, ConflictOut, IngestResponses, Records};
+use crate::auth::Role;
+use crate::http::error::{ApiError, ApiResult, FieldError};
+use crate::http::extract::RawBatch;
+use crate::http::extract::{Batch, Caller};
+use crate::http::validate::Record;
+use crate::http::AppState;
+use axum::extract::State;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+use utoipa::ToSchema;
+use wattledger_store::inventory;
+use wattledger_store::samples::{self, SampleRow};
+/// One reading: an energy counter (mJ since some origin) and/or a power reading (W).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct SampleIn {
+    meter: String,
+    /// RFC 3339.
+    ts: DateTime<Utc>,
+    counter_mj: Option<i64>,
+    power_w: Option<f64>,
+}
+
+#[utoipa::path(post, path = "/v1/ingest/samples", tag = "ingest",
+    request_body = Records<SampleIn>,
+    responses(IngestResponses),
+    security(("bearer" = [])))]
+pub async fn samples_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawBatch(bytes): RawBatch,
+) -> ApiResult<Json<IngestOutcome>> {
+    caller.require(&[Role::Collector])?;
+    let latest = latest(&state);
+    // The common case, a well-formed batch, is read straight into typed records; anything
+    // else takes the field-by-field path, which is the one that explains what is wrong.
+    if let Ok(strict) = serde_json::from_slice::<StrictSamples>(&bytes) {
+        if strict.records.len() <= state.config.max_batch_records {
+            let keys = distinct(strict.records.iter().map(|r| r.meter.as_ref()));
+            let meters = inventory::meters_by_key(&state.pool, &keys).await?;
+            if let Some(rows) = fast_samples(&strict.records, &meters, latest) {
+                return store_samples(&state, rows.len(), rows).await;
+            }
+        }
+    }
+    let Batch(batch) = Batch::parse(&bytes, state.config.max_batch_records)?;
+    let keys = distinct(batch.iter().filter_map(|v| v.get("meter")?.as_str()));
+    let meters = inventory::meters_by_key(&state.pool, &keys).await?;
+    let parsed: Vec<Result<SampleRow, Vec<FieldError>>> = batch
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut r = Record::new(i, v, &["meter", "ts", "counter_mj", "power_w"]);
+            let meter = r.key("meter").and_then(|k| match meters.get(&k) {
+                None => {
+                    r.error("meter", "unknown meter");
+                    None
+                }
+                Some(m) if m.kind == "mig" => {
+                    r.error(
+                        "meter",
+                        "a MIG instance has no energy counter; send its GPU's samples",
+                    );
+                    None
+                }
+                Some(m) => Some(m.id),
+            });
+            let ts = r.time("ts", latest);
+            let counter = r.opt_i64("counter_mj");
+            if counter.is_some_and(|c| c < 0) {
+                r.error("counter_mj", "must not be negative");
+            }
+            let power = r.opt_f64("power_w");
+            let power_mw = match power {
+                Some(p) if p < 0.0 => {
+                    r.error("power_w", "must not be negative");
+                    None
+                }
+                Some(p) if p > 10_000_000.0 => {
+                    r.error("power_w", "is above 10 MW: not a plausible meter reading");
+                    None
+                }
+                // The edge of the float world: readings arrive as W, the ledger keeps integer mW.
+                Some(p) => Some((p * 1000.0).round() as i64),
+                None => None,
+            };
+            if counter.is_none() && power.is_none() && r.errors.is_empty() {
+                r.error("counter_mj", "a sample needs counter_mj or power_w");
+            }
+            let rec = meter.zip(ts).map(|(meter_id, ts)| SampleRow {
+                meter_id,
+                ts,
+                counter_mj: counter,
+                power_mw,
+            });
+            finish(r, rec)
+        })
+        .collect();
+    let rows = check(parsed)?;
+    store_samples(&state, batch.len(), rows).await
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StrictSamples<'a> {
+    #[serde(borrow)]
+    records: Vec<StrictSample<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StrictSample<'a> {
+    #[serde(borrow)]
+    meter: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    ts: std::borrow::Cow<'a, str>,
+    counter_mj: Option<i64>,
+    power_w: Option<f64>,
+}
+
+/// Typed records to rows if every one is valid; `None` sends the batch to the slow path.
+fn fast_samples(
+    records: &[StrictSample<'_>],
+    meters: &HashMap<String, inventory::MeterRef>,
+    latest: DateTime<Utc>,
+) -> Option<Vec<SampleRow>> {
+    let earliest = DateTime::parse_from_rfc3339("2000-01-01T00:00:00Z")
+        .ok()?
+        .to_utc();
+    records
+        .iter()
+        .map(|r| {
+            let meter = meters.get(r.meter.as_ref()).filter(|m| m.kind != "mig")?;
+            let ts = DateTime::parse_from_rfc3339(&r.ts).ok()?.to_utc();
+            let power_ok = r
+                .power_w
+                .is_none_or(|p| p.is_finite() && (0.0..=10_000_000.0).contains(&p));
+            let ok = (earliest..=latest).contains(&ts)
+                && r.counter_mj.is_none_or(|c| c >= 0)
+                && power_ok
+                && (r.counter_mj.is_some() || r.power_w.is_some());
+            ok.then(|| SampleRow {
+                meter_id: meter.id,
+                ts,
+                counter_mj: r.counter_mj,
+                power_mw: r.power_w.map(|p| (p * 1000.0).round() as i64),
+            })
+        })
+        .collect()
+}
+
+/// Writes valid rows: identical copies in the batch collapse, different ones are refused,
+/// conflicts with stored samples are reported.
+async fn store_samples(
+    state: &AppState,
+    received: usize,
+    rows: Vec<SampleRow>,
+) -> ApiResult<Json<IngestOutcome>> {
+    let mut seen: HashMap<(i64, DateTime<Utc>), usize> = HashMap::with_capacity(rows.len());
+    let mut errors = Vec::new();
+    let mut unique = Vec::with_capacity(rows.len());
+    let mut positions = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        match seen.get(&(row.meter_id, row.ts)) {
+            Some(&j) if rows[j] == *row => {}
+            Some(_) => errors.push(FieldError::new(
+                i,
+                "ts",
+                "another record in this batch has this meter and time with other values",
+            )),
+            None => {
+                seen.insert((row.meter_id, row.ts), i);
+                unique.push(*row);
+                positions.push(i);
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let outcome = samples::insert(&state.pool, &unique).await?;
+    if !outcome.conflicts.is_empty() {
+        tracing::warn!(
+            conflicts = outcome.conflicts.len(),
+            "conflicting duplicate samples kept as stored"
+        );
+    }
+    Ok(Json(IngestOutcome {
+        received,
+        written: outcome.inserted,
+        duplicates: outcome.duplicates + (rows.len() - unique.len()) as u64,
+        conflicts: outcome
+            .conflicts
+            .iter()
+            .map(|c| ConflictOut {
+                index: positions[c.index],
+                reason: format!(
+                    "already stored with counter_mj={:?} power_mw={:?}; the stored sample stands",
+                    c.stored_counter_mj, c.stored_power_mw
+                ),
+            })
+            .collect(),
+    }))
+}
