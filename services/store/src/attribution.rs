@@ -473,21 +473,28 @@ async fn write(
     .execute(&mut *tx)
     .await?;
 
-    let t = |f: fn(&Attributed) -> i64| results.iter().map(|(_, a)| f(a)).collect::<Vec<i64>>();
+    // An hour with no energy and no rows had no data at all (say, before monitoring began):
+    // it leaves no site-hour, so it does not count as available GPU time.
+    sqlx::query("DELETE FROM site_hours WHERE site_id = $1 AND hour = ANY($2)")
+        .bind(claim.site_id)
+        .bind(&hours)
+        .execute(&mut *tx)
+        .await?;
+    let measured: Vec<&(DateTime<Utc>, Attributed)> = results
+        .iter()
+        .filter(|(_, a)| a.totals.site_mj != 0 || !a.rows.is_empty())
+        .collect();
+    let t = |f: fn(&Attributed) -> i64| measured.iter().map(|(_, a)| f(a)).collect::<Vec<i64>>();
     sqlx::query(
         "INSERT INTO site_hours (site_id, hour, site_mj, it_mj, gpu_mj, idle_mj, estimated_mj,
                                  allocated_gpu_ms, capacity_gpu_ms, flags, run_id, computed_at)
          SELECT $1, hour, site, it, gpu, idle, est, alloc, cap, coalesce(string_to_array(nullif(flags, ''), ','), '{}'), $11, now()
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
                      $7::bigint[], $8::bigint[], $9::bigint[], $10::text[])
-              AS t(hour, site, it, gpu, idle, est, alloc, cap, flags)
-         ON CONFLICT (site_id, hour) DO UPDATE SET site_mj = excluded.site_mj, it_mj = excluded.it_mj,
-            gpu_mj = excluded.gpu_mj, idle_mj = excluded.idle_mj, estimated_mj = excluded.estimated_mj,
-            allocated_gpu_ms = excluded.allocated_gpu_ms, capacity_gpu_ms = excluded.capacity_gpu_ms,
-            flags = excluded.flags, run_id = excluded.run_id, computed_at = excluded.computed_at",
+              AS t(hour, site, it, gpu, idle, est, alloc, cap, flags)",
     )
     .bind(claim.site_id)
-    .bind(&hours)
+    .bind(measured.iter().map(|(h, _)| *h).collect::<Vec<_>>())
     .bind(t(|a| a.totals.site_mj))
     .bind(t(|a| a.totals.it_mj))
     .bind(t(|a| a.totals.gpu_mj))
@@ -495,7 +502,7 @@ async fn write(
     .bind(t(|a| a.totals.estimated_mj))
     .bind(t(|a| a.totals.allocated_gpu_ms))
     .bind(t(|a| a.totals.capacity_gpu_ms))
-    .bind(results.iter().map(|(_, a)| a.totals.quality.names().join(",")).collect::<Vec<_>>())
+    .bind(measured.iter().map(|(_, a)| a.totals.quality.names().join(",")).collect::<Vec<_>>())
     .bind(run_id)
     .execute(&mut *tx)
     .await?;
