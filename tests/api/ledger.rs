@@ -164,3 +164,67 @@ async fn a_counter_reset_is_counted_from_zero_and_flagged() {
     assert_eq!(gpu_mj, 59 * 42_000_000);
     assert!(flags.contains(&"counter_reset".to_owned()), "{flags:?}");
 }
+
+#[tokio::test]
+async fn usage_groups_by_any_key_and_refuses_unknown_ones() {
+    let app = TestApp::start().await;
+    scenario::push(&app, &scenario::batches()).await;
+    app.attribute().await;
+    let finance = app.token(Role::Finance);
+    let range = format!("from={HOUR}&to={NEXT_HOUR}");
+
+    let (_, body) = app
+        .get(
+            Some(&finance),
+            &format!("/v1/usage?group_by=site,day&{range}"),
+        )
+        .await;
+    let rows = body["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["site"], "s1");
+    assert_eq!(rows[0]["period"], "2026-11-02T00:00:00Z");
+    assert_eq!(rows[0]["total_mj"], 7_200_000_000i64);
+    assert_eq!(rows[0]["kwh"], "2");
+
+    let (_, body) = app
+        .get(
+            Some(&finance),
+            &format!("/v1/usage?group_by=job,tenant,hour&{range}"),
+        )
+        .await;
+    let rows = body["rows"].as_array().unwrap();
+    // Three jobs, the shared endpoint split over two tenants, and the idle row.
+    assert_eq!(rows.len(), 5);
+    let endpoint_b = rows
+        .iter()
+        .find(|r| r["job"] == "job-endpoint" && r["tenant"] == "b")
+        .unwrap();
+    assert_eq!(endpoint_b["total_mj"], 1_392_000_000i64);
+    assert_eq!(endpoint_b["period"], HOUR);
+    let idle = rows.iter().find(|r| r["job"].is_null()).unwrap();
+    assert_eq!(
+        (idle["tenant"].as_str(), idle["idle_mj"].as_i64()),
+        (Some("platform"), Some(540_000_000))
+    );
+
+    // No grouping: one total row.
+    let (_, body) = app.get(Some(&finance), &format!("/v1/usage?{range}")).await;
+    assert_eq!(body["rows"][0]["total_mj"], 7_200_000_000i64);
+
+    let (status, body) = app.get(Some(&finance), "/v1/usage?group_by=planet").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("invalid_query"))
+    );
+    let (status, _) = app
+        .get(
+            Some(&finance),
+            &format!("/v1/usage?from={NEXT_HOUR}&to={HOUR}"),
+        )
+        .await;
+    assert_eq!(status, 422);
+    let (status, _) = app.get(Some(&finance), "/v1/usage?from=yesterday").await;
+    assert_eq!(status, 422);
+    let (status, _) = app.get(Some(&finance), "/v1/usage?site=nowhere").await;
+    assert_eq!(status, 404);
+}
