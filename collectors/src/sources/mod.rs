@@ -1,4 +1,6 @@
 //! One module per source; each parses its wire format in a pure function.
 
+pub mod cgroup;
 pub mod dcgm;
+pub mod slurm;
 pub mod tokens;
