@@ -2,5 +2,6 @@
 
 pub mod cgroup;
 pub mod dcgm;
+pub mod redfish;
 pub mod slurm;
 pub mod tokens;
