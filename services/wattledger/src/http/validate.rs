@@ -5,6 +5,7 @@ use super::error::FieldError;
 use chrono::{DateTime, TimeZone, Utc};
 use rust_decimal::Decimal;
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 use std::str::FromStr;
 
 /// Longest key accepted (tenant, site, meter, job keys).
@@ -182,6 +183,38 @@ impl<'a> Record<'a> {
     pub fn time(&mut self, field: &str, latest: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let v = self.opt_time(field, latest);
         self.required(field, v)
+    }
+
+    /// A required key naming a row that exists: its id, or an "unknown {what}" error.
+    pub fn known(&mut self, field: &str, ids: &HashMap<String, i64>, what: &str) -> Option<i64> {
+        let key = self.key(field)?;
+        self.resolve(field, &key, ids, what)
+    }
+
+    /// Like [`Record::known`] for an optional key: `None` when absent (or unknown, with the
+    /// error recorded, so the record is refused anyway).
+    pub fn opt_known(
+        &mut self,
+        field: &str,
+        ids: &HashMap<String, i64>,
+        what: &str,
+    ) -> Option<i64> {
+        let key = self.opt_key(field)?;
+        self.resolve(field, &key, ids, what)
+    }
+
+    fn resolve(
+        &mut self,
+        field: &str,
+        key: &str,
+        ids: &HashMap<String, i64>,
+        what: &str,
+    ) -> Option<i64> {
+        let id = ids.get(key).copied();
+        if id.is_none() {
+            self.error(field, format!("unknown {what}"));
+        }
+        id
     }
 
     pub fn one_of(&mut self, field: &str, allowed: &[&str]) -> Option<String> {

@@ -1,6 +1,6 @@
 //! Inventory ingest: tenants, sites, models and the meter tree.
 
-use super::{check, finish, reject_repeats, IngestOutcome};
+use super::{read_all, reject_repeats, IngestOutcome};
 use super::{IngestResponses, Records};
 use crate::auth::Role;
 use crate::http::error::ApiResult;
@@ -83,18 +83,11 @@ pub async fn tenants(
     Batch(batch): Batch,
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Operator])?;
-    let parsed = batch
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let mut r = Record::new(i, v, &["key", "name"]);
-            let key = r.key("key");
-            let name = r.str("name", 256);
-            let rec = key.zip(name).map(|(key, name)| TenantRecord { key, name });
-            finish(r, rec)
-        })
-        .collect();
-    let records = check(parsed)?;
+    let records = read_all(&batch, &["key", "name"], |r| {
+        let key = r.key("key");
+        let name = r.str("name", 256);
+        key.zip(name).map(|(key, name)| TenantRecord { key, name })
+    })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_tenants(&state.pool, &records).await?;
     state.forget_tenants();
@@ -116,26 +109,21 @@ pub async fn sites(
         .filter_map(|v| v.get("platform_tenant")?.as_str().map(str::to_owned))
         .collect();
     let tenants = inventory::ids_by_key(&state.pool, KeyedTable::Tenants, &tenant_keys).await?;
-    let parsed = batch
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let mut r = Record::new(
-                i,
-                v,
-                &[
-                    "key",
-                    "name",
-                    "grid_region",
-                    "currency",
-                    "power_envelope_w",
-                    "static_pue",
-                    "idle_policy",
-                    "platform_tenant",
-                    "node_static_overhead_w",
-                    "gap_limit_s",
-                ],
-            );
+    let records = read_all(
+        &batch,
+        &[
+            "key",
+            "name",
+            "grid_region",
+            "currency",
+            "power_envelope_w",
+            "static_pue",
+            "idle_policy",
+            "platform_tenant",
+            "node_static_overhead_w",
+            "gap_limit_s",
+        ],
+        |r| {
             let key = r.key("key");
             let name = r.str("name", 256);
             let grid_region = r.str("grid_region", 64);
@@ -154,11 +142,7 @@ pub async fn sites(
                 r.error("static_pue", "must be between 1 and 5");
             }
             let policy = r.one_of("idle_policy", &["platform", "proportional"]);
-            let platform = r.key("platform_tenant");
-            let platform_id = platform.as_ref().and_then(|k| tenants.get(k).copied());
-            if platform.is_some() && platform_id.is_none() {
-                r.error("platform_tenant", "unknown tenant");
-            }
+            let platform_id = r.known("platform_tenant", &tenants, "tenant");
             let node_w = r.opt_decimal("node_static_overhead_w").unwrap_or_default();
             if node_w < Decimal::ZERO || node_w > Decimal::from(1_000_000) {
                 r.error("node_static_overhead_w", "must be between 0 and 1000000");
@@ -167,24 +151,20 @@ pub async fn sites(
             if !(60..=86_400).contains(&gap) {
                 r.error("gap_limit_s", "must be between 60 and 86400");
             }
-            let rec = (|| {
-                Some(SiteRecord {
-                    key: key?,
-                    name: name?,
-                    grid_region: grid_region?,
-                    currency: currency?,
-                    power_envelope_w: envelope?,
-                    static_pue: pue?,
-                    idle_policy: policy?,
-                    platform_tenant_id: platform_id?,
-                    node_static_overhead_w: node_w,
-                    gap_limit_s: gap as i32,
-                })
-            })();
-            finish(r, rec)
-        })
-        .collect();
-    let records = check(parsed)?;
+            Some(SiteRecord {
+                key: key?,
+                name: name?,
+                grid_region: grid_region?,
+                currency: currency?,
+                power_envelope_w: envelope?,
+                static_pue: pue?,
+                idle_policy: policy?,
+                platform_tenant_id: platform_id?,
+                node_static_overhead_w: node_w,
+                gap_limit_s: gap as i32,
+            })
+        },
+    )?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_sites(&state.pool, &records).await?;
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
@@ -200,11 +180,10 @@ pub async fn models(
     Batch(batch): Batch,
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Operator])?;
-    let parsed = batch
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let mut r = Record::new(i, v, &["key", "name", "prefill_weight", "decode_weight"]);
+    let records = read_all(
+        &batch,
+        &["key", "name", "prefill_weight", "decode_weight"],
+        |r| {
             let key = r.key("key");
             let name = r.opt_str("name", 256);
             let weight = |r: &mut Record, field: &str, default: i64| {
@@ -214,18 +193,16 @@ pub async fn models(
                 }
                 w
             };
-            let prefill_weight = weight(&mut r, "prefill_weight", 1);
-            let decode_weight = weight(&mut r, "decode_weight", 4);
-            let rec = key.map(|key| ModelRecord {
+            let prefill_weight = weight(r, "prefill_weight", 1);
+            let decode_weight = weight(r, "decode_weight", 4);
+            key.map(|key| ModelRecord {
                 name: name.unwrap_or_else(|| key.clone()),
                 key,
                 prefill_weight,
                 decode_weight,
-            });
-            finish(r, rec)
-        })
-        .collect();
-    let records = check(parsed)?;
+            })
+        },
+    )?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_models(&state.pool, &records).await?;
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
@@ -263,23 +240,18 @@ pub async fn meters(
         })
         .collect();
     let site_keys: HashMap<i64, String> = sites.iter().map(|(k, v)| (*v, k.clone())).collect();
-    let parsed = batch
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let mut r = Record::new(
-                i,
-                v,
-                &[
-                    "key",
-                    "site",
-                    "kind",
-                    "parent",
-                    "gpu_uuid",
-                    "device_model",
-                    "mig_profile",
-                ],
-            );
+    let records = read_all(
+        &batch,
+        &[
+            "key",
+            "site",
+            "kind",
+            "parent",
+            "gpu_uuid",
+            "device_model",
+            "mig_profile",
+        ],
+        |r| {
             let key = r.key("key");
             let site = r.key("site");
             let site_id = site.as_ref().and_then(|s| sites.get(s).copied());
@@ -333,21 +305,17 @@ pub async fn meters(
                     r.error("parent", "a meter cannot be its own parent");
                 }
             }
-            let rec = (|| {
-                Some(MeterRecord {
-                    key: key?,
-                    site_id: site_id?,
-                    kind: kind?,
-                    parent_key: parent,
-                    gpu_uuid,
-                    device_model,
-                    mig_profile,
-                })
-            })();
-            finish(r, rec)
-        })
-        .collect();
-    let records = check(parsed)?;
+            Some(MeterRecord {
+                key: key?,
+                site_id: site_id?,
+                kind: kind?,
+                parent_key: parent,
+                gpu_uuid,
+                device_model,
+                mig_profile,
+            })
+        },
+    )?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     reject_repeats(
         records.iter().filter_map(|r| r.gpu_uuid.clone()),

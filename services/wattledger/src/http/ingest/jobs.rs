@@ -1,7 +1,7 @@
 //! Job ingest: jobs with the GPUs (or MIG instances) they held.
 
-use super::{check, finish, latest, reject_repeats, IngestOutcome};
 use super::{far_future, IngestResponses, Records};
+use super::{latest, read_all, reject_repeats, IngestOutcome};
 use crate::auth::Role;
 use crate::http::error::ApiResult;
 use crate::http::extract::{Batch, Caller};
@@ -71,42 +71,25 @@ pub async fn jobs_batch(
         .collect();
     let meters = inventory::meters_by_key(&state.pool, &meter_keys).await?;
     let latest = latest(&state);
-    let parsed = batch
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let mut r = Record::new(
-                i,
-                v,
-                &[
-                    "key",
-                    "name",
-                    "tenant",
-                    "model",
-                    "kind",
-                    "priority",
-                    "submit_at",
-                    "start_at",
-                    "end_at",
-                    "allocations",
-                ],
-            );
+    let records = read_all(
+        &batch,
+        &[
+            "key",
+            "name",
+            "tenant",
+            "model",
+            "kind",
+            "priority",
+            "submit_at",
+            "start_at",
+            "end_at",
+            "allocations",
+        ],
+        |r| {
             let key = r.key("key");
             let name = r.opt_str("name", 512).unwrap_or_default();
-            let tenant = r.key("tenant").and_then(|t| {
-                let id = tenants.get(&t).copied();
-                if id.is_none() {
-                    r.error("tenant", "unknown tenant");
-                }
-                id
-            });
-            let model = r.opt_key("model").and_then(|m| {
-                let id = models.get(&m).copied();
-                if id.is_none() {
-                    r.error("model", "unknown model");
-                }
-                id
-            });
+            let tenant = r.known("tenant", &tenants, "tenant");
+            let model = r.opt_known("model", &models, "model");
             let kind = r.one_of("kind", &["training", "inference", "batch", "interactive"]);
             let priority = r.opt_str("priority", 64).unwrap_or_else(|| "normal".into());
             let submit_at = r.opt_time("submit_at", latest);
@@ -185,24 +168,20 @@ pub async fn jobs_batch(
                     });
                 }
             }
-            let rec = (|| {
-                Some(JobRecord {
-                    key: key?,
-                    name,
-                    tenant_id: tenant?,
-                    model_id: model,
-                    kind: kind?,
-                    priority,
-                    submit_at,
-                    start_at: start_at?,
-                    end_at,
-                    allocations,
-                })
-            })();
-            finish(r, rec)
-        })
-        .collect();
-    let records = check(parsed)?;
+            Some(JobRecord {
+                key: key?,
+                name,
+                tenant_id: tenant?,
+                model_id: model,
+                kind: kind?,
+                priority,
+                submit_at,
+                start_at: start_at?,
+                end_at,
+                allocations,
+            })
+        },
+    )?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = jobs::upsert(&state.pool, &records, Utc::now()).await?;
     Ok(Json(IngestOutcome::upserted(records.len(), written)))

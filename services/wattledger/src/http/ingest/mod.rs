@@ -103,6 +103,26 @@ fn far_future() -> DateTime<Utc> {
     DateTime::<Utc>::MAX_UTC - Duration::days(1)
 }
 
+/// Reads every record of a batch with `read`, which sees only `fields`; refuses the whole
+/// batch, listing every record's errors, if any record is invalid.
+fn read_all<T>(
+    batch: &[serde_json::Value],
+    fields: &[&str],
+    mut read: impl FnMut(&mut Record<'_>) -> Option<T>,
+) -> ApiResult<Vec<T>> {
+    check(
+        batch
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let mut r = Record::new(i, v, fields);
+                let value = read(&mut r);
+                finish(r, value)
+            })
+            .collect(),
+    )
+}
+
 fn check<T>(parsed: Vec<Result<T, Vec<FieldError>>>) -> ApiResult<Vec<T>> {
     all_or_errors(parsed).map_err(ApiError::Validation)
 }

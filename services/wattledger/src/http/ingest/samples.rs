@@ -1,13 +1,12 @@
 //! Sample ingest: the hot path, typed fast parse and COPY, with the field-by-field path for
 //! batches that need explaining.
 
-use super::{check, finish, latest, IngestOutcome};
 use super::{distinct, ConflictOut, IngestResponses, Records};
+use super::{latest, read_all, IngestOutcome};
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
 use crate::http::extract::RawBatch;
 use crate::http::extract::{Batch, Caller};
-use crate::http::validate::Record;
 use crate::http::AppState;
 use axum::extract::State;
 use axum::Json;
@@ -52,57 +51,50 @@ pub async fn samples_batch(
     let Batch(batch) = Batch::parse(&bytes, state.config.max_batch_records)?;
     let keys = distinct(batch.iter().filter_map(|v| v.get("meter")?.as_str()));
     let meters = inventory::meters_by_key(&state.pool, &keys).await?;
-    let parsed: Vec<Result<SampleRow, Vec<FieldError>>> = batch
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let mut r = Record::new(i, v, &["meter", "ts", "counter_mj", "power_w"]);
-            let meter = r.key("meter").and_then(|k| match meters.get(&k) {
-                None => {
-                    r.error("meter", "unknown meter");
-                    None
-                }
-                Some(m) if m.kind == "mig" => {
-                    r.error(
-                        "meter",
-                        "a MIG instance has no energy counter; send its GPU's samples",
-                    );
-                    None
-                }
-                Some(m) => Some(m.id),
-            });
-            let ts = r.time("ts", latest);
-            let counter = r.opt_i64("counter_mj");
-            if counter.is_some_and(|c| c < 0) {
-                r.error("counter_mj", "must not be negative");
+    let rows = read_all(&batch, &["meter", "ts", "counter_mj", "power_w"], |r| {
+        let meter = r.key("meter").and_then(|k| match meters.get(&k) {
+            None => {
+                r.error("meter", "unknown meter");
+                None
             }
-            let power = r.opt_f64("power_w");
-            let power_mw = match power {
-                Some(p) if p < 0.0 => {
-                    r.error("power_w", "must not be negative");
-                    None
-                }
-                Some(p) if p > 10_000_000.0 => {
-                    r.error("power_w", "is above 10 MW: not a plausible meter reading");
-                    None
-                }
-                // The edge of the float world: readings arrive as W, the ledger keeps integer mW.
-                Some(p) => Some((p * 1000.0).round() as i64),
-                None => None,
-            };
-            if counter.is_none() && power.is_none() && r.errors.is_empty() {
-                r.error("counter_mj", "a sample needs counter_mj or power_w");
+            Some(m) if m.kind == "mig" => {
+                r.error(
+                    "meter",
+                    "a MIG instance has no energy counter; send its GPU's samples",
+                );
+                None
             }
-            let rec = meter.zip(ts).map(|(meter_id, ts)| SampleRow {
-                meter_id,
-                ts,
-                counter_mj: counter,
-                power_mw,
-            });
-            finish(r, rec)
+            Some(m) => Some(m.id),
+        });
+        let ts = r.time("ts", latest);
+        let counter = r.opt_i64("counter_mj");
+        if counter.is_some_and(|c| c < 0) {
+            r.error("counter_mj", "must not be negative");
+        }
+        let power = r.opt_f64("power_w");
+        let power_mw = match power {
+            Some(p) if p < 0.0 => {
+                r.error("power_w", "must not be negative");
+                None
+            }
+            Some(p) if p > 10_000_000.0 => {
+                r.error("power_w", "is above 10 MW: not a plausible meter reading");
+                None
+            }
+            // The edge of the float world: readings arrive as W, the ledger keeps integer mW.
+            Some(p) => Some((p * 1000.0).round() as i64),
+            None => None,
+        };
+        if counter.is_none() && power.is_none() && r.errors.is_empty() {
+            r.error("counter_mj", "a sample needs counter_mj or power_w");
+        }
+        meter.zip(ts).map(|(meter_id, ts)| SampleRow {
+            meter_id,
+            ts,
+            counter_mj: counter,
+            power_mw,
         })
-        .collect();
-    let rows = check(parsed)?;
+    })?;
     store_samples(&state, batch.len(), rows).await
 }
 

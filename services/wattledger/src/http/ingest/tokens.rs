@@ -1,6 +1,6 @@
 //! Token ingest: what inference jobs served, per interval and optionally per tenant.
 
-use super::{check, finish, latest, IngestOutcome};
+use super::{latest, read_all, IngestOutcome};
 use super::{ConflictOut, IngestResponses, Records};
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
@@ -45,36 +45,19 @@ pub async fn tokens_batch(
     let jobs = inventory::ids_by_key(&state.pool, KeyedTable::Jobs, &field("job")).await?;
     let tenants = inventory::ids_by_key(&state.pool, KeyedTable::Tenants, &field("tenant")).await?;
     let latest = latest(&state);
-    let parsed = batch
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let mut r = Record::new(
-                i,
-                v,
-                &[
-                    "job",
-                    "tenant",
-                    "start_at",
-                    "end_at",
-                    "prompt_tokens",
-                    "generated_tokens",
-                ],
-            );
-            let job = r.key("job").and_then(|k| {
-                let id = jobs.get(&k).copied();
-                if id.is_none() {
-                    r.error("job", "unknown job");
-                }
-                id
-            });
-            let tenant = r.opt_key("tenant").map(|k| {
-                let id = tenants.get(&k).copied();
-                if id.is_none() {
-                    r.error("tenant", "unknown tenant");
-                }
-                id
-            });
+    let rows = read_all(
+        &batch,
+        &[
+            "job",
+            "tenant",
+            "start_at",
+            "end_at",
+            "prompt_tokens",
+            "generated_tokens",
+        ],
+        |r| {
+            let job = r.known("job", &jobs, "job");
+            let tenant = r.opt_known("tenant", &tenants, "tenant");
             let start = r.time("start_at", latest);
             let end = r.time("end_at", latest);
             if let (Some(s), Some(e)) = (start, end) {
@@ -89,25 +72,18 @@ pub async fn tokens_batch(
                 }
                 n
             };
-            let prompt = count(&mut r, "prompt_tokens");
-            let generated = count(&mut r, "generated_tokens");
-            let rec = (|| {
-                Some(TokenRow {
-                    job_id: job?,
-                    tenant_id: match tenant {
-                        Some(t) => Some(t?),
-                        None => None,
-                    },
-                    start_at: start?,
-                    end_at: end?,
-                    prompt_tokens: prompt?,
-                    generated_tokens: generated?,
-                })
-            })();
-            finish(r, rec)
-        })
-        .collect();
-    let rows = check(parsed)?;
+            let prompt = count(r, "prompt_tokens");
+            let generated = count(r, "generated_tokens");
+            Some(TokenRow {
+                job_id: job?,
+                tenant_id: tenant,
+                start_at: start?,
+                end_at: end?,
+                prompt_tokens: prompt?,
+                generated_tokens: generated?,
+            })
+        },
+    )?;
     let mut seen = HashSet::new();
     let repeats: Vec<FieldError> = rows
         .iter()
