@@ -1,8 +1,15 @@
-//! The wattledger agent's sources. Each source parses its real wire format in a pure
-//! function beside it, fed real payloads by its tests; the I/O that fetches the payloads
-//! lives at the edges.
+//! The wattledger agent: reads GPUs, PDUs, BMCs, inference servers and schedulers and pushes
+//! what it read to the ingest API, through a disk spool that loses nothing.
+//!
+//! - `sources/`: one pure parser per wire format, fed real payloads by its tests;
+//! - `collect/`: the I/O edge of each source (fetch, parse, turn readings into records);
+//! - `records.rs`: the ingest API's record types;
+//! - `agent/`: configuration, spool, push, metrics and the run loop.
 
+pub mod agent;
+pub mod collect;
 pub mod prom;
+pub mod records;
 pub mod sources;
 
 #[cfg(test)]

@@ -120,7 +120,38 @@ pub struct DeltaTracker {
     last: BTreeMap<(Option<String>, Option<String>), (i64, i64)>,
 }
 
+/// One series' last totals, as the tracker keeps them between runs of the agent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Baseline {
+    pub model: Option<String>,
+    pub tenant: Option<String>,
+    pub prompt: i64,
+    pub generated: i64,
+}
+
 impl DeltaTracker {
+    /// The baselines to keep, so a restarted agent counts on from where it stopped.
+    pub fn baselines(&self) -> Vec<Baseline> {
+        self.last
+            .iter()
+            .map(|((model, tenant), (prompt, generated))| Baseline {
+                model: model.clone(),
+                tenant: tenant.clone(),
+                prompt: *prompt,
+                generated: *generated,
+            })
+            .collect()
+    }
+
+    pub fn from_baselines(baselines: Vec<Baseline>) -> Self {
+        DeltaTracker {
+            last: baselines
+                .into_iter()
+                .map(|b| ((b.model, b.tenant), (b.prompt, b.generated)))
+                .collect(),
+        }
+    }
+
     pub fn observe(&mut self, totals: &[TokenTotals]) -> Vec<TokenDelta> {
         let mut out = Vec::new();
         for t in totals {

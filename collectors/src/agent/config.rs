@@ -1,0 +1,298 @@
+//! The agent's TOML configuration (`deploy/agent/agent.toml` is the documented example),
+//! with environment overrides for what differs per node.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub agent: AgentConfig,
+    /// Meters this agent declares (its node, a facility meter): registered at start.
+    #[serde(default)]
+    pub meters: Vec<MeterConfig>,
+    #[serde(default)]
+    pub nvml: Vec<crate::collect::nvml::NvmlConfig>,
+    #[serde(default)]
+    pub dcgm: Vec<crate::collect::dcgm::DcgmConfig>,
+    #[serde(default)]
+    pub tokens: Vec<crate::collect::tokens::TokensConfig>,
+    #[serde(default)]
+    pub redfish: Vec<crate::collect::redfish::RedfishConfig>,
+    #[serde(default)]
+    pub exporter: Vec<crate::collect::exporter::ExporterConfig>,
+    #[serde(default)]
+    pub slurm: Vec<crate::collect::slurm::SlurmConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Base URL of the wattledger server, e.g. `https://wattledger.example:8080`.
+    pub server: String,
+    /// The collector token, inline (prefer `token_file` or `WATTLEDGER_AGENT_TOKEN`).
+    pub token: Option<String>,
+    pub token_file: Option<PathBuf>,
+    /// The site this agent's meters belong to.
+    pub site: String,
+    /// This node's meter key: the parent of the GPU meters the GPU sources register.
+    pub node: Option<String>,
+    #[serde(default = "default_spool_dir")]
+    pub spool_dir: PathBuf,
+    /// Bound of the spool; the default holds over 72 h of an 8-GPU node read at 1 Hz.
+    #[serde(default = "default_spool_max_mib")]
+    pub spool_max_mib: u64,
+    /// Where refused records go, one JSON line each; default `<spool_dir>/dead-letter.jsonl`.
+    pub dead_letter: Option<PathBuf>,
+    /// Address of the agent's own `/metrics`; none to serve none.
+    pub metrics_listen: Option<String>,
+    #[serde(default = "default_push_max_records")]
+    pub push_max_records: usize,
+    #[serde(default = "default_request_timeout_s")]
+    pub request_timeout_s: f64,
+    /// PEM CA bundle for the server's TLS certificate, beside the system roots.
+    pub ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeterConfig {
+    pub key: String,
+    pub kind: String,
+    pub parent: Option<String>,
+}
+
+fn default_spool_dir() -> PathBuf {
+    PathBuf::from("/var/lib/wattledger-agent/spool")
+}
+fn default_spool_max_mib() -> u64 {
+    512
+}
+fn default_push_max_records() -> usize {
+    5000
+}
+fn default_request_timeout_s() -> f64 {
+    30.0
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Toml {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The environment variables that override `[agent]` settings, and what they set.
+pub const ENV_OVERRIDES: &[(&str, &str)] = &[
+    ("WATTLEDGER_AGENT_SERVER", "agent.server"),
+    ("WATTLEDGER_AGENT_TOKEN", "agent.token"),
+    ("WATTLEDGER_AGENT_TOKEN_FILE", "agent.token_file"),
+    ("WATTLEDGER_AGENT_SITE", "agent.site"),
+    ("WATTLEDGER_AGENT_NODE", "agent.node"),
+    ("WATTLEDGER_AGENT_SPOOL_DIR", "agent.spool_dir"),
+    ("WATTLEDGER_AGENT_METRICS_LISTEN", "agent.metrics_listen"),
+];
+
+impl Config {
+    /// Reads, applies the environment overrides and checks the file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let env: BTreeMap<String, String> = ENV_OVERRIDES
+            .iter()
+            .filter_map(|(k, _)| Some((k.to_string(), std::env::var(k).ok()?)))
+            .collect();
+        Self::parse(&text, &env).map_err(|e| match e {
+            ConfigError::Toml { source, .. } => ConfigError::Toml {
+                path: path.to_owned(),
+                source,
+            },
+            other => other,
+        })
+    }
+
+    pub fn parse(text: &str, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        let mut c: Config = toml::from_str(text).map_err(|e| ConfigError::Toml {
+            path: PathBuf::new(),
+            source: Box::new(e),
+        })?;
+        let a = &mut c.agent;
+        for (var, value) in env {
+            match var.as_str() {
+                "WATTLEDGER_AGENT_SERVER" => a.server = value.clone(),
+                "WATTLEDGER_AGENT_TOKEN" => a.token = Some(value.clone()),
+                "WATTLEDGER_AGENT_TOKEN_FILE" => a.token_file = Some(value.into()),
+                "WATTLEDGER_AGENT_SITE" => a.site = value.clone(),
+                "WATTLEDGER_AGENT_NODE" => a.node = Some(value.clone()),
+                "WATTLEDGER_AGENT_SPOOL_DIR" => a.spool_dir = value.into(),
+                "WATTLEDGER_AGENT_METRICS_LISTEN" => a.metrics_listen = Some(value.clone()),
+                _ => {}
+            }
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        let a = &self.agent;
+        if !(a.server.starts_with("http://") || a.server.starts_with("https://")) {
+            return bad(format!("agent.server {:?} is not an http(s) URL", a.server));
+        }
+        if a.token.is_none() && a.token_file.is_none() {
+            return bad(
+                "no collector token: set agent.token_file, agent.token or WATTLEDGER_AGENT_TOKEN"
+                    .into(),
+            );
+        }
+        if a.spool_max_mib == 0 || a.push_max_records == 0 || a.request_timeout_s <= 0.0 {
+            return bad(
+                "agent.spool_max_mib, push_max_records and request_timeout_s must be positive"
+                    .into(),
+            );
+        }
+        for m in &self.meters {
+            if !["facility", "node"].contains(&m.kind.as_str()) {
+                return bad(format!(
+                    "meter {}: kind {:?} (declare facility and node meters; GPU sources register their GPUs)",
+                    m.key, m.kind
+                ));
+            }
+        }
+        let gpu_sources = !self.nvml.is_empty() || !self.dcgm.is_empty();
+        if gpu_sources && a.node.is_none() {
+            return bad(
+                "agent.node (this node's meter key) is needed by the nvml and dcgm sources".into(),
+            );
+        }
+        let mut names = std::collections::HashSet::new();
+        for name in self.source_names() {
+            if !names.insert(name.clone()) {
+                return bad(format!(
+                    "two sources are named {name:?}: give them distinct `name`s"
+                ));
+            }
+        }
+        for c in &self.exporter {
+            c.check().map_err(ConfigError::Invalid)?;
+        }
+        for c in &self.redfish {
+            if c.outlets.is_empty() {
+                return bad(format!("redfish {}: no outlets mapped to meters", c.url));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every source's name, as it appears in logs and metric labels.
+    pub fn source_names(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        v.extend(self.nvml.iter().map(|c| c.name()));
+        v.extend(self.dcgm.iter().map(|c| c.name()));
+        v.extend(self.tokens.iter().map(|c| c.name()));
+        v.extend(self.redfish.iter().map(|c| c.name()));
+        v.extend(self.exporter.iter().map(|c| c.name()));
+        v.extend(self.slurm.iter().map(|c| c.name()));
+        v
+    }
+
+    /// The token, read from the file when one is named.
+    pub fn token(&self) -> Result<String, ConfigError> {
+        if let Some(t) = &self.agent.token {
+            return Ok(t.trim().to_owned());
+        }
+        let path = self.agent.token_file.as_ref().expect("checked");
+        std::fs::read_to_string(path)
+            .map(|t| t.trim().to_owned())
+            .map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })
+    }
+
+    pub fn dead_letter_path(&self) -> PathBuf {
+        self.agent
+            .dead_letter
+            .clone()
+            .unwrap_or_else(|| self.agent.spool_dir.join("dead-letter.jsonl"))
+    }
+}
+
+/// Expands `{node}`, `{index}`, `{uuid}`, `{gi}` in a meter-key template.
+pub fn meter_key(template: &str, node: &str, index: u32, uuid: &str, gi: Option<u32>) -> String {
+    template
+        .replace("{node}", node)
+        .replace("{index}", &index.to_string())
+        .replace("{uuid}", uuid)
+        .replace("{gi}", &gi.map(|g| g.to_string()).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../../deploy/agent/agent.toml");
+
+    #[test]
+    fn the_documented_example_parses() {
+        let c = Config::parse(EXAMPLE, &BTreeMap::new()).unwrap();
+        assert_eq!(c.agent.site, "fra1");
+        assert!(!c.dcgm.is_empty() && !c.tokens.is_empty() && !c.slurm.is_empty());
+        assert!(!c.redfish.is_empty() && !c.exporter.is_empty() && !c.nvml.is_empty());
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let env = BTreeMap::from([
+            ("WATTLEDGER_AGENT_NODE".to_string(), "fra1-n07".to_string()),
+            ("WATTLEDGER_AGENT_TOKEN".to_string(), "t0k".to_string()),
+        ]);
+        let c = Config::parse(EXAMPLE, &env).unwrap();
+        assert_eq!(c.agent.node.as_deref(), Some("fra1-n07"));
+        assert_eq!(c.token().unwrap(), "t0k");
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let base = "[agent]\nserver = \"http://x\"\ntoken = \"t\"\nsite = \"s\"\n";
+        let err = |extra: &str| {
+            Config::parse(&format!("{base}{extra}"), &BTreeMap::new())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err("[[dcgm]]\nurl = \"http://h:9400/metrics\"\n").contains("agent.node"));
+        assert!(err("colour = 1\n").contains("unknown field"));
+        assert!(err("[[meters]]\nkey = \"g\"\nkind = \"gpu\"\n").contains("GPU sources register"));
+        assert!(Config::parse(base, &BTreeMap::new()).is_ok());
+        let no_token = "[agent]\nserver = \"http://x\"\nsite = \"s\"\n";
+        assert!(Config::parse(no_token, &BTreeMap::new())
+            .unwrap_err()
+            .to_string()
+            .contains("token"));
+    }
+
+    #[test]
+    fn meter_key_templates() {
+        assert_eq!(
+            meter_key("{node}-gpu{index}", "n1", 3, "GPU-x", None),
+            "n1-gpu3"
+        );
+        assert_eq!(
+            meter_key("{node}-gpu{index}-mig{gi}", "n1", 0, "GPU-x", Some(2)),
+            "n1-gpu0-mig2"
+        );
+        assert_eq!(meter_key("{uuid}", "n1", 0, "GPU-x", None), "GPU-x");
+    }
+}

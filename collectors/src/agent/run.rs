@@ -1,0 +1,291 @@
+//! Runs the configured sources, each on its own interval under one runtime, spools what they
+//! read, and pushes the spool. A slow or failing source never holds up the others: each runs
+//! in its own task with a time limit per cycle.
+
+use super::config::Config;
+use super::dead_letter::DeadLetter;
+use super::metrics::Metrics;
+use super::push::Pusher;
+use super::spool::{Entry, SourceState, Spool, SpoolError};
+use crate::collect::{self, Source, SourceError};
+use crate::records::{Batch, Meter};
+use chrono::Utc;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Config(#[from] super::config::ConfigError),
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+    #[error("HTTP client: {0}")]
+    Http(String),
+    #[error("metrics listener on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+/// Builds every configured source.
+pub fn sources(config: &Config) -> Result<Vec<Box<dyn Source>>, AgentError> {
+    let timeout = |s: f64| Duration::from_secs_f64(s.clamp(1.0, 30.0));
+    let client = |ca: Option<&std::path::Path>, interval: f64| {
+        collect::http_client(ca, timeout(interval)).map_err(AgentError::Http)
+    };
+    let site = &config.agent.site;
+    let node = config.agent.node.clone().unwrap_or_default();
+    let mut out: Vec<Box<dyn Source>> = Vec::new();
+    for c in &config.nvml {
+        out.push(Box::new(collect::nvml::NvmlSource::new(
+            c.clone(),
+            site,
+            &node,
+        )));
+    }
+    for c in &config.dcgm {
+        let http = client(None, c.interval_s)?;
+        out.push(Box::new(collect::dcgm::DcgmSource::new(
+            c.clone(),
+            site,
+            &node,
+            http,
+        )));
+    }
+    for c in &config.tokens {
+        let http = client(None, c.interval_s)?;
+        out.push(Box::new(collect::tokens::TokensSource::new(
+            c.clone(),
+            http,
+        )));
+    }
+    for c in &config.redfish {
+        let http = client(c.ca_file.as_deref(), c.interval_s)?;
+        out.push(Box::new(collect::redfish::RedfishSource::new(
+            c.clone(),
+            http,
+        )));
+    }
+    for c in &config.exporter {
+        let http = client(None, c.interval_s)?;
+        out.push(Box::new(collect::exporter::ExporterSource::new(
+            c.clone(),
+            http,
+        )));
+    }
+    for c in &config.slurm {
+        out.push(Box::new(collect::slurm::SlurmSource::new(c.clone())));
+    }
+    Ok(out)
+}
+
+/// Runs the agent until `shutdown` completes. What was read and not yet acknowledged stays in
+/// the spool for the next start.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    let metrics = Arc::new(Metrics::default());
+    let spool = Spool::open(&config.agent.spool_dir, config.agent.spool_max_mib << 20)?;
+    let states = spool.states()?;
+    let pending = spool.pending_bytes();
+    let spool = Arc::new(Mutex::new(spool));
+    let wake = Arc::new(Notify::new());
+    tracing::info!(spool = %config.agent.spool_dir.display(), pending_bytes = pending,
+        server = %config.agent.server, "agent starting");
+
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(addr) = &config.agent.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| AgentError::Listen {
+                addr: addr.clone(),
+                source,
+            })?;
+        tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /metrics");
+        let m = metrics.clone();
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let m = m.clone();
+                async move {
+                    (
+                        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+                        m.render(),
+                    )
+                }
+            }),
+        );
+        tasks.spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "metrics server stopped");
+            }
+        });
+    }
+
+    let pusher = Pusher {
+        client: collect::http_client(
+            config.agent.ca_file.as_deref(),
+            Duration::from_secs_f64(config.agent.request_timeout_s),
+        )
+        .map_err(AgentError::Http)?,
+        server: config.agent.server.clone(),
+        token: config.token()?,
+        spool: spool.clone(),
+        wake: wake.clone(),
+        metrics: metrics.clone(),
+        dead_letter: DeadLetter::new(config.dead_letter_path()),
+        max_records: config.agent.push_max_records,
+    };
+    tasks.spawn(pusher.run());
+
+    // The meters this agent declares go first, so the GPU meters and samples that name them
+    // are accepted.
+    if !config.meters.is_empty() {
+        let meters = config
+            .meters
+            .iter()
+            .map(|m| Meter {
+                key: m.key.clone(),
+                site: config.agent.site.clone(),
+                kind: m.kind.clone(),
+                parent: m.parent.clone(),
+                gpu_uuid: None,
+                device_model: None,
+                mig_profile: None,
+            })
+            .collect();
+        let shared = Shared {
+            spool: spool.clone(),
+            wake: wake.clone(),
+            metrics: metrics.clone(),
+        };
+        shared
+            .spool_batches("inventory", vec![Batch::Meters(meters)], None)
+            .await;
+    }
+
+    for mut source in sources(&config)? {
+        if let Some(state) = states.get(&source.name()) {
+            source.restore(state.clone());
+        }
+        let shared = Shared {
+            spool: spool.clone(),
+            wake: wake.clone(),
+            metrics: metrics.clone(),
+        };
+        tasks.spawn(async move { shared.drive(source).await });
+    }
+
+    shutdown.await;
+    tracing::info!("agent stopping; unsent data stays in the spool");
+    tasks.shutdown().await;
+    Ok(())
+}
+
+struct Shared {
+    spool: Arc<Mutex<Spool>>,
+    wake: Arc<Notify>,
+    metrics: Arc<Metrics>,
+}
+
+impl Shared {
+    /// One source's loop.
+    async fn drive(self, mut source: Box<dyn Source>) {
+        let name = source.name();
+        let every = source.interval();
+        let limit = every.max(Duration::from_secs(10));
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut said_unavailable = false;
+        loop {
+            ticker.tick().await;
+            let now = Utc::now();
+            let outcome = tokio::time::timeout(limit, source.collect(now)).await;
+            match outcome {
+                Ok(Ok(c)) => {
+                    said_unavailable = false;
+                    self.metrics
+                        .add("wattledger_agent_source_reads_total", &name, 1);
+                    self.metrics.set(
+                        "wattledger_agent_source_last_success_timestamp_seconds",
+                        &name,
+                        now.timestamp_millis() as f64 / 1000.0,
+                    );
+                    let state = c.state.map(|value| SourceState {
+                        source: name.clone(),
+                        value,
+                    });
+                    self.spool_batches(&name, c.batches, state).await;
+                }
+                Ok(Err(SourceError::Unavailable(why))) => {
+                    self.metrics
+                        .add("wattledger_agent_source_errors_total", &name, 1);
+                    if !said_unavailable {
+                        tracing::error!(source = %name, reason = %why,
+                            "source unavailable on this machine; the other sources go on, and this one is retried every 5 minutes");
+                        said_unavailable = true;
+                    }
+                    tokio::time::sleep(Duration::from_secs(300)).await;
+                }
+                Ok(Err(e)) => {
+                    self.metrics
+                        .add("wattledger_agent_source_errors_total", &name, 1);
+                    tracing::warn!(source = %name, error = %e, "source cycle failed");
+                }
+                Err(_) => {
+                    self.metrics
+                        .add("wattledger_agent_source_errors_total", &name, 1);
+                    tracing::warn!(source = %name, limit_s = limit.as_secs_f64(), "source cycle timed out");
+                }
+            }
+        }
+    }
+
+    /// Spools a cycle's batches, the source's state with the last of them.
+    async fn spool_batches(&self, name: &str, batches: Vec<Batch>, state: Option<SourceState>) {
+        if batches.is_empty() {
+            return;
+        }
+        let records: u64 = batches.iter().map(|b| b.len() as u64).sum();
+        let n = batches.len();
+        let entries: Vec<Entry> = batches
+            .into_iter()
+            .enumerate()
+            .map(|(i, batch)| Entry {
+                batch,
+                state: if i + 1 == n { state.clone() } else { None },
+            })
+            .collect();
+        let spool = self.spool.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let mut s = spool.lock().expect("spool lock");
+            let mut done = 0u64;
+            for e in &entries {
+                s.append(e)?;
+                done += e.batch.len() as u64;
+            }
+            Ok::<u64, SpoolError>(done)
+        })
+        .await
+        .expect("spool task");
+        match written {
+            Ok(done) => {
+                self.metrics
+                    .add("wattledger_agent_records_read_total", name, done);
+                self.wake.notify_one();
+            }
+            Err(SpoolError::Full { pending, max, .. }) => {
+                self.metrics
+                    .add("wattledger_agent_records_dropped_total", name, records);
+                tracing::error!(source = %name, records, pending_bytes = pending, max_bytes = max,
+                    "SPOOL FULL: the server has not taken data for a long time; keeping the oldest data and dropping these new records");
+            }
+            Err(e) => {
+                self.metrics
+                    .add("wattledger_agent_records_dropped_total", name, records);
+                tracing::error!(source = %name, records, error = %e, "could not spool records");
+            }
+        }
+    }
+}

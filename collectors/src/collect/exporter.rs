@@ -1,0 +1,243 @@
+//! Prometheus exporters a site already runs (snmp_exporter for PDUs, ipmi_exporter for BMCs):
+//! series picked by name and labels, mapped to meters, with their unit said in the config.
+
+use super::{get_text, BoxFuture, Collected, Source, SourceError};
+use crate::prom;
+use crate::records::{Batch, Sample};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExporterConfig {
+    pub name: Option<String>,
+    /// The scrape URL with its query, e.g.
+    /// `http://127.0.0.1:9116/snmp?module=apc_rpdu2&target=pdu1`.
+    pub url: String,
+    #[serde(default = "default_interval")]
+    pub interval_s: f64,
+    pub map: Vec<Mapping>,
+}
+
+/// One series → one meter.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mapping {
+    pub metric: String,
+    /// Labels the series must carry with these values.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub meter: String,
+    /// The series' unit. Power (a gauge): `mW`, `W`, `0.01kW`, `0.1kW`, `kW`. Energy (a counter,
+    /// even where the exporter calls it a gauge): `mJ`, `J`, `Wh`, `0.01kWh`, `0.1kWh`, `kWh`.
+    pub unit: String,
+}
+
+fn default_interval() -> f64 {
+    30.0
+}
+
+/// What a unit reads as: W per unit for power, mJ per unit for energy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Unit {
+    Power(f64),
+    Energy(f64),
+}
+
+fn unit(name: &str) -> Option<Unit> {
+    Some(match name {
+        "mW" => Unit::Power(0.001),
+        "W" => Unit::Power(1.0),
+        "0.01kW" => Unit::Power(10.0),
+        "0.1kW" => Unit::Power(100.0),
+        "kW" => Unit::Power(1000.0),
+        "mJ" => Unit::Energy(1.0),
+        "J" => Unit::Energy(1e3),
+        "Wh" => Unit::Energy(3.6e6),
+        "0.01kWh" => Unit::Energy(3.6e7),
+        "0.1kWh" => Unit::Energy(3.6e8),
+        "kWh" => Unit::Energy(3.6e9),
+        _ => return None,
+    })
+}
+
+impl ExporterConfig {
+    pub fn name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("exporter {}", self.url))
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        if self.map.is_empty() {
+            return Err(format!(
+                "exporter {}: no [[exporter.map]] entries",
+                self.url
+            ));
+        }
+        for m in &self.map {
+            if unit(&m.unit).is_none() {
+                return Err(format!(
+                    "exporter {}: metric {}: unit {:?} is none of mW W 0.01kW 0.1kW kW mJ J Wh 0.01kWh 0.1kWh kWh",
+                    self.url, m.metric, m.unit
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Picks the mapped series out of a scrape, one sample per meter. Negative values are the
+/// vendors' "not supported" (-1) and are skipped; two series matching one mapping are an
+/// error, since summing or choosing would both be guesses.
+pub fn samples(
+    scrape: &prom::Scrape,
+    map: &[Mapping],
+    now: DateTime<Utc>,
+) -> Result<Vec<Sample>, String> {
+    let mut by_meter: BTreeMap<&str, Sample> = BTreeMap::new();
+    for m in map {
+        let Some(u) = unit(&m.unit) else { continue };
+        let matching: Vec<&prom::Sample> = scrape
+            .samples
+            .iter()
+            .filter(|s| s.name == m.metric && m.labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+            .collect();
+        if matching.len() > 1 {
+            return Err(format!(
+                "{} series of {} match the labels {:?} for meter {}: name more labels",
+                matching.len(),
+                m.metric,
+                m.labels,
+                m.meter
+            ));
+        }
+        let Some(s) = matching.first() else { continue };
+        if !s.value.is_finite() || s.value < 0.0 {
+            continue;
+        }
+        let sample = by_meter.entry(&m.meter).or_insert_with(|| Sample {
+            meter: m.meter.clone(),
+            ts: now,
+            counter_mj: None,
+            power_w: None,
+        });
+        match u {
+            Unit::Power(w) => sample.power_w = Some(s.value * w),
+            Unit::Energy(mj) => sample.counter_mj = Some((s.value * mj).round() as i64),
+        }
+    }
+    Ok(by_meter.into_values().collect())
+}
+
+pub struct ExporterSource {
+    config: ExporterConfig,
+    client: reqwest::Client,
+}
+
+impl ExporterSource {
+    pub fn new(config: ExporterConfig, client: reqwest::Client) -> Self {
+        ExporterSource { config, client }
+    }
+}
+
+impl Source for ExporterSource {
+    fn name(&self) -> String {
+        self.config.name()
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.config.interval_s)
+    }
+
+    fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
+        Box::pin(async move {
+            let text = get_text(&self.client, &self.config.url, None).await?;
+            let parse = |reason: String| SourceError::Parse {
+                what: self.config.url.clone(),
+                reason,
+            };
+            let scrape = prom::parse(&text).map_err(|e| parse(e.to_string()))?;
+            let s = samples(&scrape, &self.config.map, now).map_err(parse)?;
+            Ok(Collected {
+                batches: if s.is_empty() {
+                    vec![]
+                } else {
+                    vec![Batch::Samples(s)]
+                },
+                state: None,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+
+    fn config(text: &str) -> ExporterConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_790_000_000, 0).unwrap()
+    }
+
+    #[test]
+    fn ipmi_exporter_power_of_a_bmc() {
+        let c = config(
+            "url = \"http://x\"\n[[map]]\nmetric = \"ipmi_power_watts\"\nlabels = { id = \"1\" }\nmeter = \"n1\"\nunit = \"W\"\n",
+        );
+        let scrape = prom::parse(&fixtures::read(
+            "pdu/prometheus/ipmi_exporter-ipmi_sim-default.prom",
+        ))
+        .unwrap();
+        let s = samples(&scrape, &c.map, now()).unwrap();
+        assert_eq!(
+            (s[0].meter.as_str(), s[0].power_w, s[0].counter_mj),
+            ("n1", Some(1840.0), None)
+        );
+    }
+
+    #[test]
+    fn snmp_exporter_apc_outlet_in_tenths_of_kwh_rises() {
+        let c = config(
+            "url = \"http://x\"\n\
+             [[map]]\nmetric = \"rPDU2OutletMeteredStatusEnergy\"\nlabels = { rPDU2OutletMeteredStatusIndex = \"1\" }\nmeter = \"n1\"\nunit = \"0.1kWh\"\n\
+             [[map]]\nmetric = \"rPDU2OutletMeteredStatusPower\"\nlabels = { rPDU2OutletMeteredStatusIndex = \"1\" }\nmeter = \"n1\"\nunit = \"W\"\n",
+        );
+        c.check().unwrap();
+        let read = |f: &str| {
+            let scrape = prom::parse(&fixtures::read(&format!("pdu/prometheus/{f}"))).unwrap();
+            samples(&scrape, &c.map, now()).unwrap().remove(0)
+        };
+        let t0 = read("snmp_exporter-apc_rpdu2_fast-t0.prom");
+        let t10 = read("snmp_exporter-apc_rpdu2_fast-t10s.prom");
+        let (e0, e10) = (t0.counter_mj.unwrap(), t10.counter_mj.unwrap());
+        assert_eq!(e0 % 360_000_000, 0, "whole tenths of a kWh");
+        assert!(e10 > e0, "the fast recording's counter rises: {e0} → {e10}");
+        assert!(t0.power_w.unwrap() > 0.0);
+    }
+
+    #[test]
+    fn unsupported_and_ambiguous_series() {
+        let scrape = prom::parse("pwr{o=\"1\"} -1\npwr{o=\"2\"} 5\n").unwrap();
+        let map = |labels: &str| {
+            config(&format!(
+                "url = \"http://x\"\n[[map]]\nmetric = \"pwr\"\nlabels = {labels}\nmeter = \"n\"\nunit = \"W\"\n"
+            ))
+            .map
+        };
+        assert!(samples(&scrape, &map("{ o = \"1\" }"), now())
+            .unwrap()
+            .is_empty());
+        assert!(samples(&scrape, &map("{}"), now())
+            .unwrap_err()
+            .contains("2 series"));
+        let bad =
+            config("url = \"http://x\"\n[[map]]\nmetric = \"p\"\nmeter = \"n\"\nunit = \"kVA\"\n");
+        assert!(bad.check().unwrap_err().contains("kVA"));
+    }
+}

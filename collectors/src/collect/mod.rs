@@ -1,0 +1,105 @@
+//! The I/O edge of each source: fetch its wire format on an interval, hand the text to the
+//! source's pure parser (`crate::sources`), and turn the readings into ingest records.
+
+pub mod dcgm;
+pub mod exporter;
+pub mod nvml;
+pub mod redfish;
+pub mod slurm;
+pub mod tokens;
+
+use crate::records::Batch;
+use chrono::{DateTime, Utc};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What one collection cycle produced: batches in send order, and the source's state after
+/// them (spooled with them, so it is recovered exactly as far as they were).
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub batches: Vec<Batch>,
+    pub state: Option<serde_json::Value>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The peer could not be reached or answered with an error: retried next interval.
+    #[error("fetching {what}: {reason}")]
+    Fetch { what: String, reason: String },
+    /// The peer answered something this source cannot read.
+    #[error("reading {what}: {reason}")]
+    Parse { what: String, reason: String },
+    /// The source cannot work on this machine (no NVIDIA driver, no `sacct`): said once,
+    /// then retried quietly at a slower pace.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+pub trait Source: Send {
+    fn name(&self) -> String;
+    fn interval(&self) -> Duration;
+    /// Takes back the state spooled by an earlier run.
+    fn restore(&mut self, _state: serde_json::Value) {}
+    fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>>;
+}
+
+/// Seconds from the config to a `Duration`, at least 100 ms.
+pub(crate) fn interval(seconds: f64) -> Duration {
+    Duration::from_secs_f64(seconds.max(0.1))
+}
+
+/// GETs a text document, failing on a non-2xx answer.
+pub(crate) async fn get_text(
+    client: &reqwest::Client,
+    url: &str,
+    auth: Option<(&str, &str)>,
+) -> Result<String, SourceError> {
+    let mut req = client.get(url);
+    if let Some((user, password)) = auth {
+        req = req.basic_auth(user, Some(password));
+    }
+    let fetch = |reason: String| SourceError::Fetch {
+        what: url.to_owned(),
+        reason,
+    };
+    let resp = req.send().await.map_err(|e| fetch(error_chain(&e)))?;
+    let status = resp.status();
+    let text = resp.text().await.map_err(|e| fetch(error_chain(&e)))?;
+    if !status.is_success() {
+        let snippet: String = text.chars().take(200).collect();
+        return Err(fetch(format!("HTTP {status}: {snippet}")));
+    }
+    Ok(text)
+}
+
+/// An error with its causes, so "error sending request" says why.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// An HTTP client for a source, trusting `ca_file` beside the system roots.
+pub(crate) fn http_client(
+    ca_file: Option<&std::path::Path>,
+    timeout: Duration,
+) -> Result<reqwest::Client, String> {
+    let mut b = reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let cert = reqwest::Certificate::from_pem(&pem)
+            .map_err(|e| format!("{}: not a PEM certificate: {e}", path.display()))?;
+        b = b.add_root_certificate(cert);
+    }
+    b.build().map_err(|e| error_chain(&e))
+}

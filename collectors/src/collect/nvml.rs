@@ -1,0 +1,244 @@
+//! NVML on the GPU node: each GPU's energy counter (mJ since driver load, Volta and later)
+//! and power as samples, the GPUs as meters, and which job owns each compute process
+//! (from `/proc/<pid>/cgroup`) in the log and on `/metrics` for cross-checking allocations.
+//!
+//! NVML is loaded at run time (`libnvidia-ml.so`): on a machine without the NVIDIA driver the
+//! source says so once and the agent's other sources go on.
+
+use super::{BoxFuture, Collected, Source, SourceError};
+use crate::agent::config::meter_key;
+use crate::records::{Batch, Meter, Sample};
+use crate::sources::cgroup;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvmlConfig {
+    pub name: Option<String>,
+    #[serde(default = "default_interval")]
+    pub interval_s: f64,
+    #[serde(default = "super::dcgm::default_gpu_meter")]
+    pub gpu_meter: String,
+    /// Read `/proc/<pid>/cgroup` of GPU processes to name the job that owns each.
+    #[serde(default = "yes")]
+    pub processes: bool,
+}
+
+fn default_interval() -> f64 {
+    1.0
+}
+fn yes() -> bool {
+    true
+}
+
+impl NvmlConfig {
+    pub fn name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| "nvml".into())
+    }
+}
+
+/// What NVML said about one GPU in one read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuRead {
+    pub index: u32,
+    pub uuid: String,
+    pub name: Option<String>,
+    /// `None` where the GPU has no energy counter (before Volta) or NVML refused.
+    pub energy_mj: Option<u64>,
+    pub power_mw: Option<u32>,
+    pub pids: Vec<u32>,
+}
+
+/// One read of all GPUs to records: meters for GPUs not yet registered, one sample each.
+pub fn records(
+    reads: &[GpuRead],
+    site: &str,
+    node: &str,
+    template: &str,
+    registered: &mut BTreeSet<String>,
+    now: DateTime<Utc>,
+) -> Vec<Batch> {
+    let mut meters = Vec::new();
+    let mut samples = Vec::new();
+    for g in reads {
+        let key = meter_key(template, node, g.index, &g.uuid, None);
+        if registered.insert(key.clone()) {
+            meters.push(Meter {
+                key: key.clone(),
+                site: site.to_owned(),
+                kind: "gpu".into(),
+                parent: Some(node.to_owned()),
+                gpu_uuid: Some(g.uuid.clone()),
+                device_model: g.name.clone(),
+                mig_profile: None,
+            });
+        }
+        let counter_mj = g.energy_mj.and_then(|e| i64::try_from(e).ok());
+        let power_w = g.power_mw.map(|mw| f64::from(mw) / 1000.0);
+        if counter_mj.is_some() || power_w.is_some() {
+            samples.push(Sample {
+                meter: key,
+                ts: now,
+                counter_mj,
+                power_w,
+            });
+        }
+    }
+    let mut out = Vec::new();
+    if !meters.is_empty() {
+        out.push(Batch::Meters(meters));
+    }
+    if !samples.is_empty() {
+        out.push(Batch::Samples(samples));
+    }
+    out
+}
+
+pub struct NvmlSource {
+    config: NvmlConfig,
+    site: String,
+    node: String,
+    nvml: Option<Arc<nvml_wrapper::Nvml>>,
+    registered: BTreeSet<String>,
+}
+
+impl NvmlSource {
+    pub fn new(config: NvmlConfig, site: &str, node: &str) -> Self {
+        NvmlSource {
+            config,
+            site: site.to_owned(),
+            node: node.to_owned(),
+            nvml: None,
+            registered: BTreeSet::new(),
+        }
+    }
+}
+
+fn read_all(nvml: &nvml_wrapper::Nvml) -> Result<Vec<GpuRead>, nvml_wrapper::error::NvmlError> {
+    let mut reads = Vec::new();
+    for i in 0..nvml.device_count()? {
+        let d = nvml.device_by_index(i)?;
+        reads.push(GpuRead {
+            index: d.index().unwrap_or(i),
+            uuid: d.uuid()?,
+            name: d.name().ok(),
+            energy_mj: d.total_energy_consumption().ok(),
+            power_mw: d.power_usage().ok(),
+            pids: d
+                .running_compute_processes()
+                .map(|ps| ps.iter().map(|p| p.pid).collect())
+                .unwrap_or_default(),
+        });
+    }
+    Ok(reads)
+}
+
+impl Source for NvmlSource {
+    fn name(&self) -> String {
+        self.config.name()
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.config.interval_s)
+    }
+
+    fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
+        Box::pin(async move {
+            let nvml = match &self.nvml {
+                Some(n) => n.clone(),
+                None => {
+                    let n = tokio::task::spawn_blocking(nvml_wrapper::Nvml::init)
+                        .await
+                        .map_err(|e| SourceError::Unavailable(e.to_string()))?
+                        .map_err(|e| {
+                            SourceError::Unavailable(format!(
+                                "NVML could not start ({e}): no NVIDIA driver on this node?"
+                            ))
+                        })?;
+                    let n = Arc::new(n);
+                    self.nvml = Some(n.clone());
+                    n
+                }
+            };
+            let reads = tokio::task::spawn_blocking(move || read_all(&nvml))
+                .await
+                .map_err(|e| SourceError::Fetch {
+                    what: "NVML".into(),
+                    reason: e.to_string(),
+                })?
+                .map_err(|e| SourceError::Fetch {
+                    what: "NVML".into(),
+                    reason: e.to_string(),
+                })?;
+            if self.config.processes {
+                for g in &reads {
+                    for pid in &g.pids {
+                        let owner = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                            .ok()
+                            .and_then(|c| cgroup::owner(&c));
+                        tracing::debug!(gpu = g.index, uuid = %g.uuid, pid, ?owner, "GPU process");
+                    }
+                }
+            }
+            let batches = records(
+                &reads,
+                &self.site,
+                &self.node,
+                &self.config.gpu_meter,
+                &mut self.registered,
+                now,
+            );
+            Ok(Collected {
+                batches,
+                state: None,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_become_meters_once_and_samples_in_mj_and_w() {
+        let reads = vec![
+            GpuRead {
+                index: 0,
+                uuid: "GPU-a".into(),
+                name: Some("NVIDIA H200".into()),
+                energy_mj: Some(123_456_789),
+                power_mw: Some(612_345),
+                pids: vec![],
+            },
+            // A pre-Volta board: power only.
+            GpuRead {
+                index: 1,
+                uuid: "GPU-b".into(),
+                name: None,
+                energy_mj: None,
+                power_mw: Some(70_000),
+                pids: vec![],
+            },
+        ];
+        let now = DateTime::from_timestamp(1_790_000_000, 0).unwrap();
+        let mut reg = BTreeSet::new();
+        let b = records(&reads, "fra1", "n1", "{node}-gpu{index}", &mut reg, now);
+        let Batch::Meters(m) = &b[0] else { panic!() };
+        assert_eq!(
+            (m[0].key.as_str(), m[0].parent.as_deref()),
+            ("n1-gpu0", Some("n1"))
+        );
+        let Batch::Samples(s) = &b[1] else { panic!() };
+        assert_eq!(
+            (s[0].counter_mj, s[0].power_w),
+            (Some(123_456_789), Some(612.345))
+        );
+        assert_eq!((s[1].counter_mj, s[1].power_w), (None, Some(70.0)));
+        let again = records(&reads, "fra1", "n1", "{node}-gpu{index}", &mut reg, now);
+        assert_eq!(again.len(), 1, "registered once");
+    }
+}

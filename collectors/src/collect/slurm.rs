@@ -1,0 +1,370 @@
+//! Slurm: jobs and the GPUs they held, from `sacct --json` over a sliding time window, with
+//! the GPU indices of running jobs from `squeue --json` (accounting keeps only GPU counts).
+//!
+//! Indices seen while a job runs are kept in the source's spooled state, so a job that ends
+//! between two polls, or across an agent restart, is still sent with its GPUs.
+
+use super::{BoxFuture, Collected, Source, SourceError};
+use crate::agent::config::meter_key;
+use crate::records::{Allocation, Batch, Job};
+use crate::sources::slurm::{self, NodeGpus, SlurmJob};
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmConfig {
+    pub name: Option<String>,
+    /// Overrides the cluster name Slurm reports (the middle of `slurm:<cluster>:<jobid>`).
+    pub cluster: Option<String>,
+    #[serde(default = "default_sacct")]
+    pub sacct: String,
+    /// `squeue`, for the GPU indices of running jobs; empty to skip.
+    #[serde(default = "default_squeue")]
+    pub squeue: String,
+    #[serde(default = "default_interval")]
+    pub interval_s: f64,
+    /// How far back the first poll reaches.
+    #[serde(default = "default_lookback")]
+    pub lookback_s: i64,
+    /// Account → tenant key; an unmapped account is its own tenant key.
+    #[serde(default)]
+    pub accounts: BTreeMap<String, String>,
+    /// Partition → job kind; others are `default_kind`.
+    #[serde(default)]
+    pub partition_kinds: BTreeMap<String, String>,
+    #[serde(default = "default_kind")]
+    pub default_kind: String,
+    /// Slurm node name → node meter key; unmapped nodes keep their name.
+    #[serde(default)]
+    pub node_meters: BTreeMap<String, String>,
+    #[serde(default = "super::dcgm::default_gpu_meter")]
+    pub gpu_meter: String,
+    /// GPUs per node, so an exclusive job whose indices were never seen still gets its GPUs.
+    pub gpus_per_node: Option<u32>,
+}
+
+fn default_sacct() -> String {
+    "sacct".into()
+}
+fn default_squeue() -> String {
+    "squeue".into()
+}
+fn default_interval() -> f64 {
+    60.0
+}
+fn default_lookback() -> i64 {
+    86_400
+}
+fn default_kind() -> String {
+    "batch".into()
+}
+
+impl SlurmConfig {
+    pub fn name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| "slurm".into())
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct State {
+    /// Where the next window starts.
+    since: Option<DateTime<Utc>>,
+    /// GPU indices per job key and node, seen while the job ran.
+    indices: BTreeMap<String, BTreeMap<String, Vec<u32>>>,
+    /// What was last sent per job, so an unchanged job is not sent again.
+    sent: BTreeMap<String, String>,
+}
+
+pub struct SlurmSource {
+    config: SlurmConfig,
+    state: State,
+    warned_no_indices: std::collections::BTreeSet<String>,
+}
+
+impl SlurmSource {
+    pub fn new(config: SlurmConfig) -> Self {
+        SlurmSource {
+            config,
+            state: State::default(),
+            warned_no_indices: Default::default(),
+        }
+    }
+
+    fn key(&self, j: &SlurmJob) -> String {
+        match &self.config.cluster {
+            Some(c) => format!("slurm:{c}:{}", j.job_id),
+            None => j.key(),
+        }
+    }
+
+    /// Remembers the GPU indices live jobs hold.
+    fn learn(&mut self, live: &[SlurmJob]) {
+        for j in live {
+            if j.gpus.is_empty() {
+                continue;
+            }
+            let per_node = j
+                .gpus
+                .iter()
+                .map(|g: &NodeGpus| (g.node.clone(), g.indices.clone()))
+                .collect();
+            self.state.indices.insert(self.key(j), per_node);
+        }
+    }
+
+    /// The accounting jobs as records: started jobs only, unchanged ones left out.
+    fn records(&mut self, jobs: &[SlurmJob], polled_from: DateTime<Utc>) -> Collected {
+        let mut out = Vec::new();
+        let mut seen = BTreeMap::new();
+        for j in jobs {
+            let (Some(start), false) = (j.start, j.account.is_empty()) else {
+                continue;
+            };
+            let key = self.key(j);
+            let start_at = at(start);
+            let end_at = j.end.map(at);
+            let mut gpus: Vec<(String, u32)> = Vec::new();
+            let known = self.state.indices.get(&key).cloned().or_else(|| {
+                (!j.gpus.is_empty()).then(|| {
+                    j.gpus
+                        .iter()
+                        .map(|g| (g.node.clone(), g.indices.clone()))
+                        .collect()
+                })
+            });
+            match (known, j.gpu_count, self.config.gpus_per_node) {
+                (Some(per_node), _, _) => {
+                    for (node, idx) in per_node {
+                        gpus.extend(idx.into_iter().map(|i| (node.clone(), i)));
+                    }
+                }
+                (None, Some(n), Some(per)) if n > 0 && n == per * j.nodes.len() as u32 => {
+                    for node in &j.nodes {
+                        gpus.extend((0..per).map(|i| (node.clone(), i)));
+                    }
+                }
+                (None, Some(n), _) if n > 0 && self.warned_no_indices.insert(key.clone()) => {
+                    tracing::warn!(job = %key, gpus = n,
+                        "no GPU indices known for this job (it was never seen running by squeue); sent without allocations");
+                }
+                _ => {}
+            }
+            let allocations = gpus
+                .iter()
+                .map(|(node, i)| {
+                    let node_key = self.config.node_meters.get(node).unwrap_or(node);
+                    Allocation {
+                        meter: meter_key(&self.config.gpu_meter, node_key, *i, "", None),
+                        share: None,
+                        start_at: None,
+                        end_at: None,
+                    }
+                })
+                .collect();
+            let job = Job {
+                key: key.clone(),
+                name: Some(j.name.clone()).filter(|n| !n.is_empty()),
+                tenant: self
+                    .config
+                    .accounts
+                    .get(&j.account)
+                    .cloned()
+                    .unwrap_or_else(|| j.account.clone()),
+                model: None,
+                kind: self
+                    .config
+                    .partition_kinds
+                    .get(&j.partition)
+                    .cloned()
+                    .unwrap_or_else(|| self.config.default_kind.clone()),
+                priority: None,
+                submit_at: j.submit.map(at),
+                start_at,
+                end_at,
+                allocations,
+            };
+            let fingerprint = serde_json::to_string(&job).expect("jobs serialize");
+            if self.state.sent.get(&key) != Some(&fingerprint) {
+                out.push(job);
+            }
+            seen.insert(key, fingerprint);
+            if end_at.is_some() {
+                // Finished: its indices are no longer needed once it is sent.
+                self.state.indices.remove(&self.key(j));
+            }
+        }
+        self.state.sent = seen;
+        // The next window overlaps this one, so a job that changes at the edge is not missed.
+        self.state.since = Some(polled_from);
+        Collected {
+            batches: if out.is_empty() {
+                vec![]
+            } else {
+                vec![Batch::Jobs(out)]
+            },
+            state: Some(serde_json::to_value(&self.state).expect("state serializes")),
+        }
+    }
+}
+
+fn at(unix: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(unix, 0).unwrap_or(DateTime::UNIX_EPOCH)
+}
+
+async fn run_json(program: &str, args: &[String]) -> Result<String, SourceError> {
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .env("TZ", "UTC")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                SourceError::Unavailable(format!("{program} is not installed or not on PATH"))
+            } else {
+                SourceError::Fetch {
+                    what: program.to_owned(),
+                    reason: e.to_string(),
+                }
+            }
+        })?;
+    if !out.status.success() {
+        return Err(SourceError::Fetch {
+            what: format!("{program} {}", args.join(" ")),
+            reason: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    String::from_utf8(out.stdout).map_err(|e| SourceError::Parse {
+        what: program.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+impl Source for SlurmSource {
+    fn name(&self) -> String {
+        self.config.name()
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.config.interval_s)
+    }
+
+    fn restore(&mut self, state: serde_json::Value) {
+        if let Ok(s) = serde_json::from_value(state) {
+            self.state = s;
+        }
+    }
+
+    fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
+        Box::pin(async move {
+            let parse = |what: &str, e: slurm::SlurmError| SourceError::Parse {
+                what: what.to_owned(),
+                reason: e.to_string(),
+            };
+            if !self.config.squeue.is_empty() {
+                let text = run_json(&self.config.squeue, &["--json".into(), "-a".into()]).await?;
+                let live = slurm::parse_jobs(&text).map_err(|e| parse("squeue --json", e))?;
+                self.learn(&live);
+            }
+            let since = self
+                .state
+                .since
+                .unwrap_or(now - Duration::seconds(self.config.lookback_s));
+            let fmt = |t: DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%S").to_string();
+            let args = vec![
+                "--json".into(),
+                "-a".into(),
+                "-S".into(),
+                fmt(since),
+                "-E".into(),
+                fmt(now + Duration::seconds(60)),
+            ];
+            let text = run_json(&self.config.sacct, &args).await?;
+            let jobs = slurm::parse_jobs(&text).map_err(|e| parse("sacct --json", e))?;
+            // Running jobs stay in every window (sacct selects jobs active in it), so the
+            // window may start shortly before this poll.
+            Ok(self.records(&jobs, now - Duration::seconds(300)))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+
+    fn source() -> SlurmSource {
+        SlurmSource::new(
+            toml::from_str("accounts = { \"tenant-a\" = \"acme\" }\npartition_kinds = { debug = \"interactive\" }")
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn running_jobs_get_their_gpus_from_squeue_and_keep_them_after_the_end() {
+        let live = slurm::parse_jobs(&fixtures::read(
+            "slurm/slurmctld-v0.0.44-job-gpus-running.json",
+        ))
+        .unwrap();
+        let mut s = source();
+        s.learn(&live);
+        // Accounting shows the running job without an end (slurmctld gives the projected one).
+        let mut running = live.clone();
+        running[0].end = None;
+        let c = s.records(&running, at(0));
+        let Batch::Jobs(jobs) = &c.batches[0] else {
+            panic!()
+        };
+        let j = &jobs[0];
+        let l = &live[0];
+        assert_eq!(j.key, format!("slurm:{}:{}", l.cluster, l.job_id));
+        let want: usize = l.gpus.iter().map(|g| g.indices.len()).sum();
+        assert!(want > 0);
+        assert_eq!(j.allocations.len(), want);
+        assert_eq!(
+            j.allocations[0].meter,
+            format!("{}-gpu{}", l.gpus[0].node, l.gpus[0].indices[0])
+        );
+        // Nothing changed: nothing is sent again.
+        assert!(s.records(&running, at(0)).batches.is_empty());
+        // The agent restarts and sees the job finished in accounting, without gres_detail.
+        let state = c.state.unwrap();
+        let mut s = source();
+        s.restore(state);
+        let mut done = l.clone();
+        done.gpus.clear();
+        done.end = Some(l.start.unwrap() + 3600);
+        let c = s.records(&[done], at(0));
+        let Batch::Jobs(jobs) = &c.batches[0] else {
+            panic!()
+        };
+        assert_eq!(jobs[0].allocations.len(), want);
+        assert!(jobs[0].end_at.is_some());
+    }
+
+    #[test]
+    fn accounting_jobs_map_accounts_and_skip_the_unstarted() {
+        let jobs = slurm::parse_jobs(&fixtures::read("slurm/sacct-22.05.json")).unwrap();
+        let mut s = source();
+        let c = s.records(&jobs, at(0));
+        let started = jobs
+            .iter()
+            .filter(|j| j.start.is_some() && !j.account.is_empty())
+            .count();
+        let sent = match c.batches.first() {
+            Some(Batch::Jobs(j)) => j.clone(),
+            _ => vec![],
+        };
+        assert_eq!(sent.len(), started);
+        for j in &sent {
+            assert!(j.key.starts_with("slurm:"));
+            assert_ne!(j.tenant, "tenant-a", "mapped to acme");
+        }
+    }
+}
