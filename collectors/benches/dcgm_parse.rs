@@ -21,7 +21,7 @@ fn scrape() -> String {
         for job in jobs {
             for line in real.lines() {
                 if line.starts_with('#') {
-                    if g == 0 && job.is_empty() || (g == 0 && *job == "101") {
+                    if g == 0 && (job.is_empty() || *job == "101") {
                         out.push_str(line);
                         out.push('\n');
                     }
