@@ -22,6 +22,30 @@ pub struct Meter {
     pub mig_profile: Option<String>,
 }
 
+impl Meter {
+    /// A meter of `kind` under `parent`, without GPU details.
+    pub fn new(key: &str, site: &str, kind: &str, parent: Option<&str>) -> Self {
+        Meter {
+            key: key.to_owned(),
+            site: site.to_owned(),
+            kind: kind.to_owned(),
+            parent: parent.map(str::to_owned),
+            gpu_uuid: None,
+            device_model: None,
+            mig_profile: None,
+        }
+    }
+
+    /// A GPU under its node meter.
+    pub fn gpu(key: &str, site: &str, node: &str, uuid: &str, model: Option<&str>) -> Self {
+        Meter {
+            gpu_uuid: Some(uuid.to_owned()),
+            device_model: model.map(str::to_owned),
+            ..Meter::new(key, site, "gpu", Some(node))
+        }
+    }
+}
+
 /// One reading of a meter: an energy counter in mJ and/or power in W.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {

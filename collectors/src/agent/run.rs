@@ -139,27 +139,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     tasks.spawn(pusher.run());
 
+    let shared = Shared {
+        spool: spool.clone(),
+        wake: wake.clone(),
+        metrics: metrics.clone(),
+    };
     // The meters this agent declares go first, so the GPU meters and samples that name them
     // are accepted.
     if !config.meters.is_empty() {
         let meters = config
             .meters
             .iter()
-            .map(|m| Meter {
-                key: m.key.clone(),
-                site: config.agent.site.clone(),
-                kind: m.kind.clone(),
-                parent: m.parent.clone(),
-                gpu_uuid: None,
-                device_model: None,
-                mig_profile: None,
-            })
+            .map(|m| Meter::new(&m.key, &config.agent.site, &m.kind, m.parent.as_deref()))
             .collect();
-        let shared = Shared {
-            spool: spool.clone(),
-            wake: wake.clone(),
-            metrics: metrics.clone(),
-        };
         shared
             .spool_batches("inventory", vec![Batch::Meters(meters)], None)
             .await;
@@ -169,11 +161,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         if let Some(state) = states.get(&source.name()) {
             source.restore(state.clone());
         }
-        let shared = Shared {
-            spool: spool.clone(),
-            wake: wake.clone(),
-            metrics: metrics.clone(),
-        };
+        let shared = shared.clone();
         tasks.spawn(async move { shared.drive(source).await });
     }
 
@@ -183,6 +171,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     Ok(())
 }
 
+#[derive(Clone)]
 struct Shared {
     spool: Arc<Mutex<Spool>>,
     wake: Arc<Notify>,

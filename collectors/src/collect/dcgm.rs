@@ -111,27 +111,20 @@ impl DcgmSource {
         for r in readings {
             let gpu = self.gpu_key(r);
             if self.registered.insert(gpu.clone()) {
-                meters.push(Meter {
-                    key: gpu.clone(),
-                    site: self.site.clone(),
-                    kind: "gpu".into(),
-                    parent: Some(self.node.clone()),
-                    gpu_uuid: Some(r.uuid.clone()),
-                    device_model: r.model_name.clone(),
-                    mig_profile: None,
-                });
+                meters.push(Meter::gpu(
+                    &gpu,
+                    &self.site,
+                    &self.node,
+                    &r.uuid,
+                    r.model_name.as_deref(),
+                ));
             }
             if let Some(m) = &r.mig {
                 let key = self.mig_key(r, m.gpu_instance_id);
                 if self.registered.insert(key.clone()) {
                     meters.push(Meter {
-                        key,
-                        site: self.site.clone(),
-                        kind: "mig".into(),
-                        parent: Some(gpu.clone()),
-                        gpu_uuid: None,
-                        device_model: None,
                         mig_profile: Some(m.profile.clone()),
+                        ..Meter::new(&key, &self.site, "mig", Some(&gpu))
                     });
                 }
             }
@@ -145,26 +138,23 @@ impl DcgmSource {
                 });
             }
         }
-        let mut batches = Vec::new();
-        if !meters.is_empty() {
-            batches.push(Batch::Meters(meters));
-        }
         let jobs = if self.config.pods {
             self.pod_jobs(readings, now)
         } else {
             Vec::new()
         };
-        if !jobs.is_empty() {
-            batches.push(Batch::Jobs(jobs));
-        }
-        if !samples.is_empty() {
-            batches.push(Batch::Samples(samples));
-        }
         let state = self
             .config
             .pods
             .then(|| serde_json::to_value(&self.pods).expect("pods serialize"));
-        Collected { batches, state }
+        Collected::new(
+            [
+                Batch::Meters(meters),
+                Batch::Jobs(jobs),
+                Batch::Samples(samples),
+            ],
+            state,
+        )
     }
 
     /// Pods that appear are sent open; pods that leave are sent closed at this scrape.

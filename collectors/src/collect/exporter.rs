@@ -160,14 +160,7 @@ impl Source for ExporterSource {
             };
             let scrape = prom::parse(&text).map_err(|e| parse(e.to_string()))?;
             let s = samples(&scrape, &self.config.map, now).map_err(parse)?;
-            Ok(Collected {
-                batches: if s.is_empty() {
-                    vec![]
-                } else {
-                    vec![Batch::Samples(s)]
-                },
-                state: None,
-            })
+            Ok(Collected::new([Batch::Samples(s)], None))
         })
     }
 }

@@ -38,6 +38,16 @@ pub enum SourceError {
     Unavailable(String),
 }
 
+impl Collected {
+    /// A cycle's batches in send order, the empty ones left out.
+    pub fn new(batches: impl IntoIterator<Item = Batch>, state: Option<serde_json::Value>) -> Self {
+        Collected {
+            batches: batches.into_iter().filter(|b| !b.is_empty()).collect(),
+            state,
+        }
+    }
+}
+
 pub trait Source: Send {
     fn name(&self) -> String;
     fn interval(&self) -> Duration;

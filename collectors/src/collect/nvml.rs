@@ -60,21 +60,13 @@ pub fn records(
     template: &str,
     registered: &mut BTreeSet<String>,
     now: DateTime<Utc>,
-) -> Vec<Batch> {
+) -> Collected {
     let mut meters = Vec::new();
     let mut samples = Vec::new();
     for g in reads {
         let key = meter_key(template, node, g.index, &g.uuid, None);
         if registered.insert(key.clone()) {
-            meters.push(Meter {
-                key: key.clone(),
-                site: site.to_owned(),
-                kind: "gpu".into(),
-                parent: Some(node.to_owned()),
-                gpu_uuid: Some(g.uuid.clone()),
-                device_model: g.name.clone(),
-                mig_profile: None,
-            });
+            meters.push(Meter::gpu(&key, site, node, &g.uuid, g.name.as_deref()));
         }
         let counter_mj = g.energy_mj.and_then(|e| i64::try_from(e).ok());
         let power_w = g.power_mw.map(|mw| f64::from(mw) / 1000.0);
@@ -87,14 +79,7 @@ pub fn records(
             });
         }
     }
-    let mut out = Vec::new();
-    if !meters.is_empty() {
-        out.push(Batch::Meters(meters));
-    }
-    if !samples.is_empty() {
-        out.push(Batch::Samples(samples));
-    }
-    out
+    Collected::new([Batch::Meters(meters), Batch::Samples(samples)], None)
 }
 
 pub struct NvmlSource {
@@ -183,18 +168,14 @@ impl Source for NvmlSource {
                     }
                 }
             }
-            let batches = records(
+            Ok(records(
                 &reads,
                 &self.site,
                 &self.node,
                 &self.config.gpu_meter,
                 &mut self.registered,
                 now,
-            );
-            Ok(Collected {
-                batches,
-                state: None,
-            })
+            ))
         })
     }
 }
@@ -226,7 +207,7 @@ mod tests {
         ];
         let now = DateTime::from_timestamp(1_790_000_000, 0).unwrap();
         let mut reg = BTreeSet::new();
-        let b = records(&reads, "fra1", "n1", "{node}-gpu{index}", &mut reg, now);
+        let b = records(&reads, "fra1", "n1", "{node}-gpu{index}", &mut reg, now).batches;
         let Batch::Meters(m) = &b[0] else { panic!() };
         assert_eq!(
             (m[0].key.as_str(), m[0].parent.as_deref()),
@@ -238,7 +219,7 @@ mod tests {
             (Some(123_456_789), Some(612.345))
         );
         assert_eq!((s[1].counter_mj, s[1].power_w), (None, Some(70.0)));
-        let again = records(&reads, "fra1", "n1", "{node}-gpu{index}", &mut reg, now);
+        let again = records(&reads, "fra1", "n1", "{node}-gpu{index}", &mut reg, now).batches;
         assert_eq!(again.len(), 1, "registered once");
     }
 }

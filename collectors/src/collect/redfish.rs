@@ -195,14 +195,7 @@ impl Source for RedfishSource {
                 readings.push((id, r));
             }
             let s = samples(&readings, &self.config.outlets, now);
-            Ok(Collected {
-                batches: if s.is_empty() {
-                    vec![]
-                } else {
-                    vec![Batch::Samples(s)]
-                },
-                state: None,
-            })
+            Ok(Collected::new([Batch::Samples(s)], None))
         })
     }
 }

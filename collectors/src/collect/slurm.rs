@@ -189,23 +189,19 @@ impl SlurmSource {
             if self.state.sent.get(&key) != Some(&fingerprint) {
                 out.push(job);
             }
-            seen.insert(key, fingerprint);
             if end_at.is_some() {
                 // Finished: its indices are no longer needed once it is sent.
-                self.state.indices.remove(&self.key(j));
+                self.state.indices.remove(&key);
             }
+            seen.insert(key, fingerprint);
         }
         self.state.sent = seen;
         // The next window overlaps this one, so a job that changes at the edge is not missed.
         self.state.since = Some(polled_from);
-        Collected {
-            batches: if out.is_empty() {
-                vec![]
-            } else {
-                vec![Batch::Jobs(out)]
-            },
-            state: Some(serde_json::to_value(&self.state).expect("state serializes")),
-        }
+        Collected::new(
+            [Batch::Jobs(out)],
+            Some(serde_json::to_value(&self.state).expect("state serializes")),
+        )
     }
 }
 

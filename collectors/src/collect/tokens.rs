@@ -84,9 +84,9 @@ impl TokensSource {
             e.0 += d.prompt;
             e.1 += d.generated;
         }
-        let mut batches = Vec::new();
+        let mut records = Vec::new();
         if let Some(start_at) = start_at.filter(|s| *s < now) {
-            let records: Vec<Tokens> = per_tenant
+            records = per_tenant
                 .into_iter()
                 .filter(|(_, (p, g))| *p > 0 || *g > 0)
                 .map(|(tenant, (prompt_tokens, generated_tokens))| Tokens {
@@ -97,19 +97,16 @@ impl TokensSource {
                     prompt_tokens,
                     generated_tokens,
                 })
-                .collect();
-            if !records.is_empty() {
-                batches.push(Batch::Tokens(records));
-            }
+                .collect::<Vec<Tokens>>();
         }
         let state = State {
             at: now,
             baselines: self.tracker.baselines(),
         };
-        Collected {
-            batches,
-            state: Some(serde_json::to_value(state).expect("state serializes")),
-        }
+        Collected::new(
+            [Batch::Tokens(records)],
+            Some(serde_json::to_value(state).expect("state serializes")),
+        )
     }
 }
 
