@@ -141,7 +141,24 @@ impl Batch {
         self.len() == 0
     }
 
-    /// The records as JSON values, in order.
+    /// The request body `{"records": [...]}`, written straight from the typed records.
+    pub fn body(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Body<'a, T> {
+            records: &'a [T],
+        }
+        fn write<T: Serialize>(records: &[T]) -> Vec<u8> {
+            serde_json::to_vec(&Body { records }).expect("records serialize")
+        }
+        match self {
+            Batch::Meters(r) => write(r),
+            Batch::Jobs(r) => write(r),
+            Batch::Samples(r) => write(r),
+            Batch::Tokens(r) => write(r),
+        }
+    }
+
+    /// The records as JSON values, in order (for the dead-letter file).
     pub fn records_json(&self) -> Vec<serde_json::Value> {
         fn all<T: Serialize>(r: &[T]) -> Vec<serde_json::Value> {
             r.iter()
@@ -236,6 +253,8 @@ mod tests {
         );
         let back: Batch = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
         assert_eq!(back, b);
+        let body: serde_json::Value = serde_json::from_slice(&b.body()).unwrap();
+        assert_eq!(body, serde_json::json!({"records": b.records_json()}));
     }
 
     #[test]

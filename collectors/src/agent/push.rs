@@ -122,14 +122,14 @@ impl Pusher {
                 return Ok(());
             }
             let endpoint = batch.endpoint();
-            let records = batch.records_json();
-            let body = serde_json::json!({ "records": records });
+            let count = batch.len();
             let url = format!("{}/v1/ingest/{endpoint}", self.server.trim_end_matches('/'));
             let resp = self
                 .client
                 .post(&url)
                 .bearer_auth(&self.token)
-                .json(&body)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(batch.body())
                 .send()
                 .await
                 .map_err(|e| Retry {
@@ -149,7 +149,7 @@ impl Pusher {
                     self.metrics.add(
                         "wattledger_agent_records_pushed_total",
                         endpoint,
-                        records.len() as u64,
+                        count as u64,
                     );
                     let conflicts = answer
                         .get("conflicts")
@@ -167,6 +167,7 @@ impl Pusher {
                     return Ok(());
                 }
                 422 => {
+                    let records = batch.records_json();
                     let bad = field_errors(&answer);
                     if bad.is_empty() {
                         self.dead_letter_all(endpoint, status, &records, &answer)?;
@@ -198,7 +199,7 @@ impl Pusher {
                 _ => {
                     // Malformed for the server as a whole (400, 404, 415, a lone record over
                     // the size limit): retrying cannot help.
-                    self.dead_letter_all(endpoint, status, &records, &answer)?;
+                    self.dead_letter_all(endpoint, status, &batch.records_json(), &answer)?;
                     return Ok(());
                 }
             }
