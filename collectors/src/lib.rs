@@ -3,14 +3,17 @@
 //!
 //! - `sources/`: one pure parser per wire format, fed real payloads by its tests;
 //! - `collect/`: the I/O edge of each source (fetch, parse, turn readings into records);
-//! - `records.rs`: the ingest API's record types;
+//! - `feeds.rs`: PDU outlets summed into one counter per node meter;
+//! - `records.rs`: the ingest API's record types; `units.rs`: register units to W and mJ;
 //! - `agent/`: configuration, spool, push, metrics and the run loop.
 
 pub mod agent;
 pub mod collect;
+pub mod feeds;
 pub mod prom;
 pub mod records;
 pub mod sources;
+pub mod units;
 
 #[cfg(test)]
 pub(crate) mod fixtures {

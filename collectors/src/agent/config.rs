@@ -21,6 +21,8 @@ pub struct Config {
     #[serde(default)]
     pub redfish: Vec<crate::collect::redfish::RedfishConfig>,
     #[serde(default)]
+    pub snmp: Vec<crate::collect::snmp::SnmpConfig>,
+    #[serde(default)]
     pub exporter: Vec<crate::collect::exporter::ExporterConfig>,
     #[serde(default)]
     pub slurm: Vec<crate::collect::slurm::SlurmConfig>,
@@ -188,6 +190,9 @@ impl Config {
         for c in &self.exporter {
             c.check().map_err(ConfigError::Invalid)?;
         }
+        for c in &self.snmp {
+            c.check().map_err(ConfigError::Invalid)?;
+        }
         for c in &self.redfish {
             if c.outlets.is_empty() {
                 return bad(format!("redfish {}: no outlets mapped to meters", c.url));
@@ -203,6 +208,7 @@ impl Config {
         v.extend(self.dcgm.iter().map(|c| c.name()));
         v.extend(self.tokens.iter().map(|c| c.name()));
         v.extend(self.redfish.iter().map(|c| c.name()));
+        v.extend(self.snmp.iter().map(|c| c.name()));
         v.extend(self.exporter.iter().map(|c| c.name()));
         v.extend(self.slurm.iter().map(|c| c.name()));
         v

@@ -69,6 +69,11 @@ pub fn sources(config: &Config) -> Result<Vec<Box<dyn Source>>, AgentError> {
             http,
         )));
     }
+    for c in &config.snmp {
+        let source = collect::snmp::SnmpSource::new(c.clone())
+            .map_err(|e| AgentError::Config(super::config::ConfigError::Invalid(e)))?;
+        out.push(Box::new(source));
+    }
     for c in &config.exporter {
         let http = client(None, c.interval_s)?;
         out.push(Box::new(collect::exporter::ExporterSource::new(

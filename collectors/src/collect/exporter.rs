@@ -4,6 +4,7 @@
 use super::{get_text, BoxFuture, Collected, Source, SourceError};
 use crate::prom;
 use crate::records::{Batch, Sample};
+use crate::units::{self, Unit};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -38,30 +39,6 @@ fn default_interval() -> f64 {
     30.0
 }
 
-/// What a unit reads as: W per unit for power, mJ per unit for energy.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Unit {
-    Power(f64),
-    Energy(f64),
-}
-
-fn unit(name: &str) -> Option<Unit> {
-    Some(match name {
-        "mW" => Unit::Power(0.001),
-        "W" => Unit::Power(1.0),
-        "0.01kW" => Unit::Power(10.0),
-        "0.1kW" => Unit::Power(100.0),
-        "kW" => Unit::Power(1000.0),
-        "mJ" => Unit::Energy(1.0),
-        "J" => Unit::Energy(1e3),
-        "Wh" => Unit::Energy(3.6e6),
-        "0.01kWh" => Unit::Energy(3.6e7),
-        "0.1kWh" => Unit::Energy(3.6e8),
-        "kWh" => Unit::Energy(3.6e9),
-        _ => return None,
-    })
-}
-
 impl ExporterConfig {
     pub fn name(&self) -> String {
         self.name
@@ -76,11 +53,25 @@ impl ExporterConfig {
                 self.url
             ));
         }
+        let mut seen = std::collections::BTreeSet::new();
         for m in &self.map {
-            if unit(&m.unit).is_none() {
+            if let Some(u) = Unit::parse(&m.unit) {
+                // Two registers of one kind on one meter would overwrite each other.
+                if !seen.insert((m.meter.as_str(), u.is_energy())) {
+                    let kind = if u.is_energy() { "energy" } else { "power" };
+                    return Err(format!(
+                        "exporter {}: meter {} is given {kind} by two mappings: map each feed to a meter of its own",
+                        self.url, m.meter
+                    ));
+                }
+            }
+            if Unit::parse(&m.unit).is_none() {
                 return Err(format!(
-                    "exporter {}: metric {}: unit {:?} is none of mW W 0.01kW 0.1kW kW mJ J Wh 0.01kWh 0.1kWh kWh",
-                    self.url, m.metric, m.unit
+                    "exporter {}: metric {}: unit {:?} is none of {}",
+                    self.url,
+                    m.metric,
+                    m.unit,
+                    units::NAMES
                 ));
             }
         }
@@ -98,7 +89,9 @@ pub fn samples(
 ) -> Result<Vec<Sample>, String> {
     let mut by_meter: BTreeMap<&str, Sample> = BTreeMap::new();
     for m in map {
-        let Some(u) = unit(&m.unit) else { continue };
+        let Some(u) = Unit::parse(&m.unit) else {
+            continue;
+        };
         let matching: Vec<&prom::Sample> = scrape
             .samples
             .iter()
@@ -123,9 +116,10 @@ pub fn samples(
             counter_mj: None,
             power_w: None,
         });
-        match u {
-            Unit::Power(w) => sample.power_w = Some(s.value * w),
-            Unit::Energy(mj) => sample.counter_mj = Some((s.value * mj).round() as i64),
+        if u.is_energy() {
+            sample.counter_mj = u.millijoules(s.value);
+        } else {
+            sample.power_w = u.watts(s.value);
         }
     }
     Ok(by_meter.into_values().collect())
@@ -232,5 +226,9 @@ mod tests {
         let bad =
             config("url = \"http://x\"\n[[map]]\nmetric = \"p\"\nmeter = \"n\"\nunit = \"kVA\"\n");
         assert!(bad.check().unwrap_err().contains("kVA"));
+        let twice = config(
+            "url = \"http://x\"\n[[map]]\nmetric = \"a\"\nmeter = \"n\"\nunit = \"Wh\"\n[[map]]\nmetric = \"b\"\nmeter = \"n\"\nunit = \"kWh\"\n",
+        );
+        assert!(twice.check().unwrap_err().contains("two mappings"));
     }
 }

@@ -6,6 +6,7 @@ pub mod exporter;
 pub mod nvml;
 pub mod redfish;
 pub mod slurm;
+pub mod snmp;
 pub mod tokens;
 
 use crate::records::Batch;

@@ -1,8 +1,10 @@
 //! Redfish rack PDUs: each mapped outlet's power and energy register as samples of the node
-//! meter it feeds. Basic auth or a Redfish session; TLS with a configurable CA.
+//! meter it feeds (several outlets of one node summed, `crate::feeds`). Basic auth or a
+//! Redfish session; TLS with a configurable CA.
 
 use super::{error_chain, get_text, BoxFuture, Collected, Source, SourceError};
-use crate::records::{Batch, Sample};
+use crate::feeds::{Feeds, OutletReading};
+use crate::records::Batch;
 use crate::sources::redfish;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -55,6 +57,7 @@ pub struct RedfishSource {
     config: RedfishConfig,
     client: reqwest::Client,
     session_token: Option<String>,
+    feeds: Feeds,
 }
 
 impl RedfishSource {
@@ -63,6 +66,7 @@ impl RedfishSource {
             config,
             client,
             session_token: None,
+            feeds: Feeds::default(),
         }
     }
 
@@ -147,22 +151,16 @@ impl RedfishSource {
     }
 }
 
-/// Outlet readings to samples of the mapped meters; unmetered outlets give none.
-pub fn samples(
-    readings: &[(String, Option<redfish::OutletReading>)],
-    outlets: &BTreeMap<String, String>,
-    now: DateTime<Utc>,
-) -> Vec<Sample> {
+/// Outlet readings (metered ones) as the feeds of the mapped meters.
+pub fn feed_readings(readings: &[(String, Option<redfish::OutletReading>)]) -> Vec<OutletReading> {
     readings
         .iter()
         .filter_map(|(id, r)| {
             let r = r.as_ref()?;
-            let meter = outlets.get(id)?;
-            (r.energy_mj.is_some() || r.power_w.is_some()).then(|| Sample {
-                meter: meter.clone(),
-                ts: now,
-                counter_mj: r.energy_mj,
+            Some(OutletReading {
+                outlet: id.clone(),
                 power_w: r.power_w,
+                energy_mj: r.energy_mj,
             })
         })
         .collect()
@@ -175,6 +173,12 @@ impl Source for RedfishSource {
 
     fn interval(&self) -> std::time::Duration {
         super::interval(self.config.interval_s)
+    }
+
+    fn restore(&mut self, state: serde_json::Value) {
+        if let Ok(f) = serde_json::from_value(state) {
+            self.feeds = f;
+        }
     }
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
@@ -194,8 +198,11 @@ impl Source for RedfishSource {
                 }
                 readings.push((id, r));
             }
-            let s = samples(&readings, &self.config.outlets, now);
-            Ok(Collected::new([Batch::Samples(s)], None))
+            let s = self
+                .feeds
+                .samples(&feed_readings(&readings), &self.config.outlets, now);
+            let state = serde_json::to_value(&self.feeds).expect("feeds serialize");
+            Ok(Collected::new([Batch::Samples(s)], Some(state)))
         })
     }
 }
@@ -219,7 +226,7 @@ mod tests {
             ("A4".to_string(), "n4".to_string()),
         ]);
         let now = DateTime::from_timestamp(1_790_000_000, 0).unwrap();
-        let s = samples(&readings, &outlets, now);
+        let s = Feeds::default().samples(&feed_readings(&readings), &outlets, now);
         assert_eq!(s.len(), 1, "A4 has no metering, A2 is not mapped: {s:?}");
         assert_eq!(s[0].meter, "n1");
         assert!(s[0].counter_mj.is_some() && s[0].power_w.is_some());

@@ -81,6 +81,8 @@ pub struct SlurmSource {
     config: SlurmConfig,
     state: State,
     warned_no_indices: std::collections::BTreeSet<String>,
+    /// Jobs squeue listed in this poll.
+    live: std::collections::BTreeSet<String>,
 }
 
 impl SlurmSource {
@@ -89,6 +91,7 @@ impl SlurmSource {
             config,
             state: State::default(),
             warned_no_indices: Default::default(),
+            live: Default::default(),
         }
     }
 
@@ -102,6 +105,7 @@ impl SlurmSource {
     /// Remembers the GPU indices live jobs hold.
     fn learn(&mut self, live: &[SlurmJob]) {
         for j in live {
+            self.live.insert(self.key(j));
             if j.gpus.is_empty() {
                 continue;
             }
@@ -189,12 +193,16 @@ impl SlurmSource {
             if self.state.sent.get(&key) != Some(&fingerprint) {
                 out.push(job);
             }
-            if end_at.is_some() {
-                // Finished: its indices are no longer needed once it is sent.
-                self.state.indices.remove(&key);
-            }
             seen.insert(key, fingerprint);
         }
+        // A finished job stays in the sliding window for a while and is compared with what
+        // was sent every poll, so its indices are kept until it leaves the window (dropping
+        // them at its end would resend it without GPUs). Jobs squeue showed that accounting
+        // does not list yet (its row lags submission) keep theirs too.
+        let live = std::mem::take(&mut self.live);
+        self.state
+            .indices
+            .retain(|k, _| seen.contains_key(k) || live.contains(k));
         self.state.sent = seen;
         // The next window overlaps this one, so a job that changes at the edge is not missed.
         self.state.since = Some(polled_from);
@@ -336,12 +344,18 @@ mod tests {
         let mut done = l.clone();
         done.gpus.clear();
         done.end = Some(l.start.unwrap() + 3600);
-        let c = s.records(&[done], at(0));
+        let c = s.records(&[done.clone()], at(0));
         let Batch::Jobs(jobs) = &c.batches[0] else {
             panic!()
         };
         assert_eq!(jobs[0].allocations.len(), want);
         assert!(jobs[0].end_at.is_some());
+        // The finished job is still in the next window: not resent (found by the Slurm lab
+        // test, where it came back without its GPUs).
+        assert!(s.records(&[done.clone()], at(0)).batches.is_empty());
+        // Once it leaves the window, its indices go.
+        s.records(&[], at(0));
+        assert!(s.state.indices.is_empty());
     }
 
     #[test]

@@ -4,4 +4,5 @@ pub mod cgroup;
 pub mod dcgm;
 pub mod redfish;
 pub mod slurm;
+pub mod snmp;
 pub mod tokens;
