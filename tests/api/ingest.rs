@@ -284,3 +284,45 @@ async fn keys_with_nul_bytes_are_refused_not_500() {
         .await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn an_allocation_may_name_its_gpu_by_uuid() {
+    // The kubelet's PodResources API knows GPUs (and MIG instances) by UUID only, whatever
+    // key template the node's collectors registered them under.
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let scheduler = app.token(Role::Scheduler);
+    let (status, body) = app
+        .ingest(
+            &scheduler,
+            "jobs",
+            json!([
+                {"key": "k8s:serving/p1", "tenant": "a", "kind": "inference", "start_at": scenario::at(0),
+                 "allocations": [{"meter": "GPU-1", "share": "0.25"}, {"meter": "g2"}]},
+                {"key": "k8s:serving/p2", "tenant": "a", "kind": "inference", "start_at": scenario::at(0),
+                 "allocations": [{"meter": "GPU-unknown"}]}
+            ]),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(errors(&body), vec![(1, "allocations[0].meter".into())]);
+    let (status, body) = app
+        .ingest(
+            &scheduler,
+            "jobs",
+            json!([{"key": "k8s:serving/p1", "tenant": "a", "kind": "inference", "start_at": scenario::at(0),
+                    "allocations": [{"meter": "GPU-1", "share": "0.25"}, {"meter": "g2"}]}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let held: Vec<(String, String)> = sqlx::query_as(
+        "SELECT m.key, a.share::text FROM allocations a JOIN meters m ON m.id = a.meter_id ORDER BY m.key",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        held,
+        vec![("g1".into(), "0.250000".into()), ("g2".into(), "1.000000".into())]
+    );
+}

@@ -259,6 +259,39 @@ pub async fn meters_by_key<'e>(
         .collect())
 }
 
+/// Meters named by key or, for GPUs and MIG instances, by their UUID: the name the kubelet
+/// and device plugins know a device by, whatever key template the site's collectors use.
+/// A key wins over a UUID that happens to be spelled the same.
+pub async fn meters_by_key_or_uuid<'e>(
+    db: impl PgExecutor<'e>,
+    names: &[String],
+) -> StoreResult<HashMap<String, MeterRef>> {
+    type Row = (String, Option<String>, i64, i64, String, Option<i64>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT key, gpu_uuid, id, site_id, kind, parent_id FROM meters \
+         WHERE key = ANY($1) OR gpu_uuid = ANY($1)",
+    )
+    .bind(storable(names))
+    .fetch_all(db)
+    .await?;
+    let mut by_key = HashMap::new();
+    let mut by_uuid = HashMap::new();
+    for (key, uuid, id, site_id, kind, parent_id) in rows {
+        let m = MeterRef {
+            id,
+            site_id,
+            kind,
+            parent_id,
+        };
+        if let Some(u) = uuid.filter(|u| names.contains(u)) {
+            by_uuid.insert(u, m.clone());
+        }
+        by_key.insert(key, m);
+    }
+    by_uuid.extend(by_key);
+    Ok(by_uuid)
+}
+
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct SiteRow {
     pub id: i64,

@@ -69,7 +69,7 @@ pub async fn jobs_batch(
         .flatten()
         .filter_map(|a| a.get("meter")?.as_str().map(str::to_owned))
         .collect();
-    let meters = inventory::meters_by_key(&state.pool, &meter_keys).await?;
+    let meters = inventory::meters_by_key_or_uuid(&state.pool, &meter_keys).await?;
     let latest = latest(&state);
     let records = read_all(
         &batch,
