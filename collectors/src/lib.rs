@@ -4,12 +4,14 @@
 //! - `sources/`: one pure parser per wire format, fed real payloads by its tests;
 //! - `collect/`: the I/O edge of each source (fetch, parse, turn readings into records);
 //! - `feeds.rs`: PDU outlets summed into one counter per node meter;
+//! - `pods.rs`: Kubernetes pods on GPUs as jobs that open, move and close;
 //! - `records.rs`: the ingest API's record types; `units.rs`: register units to W and mJ;
 //! - `agent/`: configuration, spool, push, metrics and the run loop.
 
 pub mod agent;
 pub mod collect;
 pub mod feeds;
+pub mod pods;
 pub mod prom;
 pub mod records;
 pub mod sources;

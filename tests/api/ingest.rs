@@ -323,6 +323,9 @@ async fn an_allocation_may_name_its_gpu_by_uuid() {
     .unwrap();
     assert_eq!(
         held,
-        vec![("g1".into(), "0.250000".into()), ("g2".into(), "1.000000".into())]
+        vec![
+            ("g1".into(), "0.250000".into()),
+            ("g2".into(), "1.000000".into())
+        ]
     );
 }

@@ -26,6 +26,8 @@ pub struct Config {
     pub exporter: Vec<crate::collect::exporter::ExporterConfig>,
     #[serde(default)]
     pub slurm: Vec<crate::collect::slurm::SlurmConfig>,
+    #[serde(default)]
+    pub podresources: Vec<crate::collect::podresources::PodResourcesConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -211,6 +213,7 @@ impl Config {
         v.extend(self.snmp.iter().map(|c| c.name()));
         v.extend(self.exporter.iter().map(|c| c.name()));
         v.extend(self.slurm.iter().map(|c| c.name()));
+        v.extend(self.podresources.iter().map(|c| c.name()));
         v
     }
 

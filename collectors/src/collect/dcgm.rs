@@ -3,10 +3,11 @@
 
 use super::{get_text, BoxFuture, Collected, Source, SourceError};
 use crate::agent::config::meter_key;
-use crate::records::{Allocation, Batch, Job, Meter, Sample};
+use crate::pods::{PodUse, Pods};
+use crate::records::{Batch, Job, Meter, Sample};
 use crate::sources::dcgm::{self, GpuReading};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -54,21 +55,13 @@ impl DcgmConfig {
     }
 }
 
-/// A pod seen on GPUs, held open until it is no longer seen.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-struct OpenPod {
-    tenant: String,
-    start_at: DateTime<Utc>,
-    meters: BTreeSet<String>,
-}
-
 pub struct DcgmSource {
     config: DcgmConfig,
     site: String,
     node: String,
     client: reqwest::Client,
     registered: BTreeSet<String>,
-    pods: BTreeMap<String, OpenPod>,
+    pods: Pods,
 }
 
 impl DcgmSource {
@@ -79,7 +72,7 @@ impl DcgmSource {
             node: node.to_owned(),
             client,
             registered: BTreeSet::new(),
-            pods: BTreeMap::new(),
+            pods: Pods::default(),
         }
     }
 
@@ -157,9 +150,9 @@ impl DcgmSource {
         )
     }
 
-    /// Pods that appear are sent open; pods that leave are sent closed at this scrape.
+    /// The pods this scrape shows on each GPU or MIG instance, as jobs (`crate::pods`).
     fn pod_jobs(&mut self, readings: &[GpuReading], now: DateTime<Utc>) -> Vec<Job> {
-        let mut seen: BTreeMap<String, (String, BTreeSet<String>)> = BTreeMap::new();
+        let mut seen: BTreeMap<String, PodUse> = BTreeMap::new();
         for r in readings {
             let meter = match &r.mig {
                 Some(m) => self.mig_key(r, m.gpu_instance_id),
@@ -173,62 +166,14 @@ impl DcgmSource {
                     .get(&p.namespace)
                     .cloned()
                     .unwrap_or_else(|| p.namespace.clone());
-                let e = seen.entry(key).or_insert_with(|| (tenant, BTreeSet::new()));
-                e.1.insert(meter.clone());
+                let e = seen.entry(key).or_insert_with(|| PodUse {
+                    tenant,
+                    devices: BTreeMap::new(),
+                });
+                e.devices.insert(meter.clone(), None);
             }
         }
-        let mut jobs = Vec::new();
-        let job = |key: &str, pod: &OpenPod, end_at: Option<DateTime<Utc>>| Job {
-            key: key.to_owned(),
-            name: Some(key.trim_start_matches("k8s:").to_owned()),
-            tenant: pod.tenant.clone(),
-            model: None,
-            kind: self.config.pod_kind.clone(),
-            priority: None,
-            submit_at: None,
-            start_at: pod.start_at,
-            end_at,
-            allocations: pod
-                .meters
-                .iter()
-                .map(|m| Allocation {
-                    meter: m.clone(),
-                    share: None,
-                    start_at: Some(pod.start_at),
-                    end_at,
-                })
-                .collect(),
-        };
-        let gone: Vec<String> = self
-            .pods
-            .keys()
-            .filter(|k| !seen.contains_key(*k))
-            .cloned()
-            .collect();
-        for key in gone {
-            let pod = self.pods.remove(&key).expect("present");
-            jobs.push(job(&key, &pod, Some(now)));
-        }
-        for (key, (tenant, meters)) in seen {
-            match self.pods.get_mut(&key) {
-                Some(open) if open.meters == meters => {}
-                Some(open) => {
-                    // Moved to other GPUs: the allocations follow (same start, new set).
-                    open.meters = meters;
-                    jobs.push(job(&key, open, None));
-                }
-                None => {
-                    let open = OpenPod {
-                        tenant,
-                        start_at: now,
-                        meters,
-                    };
-                    jobs.push(job(&key, &open, None));
-                    self.pods.insert(key, open);
-                }
-            }
-        }
-        jobs
+        self.pods.observe(seen, &self.config.pod_kind, now)
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod dcgm;
 pub mod exporter;
 pub mod nvml;
+pub mod podresources;
 pub mod redfish;
 pub mod slurm;
 pub mod snmp;

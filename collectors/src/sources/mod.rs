@@ -2,6 +2,7 @@
 
 pub mod cgroup;
 pub mod dcgm;
+pub mod podresources;
 pub mod redfish;
 pub mod slurm;
 pub mod snmp;
