@@ -4,7 +4,7 @@
 use crate::auth::Role;
 use crate::config::Config;
 use crate::progress::Progress;
-use crate::sim::{SampleState, Simulation};
+use crate::sim::{live, SampleState, Simulation};
 use crate::{embedded_pg, startup, worker};
 use anyhow::{bail, Context};
 use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
@@ -159,6 +159,13 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         server.await??;
         return Ok(());
     }
+    let _agent = match live_node(&client, &keys, &config.data_dir, &pool).await {
+        Ok(agent) => agent,
+        Err(e) => {
+            eprintln!("The live node did not start ({e:#}); the seeded data is served without it.");
+            None
+        }
+    };
     let admin = keys.mint("demo-admin", Role::Admin, None, 7 * 24 * 3600)?;
     println!(
         "\nServing the API on {base} (GET {base}/health, {base}/v1/openapi.json). Ctrl-C stops."
@@ -179,6 +186,100 @@ async fn reset_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
         .await?;
     drop(conn);
     embedded_pg::ensure_database(admin_url, name).await
+}
+
+/// Starts the live node: simulated exporters on loopback and the real `wattledger-agent`
+/// (built beside this binary) scraping them into this server. `None` when the agent binary
+/// is not there. The child is killed when the handle drops.
+async fn live_node(
+    client: &Client,
+    keys: &crate::auth::Keys,
+    data_dir: &std::path::Path,
+    pool: &sqlx::PgPool,
+) -> anyhow::Result<Option<tokio::process::Child>> {
+    let agent = std::env::current_exe()?.with_file_name("wattledger-agent");
+    if !agent.exists() {
+        eprintln!(
+            "No live node: {} is not built (`cargo build --release -p wattledger-agent`; deploy/demo.sh does).",
+            agent.display()
+        );
+        return Ok(None);
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let exporters = format!("http://{}", listener.local_addr()?);
+    let up = std::time::Instant::now();
+    let app = axum::Router::new()
+        .route(
+            "/dcgm/metrics",
+            axum::routing::get(
+                move || async move { live::dcgm_metrics(up.elapsed().as_secs_f64()) },
+            ),
+        )
+        .route(
+            "/vllm/metrics",
+            axum::routing::get(
+                move || async move { live::vllm_metrics(up.elapsed().as_secs_f64()) },
+            ),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // The database was reset: a spool left by an earlier run would replay into it.
+    let spool = data_dir.join("demo-agent-spool");
+    let _ = std::fs::remove_dir_all(&spool);
+    std::fs::create_dir_all(&spool)?;
+    let token = keys.mint("demo-live-agent", Role::Collector, None, 7 * 24 * 3600)?;
+    let config_path = data_dir.join("demo-agent.toml");
+    std::fs::write(
+        &config_path,
+        live::agent_config(&client.base, &token, &exporters, &spool),
+    )?;
+    let log_path = data_dir.join("demo-agent.log");
+    let log = std::fs::File::create(&log_path)?;
+    let child = tokio::process::Command::new(&agent)
+        .arg("--config")
+        .arg(&config_path)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", agent.display()))?;
+
+    // The agent registers the GPUs on its first scrape; the job holding them (named by UUID,
+    // as the kubelet names them) can be sent once they exist.
+    let uuids: Vec<String> = (0..8).map(live::gpu_uuid).collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM meters WHERE gpu_uuid = ANY($1)")
+            .bind(&uuids)
+            .fetch_one(pool)
+            .await?;
+        if n == uuids.len() as i64 {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "the agent registered no GPUs within 30 s (see {})",
+                log_path.display()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let start = chrono::DateTime::<Utc>::from(std::time::SystemTime::now() - up.elapsed());
+    client
+        .post(
+            &client.scheduler,
+            "/v1/ingest/jobs",
+            live::job_record(&start.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        )
+        .await?;
+    eprintln!(
+        "Live node {}: wattledger-agent (pid {}) scrapes a simulated dcgm-exporter and vLLM at {exporters} \
+         every 5-10 s and pushes through the spool; its log: {}",
+        live::NODE,
+        child.id().unwrap_or_default(),
+        log_path.display()
+    );
+    Ok(Some(child))
 }
 
 struct Client {

@@ -29,7 +29,10 @@ pub async fn drain(
 pub async fn run(pool: sqlx::PgPool, mut shutdown: watch::Receiver<bool>) {
     loop {
         match drain(&pool, |_| {}).await {
-            Ok(s) if s.hours > 0 => tracing::info!(hours = s.hours, rows = s.rows, "attributed"),
+            // Live collectors dirty the current hour every few seconds: routine, so quiet.
+            // Several hours at once (late data, a backfill) is worth a line.
+            Ok(s) if s.hours > 1 => tracing::info!(hours = s.hours, rows = s.rows, "attributed"),
+            Ok(s) if s.hours == 1 => tracing::debug!(rows = s.rows, "attributed the current hour"),
             Ok(_) => {}
             Err(error) => tracing::error!(%error, "attribution pass failed; retrying"),
         }
