@@ -260,6 +260,8 @@ mod tests {
         assert_eq!(c.agent.site, "fra1");
         assert!(!c.dcgm.is_empty() && !c.tokens.is_empty() && !c.slurm.is_empty());
         assert!(!c.redfish.is_empty() && !c.exporter.is_empty() && !c.nvml.is_empty());
+        assert!(c.snmp.len() == 2 && !c.podresources.is_empty());
+        assert!(c.snmp[1].profile().unwrap().energy.is_some());
     }
 
     #[test]
