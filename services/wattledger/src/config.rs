@@ -7,29 +7,54 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
     /// Postgres URL. Without one, a private PostgreSQL is started under --data-dir.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, global = true, env = "DATABASE_URL")]
     pub database_url: Option<String>,
     /// Where the embedded PostgreSQL keeps its data when no DATABASE_URL is given.
-    #[arg(long, env = "WATTLEDGER_DATA_DIR", default_value = ".wattledger")]
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_DATA_DIR",
+        default_value = ".wattledger"
+    )]
     pub data_dir: PathBuf,
     /// Address the API listens on.
-    #[arg(long, env = "WATTLEDGER_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
     pub listen: SocketAddr,
     /// HS256 signing key for API tokens (at least 32 bytes). Without one, a key is generated
     /// once and kept in <data-dir>/jwt.key.
-    #[arg(long, env = "WATTLEDGER_JWT_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_JWT_SECRET",
+        hide_env_values = true
+    )]
     pub jwt_secret: Option<String>,
     /// Largest request body accepted, in bytes.
-    #[arg(long, env = "WATTLEDGER_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    #[arg(long, global = true, env = "WATTLEDGER_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,
     /// Most records accepted in one ingest batch.
-    #[arg(long, env = "WATTLEDGER_MAX_BATCH_RECORDS", default_value_t = 50_000)]
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_MAX_BATCH_RECORDS",
+        default_value_t = 50_000
+    )]
     pub max_batch_records: usize,
     /// How far in the future a sample's timestamp may be (clock skew), in seconds.
-    #[arg(long, env = "WATTLEDGER_MAX_CLOCK_SKEW_S", default_value_t = 300)]
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_MAX_CLOCK_SKEW_S",
+        default_value_t = 300
+    )]
     pub max_clock_skew_s: i64,
     /// Run the attribution worker inside the server.
-    #[arg(long, env = "WATTLEDGER_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, global = true, env = "WATTLEDGER_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
     pub worker: bool,
 }
 
