@@ -7,6 +7,7 @@ pub mod attribution;
 pub mod energy;
 pub mod metrics;
 pub mod quality;
+pub mod signals;
 pub mod split;
 pub mod tokens;
 pub mod units;

@@ -1,0 +1,117 @@
+//! Electricity Maps API v3: `carbon-intensity/latest` (one object), `/history`
+//! (`{zone, history: [...]}`) and `/past-range` (`{zone, data: [...]}`).
+//!
+//! Values are hourly averages in gCO2eq/kWh keyed by the hour's start; `isEstimated` marks a
+//! nowcast that a later fetch revises (GRID-NOTES.md). Average basis, actual status.
+
+use super::{decimal, shape, time, Basis, Point, Series, Signal, SignalError, Status};
+use chrono::Duration;
+use serde_json::Value;
+
+pub fn parse(json: &str) -> Result<Series, SignalError> {
+    let doc: Value = serde_json::from_str(json)?;
+    let entries: Vec<&Value> =
+        match (doc.get("history"), doc.get("data")) {
+            (Some(h), _) => h
+                .as_array()
+                .ok_or_else(|| shape("history is not an array"))?
+                .iter()
+                .collect(),
+            (None, Some(d)) => d
+                .as_array()
+                .ok_or_else(|| shape("data is not an array"))?
+                .iter()
+                .collect(),
+            (None, None) if doc.get("carbonIntensity").is_some() => vec![&doc],
+            _ => return Err(shape(
+                "neither a latest answer (carbonIntensity) nor history/past-range (history, data)",
+            )),
+        };
+    let zone = doc
+        .get("zone")
+        .and_then(Value::as_str)
+        .or_else(|| entries.first().and_then(|e| e.get("zone")?.as_str()))
+        .ok_or_else(|| shape("no zone"))?
+        .to_owned();
+    let mut points = Vec::with_capacity(entries.len());
+    for (i, e) in entries.into_iter().enumerate() {
+        // An hour the service has no value for yet comes as null: no point, not zero.
+        let Some(v) = e.get("carbonIntensity").filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let start = time(&e["datetime"], &format!("entry {i} datetime"))?;
+        points.push(Point {
+            start,
+            end: start + Duration::hours(1),
+            value: decimal(v, &format!("entry {i} carbonIntensity"))?,
+            estimated: e
+                .get("isEstimated")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        });
+    }
+    points.sort_by_key(|p| p.start);
+    Ok(Series {
+        signal: Signal::Carbon {
+            basis: Basis::Average,
+        },
+        status: Status::Actual,
+        region: zone,
+        source: "electricitymaps".into(),
+        points,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signals::tests::fixture;
+    use rust_decimal::Decimal;
+
+    #[test]
+    fn latest_history_and_past_range() {
+        let latest = parse(&fixture(
+            "grid/electricitymaps-v3-carbon-intensity-latest.json",
+        ))
+        .unwrap();
+        assert_eq!(latest.region, "US-CAR-DUK");
+        assert_eq!(latest.points.len(), 1);
+        let p = &latest.points[0];
+        assert_eq!(p.value, Decimal::from(216));
+        assert!(p.estimated);
+        assert_eq!(p.start.to_rfc3339(), "2024-03-06T19:00:00+00:00");
+        assert_eq!(p.end - p.start, Duration::hours(1));
+
+        let history = parse(&fixture(
+            "grid/electricitymaps-v3-carbon-intensity-history.json",
+        ))
+        .unwrap();
+        assert_eq!(history.points.len(), 24);
+        assert!(history
+            .points
+            .windows(2)
+            .all(|w| w[1].start - w[0].start == Duration::hours(1)));
+
+        let range = parse(&fixture(
+            "grid/electricitymaps-v3-carbon-intensity-past-range.json",
+        ))
+        .unwrap();
+        assert_eq!(range.region, "DK-DK2");
+        assert_eq!(range.points[0].value, Decimal::from(161));
+        assert!(!range.points[0].estimated);
+        assert_eq!(
+            range.signal,
+            Signal::Carbon {
+                basis: Basis::Average
+            }
+        );
+    }
+
+    #[test]
+    fn a_missing_value_is_no_point_and_a_wrong_document_is_an_error() {
+        let s = parse(r#"{"zone":"DE","history":[{"carbonIntensity":null,"datetime":"2024-01-01T00:00:00.000Z"}]}"#).unwrap();
+        assert!(s.points.is_empty());
+        assert!(parse(r#"{"zone":"DE"}"#).is_err());
+        assert!(parse("[]").is_err());
+    }
+}

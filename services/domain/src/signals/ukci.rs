@@ -1,0 +1,154 @@
+//! The UK Carbon Intensity API (NESO): national `/intensity…` (`{data: [{from, to,
+//! intensity: {forecast, actual, index}}]}`, half-hourly) and regional `/regional…` (per
+//! period a list of regions, or per region a list of periods; forecast only).
+//!
+//! Average intensity in gCO2/kWh. A national period gives an actual point (where `actual` is
+//! not null — it is null for the future) and a forecast point; a region is named by its
+//! `regionid` (`GB-3`) so a site can be bound to it.
+
+use super::{decimal, shape, time, Basis, Point, Series, Signal, SignalError, Status};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+fn series(region: String, status: Status, points: Vec<Point>) -> Series {
+    Series {
+        signal: Signal::Carbon {
+            basis: Basis::Average,
+        },
+        status,
+        region,
+        source: "ukci".into(),
+        points,
+    }
+}
+
+fn point(period: &Value, value: &Value, what: &str) -> Result<Point, SignalError> {
+    Ok(Point {
+        start: time(&period["from"], &format!("{what} from"))?,
+        end: time(&period["to"], &format!("{what} to"))?,
+        value: decimal(value, what)?,
+        estimated: false,
+    })
+}
+
+/// National intensity: the actual series and the forecast series (either may be empty).
+pub fn parse_national(json: &str) -> Result<Vec<Series>, SignalError> {
+    let doc: Value = serde_json::from_str(json)?;
+    let data = doc
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| shape("no data array"))?;
+    let (mut actual, mut forecast) = (Vec::new(), Vec::new());
+    for (i, p) in data.iter().enumerate() {
+        let intensity = p
+            .get("intensity")
+            .ok_or_else(|| shape(format!("period {i} has no intensity")))?;
+        if let Some(v) = intensity.get("actual").filter(|v| !v.is_null()) {
+            actual.push(point(p, v, &format!("period {i} actual"))?);
+        }
+        if let Some(v) = intensity.get("forecast").filter(|v| !v.is_null()) {
+            forecast.push(point(p, v, &format!("period {i} forecast"))?);
+        }
+    }
+    Ok(vec![
+        series("GB".into(), Status::Actual, actual),
+        series("GB".into(), Status::Forecast, forecast),
+    ])
+}
+
+/// Regional forecasts, one series per region (`GB-<regionid>`), from either regional shape.
+pub fn parse_regional(json: &str) -> Result<Vec<Series>, SignalError> {
+    let doc: Value = serde_json::from_str(json)?;
+    let data = doc
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| shape("no data array"))?;
+    let mut by_region: BTreeMap<i64, Vec<Point>> = BTreeMap::new();
+    let mut add = |region: &Value, period: &Value, what: String| -> Result<(), SignalError> {
+        let id = region
+            .get("regionid")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| shape(format!("{what}: no regionid")))?;
+        if let Some(v) = region
+            .get("intensity")
+            .or_else(|| period.get("intensity"))
+            .and_then(|i| i.get("forecast"))
+            .filter(|v| !v.is_null())
+        {
+            by_region
+                .entry(id)
+                .or_default()
+                .push(point(period, v, &what)?);
+        }
+        Ok(())
+    };
+    for (i, entry) in data.iter().enumerate() {
+        if let Some(regions) = entry.get("regions").and_then(Value::as_array) {
+            for (k, r) in regions.iter().enumerate() {
+                add(r, entry, format!("period {i} region {k}"))?;
+            }
+        } else if let Some(periods) = entry.get("data").and_then(Value::as_array) {
+            for (k, p) in periods.iter().enumerate() {
+                add(entry, p, format!("region {i} period {k}"))?;
+            }
+        } else {
+            return Err(shape(format!("entry {i} has neither regions nor data")));
+        }
+    }
+    Ok(by_region
+        .into_iter()
+        .map(|(id, mut points)| {
+            points.sort_by_key(|p| p.start);
+            series(format!("GB-{id}"), Status::Forecast, points)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signals::tests::fixture;
+    use chrono::Duration;
+    use rust_decimal::Decimal;
+
+    /// The API's published regional examples lack the comma before `"generationmix"`
+    /// (GRID-NOTES.md); the fix is the only change made to them.
+    fn published(path: &str) -> String {
+        fixture(path)
+            .replace("}\n      \"generationmix\"", "},\n      \"generationmix\"")
+            .replace("}\n    \"generationmix\"", "},\n    \"generationmix\"")
+    }
+
+    #[test]
+    fn national_actual_and_forecast_half_hours() {
+        let s = parse_national(&fixture("grid/ukci-intensity.json")).unwrap();
+        assert_eq!(
+            (s[0].status, s[1].status),
+            (Status::Actual, Status::Forecast)
+        );
+        assert_eq!(s[0].points[0].value, Decimal::from(263));
+        assert_eq!(s[1].points[0].value, Decimal::from(266));
+        assert_eq!(
+            s[0].points[0].end - s[0].points[0].start,
+            Duration::minutes(30)
+        );
+        let fw = parse_national(&fixture("grid/ukci-intensity-fw24h.json")).unwrap();
+        assert!(!fw[1].points.is_empty());
+    }
+
+    #[test]
+    fn regional_forecasts_by_region_id_from_both_shapes() {
+        for f in [
+            "grid/ukci-regional.json.txt",
+            "grid/ukci-regional-regionid.json.txt",
+        ] {
+            let s = parse_regional(&published(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+            let nw = s
+                .iter()
+                .find(|s| s.region == "GB-3")
+                .expect("North West England");
+            assert_eq!(nw.status, Status::Forecast);
+            assert_eq!(nw.points[0].value, Decimal::from(266));
+        }
+    }
+}
