@@ -5,11 +5,15 @@
 //! be billed as an actual.
 //!
 //! One module per wire format, each a pure parser from the provider's payload to
-//! [`Series`]: `electricitymaps`, `watttime`, `ukci` (UK Carbon Intensity), `casdk` (Carbon
-//! Aware SDK). Values are `Decimal`, converted exactly (WattTime's lbs/MWh → g/kWh).
+//! [`Series`]: carbon from `electricitymaps`, `watttime`, `ukci` (UK Carbon Intensity),
+//! `casdk` (Carbon Aware SDK); prices from `entsoe` (day-ahead XML) and `tariff`
+//! (time-of-use tariffs and CSV). Values are `Decimal`, converted exactly (WattTime's
+//! lbs/MWh → g/kWh, €/MWh → €/kWh).
 
 pub mod casdk;
 pub mod electricitymaps;
+pub mod entsoe;
+pub mod tariff;
 pub mod ukci;
 pub mod watttime;
 
