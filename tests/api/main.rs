@@ -6,4 +6,5 @@ mod ingest;
 mod ledger;
 mod openapi;
 mod scenario;
+mod signals;
 mod worker;

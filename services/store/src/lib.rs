@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod partitions;
 pub mod samples;
 pub mod scope;
+pub mod signals;
 pub mod tokens;
 pub mod usage;
 

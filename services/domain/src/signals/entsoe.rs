@@ -179,7 +179,9 @@ pub fn parse(xml: &str, region: &str) -> Result<Series, SignalError> {
     }
     Ok(Series {
         signal: Signal::Price { currency },
-        status: Status::Forecast,
+        // The day-ahead auction's result is the price energy bought on it is settled at:
+        // published the day before, but an actual price, not a forecast of one.
+        status: Status::Actual,
         region: region.to_owned(),
         source: "entsoe".into(),
         points: by_start.into_values().map(|(_, p)| p).collect(),

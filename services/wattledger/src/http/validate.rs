@@ -217,6 +217,16 @@ impl<'a> Record<'a> {
         id
     }
 
+    pub fn opt_bool(&mut self, field: &str) -> Option<bool> {
+        match self.get(field)? {
+            Value::Bool(b) => Some(*b),
+            _ => {
+                self.error(field, "must be true or false");
+                None
+            }
+        }
+    }
+
     pub fn one_of(&mut self, field: &str, allowed: &[&str]) -> Option<String> {
         let v = self.str(field, 64)?;
         if !allowed.contains(&v.as_str()) {

@@ -1,4 +1,4 @@
-//! The ingest API: inventory, samples, jobs with allocations, token records.
+//! The ingest API: inventory, samples, jobs with allocations, token records, grid signals.
 //!
 //! Every endpoint takes `{"records": [...]}`, validates every record, and either refuses the
 //! whole batch with a 422 listing each bad record's index, field and reason, or writes it in
@@ -7,6 +7,7 @@
 pub mod inventory;
 pub mod jobs;
 pub mod samples;
+pub mod signals;
 pub mod tokens;
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
@@ -28,6 +29,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/ingest/samples", post(samples::samples_batch))
         .route("/v1/ingest/jobs", post(jobs::jobs_batch))
         .route("/v1/ingest/tokens", post(tokens::tokens_batch))
+        .route("/v1/ingest/signals", post(signals::signals_batch))
 }
 
 /// The answers every ingest endpoint documents.

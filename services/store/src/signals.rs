@@ -1,0 +1,119 @@
+//! Grid signal points: stored idempotently, revised in place, and read back for the hours
+//! the ledger prices.
+//!
+//! A point's key is (region, signal, basis, status, source, start). Sending the same value
+//! again changes nothing; a different value is a provider's revision (Electricity Maps
+//! re-estimates recent hours, WattTime reissues) and replaces the stored one. Every point
+//! that is new or revised dirties the already-attributed hours it overlaps at the sites in
+//! its region, so the ledger is recomputed exactly where the signal changed.
+
+use crate::StoreResult;
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use sqlx::PgPool;
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SignalRow {
+    pub region: String,
+    /// `carbon` or `price`.
+    pub signal: String,
+    /// `average` / `marginal` for carbon; the currency for price.
+    pub basis: String,
+    /// `actual` or `forecast`.
+    pub status: String,
+    pub source: String,
+    pub start_at: DateTime<Utc>,
+    pub end_at: DateTime<Utc>,
+    pub value: Decimal,
+    pub estimated: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SignalOutcome {
+    /// Points inserted or revised.
+    pub written: u64,
+    /// Points already stored with the same value.
+    pub duplicates: u64,
+    /// Site-hours marked for recomputation.
+    pub dirtied: u64,
+}
+
+#[tracing::instrument(skip_all, fields(n = rows.len()))]
+pub async fn upsert(pool: &PgPool, rows: &[SignalRow]) -> StoreResult<SignalOutcome> {
+    let col = |f: fn(&SignalRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
+    let mut tx = pool.begin().await?;
+    let changed: Vec<(String, String, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
+        "INSERT INTO signal_points (region, signal, basis, status, source, start_at, end_at, value, estimated)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                              $6::timestamptz[], $7::timestamptz[], $8::numeric[], $9::bool[])
+         ON CONFLICT (region, signal, basis, status, source, start_at) DO UPDATE
+             SET end_at = excluded.end_at, value = excluded.value, estimated = excluded.estimated,
+                 received_at = now()
+             WHERE (signal_points.end_at, signal_points.value, signal_points.estimated)
+                   IS DISTINCT FROM (excluded.end_at, excluded.value, excluded.estimated)
+         RETURNING region, signal, start_at, end_at",
+    )
+    .bind(col(|r| r.region.clone()))
+    .bind(col(|r| r.signal.clone()))
+    .bind(col(|r| r.basis.clone()))
+    .bind(col(|r| r.status.clone()))
+    .bind(col(|r| r.source.clone()))
+    .bind(rows.iter().map(|r| r.start_at).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.end_at).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.value).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.estimated).collect::<Vec<_>>())
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut dirtied = 0;
+    if !changed.is_empty() {
+        let r = sqlx::query(
+            "INSERT INTO dirty_hours (site_id, hour)
+             SELECT DISTINCT sh.site_id, sh.hour
+             FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS c(region, signal, lo, hi)
+             JOIN sites s ON (c.signal = 'carbon' AND s.grid_region = c.region)
+                          OR (c.signal = 'price' AND coalesce(s.price_region, s.grid_region) = c.region)
+             JOIN site_hours sh ON sh.site_id = s.id
+                  AND sh.hour >= date_trunc('hour', c.lo) AND sh.hour < c.hi
+             ORDER BY 1, 2
+             ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+        )
+        .bind(changed.iter().map(|c| c.0.clone()).collect::<Vec<_>>())
+        .bind(changed.iter().map(|c| c.1.clone()).collect::<Vec<_>>())
+        .bind(changed.iter().map(|c| c.2).collect::<Vec<_>>())
+        .bind(changed.iter().map(|c| c.3).collect::<Vec<_>>())
+        .execute(&mut *tx)
+        .await?;
+        dirtied = r.rows_affected();
+    }
+    tx.commit().await?;
+    Ok(SignalOutcome {
+        written: changed.len() as u64,
+        duplicates: rows.len() as u64 - changed.len() as u64,
+        dirtied,
+    })
+}
+
+/// The points of one signal overlapping `[from, to)`, for the ledger to choose from: actuals
+/// before forecasts, then the newest received first.
+pub async fn overlapping(
+    pool: &PgPool,
+    region: &str,
+    signal: &str,
+    basis: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<Vec<SignalRow>> {
+    Ok(sqlx::query_as(
+        "SELECT region, signal, basis, status, source, start_at, end_at, value, estimated
+         FROM signal_points
+         WHERE region = $1 AND signal = $2 AND basis = $3 AND start_at < $5 AND end_at > $4
+         ORDER BY status = 'forecast', received_at DESC, start_at",
+    )
+    .bind(region)
+    .bind(signal)
+    .bind(basis)
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await?)
+}
