@@ -127,3 +127,127 @@ async fn bad_signals_are_refused_with_their_fields() {
         .await;
     assert_eq!(status, 403, "schedulers do not send signals");
 }
+
+/// The scenario hour (2 kWh at the site: a 4.35e9 mJ, b 2.175e9, platform 6.75e8) under a
+/// time-of-use price of 0.30 EUR/kWh for the first half hour and 0.20 after, an average
+/// intensity of 400 g/kWh and a MOER of 500. By hand:
+/// site cost 1 kWh × 0.30 + 1 kWh × 0.20 = 0.500000 EUR, split by energy in millionths:
+/// a 302083.33, b 151041.67, platform 46875 → largest remainder gives b the last unit;
+/// carbon 800 g = 800000 mg: a 483333.33, b 241666.67, platform 75000.
+#[tokio::test]
+async fn the_ledger_carries_exact_cost_and_carbon_per_tenant() {
+    let app = TestApp::start().await;
+    let b = scenario::batches();
+    scenario::push(&app, &b).await;
+    let collector = app.token(Role::Collector);
+    let carbon = |basis: &str, value: &str| {
+        json!({"region": "DE", "signal": "carbon", "basis": basis, "status": "actual",
+               "source": "test", "start_at": scenario::HOUR, "end_at": scenario::NEXT_HOUR,
+               "value": value})
+    };
+    let price = |from: i64, to: i64, value: &str| {
+        json!({"region": "DE", "signal": "price", "currency": "EUR", "status": "actual",
+               "source": "tariff", "start_at": scenario::at(from), "end_at": scenario::at(to),
+               "value": value})
+    };
+    let (status, body) = app
+        .ingest(
+            &collector,
+            "signals",
+            json!([
+                carbon("average", "400"),
+                carbon("marginal", "500"),
+                price(0, 30, "0.30"),
+                price(30, 60, "0.20")
+            ]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app.attribute().await;
+    let rows: Vec<(String, String, String, String, Vec<String>)> = sqlx::query_as(
+        "SELECT t.key, sum(l.cost)::text, sum(l.carbon_g)::text, sum(l.carbon_marginal_g)::text,
+                array_agg(DISTINCT f) FILTER (WHERE f IS NOT NULL)
+         FROM ledger l JOIN tenants t ON t.id = l.tenant_id LEFT JOIN LATERAL unnest(l.flags) f ON true
+         GROUP BY t.key ORDER BY t.key",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|(k, c, g, m, f): (String, String, String, String, Option<Vec<String>>)| (k, c, g, m, f.unwrap_or_default()))
+    .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "a".into(),
+                "0.302083".into(),
+                "483.333".into(),
+                "604.167".into(),
+                vec![]
+            ),
+            (
+                "b".into(),
+                "0.151042".into(),
+                "241.667".into(),
+                "302.083".into(),
+                vec![]
+            ),
+            (
+                "platform".into(),
+                "0.046875".into(),
+                "75.000".into(),
+                "93.750".into(),
+                vec![]
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_hour_without_a_signal_takes_the_fallback_and_is_flagged_never_zero() {
+    let app = TestApp::start().await;
+    let mut b = scenario::batches();
+    scenario::push(&app, &b).await;
+    app.attribute().await;
+    let costs: Vec<Option<String>> = sqlx::query_scalar("SELECT cost::text FROM ledger")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert!(
+        costs.iter().all(Option::is_none),
+        "no signal, no fallback: no amount, not zero"
+    );
+    let flagged: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger WHERE 'price_missing' = ANY(flags) AND 'carbon_missing' = ANY(flags)")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(flagged, costs.len() as i64);
+
+    // The operator sets fallbacks; recomputing the hour uses them and says so.
+    b.sites[0]["fallback_price"] = json!("0.25");
+    b.sites[0]["fallback_intensity_g"] = json!("350");
+    let (status, body) = app
+        .ingest(&app.token(Role::Admin), "sites", b.sites.clone())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // Site settings apply to hours attributed from now on (they do not rewrite history on
+    // their own): recompute the hour, as `wattledger attribute --from --to` does.
+    sqlx::query("INSERT INTO dirty_hours (site_id, hour) SELECT id, $1::timestamptz FROM sites")
+        .bind(chrono::DateTime::parse_from_rfc3339(scenario::HOUR).unwrap())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    app.attribute().await;
+    let (cost, carbon, fallbacks): (String, String, i64) = sqlx::query_as(
+        "SELECT sum(cost)::text, sum(carbon_g)::text,
+                count(*) FILTER (WHERE 'price_fallback' = ANY(flags) AND 'carbon_fallback' = ANY(flags))
+         FROM ledger",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    // 2 kWh × 0.25 and × 350 g.
+    assert_eq!((cost.as_str(), carbon.as_str()), ("0.500000", "700.000"));
+    assert_eq!(fallbacks, costs.len() as i64);
+}

@@ -140,6 +140,9 @@ pub struct HourTotals {
     pub capacity_gpu_ms: i64,
     pub gpu_steps: i64,
     pub quality: Quality,
+    /// Site energy of each step (Σ = `site_mj`): what prices and intensities that change
+    /// within the hour multiply.
+    pub site_mj_by_step: Vec<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,7 +190,10 @@ pub fn attribute(input: &SiteHour) -> Attributed {
     let jobs = input.jobs.len();
     let mut acc = vec![Acc::default(); jobs];
     let mut idle = Acc::default();
-    let mut totals = HourTotals::default();
+    let mut totals = HourTotals {
+        site_mj_by_step: Vec::with_capacity(grid.steps),
+        ..HourTotals::default()
+    };
     let mut s = Scratch {
         step_gpu: vec![0; jobs],
         step_it: vec![0; jobs],
@@ -382,6 +388,7 @@ pub fn attribute(input: &SiteHour) -> Attributed {
         }
         totals.it_mj += site_it;
         totals.site_mj += site_it + overhead;
+        totals.site_mj_by_step.push(site_it + overhead);
         totals.quality |= step_quality;
     }
     totals.idle_mj = idle.idle + idle.facility;

@@ -4,6 +4,7 @@
 //! plain unit tests and property tests. Energy is integer millijoules, splits are exact.
 
 pub mod attribution;
+pub mod costing;
 pub mod energy;
 pub mod metrics;
 pub mod quality;

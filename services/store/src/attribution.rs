@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use wattledger_domain::attribution::{
     self, Allocation, Attributed, Gpu, IdlePolicy, Job, Node, SiteHour, SitePolicy, Tokens,
 };
+use wattledger_domain::costing::{self, HourAmounts};
 use wattledger_domain::energy::{meter_steps, MeterSteps, Sample, StepGrid};
 use wattledger_domain::tokens::{tokens_in_hour, HOUR_MS};
 use wattledger_domain::units::{share_ppm, PPM};
@@ -395,10 +396,18 @@ pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {
     let first = claim.hours[0].0;
     let last = claim.hours[claim.hours.len() - 1].0 + Duration::hours(1);
     let window = load(pool, claim.site_id, first, last).await?;
-    let results: Vec<(DateTime<Utc>, Attributed)> = claim
+    let rates = crate::signals::site_rates(pool, claim.site_id, first, last).await?;
+    let results: Vec<(DateTime<Utc>, Attributed, HourAmounts)> = claim
         .hours
         .iter()
-        .map(|(h, _)| (*h, attribution::attribute(&window.site_hour(*h))))
+        .map(|(h, _)| {
+            let input = window.site_hour(*h);
+            let out = attribution::attribute(&input);
+            let row_mj: Vec<i64> = out.rows.iter().map(|r| r.total_mj()).collect();
+            let amounts =
+                costing::hour_amounts(input.grid, &out.totals.site_mj_by_step, &row_mj, &rates);
+            (*h, out, amounts)
+        })
         .collect();
     write(pool, claim, &window, &results).await
 }
@@ -407,7 +416,7 @@ async fn write(
     pool: &PgPool,
     claim: &Claim,
     window: &Window,
-    results: &[(DateTime<Utc>, Attributed)],
+    results: &[(DateTime<Utc>, Attributed, HourAmounts)],
 ) -> StoreResult<RunStats> {
     let mut stats = RunStats::default();
     let mut tx = pool.begin().await?;
@@ -423,10 +432,13 @@ async fn write(
         .await?;
 
     let mut c = LedgerColumns::default();
-    for (hour, out) in results {
+    for (hour, out, amounts) in results {
         stats.hours += 1;
         stats.gpu_steps += out.totals.gpu_steps as u64;
-        for r in &out.rows {
+        for (r, a) in out.rows.iter().zip(&amounts.rows) {
+            c.cost.push(a.cost);
+            c.carbon.push(a.carbon_g);
+            c.marginal.push(a.carbon_marginal_g);
             c.hour.push(*hour);
             c.tenant.push(r.tenant);
             c.job.push(r.job.map(|j| window.job_ids[j]));
@@ -440,20 +452,24 @@ async fn write(
             c.prompt.push(r.prompt_tokens);
             c.generated.push(r.generated_tokens);
             c.gpu_ms.push(r.gpu_ms);
-            c.flags.push(r.quality.names().join(","));
+            let mut flags = r.quality.names();
+            flags.extend(&amounts.flags);
+            c.flags.push(flags.join(","));
         }
     }
     stats.rows = c.hour.len() as u64;
     sqlx::query(
         "INSERT INTO ledger (hour, site_id, tenant_id, job_id, model_id, gpu_mj, node_overhead_mj,
                              idle_mj, facility_overhead_mj, total_mj, estimated_mj, prompt_tokens,
-                             generated_tokens, gpu_ms, flags)
+                             generated_tokens, gpu_ms, flags, cost, carbon_g, carbon_marginal_g)
          SELECT hour, $1, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
-                coalesce(string_to_array(nullif(flags, ''), ','), '{}')
+                coalesce(string_to_array(nullif(flags, ''), ','), '{}'), cost, carbon, marginal
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
                      $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
-                     $12::bigint[], $13::bigint[], $14::bigint[], $15::text[])
-              AS t(hour, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms, flags)",
+                     $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::numeric[],
+                     $17::numeric[], $18::numeric[])
+              AS t(hour, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
+                   flags, cost, carbon, marginal)",
     )
     .bind(claim.site_id)
     .bind(&c.hour)
@@ -470,6 +486,9 @@ async fn write(
     .bind(&c.generated)
     .bind(&c.gpu_ms)
     .bind(&c.flags)
+    .bind(&c.cost)
+    .bind(&c.carbon)
+    .bind(&c.marginal)
     .execute(&mut *tx)
     .await?;
 
@@ -480,11 +499,11 @@ async fn write(
         .bind(&hours)
         .execute(&mut *tx)
         .await?;
-    let measured: Vec<&(DateTime<Utc>, Attributed)> = results
+    let measured: Vec<&(DateTime<Utc>, Attributed, HourAmounts)> = results
         .iter()
-        .filter(|(_, a)| a.totals.site_mj != 0 || !a.rows.is_empty())
+        .filter(|(_, a, _)| a.totals.site_mj != 0 || !a.rows.is_empty())
         .collect();
-    let t = |f: fn(&Attributed) -> i64| measured.iter().map(|(_, a)| f(a)).collect::<Vec<i64>>();
+    let t = |f: fn(&Attributed) -> i64| measured.iter().map(|(_, a, _)| f(a)).collect::<Vec<i64>>();
     sqlx::query(
         "INSERT INTO site_hours (site_id, hour, site_mj, it_mj, gpu_mj, idle_mj, estimated_mj,
                                  allocated_gpu_ms, capacity_gpu_ms, flags, run_id, computed_at)
@@ -494,7 +513,7 @@ async fn write(
               AS t(hour, site, it, gpu, idle, est, alloc, cap, flags)",
     )
     .bind(claim.site_id)
-    .bind(measured.iter().map(|(h, _)| *h).collect::<Vec<_>>())
+    .bind(measured.iter().map(|(h, _, _)| *h).collect::<Vec<_>>())
     .bind(t(|a| a.totals.site_mj))
     .bind(t(|a| a.totals.it_mj))
     .bind(t(|a| a.totals.gpu_mj))
@@ -502,7 +521,7 @@ async fn write(
     .bind(t(|a| a.totals.estimated_mj))
     .bind(t(|a| a.totals.allocated_gpu_ms))
     .bind(t(|a| a.totals.capacity_gpu_ms))
-    .bind(measured.iter().map(|(_, a)| a.totals.quality.names().join(",")).collect::<Vec<_>>())
+    .bind(measured.iter().map(|(_, a, _)| a.totals.quality.names().join(",")).collect::<Vec<_>>())
     .bind(run_id)
     .execute(&mut *tx)
     .await?;
@@ -551,6 +570,9 @@ struct LedgerColumns {
     generated: Vec<i64>,
     gpu_ms: Vec<i64>,
     flags: Vec<String>,
+    cost: Vec<Option<Decimal>>,
+    carbon: Vec<Option<Decimal>>,
+    marginal: Vec<Option<Decimal>>,
 }
 
 /// Truncates a time to its UTC hour.

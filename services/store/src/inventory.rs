@@ -26,6 +26,9 @@ pub struct SiteRecord {
     pub platform_tenant_id: i64,
     pub node_static_overhead_w: Decimal,
     pub gap_limit_s: i32,
+    pub price_region: Option<String>,
+    pub fallback_price: Option<Decimal>,
+    pub fallback_intensity_g: Option<Decimal>,
 }
 
 #[derive(Debug, Clone)]
@@ -77,22 +80,28 @@ pub async fn upsert_sites(pool: &PgPool, records: &[SiteRecord]) -> StoreResult<
     let col = |f: fn(&SiteRecord) -> String| records.iter().map(f).collect::<Vec<_>>();
     let done = sqlx::query(
         "INSERT INTO sites (key, name, grid_region, currency, power_envelope_w, static_pue,
-                            idle_policy, platform_tenant_id, node_static_overhead_w, gap_limit_s)
+                            idle_policy, platform_tenant_id, node_static_overhead_w, gap_limit_s,
+                            price_region, fallback_price, fallback_intensity_g)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
-                              $6::numeric[], $7::text[], $8::bigint[], $9::numeric[], $10::int[])
+                              $6::numeric[], $7::text[], $8::bigint[], $9::numeric[], $10::int[],
+                              $11::text[], $12::numeric[], $13::numeric[])
          ON CONFLICT (key) DO UPDATE SET
             name = excluded.name, grid_region = excluded.grid_region, currency = excluded.currency,
             power_envelope_w = excluded.power_envelope_w, static_pue = excluded.static_pue,
             idle_policy = excluded.idle_policy, platform_tenant_id = excluded.platform_tenant_id,
             node_static_overhead_w = excluded.node_static_overhead_w,
-            gap_limit_s = excluded.gap_limit_s, updated_at = now()
+            gap_limit_s = excluded.gap_limit_s, price_region = excluded.price_region,
+            fallback_price = excluded.fallback_price,
+            fallback_intensity_g = excluded.fallback_intensity_g, updated_at = now()
          WHERE (sites.name, sites.grid_region, sites.currency, sites.power_envelope_w,
                 sites.static_pue, sites.idle_policy, sites.platform_tenant_id,
-                sites.node_static_overhead_w, sites.gap_limit_s)
+                sites.node_static_overhead_w, sites.gap_limit_s, sites.price_region,
+                sites.fallback_price, sites.fallback_intensity_g)
                IS DISTINCT FROM
                (excluded.name, excluded.grid_region, excluded.currency, excluded.power_envelope_w,
                 excluded.static_pue, excluded.idle_policy, excluded.platform_tenant_id,
-                excluded.node_static_overhead_w, excluded.gap_limit_s)",
+                excluded.node_static_overhead_w, excluded.gap_limit_s, excluded.price_region,
+                excluded.fallback_price, excluded.fallback_intensity_g)",
     )
     .bind(col(|r| r.key.clone()))
     .bind(col(|r| r.name.clone()))
@@ -119,6 +128,19 @@ pub async fn upsert_sites(pool: &PgPool, records: &[SiteRecord]) -> StoreResult<
             .collect::<Vec<_>>(),
     )
     .bind(records.iter().map(|r| r.gap_limit_s).collect::<Vec<_>>())
+    .bind(
+        records
+            .iter()
+            .map(|r| r.price_region.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(records.iter().map(|r| r.fallback_price).collect::<Vec<_>>())
+    .bind(
+        records
+            .iter()
+            .map(|r| r.fallback_intensity_g)
+            .collect::<Vec<_>>(),
+    )
     .execute(pool)
     .await?;
     Ok(done.rows_affected())

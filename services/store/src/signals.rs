@@ -11,6 +11,7 @@ use crate::StoreResult;
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
+use wattledger_domain::costing::{Rate, SiteRates};
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SignalRow {
@@ -116,4 +117,45 @@ pub async fn overlapping(
     .bind(to)
     .fetch_all(pool)
     .await?)
+}
+
+/// A site's rates over `[from, to)` for the ledger: its price in its own currency from its
+/// price region, average and marginal carbon from its grid region, and its fallbacks.
+pub async fn site_rates(
+    pool: &PgPool,
+    site_id: i64,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<SiteRates> {
+    let (grid, price_region, currency, price_fallback, carbon_fallback): (
+        String,
+        String,
+        String,
+        Option<Decimal>,
+        Option<Decimal>,
+    ) = sqlx::query_as(
+        "SELECT grid_region, coalesce(price_region, grid_region), currency::text,
+                fallback_price, fallback_intensity_g
+         FROM sites WHERE id = $1",
+    )
+    .bind(site_id)
+    .fetch_one(pool)
+    .await?;
+    let rates = |rows: Vec<SignalRow>| -> Vec<Rate> {
+        rows.into_iter()
+            .map(|r| Rate {
+                from_ms: r.start_at.timestamp_millis(),
+                to_ms: r.end_at.timestamp_millis(),
+                value: r.value,
+                estimated: r.estimated || r.status == "forecast",
+            })
+            .collect()
+    };
+    Ok(SiteRates {
+        price: rates(overlapping(pool, &price_region, "price", &currency, from, to).await?),
+        price_fallback,
+        carbon: rates(overlapping(pool, &grid, "carbon", "average", from, to).await?),
+        carbon_fallback,
+        marginal: rates(overlapping(pool, &grid, "carbon", "marginal", from, to).await?),
+    })
 }

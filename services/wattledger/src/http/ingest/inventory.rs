@@ -44,6 +44,15 @@ pub struct SiteIn {
     #[schema(value_type = Option<f64>)]
     node_static_overhead_w: Option<Decimal>,
     gap_limit_s: Option<i32>,
+    /// Region of the site's electricity prices (a bidding zone such as `DE-LU`) when it is
+    /// not `grid_region`.
+    price_region: Option<String>,
+    /// Price per kWh for hours no price signal covers (the rows are flagged).
+    #[schema(value_type = Option<String>)]
+    fallback_price: Option<Decimal>,
+    /// g CO2e per kWh for hours no carbon signal covers (the rows are flagged).
+    #[schema(value_type = Option<String>)]
+    fallback_intensity_g: Option<Decimal>,
 }
 
 /// A model served or trained, with token weights for shared endpoints.
@@ -122,6 +131,9 @@ pub async fn sites(
             "platform_tenant",
             "node_static_overhead_w",
             "gap_limit_s",
+            "price_region",
+            "fallback_price",
+            "fallback_intensity_g",
         ],
         |r| {
             let key = r.key("key");
@@ -151,6 +163,16 @@ pub async fn sites(
             if !(60..=86_400).contains(&gap) {
                 r.error("gap_limit_s", "must be between 60 and 86400");
             }
+            let price_region = r.opt_str("price_region", 64);
+            let rate = |r: &mut crate::http::validate::Record, f: &str| {
+                let v = r.opt_decimal(f);
+                if v.is_some_and(|v| v < Decimal::ZERO || v >= Decimal::from(100_000_000_000i64)) {
+                    r.error(f, "must be between 0 and 1e11");
+                }
+                v
+            };
+            let fallback_price = rate(r, "fallback_price");
+            let fallback_intensity_g = rate(r, "fallback_intensity_g");
             Some(SiteRecord {
                 key: key?,
                 name: name?,
@@ -162,6 +184,9 @@ pub async fn sites(
                 platform_tenant_id: platform_id?,
                 node_static_overhead_w: node_w,
                 gap_limit_s: gap as i32,
+                price_region,
+                fallback_price,
+                fallback_intensity_g,
             })
         },
     )?;

@@ -1,0 +1,332 @@
+//! Energy to money and carbon for one site-hour, exactly.
+//!
+//! The site's amount is Σ over steps of kWh(step) × rate(step), where the rate is the
+//! signal point covering the step (prices change every 15 minutes, MOER every 5): a
+//! Decimal, never a float. It is rounded once, to the ledger's smallest unit (a millionth of
+//! the currency; a milligram of CO2e), and split over the hour's rows by their energy with
+//! the largest-remainder method, so the rows add up to the site's amount to that unit.
+//! Statements round to cents later, again by largest remainder.
+//!
+//! A step no signal covers takes the site's fallback rate and says so; with no fallback the
+//! hour has no amount (NULL in the ledger, flagged), never a silent zero.
+
+use crate::energy::StepGrid;
+use crate::split::split;
+use crate::units::MJ_PER_KWH;
+use rust_decimal::prelude::ToPrimitive;
+use rust_decimal::Decimal;
+
+/// A rate over `[from_ms, to_ms)`: currency or grams per kWh.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rate {
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub value: Decimal,
+    /// The provider marked it as an estimate, or it is a forecast used for want of an actual.
+    pub estimated: bool,
+}
+
+/// How one site-hour was priced (or carbon-counted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Priced {
+    /// The site's amount in units of 10^-scale (micro-currency, milligrams); `None` when some
+    /// step had neither a signal nor a fallback.
+    pub units: Option<i64>,
+    /// Steps that used the fallback rate.
+    pub fallback_steps: usize,
+    /// Steps whose rate was an estimate or a forecast.
+    pub estimated_steps: usize,
+    /// Steps with no rate at all.
+    pub missing_steps: usize,
+}
+
+/// Prices a site-hour. `rates` are in order of precedence (actuals before forecasts, newest
+/// first): the first covering a step's start wins. `scale` is the decimal places of the
+/// result's unit (6 for micro-currency, 3 for milligrams of a rate in grams).
+pub fn price_hour(
+    grid: StepGrid,
+    site_mj_by_step: &[i64],
+    rates: &[Rate],
+    fallback: Option<Decimal>,
+    scale: u32,
+) -> Priced {
+    let mut amount = Decimal::ZERO;
+    let mut out = Priced {
+        units: None,
+        fallback_steps: 0,
+        estimated_steps: 0,
+        missing_steps: 0,
+    };
+    for (i, &mj) in site_mj_by_step.iter().enumerate() {
+        let t = grid.step_start(i);
+        let rate = rates.iter().find(|r| r.from_ms <= t && t < r.to_ms);
+        let value = match (rate, fallback) {
+            (Some(r), _) => {
+                out.estimated_steps += usize::from(r.estimated);
+                r.value
+            }
+            (None, Some(f)) => {
+                out.fallback_steps += 1;
+                f
+            }
+            (None, None) => {
+                // A step without energy needs no rate.
+                if mj != 0 {
+                    out.missing_steps += 1;
+                }
+                continue;
+            }
+        };
+        amount += Decimal::from(mj) * value;
+    }
+    if out.missing_steps == 0 {
+        // mJ × rate/kWh ÷ 3.6e9 mJ/kWh, in units of 10^-scale, rounded half away from zero.
+        let units = (amount * Decimal::from(10i64.pow(scale)) / Decimal::from(MJ_PER_KWH))
+            .round_dp_with_strategy(0, rust_decimal::RoundingStrategy::MidpointAwayFromZero);
+        out.units = units.to_i64();
+    }
+    out
+}
+
+/// Splits a site's amount (in units) over rows by their energy, exactly. Rows without energy
+/// get zero; an amount with no energy to weigh it (a price for a dark hour) goes to no row.
+pub fn split_by_energy(units: i64, row_mj: &[i64]) -> Vec<i64> {
+    let weights: Vec<u128> = row_mj.iter().map(|&e| e.max(0) as u128).collect();
+    split(units, &weights)
+}
+
+/// Units of 10^-scale as a Decimal (`1234567` at scale 6 = 1.234567).
+pub fn to_decimal(units: i64, scale: u32) -> Decimal {
+    Decimal::new(units, scale)
+}
+
+/// A site's rates for pricing its hours, each list in order of precedence.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SiteRates {
+    /// Currency per kWh, in the site's currency.
+    pub price: Vec<Rate>,
+    pub price_fallback: Option<Decimal>,
+    /// Average (location-based) g CO2e per kWh: what SCI and reports count.
+    pub carbon: Vec<Rate>,
+    pub carbon_fallback: Option<Decimal>,
+    /// Marginal (MOER) g CO2e per kWh, for decisions; no fallback.
+    pub marginal: Vec<Rate>,
+}
+
+/// Decimal places of the ledger's cost (a millionth of the currency) and carbon (a
+/// milligram, as grams with three places).
+pub const COST_SCALE: u32 = 6;
+pub const CARBON_SCALE: u32 = 3;
+
+/// One row's money and carbon; `None` where the hour has no amount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowAmounts {
+    pub cost: Option<Decimal>,
+    pub carbon_g: Option<Decimal>,
+    pub carbon_marginal_g: Option<Decimal>,
+}
+
+/// A site-hour's amounts per row, and the data-quality flags the rows carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HourAmounts {
+    pub rows: Vec<RowAmounts>,
+    pub flags: Vec<&'static str>,
+}
+
+/// Prices and carbon-counts one site-hour and splits both over its rows by energy.
+pub fn hour_amounts(
+    grid: StepGrid,
+    site_mj_by_step: &[i64],
+    row_mj: &[i64],
+    rates: &SiteRates,
+) -> HourAmounts {
+    let mut flags = Vec::new();
+    let mut amount = |rates: &[Rate], fallback, scale, names: Option<[&'static str; 3]>| {
+        let p = price_hour(grid, site_mj_by_step, rates, fallback, scale);
+        if let Some([fell_back, missing, estimated]) = names {
+            if p.fallback_steps > 0 {
+                flags.push(fell_back);
+            }
+            if p.missing_steps > 0 {
+                flags.push(missing);
+            }
+            if p.estimated_steps > 0 {
+                flags.push(estimated);
+            }
+        }
+        let parts = p.units.map(|u| split_by_energy(u, row_mj));
+        move |i: usize| parts.as_ref().map(|v| to_decimal(v[i], scale))
+    };
+    let cost = amount(
+        &rates.price,
+        rates.price_fallback,
+        COST_SCALE,
+        Some(["price_fallback", "price_missing", "price_estimated"]),
+    );
+    let carbon = amount(
+        &rates.carbon,
+        rates.carbon_fallback,
+        CARBON_SCALE,
+        Some(["carbon_fallback", "carbon_missing", "carbon_estimated"]),
+    );
+    let marginal = amount(&rates.marginal, None, CARBON_SCALE, None);
+    HourAmounts {
+        rows: (0..row_mj.len())
+            .map(|i| RowAmounts {
+                cost: cost(i),
+                carbon_g: carbon(i),
+                carbon_marginal_g: marginal(i),
+            })
+            .collect(),
+        flags,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::str::FromStr;
+
+    fn d(s: &str) -> Decimal {
+        Decimal::from_str(s).unwrap()
+    }
+
+    const MIN: i64 = 60_000;
+
+    fn grid() -> StepGrid {
+        StepGrid {
+            start_ms: 0,
+            step_ms: MIN,
+            steps: 60,
+        }
+    }
+
+    fn rate(from_min: i64, to_min: i64, v: &str) -> Rate {
+        Rate {
+            from_ms: from_min * MIN,
+            to_ms: to_min * MIN,
+            value: d(v),
+            estimated: false,
+        }
+    }
+
+    #[test]
+    fn quarter_hour_prices_weigh_the_energy_of_their_steps() {
+        // 1 kWh in each step of the first half hour, nothing after: only the first two
+        // quarter-hour prices count. 15 kWh × 0.10 + 15 kWh × 0.30 = 6.00.
+        let mut steps = vec![MJ_PER_KWH; 30];
+        steps.extend(vec![0; 30]);
+        let rates = [
+            rate(0, 15, "0.10"),
+            rate(15, 30, "0.30"),
+            rate(30, 45, "9"),
+            rate(45, 60, "9"),
+        ];
+        let p = price_hour(grid(), &steps, &rates, None, 6);
+        assert_eq!(p.units, Some(6_000_000));
+        assert_eq!((p.fallback_steps, p.missing_steps), (0, 0));
+    }
+
+    #[test]
+    fn negative_prices_and_grams_to_milligrams() {
+        let steps = vec![MJ_PER_KWH / 60; 60]; // 1 kWh over the hour
+        let p = price_hour(grid(), &steps, &[rate(0, 60, "-0.00305")], None, 6);
+        assert_eq!(p.units, Some(-3_050));
+        // 394.6253619 g/kWh × 1 kWh = 394 625.3619 mg → 394 625 mg.
+        let c = price_hour(grid(), &steps, &[rate(0, 60, "394.6253619")], None, 3);
+        assert_eq!(c.units, Some(394_625));
+    }
+
+    #[test]
+    fn gaps_take_the_fallback_and_say_so_or_leave_no_amount() {
+        let steps = vec![1_000_000; 60];
+        let rates = [rate(0, 30, "400")];
+        let with = price_hour(grid(), &steps, &rates, Some(d("300")), 3);
+        assert_eq!(with.fallback_steps, 30);
+        // (30 × 400 + 30 × 300) g/kWh × 1e6 mJ / 3.6e9 × 1000 = 5833.33 → 5833 mg.
+        assert_eq!(with.units, Some(5_833));
+        let without = price_hour(grid(), &steps, &rates, None, 3);
+        assert_eq!((without.units, without.missing_steps), (None, 30));
+        // Dark steps need no rate.
+        let mut dark = vec![1_000_000; 30];
+        dark.extend(vec![0; 30]);
+        assert!(price_hour(grid(), &dark, &rates, None, 3).units.is_some());
+    }
+
+    #[test]
+    fn an_hour_splits_cost_and_carbon_over_its_rows_and_flags_what_it_assumed() {
+        // 3 kWh over the hour, rows of 2 and 1 kWh; price 0.30/kWh for the first half and a
+        // fallback of 0.20 after; carbon 400 g/kWh all hour; no marginal signal.
+        let steps = vec![MJ_PER_KWH / 20; 60];
+        let rates = SiteRates {
+            price: vec![rate(0, 30, "0.30")],
+            price_fallback: Some(d("0.20")),
+            carbon: vec![rate(0, 60, "400")],
+            carbon_fallback: None,
+            marginal: vec![],
+        };
+        let h = hour_amounts(grid(), &steps, &[2 * MJ_PER_KWH, MJ_PER_KWH], &rates);
+        assert_eq!(h.flags, ["price_fallback"]);
+        // Site: 1.5 kWh × 0.30 + 1.5 kWh × 0.20 = 0.75, split 2:1.
+        assert_eq!(h.rows[0].cost, Some(d("0.500000")));
+        assert_eq!(h.rows[1].cost, Some(d("0.250000")));
+        assert_eq!(h.rows[0].carbon_g, Some(d("800.000")));
+        assert_eq!(h.rows[1].carbon_g, Some(d("400.000")));
+        assert_eq!(
+            h.rows[0].carbon_marginal_g, None,
+            "no MOER signal: no marginal carbon"
+        );
+        let none = hour_amounts(grid(), &steps, &[MJ_PER_KWH], &SiteRates::default());
+        assert_eq!(none.flags, ["price_missing", "carbon_missing"]);
+        assert_eq!(none.rows[0].cost, None);
+    }
+
+    #[test]
+    fn the_first_rate_in_precedence_wins() {
+        let steps = vec![MJ_PER_KWH; 60];
+        let actual = Rate {
+            estimated: true,
+            ..rate(0, 60, "0.2")
+        };
+        let p = price_hour(grid(), &steps, &[actual, rate(0, 60, "0.5")], None, 2);
+        assert_eq!(p.units, Some(1200));
+        assert_eq!(p.estimated_steps, 60);
+    }
+
+    proptest! {
+        /// However energy and rates fall, the rows' parts add up to the site's amount, and
+        /// the site's amount is the exact Σ kWh × rate rounded once.
+        #[test]
+        fn rows_add_up_to_the_site_amount(
+            steps in proptest::collection::vec(0i64..5_000_000_000, 60),
+            cents in proptest::collection::vec(-50i64..500, 4),
+            rows in proptest::collection::vec(0i64..1_000_000_000_000, 1..12),
+        ) {
+            let rates: Vec<Rate> = cents
+                .iter()
+                .enumerate()
+                .map(|(q, c)| Rate {
+                    from_ms: q as i64 * 15 * MIN,
+                    to_ms: (q as i64 + 1) * 15 * MIN,
+                    value: Decimal::new(*c, 2),
+                    estimated: false,
+                })
+                .collect();
+            let p = price_hour(grid(), &steps, &rates, None, 6);
+            let units = p.units.unwrap();
+            let exact: Decimal = steps
+                .iter()
+                .enumerate()
+                .map(|(i, e)| Decimal::from(*e) * Decimal::new(cents[i / 15], 2))
+                .sum::<Decimal>()
+                * Decimal::from(1_000_000)
+                / Decimal::from(MJ_PER_KWH);
+            prop_assert!((Decimal::from(units) - exact).abs() <= d("0.5"));
+            let parts = split_by_energy(units, &rows);
+            if rows.iter().any(|&r| r > 0) {
+                prop_assert_eq!(parts.iter().sum::<i64>(), units);
+            }
+        }
+    }
+}
