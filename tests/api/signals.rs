@@ -202,6 +202,35 @@ async fn the_ledger_carries_exact_cost_and_carbon_per_tenant() {
             ),
         ]
     );
+    // The same through the usage API, with the per-token figures: a served 1250 tokens.
+    let (status, body) = app
+        .get(
+            Some(&app.token(Role::Admin)),
+            &format!(
+                "/v1/usage?group_by=tenant&from={}&to={}",
+                scenario::HOUR,
+                scenario::NEXT_HOUR
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let a = &body["rows"][0];
+    assert_eq!(a["tenant"], "a");
+    assert_eq!(a["cost"], json!({"EUR": "0.302083"}));
+    assert_eq!(
+        (a["carbon_g"].as_str(), a["carbon_marginal_g"].as_str()),
+        (Some("483.333"), Some("604.167"))
+    );
+    assert_eq!(
+        (a["priced_fraction"].as_str(), a["carbon_fraction"].as_str()),
+        (Some("1"), Some("1"))
+    );
+    assert_eq!(
+        a["g_co2e_per_1k_tokens"].as_str(),
+        Some("386.666"),
+        "483.333 g / 1250 tokens"
+    );
+    assert_eq!(a["cost_per_1m_tokens"], json!({"EUR": "241.6664"}));
 }
 
 #[tokio::test]

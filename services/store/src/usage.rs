@@ -2,6 +2,7 @@
 
 use crate::{Scope, StoreResult};
 use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
 use sqlx::PgPool;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,6 +66,17 @@ pub struct UsageRow {
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
     pub gpu_ms: i64,
+    /// Operational carbon (location-based, average intensity) of the rows that have it.
+    pub carbon_g: Option<Decimal>,
+    /// Carbon at the marginal (MOER) intensity, of the rows that have it.
+    pub carbon_marginal_g: Option<Decimal>,
+    /// Energy of the rows that have a cost, and of those that have carbon: what the
+    /// amounts cover (the rest had no signal and no fallback).
+    pub priced_mj: i64,
+    pub carbon_mj: i64,
+    /// Cost per currency (a tenant using sites in two currencies has two), in step.
+    pub cost_currencies: Option<Vec<String>>,
+    pub cost_amounts: Option<Vec<Decimal>>,
 }
 
 /// Ledger totals visible to `scope`, grouped by `group_by` (in that order).
@@ -88,45 +100,57 @@ pub async fn usage(
     } else {
         key(GroupBy::Day, "period", "::timestamptz")
     };
-    let group = if keys.is_empty() {
-        String::new()
-    } else {
-        format!("GROUP BY {}", keys.join(", "))
-    };
-    let order = if keys.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "ORDER BY {}",
-            (1..=5)
-                .map(|i| i.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    };
+    // Costs are summed per currency first (sites may bill in different ones), then the
+    // groups are folded with one amount per currency.
+    let inner_group = keys
+        .iter()
+        .copied()
+        .chain(["s.currency"])
+        .collect::<Vec<_>>()
+        .join(", ");
     let sql = format!(
-        "SELECT {}, {}, {}, {}, {period},
-                coalesce(sum(l.total_mj), 0)::bigint AS total_mj,
-                coalesce(sum(l.gpu_mj), 0)::bigint AS gpu_mj,
-                coalesce(sum(l.node_overhead_mj), 0)::bigint AS node_overhead_mj,
-                coalesce(sum(l.idle_mj), 0)::bigint AS idle_mj,
-                coalesce(sum(l.facility_overhead_mj), 0)::bigint AS facility_overhead_mj,
-                coalesce(sum(l.estimated_mj), 0)::bigint AS estimated_mj,
-                coalesce(sum(l.prompt_tokens), 0)::bigint AS prompt_tokens,
-                coalesce(sum(l.generated_tokens), 0)::bigint AS generated_tokens,
-                coalesce(sum(l.gpu_ms), 0)::bigint AS gpu_ms
-         FROM ledger l
-         JOIN tenants t ON t.id = l.tenant_id
-         JOIN sites s ON s.id = l.site_id
-         LEFT JOIN jobs j ON j.id = l.job_id
-         LEFT JOIN models m ON m.id = l.model_id
-         WHERE ($1::bigint IS NULL OR l.tenant_id = $1)
-           AND ($2::timestamptz IS NULL OR l.hour >= $2)
-           AND ($3::timestamptz IS NULL OR l.hour < $3)
-           AND ($4::bigint IS NULL OR l.site_id = $4)
-           AND ($5::bigint IS NULL OR l.job_id = $5)
-           AND ($6::bigint IS NULL OR l.model_id = $6)
-         {group} {order}",
+        "WITH g AS (
+             SELECT {}, {}, {}, {}, {period}, s.currency::text AS currency,
+                    sum(l.total_mj) AS total_mj, sum(l.gpu_mj) AS gpu_mj,
+                    sum(l.node_overhead_mj) AS node_overhead_mj, sum(l.idle_mj) AS idle_mj,
+                    sum(l.facility_overhead_mj) AS facility_overhead_mj,
+                    sum(l.estimated_mj) AS estimated_mj, sum(l.prompt_tokens) AS prompt_tokens,
+                    sum(l.generated_tokens) AS generated_tokens, sum(l.gpu_ms) AS gpu_ms,
+                    sum(l.cost) AS cost, sum(l.carbon_g) AS carbon_g,
+                    sum(l.carbon_marginal_g) AS carbon_marginal_g,
+                    coalesce(sum(l.total_mj) FILTER (WHERE l.cost IS NOT NULL), 0) AS priced_mj,
+                    coalesce(sum(l.total_mj) FILTER (WHERE l.carbon_g IS NOT NULL), 0) AS carbon_mj
+             FROM ledger l
+             JOIN tenants t ON t.id = l.tenant_id
+             JOIN sites s ON s.id = l.site_id
+             LEFT JOIN jobs j ON j.id = l.job_id
+             LEFT JOIN models m ON m.id = l.model_id
+             WHERE ($1::bigint IS NULL OR l.tenant_id = $1)
+               AND ($2::timestamptz IS NULL OR l.hour >= $2)
+               AND ($3::timestamptz IS NULL OR l.hour < $3)
+               AND ($4::bigint IS NULL OR l.site_id = $4)
+               AND ($5::bigint IS NULL OR l.job_id = $5)
+               AND ($6::bigint IS NULL OR l.model_id = $6)
+             GROUP BY {inner_group}
+         )
+         SELECT tenant, job, model, site, period,
+                coalesce(sum(total_mj), 0)::bigint AS total_mj,
+                coalesce(sum(gpu_mj), 0)::bigint AS gpu_mj,
+                coalesce(sum(node_overhead_mj), 0)::bigint AS node_overhead_mj,
+                coalesce(sum(idle_mj), 0)::bigint AS idle_mj,
+                coalesce(sum(facility_overhead_mj), 0)::bigint AS facility_overhead_mj,
+                coalesce(sum(estimated_mj), 0)::bigint AS estimated_mj,
+                coalesce(sum(prompt_tokens), 0)::bigint AS prompt_tokens,
+                coalesce(sum(generated_tokens), 0)::bigint AS generated_tokens,
+                coalesce(sum(gpu_ms), 0)::bigint AS gpu_ms,
+                sum(carbon_g) AS carbon_g, sum(carbon_marginal_g) AS carbon_marginal_g,
+                coalesce(sum(priced_mj), 0)::bigint AS priced_mj,
+                coalesce(sum(carbon_mj), 0)::bigint AS carbon_mj,
+                array_agg(currency ORDER BY currency) FILTER (WHERE cost IS NOT NULL) AS cost_currencies,
+                array_agg(cost ORDER BY currency) FILTER (WHERE cost IS NOT NULL) AS cost_amounts
+         FROM g
+         GROUP BY 1, 2, 3, 4, 5
+         ORDER BY 1, 2, 3, 4, 5",
         key(GroupBy::Tenant, "tenant", "::text"),
         key(GroupBy::Job, "job", "::text"),
         key(GroupBy::Model, "model", "::text"),

@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
 use wattledger_domain::units::{kwh, ratio};
@@ -89,6 +90,25 @@ pub struct UsageRowOut {
     /// GPU-hours held (share-weighted).
     #[schema(value_type = String)]
     pub gpu_hours: Decimal,
+    /// Energy cost per currency (currency per kWh × kWh, summed per step).
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub cost: BTreeMap<String, Decimal>,
+    /// Operational carbon, location-based (average grid intensity), g CO2e.
+    #[schema(value_type = Option<String>)]
+    pub carbon_g: Option<Decimal>,
+    /// Carbon at the marginal (MOER) intensity, g CO2e: for decisions and what-ifs.
+    #[schema(value_type = Option<String>)]
+    pub carbon_marginal_g: Option<Decimal>,
+    /// Share of the energy the cost covers, and the carbon covers (the rest had no signal
+    /// and no fallback, and is flagged in the ledger).
+    #[schema(value_type = Option<String>)]
+    pub priced_fraction: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub carbon_fraction: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub g_co2e_per_1k_tokens: Option<Decimal>,
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub cost_per_1m_tokens: BTreeMap<String, Decimal>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -204,6 +224,14 @@ pub async fn get_usage(
             .into_iter()
             .map(|r| {
                 let tokens = r.prompt_tokens + r.generated_tokens;
+                let cost: BTreeMap<String, Decimal> = r
+                    .cost_currencies
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .zip(r.cost_amounts.clone().unwrap_or_default())
+                    .map(|(c, a)| (c, a.round_dp(6).normalize()))
+                    .collect();
                 let e = efficiency(EnergyTotals {
                     total_mj: r.total_mj,
                     it_mj: r.gpu_mj + r.node_overhead_mj,
@@ -232,6 +260,24 @@ pub async fn get_usage(
                     joules_per_token: e.joules_per_token,
                     idle_fraction: e.idle_fraction,
                     gpu_hours: (Decimal::from(r.gpu_ms) / Decimal::from(3_600_000)).round_dp(4),
+                    cost: cost.clone(),
+                    carbon_g: r.carbon_g.map(|g| g.round_dp(3).normalize()),
+                    carbon_marginal_g: r.carbon_marginal_g.map(|g| g.round_dp(3).normalize()),
+                    priced_fraction: ratio(r.priced_mj, r.total_mj),
+                    carbon_fraction: ratio(r.carbon_mj, r.total_mj),
+                    g_co2e_per_1k_tokens: r.carbon_g.filter(|_| tokens > 0).map(|g| {
+                        (g * Decimal::from(1000) / Decimal::from(tokens))
+                            .round_dp(3)
+                            .normalize()
+                    }),
+                    cost_per_1m_tokens: cost
+                        .iter()
+                        .filter(|_| tokens > 0)
+                        .map(|(c, a)| {
+                            let per = *a * Decimal::from(1_000_000) / Decimal::from(tokens);
+                            (c.clone(), per.round_dp(6).normalize())
+                        })
+                        .collect(),
                 }
             })
             .collect(),
