@@ -125,6 +125,19 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     client
         .post(&client.collector, "/v1/ingest/meters", sim.meter_records())
         .await?;
+    let signals = sim.signal_records()?;
+    let mut p = Progress::new("grid signals", signals.len() as u64);
+    for chunk in signals.chunks(10_000) {
+        client
+            .post(
+                &client.collector,
+                "/v1/ingest/signals",
+                serde_json::json!({ "records": chunk }),
+            )
+            .await?;
+        p.add(chunk.len() as u64);
+    }
+    p.finish();
     let job_batches = sim.job_batches(2000);
     let mut p = Progress::new("jobs", sim.job_count() as u64);
     for b in job_batches {
@@ -426,16 +439,33 @@ pub async fn summary(
         to.format("%Y-%m-%d")
     );
     println!(
-        "  {:<16} {:>12} {:>7} {:>10}",
-        "tenant", "kWh", "share", "idle kWh"
+        "  {:<16} {:>12} {:>7} {:>10} {:>10}  energy cost",
+        "tenant", "kWh", "share", "idle kWh", "kgCO2e"
     );
     for r in &tenants {
+        let cost: Vec<String> = r
+            .cost_currencies
+            .iter()
+            .flatten()
+            .zip(r.cost_amounts.iter().flatten())
+            .map(|(c, a)| format!("{c} {}", a.round_dp(2)))
+            .collect();
         println!(
-            "  {:<16} {:>12} {:>6.1}% {:>10}",
+            "  {:<16} {:>12} {:>6.1}% {:>10} {:>10}  {}",
             r.tenant.as_deref().unwrap_or("-"),
             kwh(r.total_mj).round_dp(1),
             r.total_mj as f64 * 100.0 / total.max(1) as f64,
-            kwh(r.idle_mj).round_dp(1)
+            kwh(r.idle_mj).round_dp(1),
+            r.carbon_g
+                .map(|g| (g / rust_decimal::Decimal::from(1000))
+                    .round_dp(1)
+                    .to_string())
+                .unwrap_or_else(|| "-".into()),
+            if cost.is_empty() {
+                "-".into()
+            } else {
+                cost.join(" + ")
+            }
         );
     }
     println!("  {:<16} {:>12}", "total", kwh(total).round_dp(1));

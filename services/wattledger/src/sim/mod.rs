@@ -12,6 +12,7 @@
 
 pub mod live;
 pub mod rng;
+pub mod signals;
 
 use serde_json::{json, Value};
 
@@ -420,8 +421,32 @@ impl Simulation {
         json!({ "records": SITES.iter().map(|s| json!({
             "key": s.key, "name": s.name, "grid_region": s.region, "currency": s.currency,
             "power_envelope_w": s.envelope_w, "static_pue": s.pue, "idle_policy": s.idle_policy,
-            "platform_tenant": "platform", "node_static_overhead_w": 1500, "gap_limit_s": 600
+            "platform_tenant": "platform", "node_static_overhead_w": 1500, "gap_limit_s": 600,
+            "fallback_price": if s.currency == "EUR" { "0.21" } else { "0.082" },
+            "fallback_intensity_g": if s.region == "DE" { "380" } else { "110" }
         })).collect::<Vec<_>>() })
+    }
+
+    /// Grid signals over the simulated range: each site's zone as an Electricity Maps
+    /// history and its time-of-use tariff, as ingest records (through the real parsers).
+    pub fn signal_records(&self) -> Result<Vec<Value>, wattledger_domain::signals::SignalError> {
+        let mut out = Vec::new();
+        let (from, to) = (
+            chrono::DateTime::from_timestamp_millis(self.from_ms).unwrap_or_default(),
+            chrono::DateTime::from_timestamp_millis(self.to_ms + 3_600_000).unwrap_or_default(),
+        );
+        for site in &SITES {
+            let carbon = signals::carbon_series(
+                site.region,
+                self.seed,
+                self.from_ms,
+                self.to_ms + 3_600_000,
+            )?;
+            out.extend(signals::records(&carbon));
+            let prices = signals::tariff(site.key).series(site.region, from, to);
+            out.extend(signals::records(&prices));
+        }
+        Ok(out)
     }
 
     pub fn meter_records(&self) -> Value {

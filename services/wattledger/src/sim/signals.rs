@@ -1,0 +1,167 @@
+//! The demo's grid signals, in the formats operators actually receive: an Electricity Maps
+//! v3 `/carbon-intensity/history`-shaped document per grid zone (hourly gCO2eq/kWh, the
+//! newest hours `isEstimated`), and a time-of-use tariff per site. The demo parses them with
+//! the same parsers a site's would go through and sends the points to the ingest API.
+
+use rust_decimal::Decimal;
+use serde_json::{json, Value};
+use wattledger_domain::signals::tariff::{Band, Season, Tariff};
+use wattledger_domain::signals::{electricitymaps, Series, SignalError};
+
+use super::rng;
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// The zones of the simulated sites, with a daily intensity shape: Germany's mix dips at
+/// midday with solar; the Pacific Northwest is hydro-heavy and flat, higher at night.
+fn intensity(zone: &str, seed: u64, hour_ms: i64) -> i64 {
+    let h = (hour_ms / HOUR_MS).rem_euclid(24) as f64;
+    let k = (hour_ms / HOUR_MS) as u64;
+    let noise = rng::range(seed, 90, k, 0, -25.0, 25.0);
+    let v = match zone {
+        "DE" => 420.0 - 170.0 * (-((h - 12.5) / 3.5).powi(2)).exp() + noise,
+        _ => 95.0 + 35.0 * ((h - 4.0) / 24.0 * std::f64::consts::TAU).cos() + noise * 0.4,
+    };
+    v.round().max(10.0) as i64
+}
+
+fn iso(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// `GET /v3/carbon-intensity/history?zone=…` as Electricity Maps would answer it for the
+/// hours `[from_ms, to_ms)`; the last three hours are still estimates.
+pub fn electricitymaps_history(zone: &str, seed: u64, from_ms: i64, to_ms: i64) -> String {
+    let first = from_ms.div_euclid(HOUR_MS) * HOUR_MS;
+    let hours: Vec<Value> = (0..)
+        .map(|i| first + i * HOUR_MS)
+        .take_while(|t| *t < to_ms)
+        .map(|t| {
+            let estimated = t + 3 * HOUR_MS >= to_ms;
+            json!({
+                "zone": zone,
+                "carbonIntensity": intensity(zone, seed, t),
+                "datetime": iso(t),
+                "updatedAt": iso(t + HOUR_MS + 17 * 60_000),
+                "createdAt": iso(t - 2 * 24 * HOUR_MS),
+                "emissionFactorType": "lifecycle",
+                "isEstimated": estimated,
+                "estimationMethod": if estimated { Value::from("TIME_SLICER_AVERAGE") } else { Value::Null },
+            })
+        })
+        .collect();
+    json!({ "zone": zone, "history": hours }).to_string()
+}
+
+/// The zone's series, through the real parser.
+pub fn carbon_series(
+    zone: &str,
+    seed: u64,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Series, SignalError> {
+    electricitymaps::parse(&electricitymaps_history(zone, seed, from_ms, to_ms))
+}
+
+fn d(s: &str) -> Decimal {
+    s.parse().expect("a literal price")
+}
+
+/// A commercial time-of-use tariff per site: Frankfurt in EUR at CET with a weekday peak and
+/// a cheap night; Oregon in USD at PST with an evening peak.
+pub fn tariff(site: &str) -> Tariff {
+    let all_year = (1..=12).collect::<Vec<u32>>();
+    match site {
+        "fra1" => Tariff {
+            currency: "EUR".into(),
+            utc_offset_minutes: 60,
+            seasons: vec![Season {
+                months: all_year,
+                price: d("0.21"),
+                bands: vec![
+                    Band {
+                        days: vec!["weekdays".into()],
+                        hours: [8, 20],
+                        price: d("0.29"),
+                    },
+                    Band {
+                        days: vec!["all".into()],
+                        hours: [22, 6],
+                        price: d("0.16"),
+                    },
+                ],
+            }],
+        },
+        _ => Tariff {
+            currency: "USD".into(),
+            utc_offset_minutes: -480,
+            seasons: vec![Season {
+                months: all_year,
+                price: d("0.082"),
+                bands: vec![Band {
+                    days: vec!["all".into()],
+                    hours: [17, 21],
+                    price: d("0.141"),
+                }],
+            }],
+        },
+    }
+}
+
+/// Series as ingest records.
+pub fn records(series: &Series) -> Vec<Value> {
+    use wattledger_domain::signals::{Signal, Status};
+    series
+        .points
+        .iter()
+        .map(|p| {
+            let mut r = json!({
+                "region": series.region,
+                "status": match series.status { Status::Actual => "actual", Status::Forecast => "forecast" },
+                "source": series.source,
+                "start_at": p.start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                "end_at": p.end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                "value": p.value.to_string(),
+                "estimated": p.estimated,
+            });
+            match &series.signal {
+                Signal::Carbon { basis } => {
+                    r["signal"] = json!("carbon");
+                    r["basis"] = serde_json::to_value(basis).expect("basis serializes");
+                }
+                Signal::Price { currency } => {
+                    r["signal"] = json!("price");
+                    r["currency"] = json!(currency);
+                }
+            }
+            r
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wattledger_domain::signals::{Basis, Signal};
+
+    #[test]
+    fn the_history_is_electricity_maps_shaped_and_parses() {
+        let day = 1_790_000_000_000i64 / HOUR_MS * HOUR_MS;
+        let s = carbon_series("DE", 7, day, day + 24 * HOUR_MS).unwrap();
+        assert_eq!(s.points.len(), 24);
+        assert_eq!(
+            s.signal,
+            Signal::Carbon {
+                basis: Basis::Average
+            }
+        );
+        assert!(s.points[23].estimated && !s.points[0].estimated);
+        let r = records(&s);
+        assert_eq!(r[0]["basis"], "average");
+        for site in ["fra1", "ore1"] {
+            tariff(site).check().unwrap();
+        }
+    }
+}
