@@ -21,18 +21,22 @@ pub struct SignalIn {
     /// The provider's zone or region: a site's `grid_region` (carbon) or `price_region`.
     region: String,
     /// `carbon` (g CO2e per kWh) or `price` (currency per kWh).
+    #[schema(pattern = "^(carbon|price)$")]
     signal: String,
     /// Carbon: `average` (location-based, what reports count) or `marginal` (MOER).
+    #[schema(pattern = "^(average|marginal)$")]
     basis: Option<String>,
     /// Price: ISO 4217 currency.
+    #[schema(pattern = "^[A-Z]{3}$")]
     currency: Option<String>,
     /// `actual` or `forecast`.
+    #[schema(pattern = "^(actual|forecast)$")]
     status: String,
     /// Who published it: `electricitymaps`, `watttime`, `ukci`, `casdk`, `entsoe`, `tariff`, …
     source: String,
     start_at: DateTime<Utc>,
     end_at: DateTime<Utc>,
-    #[schema(value_type = String, example = "412.5")]
+    #[schema(value_type = String, example = "412.5", pattern = "^-?[0-9]{1,10}(\\.[0-9]{1,9})?$")]
     value: Decimal,
     /// The provider marks the value as an estimate (it may be revised).
     estimated: Option<bool>,
