@@ -38,6 +38,7 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
         "POST /v1/ingest/tenants",
         "POST /v1/ingest/sites",
         "POST /v1/ingest/models",
+        "POST /v1/ingest/device_models",
         "POST /v1/ingest/meters",
         "POST /v1/ingest/samples",
         "POST /v1/ingest/jobs",

@@ -280,3 +280,74 @@ async fn an_hour_without_a_signal_takes_the_fallback_and_is_flagged_never_zero()
     assert_eq!((cost.as_str(), carbon.as_str()), ("0.500000", "700.000"));
     assert_eq!(fallbacks, costs.len() as i64);
 }
+
+/// Embodied carbon from device models: 36 kg over 10 000 h is 1000 ng per ms, 3.6 g per GPU
+/// hour. In the scenario hour a holds g0 and a third of g2 by tokens (3.6 + 1.2 g), b half
+/// of g1 and two thirds of g2 (1.8 + 2.4 g), and g1's idle half goes to the platform (1.8 g).
+#[tokio::test]
+async fn embodied_carbon_and_sci_per_token() {
+    let app = TestApp::start().await;
+    let mut b = scenario::batches();
+    for m in b.meters.as_array_mut().unwrap() {
+        if m["kind"] == "gpu" {
+            m["device_model"] = json!("Test GPU 80GB");
+        }
+    }
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Admin),
+            "device_models",
+            json!([{"key": "Test GPU 80GB", "embodied_kg": "36", "lifetime_hours": 10000, "source": "test"}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    scenario::push(&app, &b).await;
+    let carbon = json!({"region": "DE", "signal": "carbon", "basis": "average", "status": "actual",
+                        "source": "test", "start_at": scenario::HOUR, "end_at": scenario::NEXT_HOUR, "value": "400"});
+    app.ingest(&app.token(Role::Collector), "signals", json!([carbon]))
+        .await;
+    app.attribute().await;
+    let (status, body) = app
+        .get(
+            Some(&app.token(Role::Admin)),
+            &format!(
+                "/v1/usage?group_by=tenant&from={}&to={}",
+                scenario::HOUR,
+                scenario::NEXT_HOUR
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let by_tenant: Vec<(String, String)> = body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["tenant"].as_str().unwrap().to_owned(),
+                r["embodied_carbon_g"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_tenant,
+        vec![
+            ("a".into(), "4.8".into()),
+            ("b".into(), "4.2".into()),
+            ("platform".into(), "1.8".into())
+        ]
+    );
+    // SCI per token for a: (483.333 + 4.8) g / 1250 tokens.
+    assert_eq!(
+        body["rows"][0]["sci_g_per_token"].as_str(),
+        Some("0.390506")
+    );
+    let (status, _) = app
+        .ingest(
+            &app.token(Role::Admin),
+            "device_models",
+            json!([{"key": "x", "embodied_kg": -1}]),
+        )
+        .await;
+    assert_eq!(status, 422);
+}

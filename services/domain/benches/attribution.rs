@@ -85,6 +85,7 @@ fn site_hour() -> SiteHour {
                 _ => vec![],
             };
             gpus.push(Gpu {
+                embodied_ng_per_ms: 0,
                 energy: steps(id, 30_000_000),
                 allocations,
             });

@@ -51,6 +51,9 @@ pub struct Allocation {
 pub struct Gpu {
     pub energy: MeterSteps,
     pub allocations: Vec<Allocation>,
+    /// Embodied carbon the device accrues per ms of its life, in nanograms CO2e (its
+    /// model's manufacturing footprint over its expected lifetime); 0 when unknown.
+    pub embodied_ng_per_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,8 +109,11 @@ pub struct Row {
     pub estimated_mj: i64,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
-    /// GPU time held, in ms × share (ppm) / 1e6: the basis of embodied carbon later.
+    /// GPU time held, in ms × share (ppm) / 1e6: the basis of embodied carbon.
     pub gpu_ms: i64,
+    /// Embodied carbon (SCI's M) of the GPU time held, in nanograms CO2e; idle GPU time's
+    /// share follows the idle policy like idle energy.
+    pub embodied_ng: i64,
     pub quality: Quality,
 }
 
@@ -140,6 +146,8 @@ pub struct HourTotals {
     pub capacity_gpu_ms: i64,
     pub gpu_steps: i64,
     pub quality: Quality,
+    /// Embodied carbon of every GPU's hour, held or idle, in nanograms (Σ rows = this).
+    pub embodied_ng: i64,
     /// Site energy of each step (Σ = `site_mj`): what prices and intensities that change
     /// within the hour multiply.
     pub site_mj_by_step: Vec<i64>,
@@ -160,6 +168,7 @@ struct Acc {
     facility: i64,
     estimated: i64,
     gpu_ms: i64,
+    embodied: i64,
     quality: Quality,
 }
 
@@ -236,6 +245,7 @@ pub fn attribute(input: &SiteHour) -> Attributed {
                 s.weights.clear();
                 s.owners.clear();
                 let mut held: u128 = 0;
+                let mut held_ms = 0i64;
                 for a in &gpu.allocations {
                     let overlap = t1.min(a.end_ms) - t0.max(a.start_ms);
                     if overlap <= 0 {
@@ -247,9 +257,14 @@ pub fn attribute(input: &SiteHour) -> Attributed {
                     s.owners.push(a.job);
                     let ms = (w / u128::from(PPM)) as i64;
                     acc[a.job].gpu_ms += ms;
+                    acc[a.job].embodied += ms * gpu.embodied_ng_per_ms;
                     acc[a.job].quality |= q;
                     totals.allocated_gpu_ms += ms;
+                    held_ms += ms;
                 }
+                // The device ages whether or not anyone holds it: the rest is idle.
+                idle.embodied += (grid.step_ms - held_ms).max(0) * gpu.embodied_ng_per_ms;
+                totals.embodied_ng += grid.step_ms.max(held_ms) * gpu.embodied_ng_per_ms;
                 let capacity = grid.step_ms as u128 * u128::from(PPM);
                 s.weights.push(capacity.saturating_sub(held));
                 s.parts.resize(s.weights.len(), 0);
@@ -412,15 +427,17 @@ pub fn attribute(input: &SiteHour) -> Attributed {
         let idle_parts = split(idle.idle, &job_it);
         let fac_parts = split(idle.facility, &job_it);
         let est_parts = split(idle.estimated, &job_it);
+        let emb_parts = split(idle.embodied, &job_it);
         for (k, row) in rows.iter_mut().enumerate() {
             row.idle_mj += idle_parts[k];
             row.facility_overhead_mj += fac_parts[k];
             row.estimated_mj += est_parts[k];
+            row.embodied_ng += emb_parts[k];
             if idle_parts[k] != 0 || fac_parts[k] != 0 {
                 row.quality |= idle.quality;
             }
         }
-    } else if idle_total != 0 {
+    } else if idle_total != 0 || idle.embodied != 0 {
         rows.push(Row {
             tenant: input.policy.platform_tenant,
             job: None,
@@ -433,11 +450,15 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             prompt_tokens: 0,
             generated_tokens: 0,
             gpu_ms: 0,
+            embodied_ng: idle.embodied,
             quality: idle.quality,
         });
     }
     totals.estimated_mj = rows.iter().map(|r| r.estimated_mj).sum();
     debug_assert_eq!(rows.iter().map(Row::total_mj).sum::<i64>(), totals.site_mj);
+    debug_assert!(
+        rows.is_empty() || rows.iter().map(|r| r.embodied_ng).sum::<i64>() == totals.embodied_ng
+    );
     Attributed { rows, totals }
 }
 
@@ -462,6 +483,7 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
         prompt_tokens: 0,
         generated_tokens: 0,
         gpu_ms: acc.gpu_ms,
+        embodied_ng: acc.embodied,
         quality: acc.quality,
     };
     // Merge token records per tenant, ordered by tenant id for a stable tie-break.
@@ -498,6 +520,7 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
     let facility = split(acc.facility, &weights);
     let estimated = split(acc.estimated, &weights);
     let gpu_ms = split(acc.gpu_ms, &weights);
+    let embodied = split(acc.embodied, &weights);
     for (k, &(tenant, prompt, generated)) in by_tenant.iter().enumerate() {
         rows.push(Row {
             tenant,
@@ -509,6 +532,7 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
             prompt_tokens: prompt,
             generated_tokens: generated,
             gpu_ms: gpu_ms[k],
+            embodied_ng: embodied[k],
             ..base.clone()
         });
     }

@@ -124,6 +124,9 @@ pub struct RowAmounts {
     pub cost: Option<Decimal>,
     pub carbon_g: Option<Decimal>,
     pub carbon_marginal_g: Option<Decimal>,
+    /// Embodied carbon (SCI's M) of the GPU time the row held (or its idle share), in g;
+    /// `None` when no GPU of the site has a known device model (unknown is not zero).
+    pub embodied_g: Option<Decimal>,
 }
 
 /// A site-hour's amounts per row, and the data-quality flags the rows carry.
@@ -133,11 +136,14 @@ pub struct HourAmounts {
     pub flags: Vec<&'static str>,
 }
 
-/// Prices and carbon-counts one site-hour and splits both over its rows by energy.
+/// Prices and carbon-counts one site-hour and splits both over its rows by energy; the
+/// rows' embodied carbon (nanograms from attribution) is rounded to milligrams the same
+/// exact way, the site's total once and the rows by largest remainder.
 pub fn hour_amounts(
     grid: StepGrid,
     site_mj_by_step: &[i64],
     row_mj: &[i64],
+    row_embodied_ng: &[i64],
     rates: &SiteRates,
 ) -> HourAmounts {
     let mut flags = Vec::new();
@@ -170,12 +176,22 @@ pub fn hour_amounts(
         Some(["carbon_fallback", "carbon_missing", "carbon_estimated"]),
     );
     let marginal = amount(&rates.marginal, None, CARBON_SCALE, None);
+    let embodied_total: i64 = row_embodied_ng.iter().sum();
+    // ng → mg: ÷ 1e6, rounded half up (the amounts are not negative).
+    let embodied_mg = split(
+        (embodied_total + 500_000) / 1_000_000,
+        &row_embodied_ng
+            .iter()
+            .map(|&e| e.max(0) as u128)
+            .collect::<Vec<_>>(),
+    );
     HourAmounts {
         rows: (0..row_mj.len())
             .map(|i| RowAmounts {
                 cost: cost(i),
                 carbon_g: carbon(i),
                 carbon_marginal_g: marginal(i),
+                embodied_g: (embodied_total > 0).then(|| to_decimal(embodied_mg[i], CARBON_SCALE)),
             })
             .collect(),
         flags,
@@ -266,7 +282,13 @@ mod tests {
             carbon_fallback: None,
             marginal: vec![],
         };
-        let h = hour_amounts(grid(), &steps, &[2 * MJ_PER_KWH, MJ_PER_KWH], &rates);
+        let h = hour_amounts(
+            grid(),
+            &steps,
+            &[2 * MJ_PER_KWH, MJ_PER_KWH],
+            &[2_400_000_000, 1_200_000_000],
+            &rates,
+        );
         assert_eq!(h.flags, ["price_fallback"]);
         // Site: 1.5 kWh × 0.30 + 1.5 kWh × 0.20 = 0.75, split 2:1.
         assert_eq!(h.rows[0].cost, Some(d("0.500000")));
@@ -277,7 +299,7 @@ mod tests {
             h.rows[0].carbon_marginal_g, None,
             "no MOER signal: no marginal carbon"
         );
-        let none = hour_amounts(grid(), &steps, &[MJ_PER_KWH], &SiteRates::default());
+        let none = hour_amounts(grid(), &steps, &[MJ_PER_KWH], &[0], &SiteRates::default());
         assert_eq!(none.flags, ["price_missing", "carbon_missing"]);
         assert_eq!(none.rows[0].cost, None);
     }

@@ -71,6 +71,8 @@ struct Window {
     jobs: Vec<Job>,
     job_ids: Vec<i64>,
     tokens: Vec<TokenSpan>,
+    /// GPU meter id → embodied carbon in ng per ms of its life (known device models only).
+    embodied: HashMap<i64, i64>,
 }
 
 /// A token record of a job in the window, job as an index into `Window::jobs`.
@@ -150,6 +152,22 @@ async fn load(
             .bind(site_id)
             .fetch_all(pool)
             .await?;
+    // Embodied kg over the lifetime, as ng per ms of life: kg × 1e12 ng / (h × 3.6e6 ms).
+    let embodied: HashMap<i64, i64> = sqlx::query_as::<_, (i64, Decimal, i32)>(
+        "SELECT m.id, d.embodied_kg, d.lifetime_hours
+         FROM meters m JOIN device_models d ON d.key = m.device_model
+         WHERE m.site_id = $1 AND m.kind = 'gpu'",
+    )
+    .bind(site_id)
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|(id, kg, hours)| {
+        let per_ms = kg * Decimal::from(1_000_000_000_000i64)
+            / (Decimal::from(hours) * Decimal::from(HOUR_MS));
+        (id, per_ms.round().to_i64().unwrap_or(0))
+    })
+    .collect();
     let facility: Vec<i64> = meters
         .iter()
         .filter(|m| m.1 == "facility")
@@ -302,6 +320,7 @@ async fn load(
         jobs,
         job_ids,
         tokens,
+        embodied,
     })
 }
 
@@ -354,6 +373,7 @@ impl Window {
                     .map(|g| Gpu {
                         energy: self.steps(*g, grid),
                         allocations: self.allocations.get(g).cloned().unwrap_or_default(),
+                        embodied_ng_per_ms: self.embodied.get(g).copied().unwrap_or(0),
                     })
                     .collect(),
             })
@@ -404,8 +424,14 @@ pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {
             let input = window.site_hour(*h);
             let out = attribution::attribute(&input);
             let row_mj: Vec<i64> = out.rows.iter().map(|r| r.total_mj()).collect();
-            let amounts =
-                costing::hour_amounts(input.grid, &out.totals.site_mj_by_step, &row_mj, &rates);
+            let row_ng: Vec<i64> = out.rows.iter().map(|r| r.embodied_ng).collect();
+            let amounts = costing::hour_amounts(
+                input.grid,
+                &out.totals.site_mj_by_step,
+                &row_mj,
+                &row_ng,
+                &rates,
+            );
             (*h, out, amounts)
         })
         .collect();
@@ -439,6 +465,7 @@ async fn write(
             c.cost.push(a.cost);
             c.carbon.push(a.carbon_g);
             c.marginal.push(a.carbon_marginal_g);
+            c.embodied.push(a.embodied_g);
             c.hour.push(*hour);
             c.tenant.push(r.tenant);
             c.job.push(r.job.map(|j| window.job_ids[j]));
@@ -461,15 +488,17 @@ async fn write(
     sqlx::query(
         "INSERT INTO ledger (hour, site_id, tenant_id, job_id, model_id, gpu_mj, node_overhead_mj,
                              idle_mj, facility_overhead_mj, total_mj, estimated_mj, prompt_tokens,
-                             generated_tokens, gpu_ms, flags, cost, carbon_g, carbon_marginal_g)
+                             generated_tokens, gpu_ms, flags, cost, carbon_g, carbon_marginal_g,
+                             embodied_carbon_g)
          SELECT hour, $1, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
-                coalesce(string_to_array(nullif(flags, ''), ','), '{}'), cost, carbon, marginal
+                coalesce(string_to_array(nullif(flags, ''), ','), '{}'), cost, carbon, marginal,
+                embodied
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
                      $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
                      $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::numeric[],
-                     $17::numeric[], $18::numeric[])
+                     $17::numeric[], $18::numeric[], $19::numeric[])
               AS t(hour, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
-                   flags, cost, carbon, marginal)",
+                   flags, cost, carbon, marginal, embodied)",
     )
     .bind(claim.site_id)
     .bind(&c.hour)
@@ -489,6 +518,7 @@ async fn write(
     .bind(&c.cost)
     .bind(&c.carbon)
     .bind(&c.marginal)
+    .bind(&c.embodied)
     .execute(&mut *tx)
     .await?;
 
@@ -573,6 +603,7 @@ struct LedgerColumns {
     cost: Vec<Option<Decimal>>,
     carbon: Vec<Option<Decimal>>,
     marginal: Vec<Option<Decimal>>,
+    embodied: Vec<Option<Decimal>>,
 }
 
 /// Truncates a time to its UTC hour.

@@ -166,6 +166,38 @@ pub async fn upsert_models(pool: &PgPool, records: &[ModelRecord]) -> StoreResul
     Ok(done.rows_affected())
 }
 
+#[derive(Debug, Clone)]
+pub struct DeviceModelRecord {
+    pub key: String,
+    pub embodied_kg: Decimal,
+    pub lifetime_hours: i32,
+    pub source: Option<String>,
+}
+
+/// Device models apply to hours attributed from now on; `wattledger attribute --from --to`
+/// recomputes history with a revised figure.
+#[tracing::instrument(skip_all, fields(n = records.len()))]
+pub async fn upsert_device_models(
+    pool: &PgPool,
+    records: &[DeviceModelRecord],
+) -> StoreResult<u64> {
+    let done = sqlx::query(
+        "INSERT INTO device_models (key, embodied_kg, lifetime_hours, source)
+         SELECT * FROM UNNEST($1::text[], $2::numeric[], $3::int[], $4::text[])
+         ON CONFLICT (key) DO UPDATE SET embodied_kg = excluded.embodied_kg,
+            lifetime_hours = excluded.lifetime_hours, source = excluded.source, updated_at = now()
+         WHERE (device_models.embodied_kg, device_models.lifetime_hours, device_models.source)
+               IS DISTINCT FROM (excluded.embodied_kg, excluded.lifetime_hours, excluded.source)",
+    )
+    .bind(records.iter().map(|r| r.key.clone()).collect::<Vec<_>>())
+    .bind(records.iter().map(|r| r.embodied_kg).collect::<Vec<_>>())
+    .bind(records.iter().map(|r| r.lifetime_hours).collect::<Vec<_>>())
+    .bind(records.iter().map(|r| r.source.clone()).collect::<Vec<_>>())
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// Upserts meters in order, so a batch may name a parent defined earlier in the same batch.
 #[tracing::instrument(skip_all, fields(n = records.len()))]
 pub async fn upsert_meters(

@@ -70,6 +70,8 @@ pub struct UsageRow {
     pub carbon_g: Option<Decimal>,
     /// Carbon at the marginal (MOER) intensity, of the rows that have it.
     pub carbon_marginal_g: Option<Decimal>,
+    /// Embodied carbon (SCI's M) of the GPU time held, of the rows that have it.
+    pub embodied_carbon_g: Option<Decimal>,
     /// Energy of the rows that have a cost, and of those that have carbon: what the
     /// amounts cover (the rest had no signal and no fallback).
     pub priced_mj: i64,
@@ -118,6 +120,7 @@ pub async fn usage(
                     sum(l.generated_tokens) AS generated_tokens, sum(l.gpu_ms) AS gpu_ms,
                     sum(l.cost) AS cost, sum(l.carbon_g) AS carbon_g,
                     sum(l.carbon_marginal_g) AS carbon_marginal_g,
+                    sum(l.embodied_carbon_g) AS embodied_carbon_g,
                     coalesce(sum(l.total_mj) FILTER (WHERE l.cost IS NOT NULL), 0) AS priced_mj,
                     coalesce(sum(l.total_mj) FILTER (WHERE l.carbon_g IS NOT NULL), 0) AS carbon_mj
              FROM ledger l
@@ -144,6 +147,7 @@ pub async fn usage(
                 coalesce(sum(generated_tokens), 0)::bigint AS generated_tokens,
                 coalesce(sum(gpu_ms), 0)::bigint AS gpu_ms,
                 sum(carbon_g) AS carbon_g, sum(carbon_marginal_g) AS carbon_marginal_g,
+                sum(embodied_carbon_g) AS embodied_carbon_g,
                 coalesce(sum(priced_mj), 0)::bigint AS priced_mj,
                 coalesce(sum(carbon_mj), 0)::bigint AS carbon_mj,
                 array_agg(currency ORDER BY currency) FILTER (WHERE cost IS NOT NULL) AS cost_currencies,

@@ -123,6 +123,13 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         .post(&client.admin, "/v1/ingest/models", sim.model_records())
         .await?;
     client
+        .post(
+            &client.admin,
+            "/v1/ingest/device_models",
+            sim.device_model_records(),
+        )
+        .await?;
+    client
         .post(&client.collector, "/v1/ingest/meters", sim.meter_records())
         .await?;
     let signals = sim.signal_records()?;

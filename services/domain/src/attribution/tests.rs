@@ -71,10 +71,12 @@ fn shared_node_scenario(idle_policy: IdlePolicy) -> SiteHour {
             energy: Some(constant(96_000_000, steps)),
             gpus: vec![
                 Gpu {
+                    embodied_ng_per_ms: 0,
                     energy: constant(42_000_000, steps),
                     allocations: vec![whole(0)],
                 },
                 Gpu {
+                    embodied_ng_per_ms: 0,
                     energy: constant(18_000_000, steps),
                     allocations: vec![Allocation {
                         share_ppm: PPM / 2,
@@ -82,6 +84,7 @@ fn shared_node_scenario(idle_policy: IdlePolicy) -> SiteHour {
                     }],
                 },
                 Gpu {
+                    embodied_ng_per_ms: 0,
                     energy: constant(24_000_000, steps),
                     allocations: vec![whole(2)],
                 },
@@ -164,6 +167,39 @@ fn known_answer_proportional_idle() {
     assert_eq!(tenant_total(&out.rows, PLATFORM), 0);
     let train = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
     assert_eq!(train.idle_mj, 302_400_000);
+}
+
+/// Embodied carbon in the shared-node scenario, every GPU at 1000 ng/ms (3.6 g an hour):
+/// A holds GPU 0 all hour (3.6 g) and the endpoint GPU 2 (3.6 g, split by tokens 1:2 →
+/// 1.2 g A, 2.4 g B); B holds half of GPU 1 (1.8 g); the idle half (1.8 g) goes to the
+/// platform under the platform policy, or by IT energy to the jobs under the proportional one.
+#[test]
+fn known_answer_embodied_carbon() {
+    let with_rates = |policy| {
+        let mut input = shared_node_scenario(policy);
+        for g in &mut input.nodes[0].gpus {
+            g.embodied_ng_per_ms = 1000;
+        }
+        attribute(&input)
+    };
+    let embodied = |rows: &[Row], tenant| -> i64 {
+        rows.iter()
+            .filter(|r| r.tenant == tenant)
+            .map(|r| r.embodied_ng)
+            .sum()
+    };
+    let out = with_rates(IdlePolicy::Platform);
+    assert_eq!(embodied(&out.rows, A), 4_800_000_000);
+    assert_eq!(embodied(&out.rows, B), 4_200_000_000);
+    assert_eq!(embodied(&out.rows, PLATFORM), 1_800_000_000);
+    assert_eq!(out.totals.embodied_ng, 10_800_000_000);
+    let spread = with_rates(IdlePolicy::Proportional);
+    assert_eq!(embodied(&spread.rows, PLATFORM), 0);
+    assert_eq!(
+        spread.rows.iter().map(|r| r.embodied_ng).sum::<i64>(),
+        10_800_000_000,
+        "the idle half is spread, not lost"
+    );
 }
 
 #[test]
@@ -307,6 +343,9 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                         // data is missing; that energy shows up as node overhead.
                         let miss = &gpu_miss[n * gpus + g];
                         gpu_list.push(Gpu {
+                            // Some devices with an embodied rate, so the debug assertion
+                            // (Σ rows = site total) is exercised on random hours.
+                            embodied_ng_per_ms: ((n * gpus + g) % 3) as i64 * 950,
                             energy: MeterSteps {
                                 mj: e
                                     .iter()
@@ -431,8 +470,8 @@ proptest! {
             nodes: vec![Node {
                 energy: Some(MeterSteps { mj: node, quality: vec![Quality::EMPTY; 60] }),
                 gpus: vec![
-                    Gpu { energy: MeterSteps { mj: gpu.clone(), quality: vec![Quality::EMPTY; 60] }, allocations: vec![whole(0)] },
-                    Gpu { energy: MeterSteps { mj: idle_gpu, quality: vec![Quality::EMPTY; 60] }, allocations: vec![] },
+                    Gpu { embodied_ng_per_ms: 0, energy: MeterSteps { mj: gpu.clone(), quality: vec![Quality::EMPTY; 60] }, allocations: vec![whole(0)] },
+                    Gpu { embodied_ng_per_ms: 0, energy: MeterSteps { mj: idle_gpu, quality: vec![Quality::EMPTY; 60] }, allocations: vec![] },
                 ],
             }],
             jobs: vec![job(A)],

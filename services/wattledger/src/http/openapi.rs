@@ -10,7 +10,7 @@ use utoipa::{Modify, OpenApi};
     info(title = "wattledger", description = "Energy, cost and carbon metering for GPU clusters."),
     paths(
         super::health,
-        ingest::inventory::tenants, ingest::inventory::sites, ingest::inventory::models, ingest::inventory::meters,
+        ingest::inventory::tenants, ingest::inventory::sites, ingest::inventory::models, ingest::inventory::device_models, ingest::inventory::meters,
         ingest::samples::samples_batch, ingest::jobs::jobs_batch, ingest::tokens::tokens_batch, ingest::signals::signals_batch,
         usage::get_usage, usage::list_jobs, usage::get_job, usage::list_sites, usage::list_tenants,
     ),

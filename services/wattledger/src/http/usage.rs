@@ -105,8 +105,16 @@ pub struct UsageRowOut {
     pub priced_fraction: Option<Decimal>,
     #[schema(value_type = Option<String>)]
     pub carbon_fraction: Option<Decimal>,
+    /// Embodied carbon (SCI's M) of the GPU time held, g CO2e (known device models only).
+    #[schema(value_type = Option<String>)]
+    pub embodied_carbon_g: Option<Decimal>,
+    /// Operational carbon per 1000 tokens, g CO2e.
     #[schema(value_type = Option<String>)]
     pub g_co2e_per_1k_tokens: Option<Decimal>,
+    /// SCI per token: (operational + embodied) g CO2e / tokens; absent while either is
+    /// unknown.
+    #[schema(value_type = Option<String>)]
+    pub sci_g_per_token: Option<Decimal>,
     #[schema(value_type = BTreeMap<String, String>)]
     pub cost_per_1m_tokens: BTreeMap<String, Decimal>,
 }
@@ -263,6 +271,13 @@ pub async fn get_usage(
                     cost: cost.clone(),
                     carbon_g: r.carbon_g.map(|g| g.round_dp(3).normalize()),
                     carbon_marginal_g: r.carbon_marginal_g.map(|g| g.round_dp(3).normalize()),
+                    embodied_carbon_g: r.embodied_carbon_g.map(|g| g.round_dp(3).normalize()),
+                    sci_g_per_token: match (r.carbon_g, r.embodied_carbon_g) {
+                        (Some(o), Some(m)) if tokens > 0 => {
+                            Some(((o + m) / Decimal::from(tokens)).round_dp(6).normalize())
+                        }
+                        _ => None,
+                    },
                     priced_fraction: ratio(r.priced_mj, r.total_mj),
                     carbon_fraction: ratio(r.carbon_mj, r.total_mj),
                     g_co2e_per_1k_tokens: r.carbon_g.filter(|_| tokens > 0).map(|g| {

@@ -417,6 +417,15 @@ impl Simulation {
         })).collect::<Vec<_>>() })
     }
 
+    /// The simulated GPUs' embodied carbon, for SCI's M. The figure is illustrative (the
+    /// order of magnitude published LCAs give for an H100 board), not a vendor's PCF.
+    pub fn device_model_records(&self) -> Value {
+        json!({ "records": [{
+            "key": "NVIDIA H100 80GB HBM3", "embodied_kg": "164", "lifetime_hours": 43800,
+            "source": "illustrative figure for the demo; use the vendor's product carbon footprint"
+        }]})
+    }
+
     pub fn site_records(&self) -> Value {
         json!({ "records": SITES.iter().map(|s| json!({
             "key": s.key, "name": s.name, "grid_region": s.region, "currency": s.currency,

@@ -13,7 +13,7 @@ use rust_decimal::Decimal;
 use std::collections::HashMap;
 use utoipa::ToSchema;
 use wattledger_store::inventory::{
-    self, KeyedTable, MeterRecord, ModelRecord, SiteRecord, TenantRecord,
+    self, DeviceModelRecord, KeyedTable, MeterRecord, ModelRecord, SiteRecord, TenantRecord,
 };
 /// A tenant: a team or customer that is charged.
 #[derive(ToSchema)]
@@ -230,6 +230,58 @@ pub async fn models(
     )?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_models(&state.pool, &records).await?;
+    Ok(Json(IngestOutcome::upserted(records.len(), written)))
+}
+
+/// A GPU model's embodied (manufacturing) carbon, for SCI's M.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct DeviceModelIn {
+    /// The model name GPU meters carry in `device_model`, e.g. `NVIDIA H100 80GB HBM3`.
+    key: String,
+    /// kg CO2e to make the device (an LCA or the vendor's product carbon footprint).
+    #[schema(value_type = String, example = "150")]
+    embodied_kg: Decimal,
+    /// Expected life; default 5 years (43 800 h).
+    lifetime_hours: Option<i32>,
+    /// Where the figure comes from.
+    source: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/ingest/device_models", tag = "ingest",
+    request_body = Records<DeviceModelIn>,
+    responses(IngestResponses),
+    security(("bearer" = [])))]
+pub async fn device_models(
+    State(state): State<AppState>,
+    caller: Caller,
+    Batch(batch): Batch,
+) -> ApiResult<Json<IngestOutcome>> {
+    caller.require(&[Role::Operator])?;
+    let records = read_all(
+        &batch,
+        &["key", "embodied_kg", "lifetime_hours", "source"],
+        |r| {
+            let key = r.key("key");
+            let kg = r.decimal("embodied_kg");
+            if kg.is_some_and(|k| k < Decimal::ZERO || k >= Decimal::from(1_000_000_000)) {
+                r.error("embodied_kg", "must be between 0 and 1e9");
+            }
+            let hours = r.opt_i64("lifetime_hours").unwrap_or(43_800);
+            if !(1..=1_000_000).contains(&hours) {
+                r.error("lifetime_hours", "must be between 1 and 1000000");
+            }
+            let source = r.opt_str("source", 512);
+            Some(DeviceModelRecord {
+                key: key?,
+                embodied_kg: kg?,
+                lifetime_hours: hours as i32,
+                source,
+            })
+        },
+    )?;
+    reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
+    let written = inventory::upsert_device_models(&state.pool, &records).await?;
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
 }
 

@@ -25,6 +25,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/ingest/tenants", post(inventory::tenants))
         .route("/v1/ingest/sites", post(inventory::sites))
         .route("/v1/ingest/models", post(inventory::models))
+        .route("/v1/ingest/device_models", post(inventory::device_models))
         .route("/v1/ingest/meters", post(inventory::meters))
         .route("/v1/ingest/samples", post(samples::samples_batch))
         .route("/v1/ingest/jobs", post(jobs::jobs_batch))
