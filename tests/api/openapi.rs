@@ -45,6 +45,7 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
         "POST /v1/ingest/tokens",
         "POST /v1/ingest/signals",
         "GET /v1/usage",
+        "GET /v1/metrics/efficiency",
         "GET /v1/jobs",
         "GET /v1/jobs/{key}",
         "GET /v1/sites",

@@ -231,6 +231,50 @@ async fn the_ledger_carries_exact_cost_and_carbon_per_tenant() {
         "483.333 g / 1250 tokens"
     );
     assert_eq!(a["cost_per_1m_tokens"], json!({"EUR": "241.6664"}));
+
+    // The site's efficiency for the hour: 2 kWh at the meter, 1.6 IT, 1.4 GPU; 3750 tokens.
+    let (status, body) = app
+        .get(
+            Some(&app.token(Role::Operator)),
+            &format!(
+                "/v1/metrics/efficiency?from={}&to={}",
+                scenario::HOUR,
+                scenario::NEXT_HOUR
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let e = &body["rows"][0];
+    assert_eq!(body["rows"].as_array().unwrap().len(), 1);
+    let field = |k: &str| e[k].as_str().map(str::to_owned);
+    assert_eq!(
+        [
+            field("kwh"),
+            field("it_kwh"),
+            field("gpu_kwh"),
+            field("pue"),
+            field("tokens_per_kwh"),
+            field("tokens_per_kwh_it"),
+            field("g_co2e_per_kwh")
+        ],
+        [
+            Some("2".into()),
+            Some("1.6".into()),
+            Some("1.4".into()),
+            Some("1.25".into()),
+            Some("1875".into()),
+            Some("2343.75".into()),
+            Some("400".into())
+        ]
+    );
+    assert_eq!(
+        (e["tokens"].as_i64(), &e["cost"]),
+        (Some(3750), &json!({"EUR": "0.5"}))
+    );
+    let (status, _) = app
+        .get(Some(&app.tenant_token("a")), "/v1/metrics/efficiency")
+        .await;
+    assert_eq!(status, 403, "site-wide figures are not a tenant's");
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! The HTTP API: one router per resource, merged here, with the shared state.
 
+pub mod efficiency;
 pub mod error;
 pub mod extract;
 pub mod ingest;
@@ -69,6 +70,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/openapi.json", get(openapi::serve))
         .merge(ingest::router())
         .merge(usage::router())
+        .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .layer(TraceLayer::new_for_http())

@@ -1,0 +1,190 @@
+//! `GET /v1/metrics/efficiency`: per site and hour (or day), the figures operators report —
+//! tokens per kWh on total and IT energy, PUE, ITUE, TUE, the idle and allocated-GPU
+//! fractions, and the carbon and cost intensity the site actually ran at.
+//!
+//! Site-wide figures reveal every tenant's use together, so this is for operators and
+//! finance; tenants see their own efficiency in `/v1/usage`.
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{Caller, Query};
+use super::AppState;
+use crate::auth::Role;
+use axum::extract::State;
+use axum::Json;
+use chrono::{DateTime, Duration, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use utoipa::{IntoParams, ToSchema};
+use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
+use wattledger_domain::units::{kwh, ratio};
+use wattledger_store::inventory::{self, KeyedTable};
+use wattledger_store::usage::{self, GroupBy, UsageFilter};
+use wattledger_store::Scope;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EfficiencyParams {
+    /// Start (RFC 3339, inclusive); default 24 hours before `to`.
+    pub from: Option<DateTime<Utc>>,
+    /// End (RFC 3339, exclusive); default now.
+    pub to: Option<DateTime<Utc>>,
+    /// Site key; default every site.
+    pub site: Option<String>,
+    /// `hour` (default) or `day`.
+    pub per: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EfficiencyRow {
+    pub site: String,
+    pub period: Option<DateTime<Utc>>,
+    #[schema(value_type = String)]
+    pub kwh: Decimal,
+    #[schema(value_type = String)]
+    pub it_kwh: Decimal,
+    #[schema(value_type = String)]
+    pub gpu_kwh: Decimal,
+    #[schema(value_type = Option<String>)]
+    pub pue: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub itue: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub tue: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub idle_fraction: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub allocated_gpu_fraction: Option<Decimal>,
+    pub tokens: i64,
+    #[schema(value_type = Option<String>)]
+    pub tokens_per_kwh: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub tokens_per_kwh_it: Option<Decimal>,
+    /// Operational carbon of the period, g CO2e (average intensity).
+    #[schema(value_type = Option<String>)]
+    pub carbon_g: Option<Decimal>,
+    /// The intensity the site ran at: carbon / kWh (of the energy carbon covers).
+    #[schema(value_type = Option<String>)]
+    pub g_co2e_per_kwh: Option<Decimal>,
+    /// Energy cost per currency.
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub cost: BTreeMap<String, Decimal>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EfficiencyResponse {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub per: String,
+    pub rows: Vec<EfficiencyRow>,
+}
+
+#[utoipa::path(get, path = "/v1/metrics/efficiency", tag = "query", params(EfficiencyParams),
+    responses((status = 200, body = EfficiencyResponse), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_efficiency(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(p): Query<EfficiencyParams>,
+) -> ApiResult<Json<EfficiencyResponse>> {
+    caller.require(&[Role::Operator, Role::Finance])?;
+    let (per, group) = match p.per.as_deref().unwrap_or("hour") {
+        "hour" => ("hour", GroupBy::Hour),
+        "day" => ("day", GroupBy::Day),
+        other => {
+            return Err(ApiError::InvalidQuery(format!(
+                "per: '{other}' is neither hour nor day"
+            )))
+        }
+    };
+    let to = p.to.unwrap_or_else(Utc::now);
+    let from = p.from.unwrap_or(to - Duration::hours(24));
+    if from > to {
+        return Err(ApiError::InvalidQuery("from: must not be after to".into()));
+    }
+    if to - from > Duration::days(400) {
+        return Err(ApiError::InvalidQuery(
+            "to: at most 400 days after from".into(),
+        ));
+    }
+    let site_id = match &p.site {
+        Some(key) => {
+            let ids =
+                inventory::ids_by_key(&state.pool, KeyedTable::Sites, std::slice::from_ref(key))
+                    .await?;
+            Some(*ids.get(key).ok_or(ApiError::NotFound)?)
+        }
+        None => None,
+    };
+    let filter = UsageFilter {
+        from: Some(from),
+        to: Some(to),
+        site_id,
+        ..Default::default()
+    };
+    let sites = usage::site_totals(&state.pool, &filter, Some(group)).await?;
+    let ledger = usage::usage(&state.pool, &Scope::All, &[GroupBy::Site, group], &filter).await?;
+    let by_key: HashMap<(String, Option<DateTime<Utc>>), &usage::UsageRow> = ledger
+        .iter()
+        .filter_map(|r| Some(((r.site.clone()?, r.period), r)))
+        .collect();
+    let rows = sites
+        .into_iter()
+        .map(|s| {
+            let l = by_key.get(&(s.site.clone(), s.period));
+            let tokens = l.map_or(0, |l| l.prompt_tokens + l.generated_tokens);
+            let e = efficiency(EnergyTotals {
+                total_mj: s.site_mj,
+                it_mj: s.it_mj,
+                gpu_mj: s.gpu_mj,
+                idle_mj: s.idle_mj,
+                tokens,
+            });
+            let eff = effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
+            let carbon_g = l.and_then(|l| l.carbon_g);
+            let carbon_mj = l.map_or(0, |l| l.carbon_mj);
+            EfficiencyRow {
+                kwh: kwh(s.site_mj).round_dp(6).normalize(),
+                it_kwh: kwh(s.it_mj).round_dp(6).normalize(),
+                gpu_kwh: kwh(s.gpu_mj).round_dp(6).normalize(),
+                pue: eff.pue,
+                itue: eff.itue,
+                tue: eff.tue,
+                idle_fraction: ratio(s.idle_mj, s.site_mj),
+                allocated_gpu_fraction: ratio(s.allocated_gpu_ms, s.capacity_gpu_ms),
+                tokens,
+                tokens_per_kwh: e.tokens_per_kwh,
+                tokens_per_kwh_it: e.tokens_per_kwh_it,
+                carbon_g: carbon_g.map(|g| g.round_dp(3).normalize()),
+                g_co2e_per_kwh: carbon_g
+                    .filter(|_| carbon_mj > 0)
+                    .map(|g| (g / kwh(carbon_mj)).round_dp(3).normalize()),
+                cost: l
+                    .map(|l| {
+                        l.cost_currencies
+                            .iter()
+                            .flatten()
+                            .cloned()
+                            .zip(
+                                l.cost_amounts
+                                    .iter()
+                                    .flatten()
+                                    .map(|a| a.round_dp(6).normalize()),
+                            )
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                site: s.site,
+                period: s.period,
+            }
+        })
+        .collect();
+    Ok(Json(EfficiencyResponse {
+        from,
+        to,
+        per: per.into(),
+        rows,
+    }))
+}
