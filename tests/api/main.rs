@@ -5,6 +5,7 @@ mod auth;
 mod ingest;
 mod ledger;
 mod openapi;
+mod prometheus;
 mod scenario;
 mod signals;
 mod worker;

@@ -35,6 +35,7 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
     // (or the reverse) fails this test.
     let mut routed = vec![
         "GET /health",
+        "GET /metrics",
         "POST /v1/ingest/tenants",
         "POST /v1/ingest/sites",
         "POST /v1/ingest/models",

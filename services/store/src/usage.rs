@@ -217,3 +217,65 @@ pub async fn site_totals(
         .fetch_all(pool)
         .await?)
 }
+
+/// A site's latest attributed hour, with what the exposition format reports of it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LatestHour {
+    pub site: String,
+    pub hour: DateTime<Utc>,
+    pub site_mj: i64,
+    pub it_mj: i64,
+    pub gpu_mj: i64,
+    pub idle_mj: i64,
+    pub allocated_gpu_ms: i64,
+    pub capacity_gpu_ms: i64,
+    pub tokens: i64,
+    pub carbon_g: Option<Decimal>,
+    pub carbon_mj: i64,
+    /// Σ site energy over every attributed hour (a counter).
+    pub energy_mj_total: i64,
+}
+
+/// Per site, its newest attributed hour and its all-time energy.
+pub async fn latest_hours(pool: &PgPool) -> StoreResult<Vec<LatestHour>> {
+    Ok(sqlx::query_as(
+        "WITH latest AS (
+             SELECT DISTINCT ON (site_id) site_id, hour, site_mj, it_mj, gpu_mj, idle_mj,
+                    allocated_gpu_ms, capacity_gpu_ms
+             FROM site_hours ORDER BY site_id, hour DESC
+         )
+         SELECT s.key AS site, l.hour, l.site_mj, l.it_mj, l.gpu_mj, l.idle_mj,
+                l.allocated_gpu_ms, l.capacity_gpu_ms,
+                coalesce((SELECT sum(prompt_tokens + generated_tokens) FROM ledger g
+                          WHERE g.site_id = l.site_id AND g.hour = l.hour), 0)::bigint AS tokens,
+                (SELECT sum(carbon_g) FROM ledger g
+                 WHERE g.site_id = l.site_id AND g.hour = l.hour) AS carbon_g,
+                coalesce((SELECT sum(total_mj) FROM ledger g WHERE g.site_id = l.site_id
+                          AND g.hour = l.hour AND g.carbon_g IS NOT NULL), 0)::bigint AS carbon_mj,
+                (SELECT sum(site_mj) FROM site_hours h WHERE h.site_id = l.site_id)::bigint
+                    AS energy_mj_total
+         FROM latest l JOIN sites s ON s.id = l.site_id
+         ORDER BY s.key",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// The attribution backlog: dirty hours, the oldest mark's age, and when a run last ended.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Backlog {
+    pub dirty_hours: i64,
+    pub oldest_mark_age_s: Option<f64>,
+    pub last_run_finished: Option<DateTime<Utc>>,
+}
+
+pub async fn backlog(pool: &PgPool) -> StoreResult<Backlog> {
+    Ok(sqlx::query_as(
+        "SELECT (SELECT count(*) FROM dirty_hours) AS dirty_hours,
+                (SELECT extract(epoch FROM now() - min(marked_at))::float8 FROM dirty_hours)
+                    AS oldest_mark_age_s,
+                (SELECT max(finished_at) FROM attribution_runs) AS last_run_finished",
+    )
+    .fetch_one(pool)
+    .await?)
+}

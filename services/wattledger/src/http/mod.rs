@@ -5,6 +5,7 @@ pub mod error;
 pub mod extract;
 pub mod ingest;
 pub mod openapi;
+pub mod prometheus;
 pub mod usage;
 mod validate;
 
@@ -68,6 +69,7 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/v1/openapi.json", get(openapi::serve))
+        .route("/metrics", get(prometheus::get_metrics))
         .merge(ingest::router())
         .merge(usage::router())
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))

@@ -1,6 +1,6 @@
 //! The OpenAPI 3 document, generated from the handlers' types and `#[utoipa::path]`s.
 
-use super::{efficiency, error, ingest, usage};
+use super::{efficiency, error, ingest, prometheus, usage};
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -9,7 +9,7 @@ use utoipa::{Modify, OpenApi};
 #[openapi(
     info(title = "wattledger", description = "Energy, cost and carbon metering for GPU clusters."),
     paths(
-        super::health,
+        super::health, prometheus::get_metrics,
         ingest::inventory::tenants, ingest::inventory::sites, ingest::inventory::models, ingest::inventory::device_models, ingest::inventory::meters,
         ingest::samples::samples_batch, ingest::jobs::jobs_batch, ingest::tokens::tokens_batch, ingest::signals::signals_batch,
         usage::get_usage, usage::list_jobs, usage::get_job, usage::list_sites, usage::list_tenants,

@@ -1,0 +1,260 @@
+//! `GET /metrics`: the efficiency figures of every site's latest attributed hour and the
+//! service's health, in the Prometheus text exposition format.
+//!
+//! Site-wide figures reveal the cluster's use together, so the endpoint wants an operator
+//! (or admin) bearer token, which Prometheus sends with `authorization: {credentials}` in
+//! its scrape config. No tenant-level series: their cardinality grows with jobs, and
+//! tenants' figures belong to the ledger API.
+
+use super::error::ApiResult;
+use super::extract::Caller;
+use super::AppState;
+use crate::auth::Role;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use rust_decimal::Decimal;
+use std::fmt::Write;
+use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
+use wattledger_domain::units::{kwh, ratio};
+use wattledger_store::usage::{self, Backlog, LatestHour};
+
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain", body = String),
+              (status = 401, body = super::error::ErrorBody), (status = 403, body = super::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_metrics(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<impl IntoResponse> {
+    caller.require(&[Role::Operator])?;
+    let sites = usage::latest_hours(&state.pool).await?;
+    let backlog = usage::backlog(&state.pool).await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render(&sites, &backlog),
+    ))
+}
+
+/// One metric family: its help, type and samples (labels, value).
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    samples: Vec<(Vec<(&'static str, String)>, String)>,
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn write_family(out: &mut String, f: &Family) {
+    if f.samples.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+    let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
+    for (labels, value) in &f.samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{} {value}", f.name);
+        } else {
+            let l: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect();
+            let _ = writeln!(out, "{}{{{}}} {value}", f.name, l.join(","));
+        }
+    }
+}
+
+fn num(d: Decimal) -> String {
+    d.normalize().to_string()
+}
+
+/// The exposition text for these sites and this backlog.
+pub fn render(sites: &[LatestHour], backlog: &Backlog) -> String {
+    let site_family = |name, kind, help, value: &dyn Fn(&LatestHour) -> Option<String>| Family {
+        name,
+        kind,
+        help,
+        samples: sites
+            .iter()
+            .filter_map(|s| Some((vec![("site", s.site.clone())], value(s)?)))
+            .collect(),
+    };
+    let eff = |s: &LatestHour| {
+        efficiency(EnergyTotals {
+            total_mj: s.site_mj,
+            it_mj: s.it_mj,
+            gpu_mj: s.gpu_mj,
+            idle_mj: s.idle_mj,
+            tokens: s.tokens,
+        })
+    };
+    let pues = |s: &LatestHour| effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
+    let families = [
+        Family {
+            name: "wattledger_build_info",
+            kind: "gauge",
+            help: "The running wattledger's version.",
+            samples: vec![(
+                vec![("version", env!("CARGO_PKG_VERSION").to_owned())],
+                "1".into(),
+            )],
+        },
+        Family {
+            name: "wattledger_attribution_backlog",
+            kind: "gauge",
+            help: "Site-hours waiting for attribution.",
+            samples: vec![(vec![], backlog.dirty_hours.to_string())],
+        },
+        Family {
+            name: "wattledger_attribution_oldest_dirty_age_seconds",
+            kind: "gauge",
+            help: "How long the oldest waiting site-hour has waited (0 when none waits).",
+            samples: vec![(
+                vec![],
+                format!("{:.3}", backlog.oldest_mark_age_s.unwrap_or(0.0)),
+            )],
+        },
+        Family {
+            name: "wattledger_attribution_last_run_timestamp_seconds",
+            kind: "gauge",
+            help: "When an attribution run last finished (Unix time).",
+            samples: backlog
+                .last_run_finished
+                .map(|t| (vec![], t.timestamp().to_string()))
+                .into_iter()
+                .collect(),
+        },
+        site_family(
+            "wattledger_site_energy_joules_total",
+            "counter",
+            "Site energy over every attributed hour (facility meter or IT x static PUE).",
+            &|s| Some(num(Decimal::from(s.energy_mj_total) / Decimal::from(1000))),
+        ),
+        site_family(
+            "wattledger_site_latest_hour_timestamp_seconds",
+            "gauge",
+            "Start of the site's latest attributed hour, which the figures below describe.",
+            &|s| Some(s.hour.timestamp().to_string()),
+        ),
+        site_family(
+            "wattledger_site_power_watts",
+            "gauge",
+            "Mean site power over the latest attributed hour.",
+            &|s| {
+                Some(num(
+                    (Decimal::from(s.site_mj) / Decimal::from(3_600_000)).round_dp(3)
+                ))
+            },
+        ),
+        site_family(
+            "wattledger_site_pue_ratio",
+            "gauge",
+            "Power usage effectiveness: facility energy / IT energy.",
+            &|s| pues(s).pue.map(num),
+        ),
+        site_family(
+            "wattledger_site_itue_ratio",
+            "gauge",
+            "IT usage effectiveness: IT energy / accelerator energy.",
+            &|s| pues(s).itue.map(num),
+        ),
+        site_family(
+            "wattledger_site_tue_ratio",
+            "gauge",
+            "Total usage effectiveness: facility energy / accelerator energy.",
+            &|s| pues(s).tue.map(num),
+        ),
+        site_family(
+            "wattledger_site_idle_ratio",
+            "gauge",
+            "Share of the site's energy no job used.",
+            &|s| ratio(s.idle_mj, s.site_mj).map(num),
+        ),
+        site_family(
+            "wattledger_site_allocated_gpu_ratio",
+            "gauge",
+            "Share of GPU time held by jobs.",
+            &|s| ratio(s.allocated_gpu_ms, s.capacity_gpu_ms).map(num),
+        ),
+        site_family(
+            "wattledger_site_tokens_per_kwh",
+            "gauge",
+            "Tokens served per kWh of site energy.",
+            &|s| eff(s).tokens_per_kwh.map(num),
+        ),
+        site_family(
+            "wattledger_site_tokens_per_it_kwh",
+            "gauge",
+            "Tokens served per kWh of IT energy.",
+            &|s| eff(s).tokens_per_kwh_it.map(num),
+        ),
+        site_family(
+            "wattledger_site_carbon_intensity_grams_per_kwh",
+            "gauge",
+            "Operational carbon per kWh the site ran at (location-based, average intensity).",
+            &|s| {
+                let g = s.carbon_g?;
+                (s.carbon_mj > 0).then(|| num((g / kwh(s.carbon_mj)).round_dp(3)))
+            },
+        ),
+    ];
+    let mut out = String::new();
+    for f in &families {
+        write_family(&mut out, f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    #[test]
+    fn families_are_written_once_with_escaped_labels_and_no_empty_families() {
+        let site = |key: &str| LatestHour {
+            site: key.into(),
+            hour: Utc.with_ymd_and_hms(2026, 11, 2, 10, 0, 0).unwrap(),
+            site_mj: 7_200_000_000,
+            it_mj: 5_760_000_000,
+            gpu_mj: 5_040_000_000,
+            idle_mj: 675_000_000,
+            allocated_gpu_ms: 9_000_000,
+            capacity_gpu_ms: 10_800_000,
+            tokens: 3750,
+            carbon_g: None,
+            carbon_mj: 0,
+            energy_mj_total: 7_200_000_000,
+        };
+        let text = render(
+            &[site("fra1"), site("odd\"site")],
+            &Backlog {
+                dirty_hours: 0,
+                oldest_mark_age_s: None,
+                last_run_finished: None,
+            },
+        );
+        assert_eq!(
+            text.matches("# TYPE wattledger_site_pue_ratio gauge")
+                .count(),
+            1
+        );
+        assert!(
+            text.contains("wattledger_site_pue_ratio{site=\"fra1\"} 1.25\n"),
+            "{text}"
+        );
+        assert!(text.contains("site=\"odd\\\"site\""));
+        assert!(text.contains("wattledger_site_power_watts{site=\"fra1\"} 2000\n"));
+        assert!(text.contains("wattledger_site_energy_joules_total{site=\"fra1\"} 7200000\n"));
+        assert!(!text.contains("carbon_intensity"), "no carbon: no family");
+        assert!(!text.contains("last_run"), "no run yet: no sample");
+    }
+}
