@@ -106,6 +106,26 @@ pub struct Tokens {
     pub generated_tokens: i64,
 }
 
+/// One value of a grid signal (carbon intensity or price) over an interval: the body of
+/// `/v1/ingest/signals`, as `wattledger_domain::signals::Series::ingest_records` writes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SignalPoint {
+    pub region: String,
+    pub signal: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+    pub status: String,
+    pub source: String,
+    pub start_at: DateTime<Utc>,
+    pub end_at: DateTime<Utc>,
+    /// Decimal text, so values stay exact on the wire.
+    pub value: String,
+    #[serde(default)]
+    pub estimated: bool,
+}
+
 /// A batch for one ingest endpoint. The variants are in the order a flush sends them:
 /// meters before the samples and jobs that name them, jobs before the tokens that name them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,6 +135,7 @@ pub enum Batch {
     Jobs(Vec<Job>),
     Samples(Vec<Sample>),
     Tokens(Vec<Tokens>),
+    Signals(Vec<SignalPoint>),
 }
 
 impl Batch {
@@ -125,6 +146,7 @@ impl Batch {
             Batch::Jobs(_) => "jobs",
             Batch::Samples(_) => "samples",
             Batch::Tokens(_) => "tokens",
+            Batch::Signals(_) => "signals",
         }
     }
 
@@ -134,6 +156,7 @@ impl Batch {
             Batch::Jobs(r) => r.len(),
             Batch::Samples(r) => r.len(),
             Batch::Tokens(r) => r.len(),
+            Batch::Signals(r) => r.len(),
         }
     }
 
@@ -155,6 +178,7 @@ impl Batch {
             Batch::Jobs(r) => write(r),
             Batch::Samples(r) => write(r),
             Batch::Tokens(r) => write(r),
+            Batch::Signals(r) => write(r),
         }
     }
 
@@ -170,6 +194,7 @@ impl Batch {
             Batch::Jobs(r) => all(r),
             Batch::Samples(r) => all(r),
             Batch::Tokens(r) => all(r),
+            Batch::Signals(r) => all(r),
         }
     }
 
@@ -189,6 +214,7 @@ impl Batch {
             Batch::Jobs(r) => go(r, keep),
             Batch::Samples(r) => go(r, keep),
             Batch::Tokens(r) => go(r, keep),
+            Batch::Signals(r) => go(r, keep),
         }
     }
 
@@ -199,6 +225,7 @@ impl Batch {
             (Batch::Jobs(a), Batch::Jobs(b)) => a.extend(b),
             (Batch::Samples(a), Batch::Samples(b)) => a.extend(b),
             (Batch::Tokens(a), Batch::Tokens(b)) => a.extend(b),
+            (Batch::Signals(a), Batch::Signals(b)) => a.extend(b),
             (_, other) => return Err(other),
         }
         Ok(())
@@ -211,6 +238,7 @@ impl Batch {
             Batch::Jobs(r) => Batch::Jobs(r.split_off(at)),
             Batch::Samples(r) => Batch::Samples(r.split_off(at)),
             Batch::Tokens(r) => Batch::Tokens(r.split_off(at)),
+            Batch::Signals(r) => Batch::Signals(r.split_off(at)),
         }
     }
 }

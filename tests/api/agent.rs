@@ -352,3 +352,78 @@ interval_s = 0.2
     assert_eq!(acme_prompt, last_prompt - first_prompt);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The agent's `[[grid]]` source against a local stand-in for Electricity Maps serving the
+/// stored v3 history payload (and refusing requests without the `auth-token` header): the
+/// 24 hourly points reach the server's signal store, once however often they are fetched.
+#[tokio::test]
+async fn the_agent_fetches_grid_signals_into_the_signal_store() {
+    let (pool, db_url) = fresh_db().await;
+    let dir = std::env::temp_dir().join(format!("wl-grid-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let history = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/fixtures/grid/electricitymaps-v3-carbon-intensity-history.json"),
+    )
+    .expect("shared/fixtures beside the checkout");
+    let fetches = Arc::new(Mutex::new(0u32));
+    let counter = fetches.clone();
+    let app = axum::Router::new().route(
+        "/v3/carbon-intensity/history",
+        get(move |headers: axum::http::HeaderMap| {
+            let history = history.clone();
+            let counter = counter.clone();
+            async move {
+                if headers.get("auth-token").and_then(|v| v.to_str().ok()) != Some("em-key") {
+                    return (axum::http::StatusCode::UNAUTHORIZED, String::new());
+                }
+                *counter.lock().unwrap() += 1;
+                (axum::http::StatusCode::OK, history)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let em = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let _server = server(&db_url, port, &dir.join("server.log"));
+    wait_healthy(&base).await;
+    let keys = wattledger::auth::Keys::new(SECRET.as_bytes()).unwrap();
+    let token = keys.mint("agent", Role::Collector, None, 3600).unwrap();
+    std::fs::write(dir.join("em.token"), "em-key\n").unwrap();
+    let config = dir.join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nserver = \"{base}\"\ntoken = \"{token}\"\nsite = \"s1\"\nspool_dir = \"{}\"\n\n\
+             [[grid]]\nprovider = \"electricitymaps\"\nurl = \"{em}/v3/carbon-intensity/history?zone=DE\"\n\
+             token_file = \"{}\"\ninterval_s = 0.5\n",
+            dir.join("spool").display(),
+            dir.join("em.token").display()
+        ),
+    )
+    .unwrap();
+    let _agent = agent(&config, &dir.join("agent.log"));
+    let mut stored = 0i64;
+    for _ in 0..100 {
+        stored = sqlx::query_scalar("SELECT count(*) FROM signal_points WHERE region = 'DE'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if stored == 24 && *fetches.lock().unwrap() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(*fetches.lock().unwrap() >= 3, "fetched repeatedly");
+    assert_eq!(
+        stored,
+        24,
+        "24 hourly points, stored once: {}",
+        std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -28,6 +28,8 @@ pub struct Config {
     pub slurm: Vec<crate::collect::slurm::SlurmConfig>,
     #[serde(default)]
     pub podresources: Vec<crate::collect::podresources::PodResourcesConfig>,
+    #[serde(default)]
+    pub grid: Vec<crate::collect::grid::GridConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -195,6 +197,9 @@ impl Config {
         for c in &self.snmp {
             c.check().map_err(ConfigError::Invalid)?;
         }
+        for c in &self.grid {
+            c.check().map_err(ConfigError::Invalid)?;
+        }
         for c in &self.redfish {
             if c.outlets.is_empty() {
                 return bad(format!("redfish {}: no outlets mapped to meters", c.url));
@@ -214,6 +219,7 @@ impl Config {
         v.extend(self.exporter.iter().map(|c| c.name()));
         v.extend(self.slurm.iter().map(|c| c.name()));
         v.extend(self.podresources.iter().map(|c| c.name()));
+        v.extend(self.grid.iter().map(|c| c.name()));
         v
     }
 
@@ -260,7 +266,7 @@ mod tests {
         assert_eq!(c.agent.site, "fra1");
         assert!(!c.dcgm.is_empty() && !c.tokens.is_empty() && !c.slurm.is_empty());
         assert!(!c.redfish.is_empty() && !c.exporter.is_empty() && !c.nvml.is_empty());
-        assert!(c.snmp.len() == 2 && !c.podresources.is_empty());
+        assert!(c.snmp.len() == 2 && !c.podresources.is_empty() && c.grid.len() == 3);
         assert!(c.snmp[1].profile().unwrap().energy.is_some());
     }
 

@@ -84,6 +84,10 @@ pub fn sources(config: &Config) -> Result<Vec<Box<dyn Source>>, AgentError> {
     for c in &config.slurm {
         out.push(Box::new(collect::slurm::SlurmSource::new(c.clone())));
     }
+    for c in &config.grid {
+        let http = client(None, 30.0)?;
+        out.push(Box::new(collect::grid::GridSource::new(c.clone(), http)));
+    }
     for c in &config.podresources {
         out.push(Box::new(collect::podresources::PodResourcesSource::new(
             c.clone(),

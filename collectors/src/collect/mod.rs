@@ -3,6 +3,7 @@
 
 pub mod dcgm;
 pub mod exporter;
+pub mod grid;
 pub mod nvml;
 pub mod podresources;
 pub mod redfish;

@@ -451,9 +451,9 @@ impl Simulation {
                 self.from_ms,
                 self.to_ms + 3_600_000,
             )?;
-            out.extend(signals::records(&carbon));
+            out.extend(carbon.ingest_records());
             let prices = signals::tariff(site.key).series(site.region, from, to);
-            out.extend(signals::records(&prices));
+            out.extend(prices.ingest_records());
         }
         Ok(out)
     }

@@ -110,37 +110,6 @@ pub fn tariff(site: &str) -> Tariff {
     }
 }
 
-/// Series as ingest records.
-pub fn records(series: &Series) -> Vec<Value> {
-    use wattledger_domain::signals::{Signal, Status};
-    series
-        .points
-        .iter()
-        .map(|p| {
-            let mut r = json!({
-                "region": series.region,
-                "status": match series.status { Status::Actual => "actual", Status::Forecast => "forecast" },
-                "source": series.source,
-                "start_at": p.start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                "end_at": p.end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                "value": p.value.to_string(),
-                "estimated": p.estimated,
-            });
-            match &series.signal {
-                Signal::Carbon { basis } => {
-                    r["signal"] = json!("carbon");
-                    r["basis"] = serde_json::to_value(basis).expect("basis serializes");
-                }
-                Signal::Price { currency } => {
-                    r["signal"] = json!("price");
-                    r["currency"] = json!(currency);
-                }
-            }
-            r
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,7 +127,7 @@ mod tests {
             }
         );
         assert!(s.points[23].estimated && !s.points[0].estimated);
-        let r = records(&s);
+        let r = s.ingest_records();
         assert_eq!(r[0]["basis"], "average");
         for site in ["fra1", "ore1"] {
             tariff(site).check().unwrap();

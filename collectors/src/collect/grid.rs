@@ -1,0 +1,439 @@
+//! Grid signals fetched where the site runs: carbon intensity and electricity prices from
+//! the providers' APIs (or a tariff the site states), parsed by `wattledger_domain::signals`
+//! and pushed to `/v1/ingest/signals` through the spool like every other record.
+//!
+//! Every fetch sends the whole window the provider answered; the server keeps one value per
+//! point and treats a changed value as the provider's revision (Electricity Maps re-estimates
+//! recent hours), recomputing only the hours it touches.
+
+use super::{error_chain, get_text, BoxFuture, Collected, Source, SourceError};
+use crate::records::{Batch, SignalPoint};
+use chrono::{DateTime, Duration, Utc};
+use serde::Deserialize;
+use std::path::PathBuf;
+use wattledger_domain::signals::{
+    casdk, electricitymaps, entsoe, tariff, ukci, watttime, Basis, Series, SignalError,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// Electricity Maps v3 (`auth-token` header): `carbon-intensity/latest|history|past-range`.
+    Electricitymaps,
+    /// WattTime v3 MOER (login with basic auth, then a bearer token).
+    Watttime,
+    /// The UK Carbon Intensity API (national or `/regional`), no key.
+    Ukci,
+    /// A Carbon Aware SDK WebAPI the site runs (`/emissions/…`).
+    Casdk,
+    /// ENTSO-E day-ahead prices (`securityToken` query parameter).
+    Entsoe,
+    /// A time-of-use tariff stated in this config: no fetch.
+    Tariff,
+    /// Prices as CSV at a URL (`start,[end,]price_per_kwh|price_per_mwh`).
+    Csv,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GridConfig {
+    pub name: Option<String>,
+    pub provider: Provider,
+    /// The full request URL with its query (zone, region, period…); none for `tariff`.
+    pub url: Option<String>,
+    /// Region the points are for, where the payload does not say (ENTSO-E, tariff, CSV) or
+    /// to rename the provider's zone to the site's `grid_region`/`price_region`.
+    pub region: Option<String>,
+    /// API key (Electricity Maps, ENTSO-E) or password (WattTime), from a file.
+    pub token_file: Option<PathBuf>,
+    /// WattTime user name.
+    pub username: Option<String>,
+    /// WattTime's login URL.
+    #[serde(default = "default_watttime_login")]
+    pub login_url: String,
+    /// Carbon Aware SDK: what its data source gives (`average` for Electricity Maps,
+    /// `marginal` for WattTime).
+    pub basis: Option<Basis>,
+    /// CSV prices' currency.
+    pub currency: Option<String>,
+    pub tariff: Option<tariff::Tariff>,
+    /// `tariff`: days of prices sent ahead of now.
+    #[serde(default = "default_ahead_days")]
+    pub ahead_days: i64,
+    #[serde(default = "default_interval")]
+    pub interval_s: f64,
+}
+
+fn default_watttime_login() -> String {
+    "https://api.watttime.org/login".into()
+}
+fn default_ahead_days() -> i64 {
+    2
+}
+fn default_interval() -> f64 {
+    900.0
+}
+
+impl GridConfig {
+    pub fn name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| {
+            format!(
+                "grid {:?} {}",
+                self.provider,
+                self.url.as_deref().or(self.region.as_deref()).unwrap_or("")
+            )
+        })
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        let who = self.name();
+        let need = |ok: bool, what: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("{who}: {what}"))
+            }
+        };
+        match self.provider {
+            Provider::Tariff => {
+                let t = self
+                    .tariff
+                    .as_ref()
+                    .ok_or_else(|| format!("{who}: no [grid.tariff]"))?;
+                t.check().map_err(|e| format!("{who}: tariff: {e}"))?;
+                need(
+                    self.region.is_some(),
+                    "a tariff needs `region` (the site's price_region)",
+                )?;
+            }
+            p => {
+                need(self.url.is_some(), "no `url`")?;
+                match p {
+                    Provider::Electricitymaps => need(self.token_file.is_some(), "Electricity Maps needs `token_file`")?,
+                    Provider::Watttime => need(
+                        self.username.is_some() && self.token_file.is_some(),
+                        "WattTime needs `username` and `token_file` (the password)",
+                    )?,
+                    Provider::Entsoe => need(
+                        self.region.is_some() && self.token_file.is_some(),
+                        "ENTSO-E needs `region` and `token_file` (the security token)",
+                    )?,
+                    Provider::Casdk => need(self.basis.is_some(), "the Carbon Aware SDK needs `basis` (average or marginal, per its data source)")?,
+                    Provider::Csv => need(
+                        self.region.is_some() && self.currency.is_some(),
+                        "CSV prices need `region` and `currency`",
+                    )?,
+                    Provider::Ukci | Provider::Tariff => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn secret(&self) -> Result<String, SourceError> {
+        let f = self
+            .token_file
+            .as_ref()
+            .ok_or_else(|| SourceError::Unavailable("no token_file".into()))?;
+        std::fs::read_to_string(f)
+            .map(|s| s.trim().to_owned())
+            .map_err(|e| SourceError::Unavailable(format!("{}: {e}", f.display())))
+    }
+}
+
+/// Parsed series to ingest records, the zone renamed to the configured region if one is set.
+pub fn points(series: &[Series], region: Option<&str>) -> Vec<SignalPoint> {
+    series
+        .iter()
+        .flat_map(|s| s.ingest_records())
+        .filter_map(|mut r| {
+            if let Some(region) = region {
+                r["region"] = region.into();
+            }
+            serde_json::from_value(r).ok()
+        })
+        .collect()
+}
+
+/// Parses one provider's payload.
+pub fn parse(config: &GridConfig, body: &str) -> Result<Vec<Series>, SignalError> {
+    let url = config.url.as_deref().unwrap_or("");
+    Ok(match config.provider {
+        Provider::Electricitymaps => vec![electricitymaps::parse(body)?],
+        Provider::Watttime => vec![watttime::parse(body)?],
+        Provider::Ukci if url.contains("/regional") => ukci::parse_regional(body)?,
+        Provider::Ukci => ukci::parse_national(body)?,
+        Provider::Casdk => {
+            let basis = config.basis.unwrap_or(Basis::Average);
+            if url.contains("/forecasts") {
+                casdk::parse_forecasts(body, basis)?
+            } else {
+                casdk::parse_emissions(body, basis, Duration::minutes(5))?
+            }
+        }
+        Provider::Entsoe => vec![entsoe::parse(body, config.region.as_deref().unwrap_or(""))?],
+        Provider::Csv => vec![tariff::parse_csv(
+            body,
+            config.region.as_deref().unwrap_or(""),
+            config.currency.as_deref().unwrap_or("EUR"),
+            Duration::hours(1),
+        )?],
+        Provider::Tariff => Vec::new(),
+    })
+}
+
+pub struct GridSource {
+    config: GridConfig,
+    client: reqwest::Client,
+    bearer: Option<String>,
+}
+
+impl GridSource {
+    pub fn new(config: GridConfig, client: reqwest::Client) -> Self {
+        GridSource {
+            config,
+            client,
+            bearer: None,
+        }
+    }
+
+    async fn watttime_get(&mut self, url: &str) -> Result<String, SourceError> {
+        for attempt in 0..2 {
+            if self.bearer.is_none() {
+                let password = self.config.secret()?;
+                let login = self.config.login_url.clone();
+                let user = self.config.username.clone().unwrap_or_default();
+                let body = get_text(&self.client, &login, Some((&user, &password))).await?;
+                let token = serde_json::from_str::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| v.get("token")?.as_str().map(str::to_owned))
+                    .ok_or_else(|| SourceError::Parse {
+                        what: login.clone(),
+                        reason: "the login answer has no token".into(),
+                    })?;
+                self.bearer = Some(token);
+            }
+            let resp = self
+                .client
+                .get(url)
+                .bearer_auth(self.bearer.clone().unwrap_or_default())
+                .send()
+                .await
+                .map_err(|e| SourceError::Fetch {
+                    what: url.to_owned(),
+                    reason: error_chain(&e),
+                })?;
+            if resp.status() == reqwest::StatusCode::UNAUTHORIZED && attempt == 0 {
+                // WattTime tokens last 30 minutes: log in again once.
+                self.bearer = None;
+                continue;
+            }
+            let status = resp.status();
+            let text = resp.text().await.map_err(|e| SourceError::Fetch {
+                what: url.to_owned(),
+                reason: error_chain(&e),
+            })?;
+            if !status.is_success() {
+                return Err(SourceError::Fetch {
+                    what: url.to_owned(),
+                    reason: format!("HTTP {status}"),
+                });
+            }
+            return Ok(text);
+        }
+        unreachable!("the loop returns on its second pass")
+    }
+
+    async fn fetch(&mut self) -> Result<String, SourceError> {
+        let url = self.config.url.clone().unwrap_or_default();
+        match self.config.provider {
+            Provider::Electricitymaps => {
+                let key = self.config.secret()?;
+                let resp = self
+                    .client
+                    .get(&url)
+                    .header("auth-token", key)
+                    .send()
+                    .await
+                    .map_err(|e| SourceError::Fetch {
+                        what: url.clone(),
+                        reason: error_chain(&e),
+                    })?;
+                let status = resp.status();
+                let text = resp.text().await.map_err(|e| SourceError::Fetch {
+                    what: url.clone(),
+                    reason: error_chain(&e),
+                })?;
+                if !status.is_success() {
+                    return Err(SourceError::Fetch {
+                        what: url,
+                        reason: format!("HTTP {status}"),
+                    });
+                }
+                Ok(text)
+            }
+            Provider::Watttime => self.watttime_get(&url).await,
+            Provider::Entsoe => {
+                let token = self.config.secret()?;
+                let sep = if url.contains('?') { '&' } else { '?' };
+                get_text(
+                    &self.client,
+                    &format!("{url}{sep}securityToken={token}"),
+                    None,
+                )
+                .await
+                .map_err(|e| match e {
+                    // Never log the token with the URL.
+                    SourceError::Fetch { reason, .. } => SourceError::Fetch {
+                        what: url.clone(),
+                        reason: reason.replace(&token, "…"),
+                    },
+                    other => other,
+                })
+            }
+            Provider::Ukci | Provider::Casdk | Provider::Csv => {
+                get_text(&self.client, &url, None).await
+            }
+            Provider::Tariff => Ok(String::new()),
+        }
+    }
+}
+
+impl Source for GridSource {
+    fn name(&self) -> String {
+        self.config.name()
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.config.interval_s)
+    }
+
+    fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
+        Box::pin(async move {
+            let series = if let Some(t) = &self.config.tariff {
+                let region = self.config.region.clone().unwrap_or_default();
+                let from = now - Duration::days(1);
+                vec![t.series(&region, from, now + Duration::days(self.config.ahead_days))]
+            } else {
+                let body = self.fetch().await?;
+                parse(&self.config, &body).map_err(|e| SourceError::Parse {
+                    what: self.config.url.clone().unwrap_or_default(),
+                    reason: e.to_string(),
+                })?
+            };
+            let p = points(&series, self.config.region.as_deref());
+            Ok(Collected::new([Batch::Signals(p)], None))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+
+    fn config(text: &str) -> GridConfig {
+        let c: GridConfig = toml::from_str(text).unwrap();
+        c.check().unwrap();
+        c
+    }
+
+    #[test]
+    fn every_provider_payload_becomes_ingest_points() {
+        let em = config("provider = \"electricitymaps\"\nurl = \"https://api.electricitymaps.com/v3/carbon-intensity/history?zone=DE\"\ntoken_file = \"/k\"\n");
+        let s = parse(
+            &em,
+            &fixtures::read("grid/electricitymaps-v3-carbon-intensity-history.json"),
+        )
+        .unwrap();
+        let p = points(&s, None);
+        assert_eq!(p.len(), 24);
+        assert_eq!(
+            (p[0].signal.as_str(), p[0].basis.as_deref()),
+            ("carbon", Some("average"))
+        );
+
+        let wt = config("provider = \"watttime\"\nurl = \"https://api.watttime.org/v3/historical?region=CAISO_NORTH\"\nusername = \"u\"\ntoken_file = \"/p\"\nregion = \"US-CAL-CISO\"\n");
+        let p = points(
+            &parse(&wt, &fixtures::read("grid/watttime-v3-historical.json")).unwrap(),
+            wt.region.as_deref(),
+        );
+        assert_eq!(
+            (
+                p[0].region.as_str(),
+                p[0].basis.as_deref(),
+                p[0].value.as_str()
+            ),
+            ("US-CAL-CISO", Some("marginal"), "394.6253619")
+        );
+
+        let uk =
+            config("provider = \"ukci\"\nurl = \"https://api.carbonintensity.org.uk/intensity\"\n");
+        let p = points(
+            &parse(&uk, &fixtures::read("grid/ukci-intensity.json")).unwrap(),
+            None,
+        );
+        assert_eq!(
+            p.iter().map(|p| p.status.as_str()).collect::<Vec<_>>(),
+            ["actual", "forecast"]
+        );
+
+        let sdk = config("provider = \"casdk\"\nurl = \"http://casdk:8080/emissions/average-carbon-intensity?location=eastus\"\nbasis = \"marginal\"\n");
+        let p = points(
+            &parse(
+                &sdk,
+                &fixtures::read("sci/casdk-emissions-average-carbon-intensity.json"),
+            )
+            .unwrap(),
+            None,
+        );
+        assert_eq!(
+            (p[0].region.as_str(), p[0].basis.as_deref()),
+            ("eastus", Some("marginal"))
+        );
+
+        let csv = config("provider = \"csv\"\nurl = \"https://utility.example/prices.csv\"\nregion = \"DE-LU\"\ncurrency = \"EUR\"\n");
+        let p = points(
+            &parse(&csv, "start,price_per_mwh\n2026-11-02T00:00:00Z,91\n").unwrap(),
+            None,
+        );
+        assert_eq!(
+            (p[0].currency.as_deref(), p[0].value.as_str()),
+            (Some("EUR"), "0.091")
+        );
+    }
+
+    #[test]
+    fn a_tariff_needs_no_fetch_and_configs_say_what_they_lack() {
+        let t = config(
+            "provider = \"tariff\"\nregion = \"DE\"\n[tariff]\ncurrency = \"EUR\"\n\
+             [[tariff.seasons]]\nmonths = [1,2,3,4,5,6,7,8,9,10,11,12]\nprice = \"0.25\"\n",
+        );
+        let mut s = GridSource::new(t, reqwest::Client::new());
+        let now = DateTime::parse_from_rfc3339("2026-11-02T10:30:00Z")
+            .unwrap()
+            .to_utc();
+        let c = futures_lite(s.collect(now));
+        let Batch::Signals(p) = &c.batches[0] else {
+            panic!()
+        };
+        // From the hour a day ago (09:00) through the hour two days ahead (10:00): 73 hours.
+        assert_eq!(p.len(), 73);
+        assert!(p.iter().all(|p| p.value == "0.25" && p.region == "DE"));
+
+        let bad: GridConfig =
+            toml::from_str("provider = \"watttime\"\nurl = \"https://x\"\n").unwrap();
+        assert!(bad.check().unwrap_err().contains("username"));
+        let bad: GridConfig =
+            toml::from_str("provider = \"casdk\"\nurl = \"https://x\"\n").unwrap();
+        assert!(bad.check().unwrap_err().contains("basis"));
+    }
+
+    fn futures_lite<T>(f: BoxFuture<'_, Result<T, SourceError>>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+            .unwrap()
+    }
+}
