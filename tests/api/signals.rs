@@ -395,3 +395,43 @@ async fn embodied_carbon_and_sci_per_token() {
         .await;
     assert_eq!(status, 422);
 }
+
+/// A provider revises the hour's intensity (400 → 500 g/kWh): the next attribution
+/// recomputes that hour and no other, and the ledger carries the revised carbon exactly.
+#[tokio::test]
+async fn a_revised_signal_recomputes_exactly_its_hours() {
+    let app = TestApp::start().await;
+    scenario::push(&app, &scenario::batches()).await;
+    let carbon = |value: &str| {
+        json!([{"region": "DE", "signal": "carbon", "basis": "average", "status": "actual",
+                "source": "electricitymaps", "start_at": scenario::HOUR, "end_at": scenario::NEXT_HOUR,
+                "value": value, "estimated": true}])
+    };
+    let collector = app.token(Role::Collector);
+    app.ingest(&collector, "signals", carbon("400")).await;
+    app.attribute().await;
+    let total = |app: &TestApp| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT sum(carbon_g)::text FROM ledger")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(total(&app).await, "800.000");
+    let (_, body) = app.ingest(&collector, "signals", carbon("500")).await;
+    assert_eq!(body["written"].as_u64(), Some(1));
+    let stats = app.attribute().await;
+    assert_eq!(stats.hours, 1, "only the revised hour is recomputed");
+    assert_eq!(total(&app).await, "1000.000");
+    let flagged: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM ledger WHERE 'carbon_estimated' = ANY(flags)")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert!(
+        flagged > 0,
+        "an estimated intensity is flagged on the rows it priced"
+    );
+}
