@@ -435,3 +435,90 @@ async fn a_revised_signal_recomputes_exactly_its_hours() {
         "an estimated intensity is flagged on the rows it priced"
     );
 }
+
+/// Two regions with different intensities and prices. Site s1 (DE) is the scenario hour
+/// (400 g/kWh; 0.30 EUR/kWh then 0.20 after the half hour). Site s2 (FR, static PUE 1.0)
+/// runs one node at 600 W whose GPU (500 W) b holds all hour: 0.6 kWh at 60 g/kWh and a flat
+/// 0.15 EUR/kWh = 36 g and 0.09 EUR, all b's. By hand, per tenant:
+/// a 0.302083 EUR, 483.333 g; b 0.151042 + 0.090000 = 0.241042 EUR, 241.667 + 36 = 277.667 g;
+/// platform 0.046875 EUR, 75 g. The sites' totals are 0.5 + 0.09 EUR and 800 + 36 g.
+#[tokio::test]
+async fn two_regions_known_answer_to_the_millionth_and_the_milligram() {
+    let app = TestApp::start().await;
+    scenario::push(&app, &scenario::batches()).await;
+    let admin = app.token(Role::Admin);
+    let ok = |(status, body): (u16, serde_json::Value)| assert_eq!(status, 200, "{body}");
+    ok(app
+        .ingest(&admin, "sites", json!([{"key": "s2", "name": "Site 2", "grid_region": "FR", "currency": "EUR",
+            "power_envelope_w": 50000, "static_pue": "1.0", "idle_policy": "platform", "platform_tenant": "platform"}]))
+        .await);
+    ok(app
+        .ingest(
+            &admin,
+            "meters",
+            json!([
+            {"key": "n2", "site": "s2", "kind": "node"},
+            {"key": "h0", "site": "s2", "kind": "gpu", "parent": "n2", "gpu_uuid": "GPU-FR-0"}]),
+        )
+        .await);
+    ok(app
+        .ingest(&app.token(Role::Scheduler), "jobs", json!([{"key": "job-fr", "tenant": "b", "kind": "training",
+            "start_at": scenario::HOUR, "end_at": scenario::NEXT_HOUR, "allocations": [{"meter": "GPU-FR-0"}]}]))
+        .await);
+    let samples: Vec<serde_json::Value> = (0..=60i64)
+        .flat_map(|i| {
+            [
+                json!({"meter": "n2", "ts": scenario::at(i), "counter_mj": 1_000 + i * 36_000_000}),
+                json!({"meter": "h0", "ts": scenario::at(i), "counter_mj": 2_000 + i * 30_000_000}),
+            ]
+        })
+        .collect();
+    let collector = app.token(Role::Collector);
+    ok(app.ingest(&collector, "samples", json!(samples)).await);
+    let point = |region: &str, signal: &str, from: i64, to: i64, value: &str| {
+        let mut p = json!({"region": region, "signal": signal, "status": "actual", "source": "test",
+                           "start_at": scenario::at(from), "end_at": scenario::at(to), "value": value});
+        if signal == "carbon" {
+            p["basis"] = json!("average");
+        } else {
+            p["currency"] = json!("EUR");
+        }
+        p
+    };
+    ok(app
+        .ingest(
+            &collector,
+            "signals",
+            json!([
+                point("DE", "carbon", 0, 60, "400"),
+                point("FR", "carbon", 0, 60, "60"),
+                point("DE", "price", 0, 30, "0.30"),
+                point("DE", "price", 30, 60, "0.20"),
+                point("FR", "price", 0, 60, "0.15")
+            ]),
+        )
+        .await);
+    app.attribute().await;
+    let per = |sql: &str| {
+        let pool = app.pool.clone();
+        let sql = sql.to_owned();
+        async move {
+            sqlx::query_as::<_, (String, String, String)>(&sql)
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        per("SELECT t.key, sum(cost)::text, sum(carbon_g)::text FROM ledger l JOIN tenants t ON t.id = l.tenant_id GROUP BY 1 ORDER BY 1").await,
+        vec![
+            ("a".into(), "0.302083".into(), "483.333".into()),
+            ("b".into(), "0.241042".into(), "277.667".into()),
+            ("platform".into(), "0.046875".into(), "75.000".into()),
+        ]
+    );
+    assert_eq!(
+        per("SELECT s.key, sum(cost)::text, sum(carbon_g)::text FROM ledger l JOIN sites s ON s.id = l.site_id GROUP BY 1 ORDER BY 1").await,
+        vec![("s1".into(), "0.500000".into(), "800.000".into()), ("s2".into(), "0.090000".into(), "36.000".into())]
+    );
+}
