@@ -341,7 +341,8 @@ async fn embodied_carbon_and_sci_per_token() {
         .ingest(
             &app.token(Role::Admin),
             "device_models",
-            json!([{"key": "Test GPU 80GB", "embodied_kg": "36", "lifetime_hours": 10000, "source": "test"}]),
+            json!([{"key": "Test GPU 80GB", "embodied_kg": "36", "lifetime_hours": 10000, "source": "test",
+                    "gpu_hour_rate": "3.6", "currency": "EUR"}]),
         )
         .await;
     assert_eq!(status, 200, "{body}");
@@ -386,11 +387,27 @@ async fn embodied_carbon_and_sci_per_token() {
         body["rows"][0]["sci_g_per_token"].as_str(),
         Some("0.390506")
     );
+    // GPU time at 3.6 EUR per GPU-hour splits like the embodied carbon; no price signal, so
+    // the fully loaded cost is the GPU time alone.
+    let loaded: Vec<serde_json::Value> = body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["fully_loaded_cost"].clone())
+        .collect();
+    assert_eq!(
+        loaded,
+        vec![
+            json!({"EUR": "4.8"}),
+            json!({"EUR": "4.2"}),
+            json!({"EUR": "1.8"})
+        ]
+    );
     let (status, _) = app
         .ingest(
             &app.token(Role::Admin),
             "device_models",
-            json!([{"key": "x", "embodied_kg": -1}]),
+            json!([{"key": "x", "embodied_kg": -1}, {"key": "y", "embodied_kg": 1, "gpu_hour_rate": 2}]),
         )
         .await;
     assert_eq!(status, 422);

@@ -86,6 +86,7 @@ fn site_hour() -> SiteHour {
             };
             gpus.push(Gpu {
                 embodied_ng_per_ms: 0,
+                time_price_pico_per_ms: 0,
                 energy: steps(id, 30_000_000),
                 allocations,
             });

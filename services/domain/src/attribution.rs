@@ -54,6 +54,9 @@ pub struct Gpu {
     /// Embodied carbon the device accrues per ms of its life, in nanograms CO2e (its
     /// model's manufacturing footprint over its expected lifetime); 0 when unknown.
     pub embodied_ng_per_ms: i64,
+    /// The device's fully loaded GPU-time price per ms, in 1e-12 of the site's currency (a
+    /// GPU-hour rate / 3.6e6); 0 when none is set.
+    pub time_price_pico_per_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +117,9 @@ pub struct Row {
     /// Embodied carbon (SCI's M) of the GPU time held, in nanograms CO2e; idle GPU time's
     /// share follows the idle policy like idle energy.
     pub embodied_ng: i64,
+    /// GPU time at the devices' GPU-hour rates, in 1e-12 currency; idle GPU time's share
+    /// follows the idle policy.
+    pub time_price_pico: i64,
     pub quality: Quality,
 }
 
@@ -169,6 +175,7 @@ struct Acc {
     estimated: i64,
     gpu_ms: i64,
     embodied: i64,
+    time_price: i64,
     quality: Quality,
 }
 
@@ -258,12 +265,15 @@ pub fn attribute(input: &SiteHour) -> Attributed {
                     let ms = (w / u128::from(PPM)) as i64;
                     acc[a.job].gpu_ms += ms;
                     acc[a.job].embodied += ms * gpu.embodied_ng_per_ms;
+                    acc[a.job].time_price += ms * gpu.time_price_pico_per_ms;
                     acc[a.job].quality |= q;
                     totals.allocated_gpu_ms += ms;
                     held_ms += ms;
                 }
                 // The device ages whether or not anyone holds it: the rest is idle.
-                idle.embodied += (grid.step_ms - held_ms).max(0) * gpu.embodied_ng_per_ms;
+                let unheld = (grid.step_ms - held_ms).max(0);
+                idle.embodied += unheld * gpu.embodied_ng_per_ms;
+                idle.time_price += unheld * gpu.time_price_pico_per_ms;
                 totals.embodied_ng += grid.step_ms.max(held_ms) * gpu.embodied_ng_per_ms;
                 let capacity = grid.step_ms as u128 * u128::from(PPM);
                 s.weights.push(capacity.saturating_sub(held));
@@ -428,16 +438,18 @@ pub fn attribute(input: &SiteHour) -> Attributed {
         let fac_parts = split(idle.facility, &job_it);
         let est_parts = split(idle.estimated, &job_it);
         let emb_parts = split(idle.embodied, &job_it);
+        let time_parts = split(idle.time_price, &job_it);
         for (k, row) in rows.iter_mut().enumerate() {
             row.idle_mj += idle_parts[k];
             row.facility_overhead_mj += fac_parts[k];
             row.estimated_mj += est_parts[k];
             row.embodied_ng += emb_parts[k];
+            row.time_price_pico += time_parts[k];
             if idle_parts[k] != 0 || fac_parts[k] != 0 {
                 row.quality |= idle.quality;
             }
         }
-    } else if idle_total != 0 || idle.embodied != 0 {
+    } else if idle_total != 0 || idle.embodied != 0 || idle.time_price != 0 {
         rows.push(Row {
             tenant: input.policy.platform_tenant,
             job: None,
@@ -451,6 +463,7 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             generated_tokens: 0,
             gpu_ms: 0,
             embodied_ng: idle.embodied,
+            time_price_pico: idle.time_price,
             quality: idle.quality,
         });
     }
@@ -484,6 +497,7 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
         generated_tokens: 0,
         gpu_ms: acc.gpu_ms,
         embodied_ng: acc.embodied,
+        time_price_pico: acc.time_price,
         quality: acc.quality,
     };
     // Merge token records per tenant, ordered by tenant id for a stable tie-break.
@@ -521,6 +535,7 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
     let estimated = split(acc.estimated, &weights);
     let gpu_ms = split(acc.gpu_ms, &weights);
     let embodied = split(acc.embodied, &weights);
+    let time_price = split(acc.time_price, &weights);
     for (k, &(tenant, prompt, generated)) in by_tenant.iter().enumerate() {
         rows.push(Row {
             tenant,
@@ -533,6 +548,7 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
             generated_tokens: generated,
             gpu_ms: gpu_ms[k],
             embodied_ng: embodied[k],
+            time_price_pico: time_price[k],
             ..base.clone()
         });
     }

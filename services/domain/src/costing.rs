@@ -127,6 +127,31 @@ pub struct RowAmounts {
     /// Embodied carbon (SCI's M) of the GPU time the row held (or its idle share), in g;
     /// `None` when no GPU of the site has a known device model (unknown is not zero).
     pub embodied_g: Option<Decimal>,
+    /// GPU time at the devices' GPU-hour rates (the rest of a fully loaded cost); `None`
+    /// when no device at the site has a rate in its currency.
+    pub gpu_time_cost: Option<Decimal>,
+}
+
+/// What attribution gives per row: energy, embodied carbon (ng), GPU-time price (1e-12).
+#[derive(Debug, Clone, Copy)]
+pub struct RowInputs<'a> {
+    pub mj: &'a [i64],
+    pub embodied_ng: &'a [i64],
+    pub time_price_pico: &'a [i64],
+}
+
+/// Rounds a site's total of `parts` (in units of 10^-(scale + 6)) once to 10^-scale and
+/// splits it over the rows by their parts; `None` when the total is zero.
+fn rescale(parts: &[i64], scale: u32) -> Option<Vec<Decimal>> {
+    let total: i64 = parts.iter().sum();
+    if total <= 0 {
+        return None;
+    }
+    let units = split(
+        (total + 500_000) / 1_000_000,
+        &parts.iter().map(|&e| e.max(0) as u128).collect::<Vec<_>>(),
+    );
+    Some(units.into_iter().map(|u| to_decimal(u, scale)).collect())
 }
 
 /// A site-hour's amounts per row, and the data-quality flags the rows carry.
@@ -142,10 +167,10 @@ pub struct HourAmounts {
 pub fn hour_amounts(
     grid: StepGrid,
     site_mj_by_step: &[i64],
-    row_mj: &[i64],
-    row_embodied_ng: &[i64],
+    rows: &RowInputs,
     rates: &SiteRates,
 ) -> HourAmounts {
+    let row_mj = rows.mj;
     let mut flags = Vec::new();
     let mut amount = |rates: &[Rate], fallback, scale, names: Option<[&'static str; 3]>| {
         let p = price_hour(grid, site_mj_by_step, rates, fallback, scale);
@@ -176,22 +201,17 @@ pub fn hour_amounts(
         Some(["carbon_fallback", "carbon_missing", "carbon_estimated"]),
     );
     let marginal = amount(&rates.marginal, None, CARBON_SCALE, None);
-    let embodied_total: i64 = row_embodied_ng.iter().sum();
-    // ng → mg: ÷ 1e6, rounded half up (the amounts are not negative).
-    let embodied_mg = split(
-        (embodied_total + 500_000) / 1_000_000,
-        &row_embodied_ng
-            .iter()
-            .map(|&e| e.max(0) as u128)
-            .collect::<Vec<_>>(),
-    );
+    // ng → mg and 1e-12 → 1e-6 currency: ÷ 1e6 once per site-hour, rows by largest remainder.
+    let embodied = rescale(rows.embodied_ng, CARBON_SCALE);
+    let gpu_time = rescale(rows.time_price_pico, COST_SCALE);
     HourAmounts {
         rows: (0..row_mj.len())
             .map(|i| RowAmounts {
                 cost: cost(i),
                 carbon_g: carbon(i),
                 carbon_marginal_g: marginal(i),
-                embodied_g: (embodied_total > 0).then(|| to_decimal(embodied_mg[i], CARBON_SCALE)),
+                embodied_g: embodied.as_ref().map(|v| v[i]),
+                gpu_time_cost: gpu_time.as_ref().map(|v| v[i]),
             })
             .collect(),
         flags,
@@ -285,8 +305,11 @@ mod tests {
         let h = hour_amounts(
             grid(),
             &steps,
-            &[2 * MJ_PER_KWH, MJ_PER_KWH],
-            &[2_400_000_000, 1_200_000_000],
+            &RowInputs {
+                mj: &[2 * MJ_PER_KWH, MJ_PER_KWH],
+                embodied_ng: &[2_400_000_000, 1_200_000_000],
+                time_price_pico: &[0, 0],
+            },
             &rates,
         );
         assert_eq!(h.flags, ["price_fallback"]);
@@ -299,7 +322,20 @@ mod tests {
             h.rows[0].carbon_marginal_g, None,
             "no MOER signal: no marginal carbon"
         );
-        let none = hour_amounts(grid(), &steps, &[MJ_PER_KWH], &[0], &SiteRates::default());
+        let none = hour_amounts(
+            grid(),
+            &steps,
+            &RowInputs {
+                mj: &[MJ_PER_KWH],
+                embodied_ng: &[0],
+                time_price_pico: &[0],
+            },
+            &SiteRates::default(),
+        );
+        assert_eq!(
+            (none.rows[0].embodied_g, none.rows[0].gpu_time_cost),
+            (None, None)
+        );
         assert_eq!(none.flags, ["price_missing", "carbon_missing"]);
         assert_eq!(none.rows[0].cost, None);
     }

@@ -71,8 +71,9 @@ struct Window {
     jobs: Vec<Job>,
     job_ids: Vec<i64>,
     tokens: Vec<TokenSpan>,
-    /// GPU meter id → embodied carbon in ng per ms of its life (known device models only).
-    embodied: HashMap<i64, i64>,
+    /// GPU meter id → (embodied carbon in ng per ms of its life, GPU-time price in 1e-12
+    /// currency per ms), for known device models only.
+    embodied: HashMap<i64, (i64, i64)>,
 }
 
 /// A token record of a job in the window, job as an index into `Window::jobs`.
@@ -152,22 +153,32 @@ async fn load(
             .bind(site_id)
             .fetch_all(pool)
             .await?;
-    // Embodied kg over the lifetime, as ng per ms of life: kg × 1e12 ng / (h × 3.6e6 ms).
-    let embodied: HashMap<i64, i64> = sqlx::query_as::<_, (i64, Decimal, i32)>(
-        "SELECT m.id, d.embodied_kg, d.lifetime_hours
-         FROM meters m JOIN device_models d ON d.key = m.device_model
-         WHERE m.site_id = $1 AND m.kind = 'gpu'",
-    )
-    .bind(site_id)
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(|(id, kg, hours)| {
-        let per_ms = kg * Decimal::from(1_000_000_000_000i64)
-            / (Decimal::from(hours) * Decimal::from(HOUR_MS));
-        (id, per_ms.round().to_i64().unwrap_or(0))
-    })
-    .collect();
+    // Per GPU: embodied kg over the lifetime as ng per ms of life (kg × 1e12 ng / (h × 3.6e6
+    // ms)), and the GPU-hour rate as 1e-12 currency per ms where it is in the site's currency.
+    let embodied: HashMap<i64, (i64, i64)> =
+        sqlx::query_as::<_, (i64, Decimal, i32, Option<Decimal>)>(
+            "SELECT m.id, d.embodied_kg, d.lifetime_hours,
+                    CASE WHEN d.rate_currency = s.currency THEN d.gpu_hour_rate END
+             FROM meters m JOIN device_models d ON d.key = m.device_model
+             JOIN sites s ON s.id = m.site_id
+             WHERE m.site_id = $1 AND m.kind = 'gpu'",
+        )
+        .bind(site_id)
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(id, kg, hours, rate)| {
+            let per_ms = |amount: Decimal, over_ms: Decimal| {
+                (amount * Decimal::from(1_000_000_000_000i64) / over_ms)
+                    .round()
+                    .to_i64()
+                    .unwrap_or(0)
+            };
+            let ng = per_ms(kg, Decimal::from(hours) * Decimal::from(HOUR_MS));
+            let pico = rate.map_or(0, |r| per_ms(r, Decimal::from(HOUR_MS)));
+            (id, (ng, pico))
+        })
+        .collect();
     let facility: Vec<i64> = meters
         .iter()
         .filter(|m| m.1 == "facility")
@@ -373,7 +384,8 @@ impl Window {
                     .map(|g| Gpu {
                         energy: self.steps(*g, grid),
                         allocations: self.allocations.get(g).cloned().unwrap_or_default(),
-                        embodied_ng_per_ms: self.embodied.get(g).copied().unwrap_or(0),
+                        embodied_ng_per_ms: self.embodied.get(g).map_or(0, |r| r.0),
+                        time_price_pico_per_ms: self.embodied.get(g).map_or(0, |r| r.1),
                     })
                     .collect(),
             })
@@ -425,11 +437,15 @@ pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {
             let out = attribution::attribute(&input);
             let row_mj: Vec<i64> = out.rows.iter().map(|r| r.total_mj()).collect();
             let row_ng: Vec<i64> = out.rows.iter().map(|r| r.embodied_ng).collect();
+            let row_pico: Vec<i64> = out.rows.iter().map(|r| r.time_price_pico).collect();
             let amounts = costing::hour_amounts(
                 input.grid,
                 &out.totals.site_mj_by_step,
-                &row_mj,
-                &row_ng,
+                &costing::RowInputs {
+                    mj: &row_mj,
+                    embodied_ng: &row_ng,
+                    time_price_pico: &row_pico,
+                },
                 &rates,
             );
             (*h, out, amounts)
@@ -466,6 +482,7 @@ async fn write(
             c.carbon.push(a.carbon_g);
             c.marginal.push(a.carbon_marginal_g);
             c.embodied.push(a.embodied_g);
+            c.gpu_time_cost.push(a.gpu_time_cost);
             c.hour.push(*hour);
             c.tenant.push(r.tenant);
             c.job.push(r.job.map(|j| window.job_ids[j]));
@@ -489,16 +506,16 @@ async fn write(
         "INSERT INTO ledger (hour, site_id, tenant_id, job_id, model_id, gpu_mj, node_overhead_mj,
                              idle_mj, facility_overhead_mj, total_mj, estimated_mj, prompt_tokens,
                              generated_tokens, gpu_ms, flags, cost, carbon_g, carbon_marginal_g,
-                             embodied_carbon_g)
+                             embodied_carbon_g, gpu_time_cost)
          SELECT hour, $1, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
                 coalesce(string_to_array(nullif(flags, ''), ','), '{}'), cost, carbon, marginal,
-                embodied
+                embodied, gpu_time
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
                      $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
                      $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::numeric[],
-                     $17::numeric[], $18::numeric[], $19::numeric[])
+                     $17::numeric[], $18::numeric[], $19::numeric[], $20::numeric[])
               AS t(hour, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
-                   flags, cost, carbon, marginal, embodied)",
+                   flags, cost, carbon, marginal, embodied, gpu_time)",
     )
     .bind(claim.site_id)
     .bind(&c.hour)
@@ -519,6 +536,7 @@ async fn write(
     .bind(&c.carbon)
     .bind(&c.marginal)
     .bind(&c.embodied)
+    .bind(&c.gpu_time_cost)
     .execute(&mut *tx)
     .await?;
 
@@ -604,6 +622,7 @@ struct LedgerColumns {
     carbon: Vec<Option<Decimal>>,
     marginal: Vec<Option<Decimal>>,
     embodied: Vec<Option<Decimal>>,
+    gpu_time_cost: Vec<Option<Decimal>>,
 }
 
 /// Truncates a time to its UTC hour.

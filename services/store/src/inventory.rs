@@ -172,6 +172,8 @@ pub struct DeviceModelRecord {
     pub embodied_kg: Decimal,
     pub lifetime_hours: i32,
     pub source: Option<String>,
+    /// A GPU-hour rate and its currency, for fully loaded cost.
+    pub gpu_hour_rate: Option<(Decimal, String)>,
 }
 
 /// Device models apply to hours attributed from now on; `wattledger attribute --from --to`
@@ -182,17 +184,35 @@ pub async fn upsert_device_models(
     records: &[DeviceModelRecord],
 ) -> StoreResult<u64> {
     let done = sqlx::query(
-        "INSERT INTO device_models (key, embodied_kg, lifetime_hours, source)
-         SELECT * FROM UNNEST($1::text[], $2::numeric[], $3::int[], $4::text[])
+        "INSERT INTO device_models (key, embodied_kg, lifetime_hours, source, gpu_hour_rate,
+                                    rate_currency)
+         SELECT * FROM UNNEST($1::text[], $2::numeric[], $3::int[], $4::text[], $5::numeric[],
+                              $6::text[])
          ON CONFLICT (key) DO UPDATE SET embodied_kg = excluded.embodied_kg,
-            lifetime_hours = excluded.lifetime_hours, source = excluded.source, updated_at = now()
-         WHERE (device_models.embodied_kg, device_models.lifetime_hours, device_models.source)
-               IS DISTINCT FROM (excluded.embodied_kg, excluded.lifetime_hours, excluded.source)",
+            lifetime_hours = excluded.lifetime_hours, source = excluded.source,
+            gpu_hour_rate = excluded.gpu_hour_rate, rate_currency = excluded.rate_currency,
+            updated_at = now()
+         WHERE (device_models.embodied_kg, device_models.lifetime_hours, device_models.source,
+                device_models.gpu_hour_rate, device_models.rate_currency)
+               IS DISTINCT FROM (excluded.embodied_kg, excluded.lifetime_hours, excluded.source,
+                excluded.gpu_hour_rate, excluded.rate_currency)",
     )
     .bind(records.iter().map(|r| r.key.clone()).collect::<Vec<_>>())
     .bind(records.iter().map(|r| r.embodied_kg).collect::<Vec<_>>())
     .bind(records.iter().map(|r| r.lifetime_hours).collect::<Vec<_>>())
     .bind(records.iter().map(|r| r.source.clone()).collect::<Vec<_>>())
+    .bind(
+        records
+            .iter()
+            .map(|r| r.gpu_hour_rate.as_ref().map(|x| x.0))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        records
+            .iter()
+            .map(|r| r.gpu_hour_rate.as_ref().map(|x| x.1.clone()))
+            .collect::<Vec<_>>(),
+    )
     .execute(pool)
     .await?;
     Ok(done.rows_affected())

@@ -79,6 +79,9 @@ pub struct UsageRow {
     /// Cost per currency (a tenant using sites in two currencies has two), in step.
     pub cost_currencies: Option<Vec<String>>,
     pub cost_amounts: Option<Vec<Decimal>>,
+    /// GPU time at GPU-hour rates, per currency, in step.
+    pub gpu_time_currencies: Option<Vec<String>>,
+    pub gpu_time_amounts: Option<Vec<Decimal>>,
 }
 
 /// Ledger totals visible to `scope`, grouped by `group_by` (in that order).
@@ -118,7 +121,8 @@ pub async fn usage(
                     sum(l.facility_overhead_mj) AS facility_overhead_mj,
                     sum(l.estimated_mj) AS estimated_mj, sum(l.prompt_tokens) AS prompt_tokens,
                     sum(l.generated_tokens) AS generated_tokens, sum(l.gpu_ms) AS gpu_ms,
-                    sum(l.cost) AS cost, sum(l.carbon_g) AS carbon_g,
+                    sum(l.cost) AS cost, sum(l.gpu_time_cost) AS gpu_time_cost,
+                    sum(l.carbon_g) AS carbon_g,
                     sum(l.carbon_marginal_g) AS carbon_marginal_g,
                     sum(l.embodied_carbon_g) AS embodied_carbon_g,
                     coalesce(sum(l.total_mj) FILTER (WHERE l.cost IS NOT NULL), 0) AS priced_mj,
@@ -151,7 +155,11 @@ pub async fn usage(
                 coalesce(sum(priced_mj), 0)::bigint AS priced_mj,
                 coalesce(sum(carbon_mj), 0)::bigint AS carbon_mj,
                 array_agg(currency ORDER BY currency) FILTER (WHERE cost IS NOT NULL) AS cost_currencies,
-                array_agg(cost ORDER BY currency) FILTER (WHERE cost IS NOT NULL) AS cost_amounts
+                array_agg(cost ORDER BY currency) FILTER (WHERE cost IS NOT NULL) AS cost_amounts,
+                array_agg(currency ORDER BY currency) FILTER (WHERE gpu_time_cost IS NOT NULL)
+                    AS gpu_time_currencies,
+                array_agg(gpu_time_cost ORDER BY currency) FILTER (WHERE gpu_time_cost IS NOT NULL)
+                    AS gpu_time_amounts
          FROM g
          GROUP BY 1, 2, 3, 4, 5
          ORDER BY 1, 2, 3, 4, 5",

@@ -72,11 +72,13 @@ fn shared_node_scenario(idle_policy: IdlePolicy) -> SiteHour {
             gpus: vec![
                 Gpu {
                     embodied_ng_per_ms: 0,
+                    time_price_pico_per_ms: 0,
                     energy: constant(42_000_000, steps),
                     allocations: vec![whole(0)],
                 },
                 Gpu {
                     embodied_ng_per_ms: 0,
+                    time_price_pico_per_ms: 0,
                     energy: constant(18_000_000, steps),
                     allocations: vec![Allocation {
                         share_ppm: PPM / 2,
@@ -85,6 +87,7 @@ fn shared_node_scenario(idle_policy: IdlePolicy) -> SiteHour {
                 },
                 Gpu {
                     embodied_ng_per_ms: 0,
+                    time_price_pico_per_ms: 0,
                     energy: constant(24_000_000, steps),
                     allocations: vec![whole(2)],
                 },
@@ -346,6 +349,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                             // Some devices with an embodied rate, so the debug assertion
                             // (Σ rows = site total) is exercised on random hours.
                             embodied_ng_per_ms: ((n * gpus + g) % 3) as i64 * 950,
+                            time_price_pico_per_ms: 0,
                             energy: MeterSteps {
                                 mj: e
                                     .iter()
@@ -470,8 +474,10 @@ proptest! {
             nodes: vec![Node {
                 energy: Some(MeterSteps { mj: node, quality: vec![Quality::EMPTY; 60] }),
                 gpus: vec![
-                    Gpu { embodied_ng_per_ms: 0, energy: MeterSteps { mj: gpu.clone(), quality: vec![Quality::EMPTY; 60] }, allocations: vec![whole(0)] },
-                    Gpu { embodied_ng_per_ms: 0, energy: MeterSteps { mj: idle_gpu, quality: vec![Quality::EMPTY; 60] }, allocations: vec![] },
+                    Gpu { embodied_ng_per_ms: 0,
+ time_price_pico_per_ms: 0, energy: MeterSteps { mj: gpu.clone(), quality: vec![Quality::EMPTY; 60] }, allocations: vec![whole(0)] },
+                    Gpu { embodied_ng_per_ms: 0,
+ time_price_pico_per_ms: 0, energy: MeterSteps { mj: idle_gpu, quality: vec![Quality::EMPTY; 60] }, allocations: vec![] },
                 ],
             }],
             jobs: vec![job(A)],

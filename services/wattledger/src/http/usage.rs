@@ -117,6 +117,9 @@ pub struct UsageRowOut {
     pub sci_g_per_token: Option<Decimal>,
     #[schema(value_type = BTreeMap<String, String>)]
     pub cost_per_1m_tokens: BTreeMap<String, Decimal>,
+    /// Energy cost plus GPU time at the device models' GPU-hour rates, per currency.
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub fully_loaded_cost: BTreeMap<String, Decimal>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -268,6 +271,19 @@ pub async fn get_usage(
                     joules_per_token: e.joules_per_token,
                     idle_fraction: e.idle_fraction,
                     gpu_hours: (Decimal::from(r.gpu_ms) / Decimal::from(3_600_000)).round_dp(4),
+                    fully_loaded_cost: {
+                        let mut total = cost.clone();
+                        let gpu_time = r
+                            .gpu_time_currencies
+                            .clone()
+                            .unwrap_or_default()
+                            .into_iter()
+                            .zip(r.gpu_time_amounts.clone().unwrap_or_default());
+                        for (c, a) in gpu_time {
+                            *total.entry(c).or_default() += a;
+                        }
+                        total.into_iter().map(|(c, a)| (c, a.normalize())).collect()
+                    },
                     cost: cost.clone(),
                     carbon_g: r.carbon_g.map(|g| g.round_dp(3).normalize()),
                     carbon_marginal_g: r.carbon_marginal_g.map(|g| g.round_dp(3).normalize()),

@@ -246,6 +246,12 @@ pub struct DeviceModelIn {
     lifetime_hours: Option<i32>,
     /// Where the figure comes from.
     source: Option<String>,
+    /// A GPU-hour rate (amortised hardware, hosting) for fully loaded cost; with `currency`.
+    #[schema(value_type = Option<String>)]
+    gpu_hour_rate: Option<Decimal>,
+    /// ISO 4217 currency of `gpu_hour_rate`: it applies at sites billing in it.
+    #[schema(pattern = "^[A-Z]{3}$")]
+    currency: Option<String>,
 }
 
 #[utoipa::path(post, path = "/v1/ingest/device_models", tag = "ingest",
@@ -260,7 +266,14 @@ pub async fn device_models(
     caller.require(&[Role::Operator])?;
     let records = read_all(
         &batch,
-        &["key", "embodied_kg", "lifetime_hours", "source"],
+        &[
+            "key",
+            "embodied_kg",
+            "lifetime_hours",
+            "source",
+            "gpu_hour_rate",
+            "currency",
+        ],
         |r| {
             let key = r.key("key");
             let kg = r.decimal("embodied_kg");
@@ -272,11 +285,35 @@ pub async fn device_models(
                 r.error("lifetime_hours", "must be between 1 and 1000000");
             }
             let source = r.opt_str("source", 512);
+            let rate = r.opt_decimal("gpu_hour_rate");
+            if rate.is_some_and(|v| v < Decimal::ZERO || v >= Decimal::from(1_000_000)) {
+                r.error("gpu_hour_rate", "must be between 0 and 1e6");
+            }
+            let currency = r.opt_str("currency", 8);
+            if currency
+                .as_ref()
+                .is_some_and(|c| c.len() != 3 || !c.chars().all(|x| x.is_ascii_uppercase()))
+            {
+                r.error("currency", "must be an ISO 4217 code such as EUR");
+            }
+            let gpu_hour_rate = match (rate, currency) {
+                (Some(v), Some(c)) => Some((v, c)),
+                (None, None) => None,
+                (Some(_), None) => {
+                    r.error("currency", "is required with gpu_hour_rate");
+                    None
+                }
+                (None, Some(_)) => {
+                    r.error("gpu_hour_rate", "is required with currency");
+                    None
+                }
+            };
             Some(DeviceModelRecord {
                 key: key?,
                 embodied_kg: kg?,
                 lifetime_hours: hours as i32,
                 source,
+                gpu_hour_rate,
             })
         },
     )?;
