@@ -454,7 +454,8 @@ async fn a_revised_signal_recomputes_exactly_its_hours() {
 }
 
 /// Two regions with different intensities and prices. Site s1 (DE) is the scenario hour
-/// (400 g/kWh; 0.30 EUR/kWh then 0.20 after the half hour). Site s2 (FR, static PUE 1.0)
+/// (400 g/kWh) under a time-of-use tariff at CET: Monday 11:00 CET is in the weekday peak
+/// band, 0.25 EUR/kWh. Site s2 (FR, static PUE 1.0)
 /// runs one node at 600 W whose GPU (500 W) b holds all hour: 0.6 kWh at 60 g/kWh and a flat
 /// 0.15 EUR/kWh = 36 g and 0.09 EUR, all b's. By hand, per tenant:
 /// a 0.302083 EUR, 483.333 g; b 0.151042 + 0.090000 = 0.241042 EUR, 241.667 + 36 = 277.667 g;
@@ -509,11 +510,27 @@ async fn two_regions_known_answer_to_the_millionth_and_the_milligram() {
             json!([
                 point("DE", "carbon", 0, 60, "400"),
                 point("FR", "carbon", 0, 60, "60"),
-                point("DE", "price", 0, 30, "0.30"),
-                point("DE", "price", 30, 60, "0.20"),
                 point("FR", "price", 0, 60, "0.15")
             ]),
         )
+        .await);
+    let tariff: wattledger_domain::signals::tariff::Tariff = serde_json::from_value(json!({
+        "currency": "EUR", "utc_offset_minutes": 60,
+        "seasons": [{"months": [1,2,3,4,5,6,7,8,9,10,11,12], "price": "0.18", "bands": [
+            {"days": ["weekdays"], "hours": [8, 20], "price": "0.25"},
+            {"days": ["all"], "hours": [22, 6], "price": "0.12"}]}]
+    }))
+    .unwrap();
+    let hour = chrono::DateTime::parse_from_rfc3339(scenario::HOUR)
+        .unwrap()
+        .to_utc();
+    let prices = tariff.series(
+        "DE",
+        hour - chrono::Duration::hours(12),
+        hour + chrono::Duration::hours(12),
+    );
+    ok(app
+        .ingest(&collector, "signals", json!(prices.ingest_records()))
         .await);
     app.attribute().await;
     let per = |sql: &str| {

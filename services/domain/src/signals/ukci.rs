@@ -104,6 +104,22 @@ pub fn parse_regional(json: &str) -> Result<Vec<Series>, SignalError> {
         .collect())
 }
 
+/// `/intensity/factors`: the API's gCO2/kWh per fuel type, for sites that build their own
+/// intensity from a generation mix.
+pub fn parse_factors(json: &str) -> Result<BTreeMap<String, rust_decimal::Decimal>, SignalError> {
+    let doc: Value = serde_json::from_str(json)?;
+    let first = doc
+        .get("data")
+        .and_then(Value::as_array)
+        .and_then(|d| d.first())
+        .and_then(Value::as_object)
+        .ok_or_else(|| shape("no data[0] object"))?;
+    first
+        .iter()
+        .map(|(fuel, v)| Ok((fuel.clone(), decimal(v, fuel)?)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +150,14 @@ mod tests {
         );
         let fw = parse_national(&fixture("grid/ukci-intensity-fw24h.json")).unwrap();
         assert!(!fw[1].points.is_empty());
+    }
+
+    #[test]
+    fn fuel_factors() {
+        let f = parse_factors(&fixture("grid/ukci-intensity-factors.json")).unwrap();
+        assert_eq!(f["Coal"], Decimal::from(937));
+        assert_eq!(f["Wind"], Decimal::ZERO);
+        assert_eq!(f.len(), 14);
     }
 
     #[test]

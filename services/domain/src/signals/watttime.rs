@@ -91,6 +91,16 @@ pub fn parse(json: &str) -> Result<Series, SignalError> {
     })
 }
 
+/// `GET /v3/region-from-loc`: the WattTime region (balancing authority) of a site's
+/// coordinates, which a `[[grid]]` URL then names.
+pub fn region_from_loc(json: &str) -> Result<String, SignalError> {
+    let doc: Value = serde_json::from_str(json)?;
+    doc.get("region")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| shape("no region"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +130,12 @@ mod tests {
         let s = parse(&fixture("grid/watttime-v3-forecast-historical.json")).unwrap();
         assert_eq!(s.status, Status::Forecast);
         assert!(!s.points.is_empty());
+    }
+
+    #[test]
+    fn a_location_resolves_to_its_region() {
+        let r = region_from_loc(&fixture("grid/watttime-v3-region-from-loc.json")).unwrap();
+        assert_eq!(r, "PSCO");
     }
 
     #[test]
