@@ -478,10 +478,10 @@ pub async fn summary(
     println!("  {:<16} {:>12}", "total", kwh(total).round_dp(1));
 
     let models = usage::usage(pool, &Scope::All, &[GroupBy::Model], &filter).await?;
-    println!("\nTokens per kWh per model");
+    println!("\nTokens per kWh per model (SCI: operational + embodied gCO2e per 1k tokens)");
     println!(
-        "  {:<16} {:>14} {:>12} {:>14} {:>10}",
-        "model", "tokens", "kWh", "tokens/kWh", "J/token"
+        "  {:<16} {:>14} {:>12} {:>14} {:>10} {:>12}",
+        "model", "tokens", "kWh", "tokens/kWh", "J/token", "SCI g/1k tok"
     );
     for r in models
         .iter()
@@ -494,17 +494,26 @@ pub async fn summary(
             idle_mj: r.idle_mj,
             tokens: r.prompt_tokens + r.generated_tokens,
         });
+        let tokens = r.prompt_tokens + r.generated_tokens;
+        let sci = match (r.carbon_g, r.embodied_carbon_g) {
+            (Some(o), Some(m)) => ((o + m) * rust_decimal::Decimal::from(1000)
+                / rust_decimal::Decimal::from(tokens))
+            .round_dp(3)
+            .to_string(),
+            _ => "-".into(),
+        };
         println!(
-            "  {:<16} {:>14} {:>12} {:>14} {:>10}",
+            "  {:<16} {:>14} {:>12} {:>14} {:>10} {:>12}",
             r.model.as_deref().unwrap_or("-"),
-            r.prompt_tokens + r.generated_tokens,
+            tokens,
             kwh(r.total_mj).round_dp(1),
             e.tokens_per_kwh
                 .map(|d| d.round().to_string())
                 .unwrap_or_default(),
             e.joules_per_token
                 .map(|d| d.round_dp(3).to_string())
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            sci
         );
     }
 
