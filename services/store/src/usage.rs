@@ -244,13 +244,16 @@ pub struct LatestHour {
     pub energy_mj_total: i64,
 }
 
-/// Per site, its newest attributed hour and its all-time energy.
+/// Per site, its newest complete attributed hour and its all-time energy.
 pub async fn latest_hours(pool: &PgPool) -> StoreResult<Vec<LatestHour>> {
     Ok(sqlx::query_as(
         "WITH latest AS (
              SELECT DISTINCT ON (site_id) site_id, hour, site_mj, it_mj, gpu_mj, idle_mj,
                     allocated_gpu_ms, capacity_gpu_ms
-             FROM site_hours ORDER BY site_id, hour DESC
+             FROM site_hours
+             -- The hour in progress is partial: its mean power and ratios would mislead.
+             WHERE hour < date_trunc('hour', now())
+             ORDER BY site_id, hour DESC
          )
          SELECT s.key AS site, l.hour, l.site_mj, l.it_mj, l.gpu_mj, l.idle_mj,
                 l.allocated_gpu_ms, l.capacity_gpu_ms,

@@ -1,5 +1,5 @@
-//! `GET /metrics`: the efficiency figures of every site's latest attributed hour and the
-//! service's health, in the Prometheus text exposition format.
+//! `GET /metrics`: the efficiency figures of every site's latest complete attributed hour
+//! and the service's health, in the Prometheus text exposition format.
 //!
 //! Site-wide figures reveal the cluster's use together, so the endpoint wants an operator
 //! (or admin) bearer token, which Prometheus sends with `authorization: {credentials}` in
