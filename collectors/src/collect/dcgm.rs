@@ -1,7 +1,7 @@
 //! dcgm-exporter scrapes: GPU energy counters and power as samples, the GPUs (and MIG
 //! instances) as meters, and Kubernetes pods seen on a GPU as jobs holding it.
 
-use super::{get_text, BoxFuture, Collected, Source, SourceError};
+use super::{get_text, Auth, BoxFuture, Collected, Source, SourceError};
 use crate::agent::config::meter_key;
 use crate::pods::{PodUse, Pods};
 use crate::records::{Batch, Job, Meter, Sample};
@@ -194,7 +194,7 @@ impl Source for DcgmSource {
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
         Box::pin(async move {
-            let text = get_text(&self.client, &self.config.url, None).await?;
+            let text = get_text(&self.client, &self.config.url, Auth::None).await?;
             let readings = dcgm::parse(&text).map_err(|e| SourceError::Parse {
                 what: self.config.url.clone(),
                 reason: e.to_string(),

@@ -1,7 +1,7 @@
 //! Prometheus exporters a site already runs (snmp_exporter for PDUs, ipmi_exporter for BMCs):
 //! series picked by name and labels, mapped to meters, with their unit said in the config.
 
-use super::{get_text, BoxFuture, Collected, Source, SourceError};
+use super::{get_text, Auth, BoxFuture, Collected, Source, SourceError};
 use crate::prom;
 use crate::records::{Batch, Sample};
 use crate::units::{self, Unit};
@@ -147,7 +147,7 @@ impl Source for ExporterSource {
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
         Box::pin(async move {
-            let text = get_text(&self.client, &self.config.url, None).await?;
+            let text = get_text(&self.client, &self.config.url, Auth::None).await?;
             let parse = |reason: String| SourceError::Parse {
                 what: self.config.url.clone(),
                 reason,

@@ -6,7 +6,7 @@
 //! point and treats a changed value as the provider's revision (Electricity Maps re-estimates
 //! recent hours), recomputing only the hours it touches.
 
-use super::{error_chain, get_text, BoxFuture, Collected, Source, SourceError};
+use super::{get_answer, get_text, Answer, Auth, BoxFuture, Collected, Source, SourceError};
 use crate::records::{Batch, SignalPoint};
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
@@ -198,12 +198,12 @@ impl GridSource {
     }
 
     async fn watttime_get(&mut self, url: &str) -> Result<String, SourceError> {
-        for attempt in 0..2 {
+        for _ in 0..2 {
             if self.bearer.is_none() {
                 let password = self.config.secret()?;
                 let login = self.config.login_url.clone();
                 let user = self.config.username.clone().unwrap_or_default();
-                let body = get_text(&self.client, &login, Some((&user, &password))).await?;
+                let body = get_text(&self.client, &login, Auth::Basic(&user, &password)).await?;
                 let token = serde_json::from_str::<serde_json::Value>(&body)
                     .ok()
                     .and_then(|v| v.get("token")?.as_str().map(str::to_owned))
@@ -213,35 +213,17 @@ impl GridSource {
                     })?;
                 self.bearer = Some(token);
             }
-            let resp = self
-                .client
-                .get(url)
-                .bearer_auth(self.bearer.clone().unwrap_or_default())
-                .send()
-                .await
-                .map_err(|e| SourceError::Fetch {
-                    what: url.to_owned(),
-                    reason: error_chain(&e),
-                })?;
-            if resp.status() == reqwest::StatusCode::UNAUTHORIZED && attempt == 0 {
-                // WattTime tokens last 30 minutes: log in again once.
-                self.bearer = None;
-                continue;
+            let token = self.bearer.clone().unwrap_or_default();
+            match get_answer(&self.client, url, Auth::Bearer(&token)).await? {
+                Answer::Text(t) => return Ok(t),
+                // WattTime tokens last 30 minutes: log in again, once.
+                Answer::Unauthorized => self.bearer = None,
             }
-            let status = resp.status();
-            let text = resp.text().await.map_err(|e| SourceError::Fetch {
-                what: url.to_owned(),
-                reason: error_chain(&e),
-            })?;
-            if !status.is_success() {
-                return Err(SourceError::Fetch {
-                    what: url.to_owned(),
-                    reason: format!("HTTP {status}"),
-                });
-            }
-            return Ok(text);
         }
-        unreachable!("the loop returns on its second pass")
+        Err(SourceError::Fetch {
+            what: url.to_owned(),
+            reason: "HTTP 401 after a fresh login: the credentials were refused".into(),
+        })
     }
 
     async fn fetch(&mut self) -> Result<String, SourceError> {
@@ -249,28 +231,7 @@ impl GridSource {
         match self.config.provider {
             Provider::Electricitymaps => {
                 let key = self.config.secret()?;
-                let resp = self
-                    .client
-                    .get(&url)
-                    .header("auth-token", key)
-                    .send()
-                    .await
-                    .map_err(|e| SourceError::Fetch {
-                        what: url.clone(),
-                        reason: error_chain(&e),
-                    })?;
-                let status = resp.status();
-                let text = resp.text().await.map_err(|e| SourceError::Fetch {
-                    what: url.clone(),
-                    reason: error_chain(&e),
-                })?;
-                if !status.is_success() {
-                    return Err(SourceError::Fetch {
-                        what: url,
-                        reason: format!("HTTP {status}"),
-                    });
-                }
-                Ok(text)
+                get_text(&self.client, &url, Auth::Header("auth-token", &key)).await
             }
             Provider::Watttime => self.watttime_get(&url).await,
             Provider::Entsoe => {
@@ -279,7 +240,7 @@ impl GridSource {
                 get_text(
                     &self.client,
                     &format!("{url}{sep}securityToken={token}"),
-                    None,
+                    Auth::None,
                 )
                 .await
                 .map_err(|e| match e {
@@ -292,7 +253,7 @@ impl GridSource {
                 })
             }
             Provider::Ukci | Provider::Casdk | Provider::Csv => {
-                get_text(&self.client, &url, None).await
+                get_text(&self.client, &url, Auth::None).await
             }
             Provider::Tariff => Ok(String::new()),
         }
@@ -427,6 +388,71 @@ mod tests {
         let bad: GridConfig =
             toml::from_str("provider = \"casdk\"\nurl = \"https://x\"\n").unwrap();
         assert!(bad.check().unwrap_err().contains("basis"));
+    }
+
+    /// A WattTime stand-in: `/login` checks basic auth and hands out numbered tokens; the
+    /// data endpoint refuses the first token (expired) and serves the stored payload for the
+    /// second. The source must log in again once, by itself.
+    #[tokio::test]
+    async fn watttime_logs_in_again_when_its_token_expires() {
+        use axum::http::{HeaderMap, StatusCode};
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use std::sync::Arc;
+        let logins = Arc::new(AtomicU32::new(0));
+        let l = logins.clone();
+        let payload = fixtures::read("grid/watttime-v3-historical.json");
+        let app = axum::Router::new()
+            .route(
+                "/login",
+                axum::routing::get(move |h: HeaderMap| {
+                    let l = l.clone();
+                    async move {
+                        // "u:pw" in base64.
+                        if h.get("authorization").and_then(|v| v.to_str().ok())
+                            != Some("Basic dTpwdw==")
+                        {
+                            return (StatusCode::FORBIDDEN, String::new());
+                        }
+                        let n = l.fetch_add(1, Ordering::SeqCst) + 1;
+                        (StatusCode::OK, format!("{{\"token\": \"t{n}\"}}"))
+                    }
+                }),
+            )
+            .route(
+                "/v3/historical",
+                axum::routing::get(move |h: HeaderMap| {
+                    let payload = payload.clone();
+                    async move {
+                        match h.get("authorization").and_then(|v| v.to_str().ok()) {
+                            Some("Bearer t2") => (StatusCode::OK, payload),
+                            _ => (StatusCode::UNAUTHORIZED, String::new()),
+                        }
+                    }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let dir = std::env::temp_dir().join(format!("wl-wt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("pw"), "pw\n").unwrap();
+        let c = config(&format!(
+            "provider = \"watttime\"\nurl = \"{base}/v3/historical?region=CAISO_NORTH\"\n\
+             username = \"u\"\ntoken_file = \"{}\"\nlogin_url = \"{base}/login\"\n",
+            dir.join("pw").display()
+        ));
+        let mut s = GridSource::new(c, reqwest::Client::new());
+        let out = s.collect(Utc::now()).await.unwrap();
+        let Batch::Signals(p) = &out.batches[0] else {
+            panic!()
+        };
+        assert_eq!(p.len(), 2);
+        assert_eq!(
+            logins.load(Ordering::SeqCst),
+            2,
+            "the expired token led to one new login"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn futures_lite<T>(f: BoxFuture<'_, Result<T, SourceError>>) -> T {

@@ -64,28 +64,67 @@ pub(crate) fn interval(seconds: f64) -> Duration {
     Duration::from_secs_f64(seconds.max(0.1))
 }
 
-/// GETs a text document, failing on a non-2xx answer.
-pub(crate) async fn get_text(
+/// How a GET authenticates.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Auth<'a> {
+    None,
+    Basic(&'a str, &'a str),
+    Bearer(&'a str),
+    /// A header of the API's own (`auth-token`, `X-Auth-Token`).
+    Header(&'static str, &'a str),
+}
+
+/// What a GET answered: the text, or that the credentials were refused (so a caller holding
+/// a session or token can log in again once).
+pub(crate) enum Answer {
+    Text(String),
+    Unauthorized,
+}
+
+/// GETs a text document with `auth`; a 401 is [`Answer::Unauthorized`], any other non-2xx
+/// answer an error with the start of the body.
+pub(crate) async fn get_answer(
     client: &reqwest::Client,
     url: &str,
-    auth: Option<(&str, &str)>,
-) -> Result<String, SourceError> {
-    let mut req = client.get(url);
-    if let Some((user, password)) = auth {
-        req = req.basic_auth(user, Some(password));
-    }
+    auth: Auth<'_>,
+) -> Result<Answer, SourceError> {
+    let req = client.get(url);
+    let req = match auth {
+        Auth::None => req,
+        Auth::Basic(user, password) => req.basic_auth(user, Some(password)),
+        Auth::Bearer(token) => req.bearer_auth(token),
+        Auth::Header(name, value) => req.header(name, value),
+    };
     let fetch = |reason: String| SourceError::Fetch {
         what: url.to_owned(),
         reason,
     };
     let resp = req.send().await.map_err(|e| fetch(error_chain(&e)))?;
     let status = resp.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED && !matches!(auth, Auth::None) {
+        return Ok(Answer::Unauthorized);
+    }
     let text = resp.text().await.map_err(|e| fetch(error_chain(&e)))?;
     if !status.is_success() {
         let snippet: String = text.chars().take(200).collect();
         return Err(fetch(format!("HTTP {status}: {snippet}")));
     }
-    Ok(text)
+    Ok(Answer::Text(text))
+}
+
+/// GETs a text document, failing on a non-2xx answer (a 401 included).
+pub(crate) async fn get_text(
+    client: &reqwest::Client,
+    url: &str,
+    auth: Auth<'_>,
+) -> Result<String, SourceError> {
+    match get_answer(client, url, auth).await? {
+        Answer::Text(t) => Ok(t),
+        Answer::Unauthorized => Err(SourceError::Fetch {
+            what: url.to_owned(),
+            reason: "HTTP 401 Unauthorized: the credentials were refused".into(),
+        }),
+    }
 }
 
 /// An error with its causes, so "error sending request" says why.

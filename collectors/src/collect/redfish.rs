@@ -2,7 +2,9 @@
 //! meter it feeds (several outlets of one node summed, `crate::feeds`). Basic auth or a
 //! Redfish session; TLS with a configurable CA.
 
-use super::{error_chain, get_text, BoxFuture, Collected, Source, SourceError};
+use super::{
+    error_chain, get_answer, get_text, Answer, Auth, BoxFuture, Collected, Source, SourceError,
+};
 use crate::feeds::{Feeds, OutletReading};
 use crate::records::Batch;
 use crate::sources::redfish;
@@ -109,45 +111,26 @@ impl RedfishSource {
         if !self.config.session {
             let password = self.config.password()?;
             let auth = match (&self.config.username, &password) {
-                (Some(u), Some(p)) => Some((u.as_str(), p.as_str())),
-                _ => None,
+                (Some(u), Some(p)) => Auth::Basic(u, p),
+                _ => Auth::None,
             };
             return get_text(&self.client, url, auth).await;
         }
-        for attempt in 0..2 {
+        for _ in 0..2 {
             if self.session_token.is_none() {
                 self.session_token = Some(self.login().await?);
             }
             let token = self.session_token.clone().expect("logged in");
-            let resp = self
-                .client
-                .get(url)
-                .header("X-Auth-Token", token)
-                .send()
-                .await
-                .map_err(|e| SourceError::Fetch {
-                    what: url.to_owned(),
-                    reason: error_chain(&e),
-                })?;
-            if resp.status() == reqwest::StatusCode::UNAUTHORIZED && attempt == 0 {
-                // The session expired: log in again once.
-                self.session_token = None;
-                continue;
+            match get_answer(&self.client, url, Auth::Header("X-Auth-Token", &token)).await? {
+                Answer::Text(t) => return Ok(t),
+                // The session expired: log in again, once.
+                Answer::Unauthorized => self.session_token = None,
             }
-            let status = resp.status();
-            let text = resp.text().await.map_err(|e| SourceError::Fetch {
-                what: url.to_owned(),
-                reason: error_chain(&e),
-            })?;
-            if !status.is_success() {
-                return Err(SourceError::Fetch {
-                    what: url.to_owned(),
-                    reason: format!("HTTP {status}"),
-                });
-            }
-            return Ok(text);
         }
-        unreachable!("the loop returns on its second pass")
+        Err(SourceError::Fetch {
+            what: url.to_owned(),
+            reason: "HTTP 401 after a fresh login: the credentials were refused".into(),
+        })
     }
 }
 

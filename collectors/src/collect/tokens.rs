@@ -4,7 +4,7 @@
 //! The baselines of the counters travel with the spooled records, so after a crash the agent
 //! counts on from the last spooled scrape: no token is lost or counted twice.
 
-use super::{get_text, BoxFuture, Collected, Source, SourceError};
+use super::{get_text, Auth, BoxFuture, Collected, Source, SourceError};
 use crate::records::{Batch, Tokens};
 use crate::sources::tokens::{self, Baseline, DeltaTracker};
 use chrono::{DateTime, Utc};
@@ -128,7 +128,7 @@ impl Source for TokensSource {
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
         Box::pin(async move {
-            let text = get_text(&self.client, &self.config.url, None).await?;
+            let text = get_text(&self.client, &self.config.url, Auth::None).await?;
             let totals =
                 tokens::parse(&text, self.config.tenant_label.as_deref()).map_err(|e| {
                     SourceError::Parse {
