@@ -62,6 +62,8 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| EnvFilter::new("warn,wattledger=info")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in journald or a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     match cli.command {
