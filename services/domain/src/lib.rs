@@ -3,6 +3,7 @@
 //! No I/O and no async here: everything takes values and returns values, so it is tested by
 //! plain unit tests and property tests. Energy is integer millijoules, splits are exact.
 
+pub mod admission;
 pub mod attribution;
 pub mod costing;
 pub mod energy;

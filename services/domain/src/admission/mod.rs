@@ -1,0 +1,456 @@
+//! Admission policy: admit a job now, defer it to a named time, or reject it, with the
+//! numbers behind the answer (DESIGN.md "Admission"). Pure: the caller hands in the request,
+//! each candidate site's envelope, reservations and forecasts, the tenant's budgets and
+//! policy, and the time.
+//!
+//! Rules, in order:
+//! 1. budget: a hard cap exceeded (or that this job would exceed) rejects, naming the
+//!    budget; a soft one admits with a warning;
+//! 2. power envelope: the job must fit under the site's envelope for its whole run, else it
+//!    waits for the first window with headroom (rejected if none before its deadline);
+//! 3. carbon and price: a flexible job (one with a deadline) may start at any instant up to
+//!    deadline − duration; the best slot on forecast intensity (marginal by default) and
+//!    price wins if it saves more than the tenant's threshold;
+//! 4. priority classes named in the policy skip 2–3 (and 1 only if named for that too).
+
+pub mod budget;
+pub mod envelope;
+pub mod forecast;
+
+use budget::{Budget, JobAmounts, Remaining};
+use chrono::{DateTime, Duration, Utc};
+use envelope::{Envelope, Reservation};
+use forecast::Forecast;
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+/// Seconds × watts in a kWh.
+const WS_PER_KWH: i64 = 3_600_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Admit,
+    Defer,
+    Reject,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Admit => "admit",
+            Verdict::Defer => "defer",
+            Verdict::Reject => "reject",
+        }
+    }
+}
+
+/// What the job needs, with its power already resolved by the caller (given, or learned).
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub gpus: u32,
+    /// Expected IT draw per GPU (its share of the node included), W.
+    pub gpu_draw_w: u32,
+    pub duration: Duration,
+    /// Share of the job's draw counted against the envelope (the over-subscription factor
+    /// for its kind: inference rarely peaks together, training does).
+    pub envelope_factor: Decimal,
+    pub earliest_start: DateTime<Utc>,
+    /// None: not flexible, start as soon as the envelope allows.
+    pub deadline: Option<DateTime<Utc>>,
+    pub priority: String,
+}
+
+/// One candidate site as the hot state holds it.
+#[derive(Debug, Clone)]
+pub struct Site {
+    pub key: String,
+    pub envelope_w: i64,
+    /// Latest measured site draw (facility level), if fresh.
+    pub draw_w: Option<i64>,
+    pub pue: Decimal,
+    pub currency: String,
+    pub reservations: Vec<Reservation>,
+    /// g CO2e per kWh.
+    pub carbon_average: Forecast,
+    pub carbon_marginal: Forecast,
+    /// Currency per kWh.
+    pub price: Forecast,
+}
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Defer only if the best slot saves more than this, percent.
+    pub threshold_pct: Decimal,
+    /// Weight of carbon against price in the saving, 0..=1.
+    pub carbon_weight: Decimal,
+    /// Decide on marginal intensity (the default), else average.
+    pub marginal: bool,
+    /// Priority classes that skip the envelope and the carbon/price window.
+    pub bypass: Vec<String>,
+    /// Priority classes that also skip budgets.
+    pub bypass_budget: Vec<String>,
+    /// How far a job without a deadline may be pushed to find envelope headroom.
+    pub horizon: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            threshold_pct: Decimal::from(10),
+            carbon_weight: Decimal::ONE,
+            marginal: true,
+            bypass: Vec::new(),
+            bypass_budget: Vec::new(),
+            horizon: Duration::days(7),
+        }
+    }
+}
+
+/// The job started at one site at one instant.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    pub site: String,
+    pub start_at: DateTime<Utc>,
+    pub kwh: Decimal,
+    pub currency: String,
+    pub cost: Option<Decimal>,
+    pub carbon_average_kg: Option<Decimal>,
+    pub carbon_marginal_kg: Option<Decimal>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub site: Option<String>,
+    pub start_at: Option<DateTime<Utc>>,
+    pub reasons: Vec<String>,
+    /// Started as early as it may at the chosen (or first) site.
+    pub now: Option<Estimate>,
+    /// Started at `start_at`.
+    pub at_start: Option<Estimate>,
+    pub budgets: Vec<Remaining>,
+    /// The draw reserved against the chosen site's envelope.
+    pub reservation: Option<Reservation>,
+}
+
+impl Job {
+    /// Facility-level draw at a site, W.
+    fn site_draw_w(&self, site: &Site) -> Decimal {
+        Decimal::from(self.gpus) * Decimal::from(self.gpu_draw_w) * site.pue
+    }
+
+    fn envelope_draw_w(&self, site: &Site) -> i64 {
+        let w = (self.site_draw_w(site) * self.envelope_factor).ceil();
+        i64::try_from(w.mantissa() / 10i128.pow(w.scale())).unwrap_or(i64::MAX)
+    }
+
+    fn estimate(&self, site: &Site, start: DateTime<Utc>) -> Estimate {
+        let end = start + self.duration;
+        let w = self.site_draw_w(site);
+        let kwh_per = |integral: Decimal| w * integral / Decimal::from(WS_PER_KWH);
+        let secs = Decimal::from(self.duration.num_seconds());
+        Estimate {
+            site: site.key.clone(),
+            start_at: start,
+            kwh: (kwh_per(secs)).round_dp(6),
+            currency: site.currency.clone(),
+            cost: site.price.integral(start, end).map(|i| kwh_per(i).round_dp(6)),
+            carbon_average_kg: site
+                .carbon_average
+                .integral(start, end)
+                .map(|i| (kwh_per(i) / Decimal::ONE_THOUSAND).round_dp(6)),
+            carbon_marginal_kg: site
+                .carbon_marginal
+                .integral(start, end)
+                .map(|i| (kwh_per(i) / Decimal::ONE_THOUSAND).round_dp(6)),
+        }
+    }
+}
+
+impl Estimate {
+    pub fn amounts(&self) -> JobAmounts {
+        JobAmounts {
+            kwh: self.kwh,
+            cost: self.cost.map(|c| (c, self.currency.clone())),
+            carbon_kg: self.carbon_average_kg,
+        }
+    }
+
+    fn carbon(&self, marginal: bool) -> Option<Decimal> {
+        if marginal {
+            self.carbon_marginal_kg.or(self.carbon_average_kg)
+        } else {
+            self.carbon_average_kg
+        }
+    }
+}
+
+/// Percent saved by `b` over `a`, weighting carbon and price; `None` where neither can be
+/// compared.
+fn saving_pct(a: &Estimate, b: &Estimate, policy: &Policy) -> Option<Decimal> {
+    let pct = |x: Decimal, y: Decimal| {
+        (x > Decimal::ZERO).then(|| (x - y) / x * Decimal::ONE_HUNDRED)
+    };
+    let carbon = match (a.carbon(policy.marginal), b.carbon(policy.marginal)) {
+        (Some(x), Some(y)) => pct(x, y),
+        _ => None,
+    };
+    let price = match (a.cost, b.cost) {
+        (Some(x), Some(y)) if a.currency == b.currency => pct(x, y),
+        _ => None,
+    };
+    let w = policy.carbon_weight.clamp(Decimal::ZERO, Decimal::ONE);
+    match (carbon, price) {
+        (Some(c), Some(p)) => Some(w * c + (Decimal::ONE - w) * p),
+        (Some(c), None) if w > Decimal::ZERO => Some(c),
+        (None, Some(p)) if w < Decimal::ONE => Some(p),
+        _ => None,
+    }
+}
+
+fn kw(w: i64) -> String {
+    let kw = Decimal::from(w) / Decimal::ONE_THOUSAND;
+    format!("{} kW", kw.round_dp(1).normalize())
+}
+
+/// Decides on one job. `sites` are the candidates in the caller's order of preference;
+/// `budgets` are the tenant's, with what they have used so far.
+pub fn decide(
+    job: &Job,
+    sites: &[Site],
+    budgets: &[Budget],
+    policy: &Policy,
+    now: DateTime<Utc>,
+) -> Decision {
+    let start0 = job.earliest_start.max(now);
+    let mut reasons = Vec::new();
+    let reject = |reasons: Vec<String>, now_est: Option<Estimate>, budgets: Vec<Remaining>| {
+        Decision {
+            verdict: Verdict::Reject,
+            site: None,
+            start_at: None,
+            reasons,
+            now: now_est,
+            at_start: None,
+            budgets,
+            reservation: None,
+        }
+    };
+    let Some(first) = sites.first() else {
+        return reject(vec!["no candidate site".into()], None, Vec::new());
+    };
+    let now_first = job.estimate(first, start0);
+
+    // 1. Budgets, on the job started as early as possible at the first site.
+    let verdict = budget::check(budgets, &now_first.amounts());
+    if policy.bypass_budget.contains(&job.priority) {
+        reasons.push(format!("priority '{}' is not held to budgets", job.priority));
+    } else if let Some(why) = verdict.reject {
+        return reject(vec![why], Some(now_first), verdict.remaining);
+    } else {
+        reasons.extend(verdict.warnings);
+    }
+
+    let latest = match job.deadline {
+        Some(deadline) => {
+            let latest = deadline - job.duration;
+            if latest < start0 {
+                let why = format!(
+                    "the deadline {} is too close: the job needs {} min, and may start no earlier than {}",
+                    deadline.format("%Y-%m-%dT%H:%M:%SZ"),
+                    job.duration.num_minutes(),
+                    start0.format("%Y-%m-%dT%H:%M:%SZ")
+                );
+                return reject(vec![why], Some(now_first), verdict.remaining);
+            }
+            latest
+        }
+        None => start0 + policy.horizon,
+    };
+
+    // 4. Priority bypass: the first site, at once.
+    if policy.bypass.contains(&job.priority) {
+        reasons.push(format!(
+            "priority '{}' bypasses the power envelope and the carbon/price window",
+            job.priority
+        ));
+        let draw = job.envelope_draw_w(first);
+        return Decision {
+            verdict: Verdict::Admit,
+            site: Some(first.key.clone()),
+            start_at: Some(start0),
+            reasons,
+            now: Some(now_first.clone()),
+            at_start: Some(now_first),
+            budgets: verdict.remaining,
+            reservation: Some(Reservation {
+                start: start0,
+                end: start0 + job.duration,
+                draw_w: draw,
+            }),
+        };
+    }
+
+    // 2 and 3. Every (site, start) the job may take: as early as possible, whenever an
+    // admitted job ends (headroom), and for a flexible job wherever a forecast value
+    // changes, at the job's start or its end (an optimum of a step function lies there).
+    struct Option_ {
+        site: usize,
+        start: DateTime<Utc>,
+        estimate: Estimate,
+    }
+    let mut options: Vec<Option_> = Vec::new();
+    let mut blocked: Vec<String> = Vec::new();
+    for (i, site) in sites.iter().enumerate() {
+        let env = Envelope::new(site.envelope_w, site.draw_w, &site.reservations, now);
+        let draw = job.envelope_draw_w(site);
+        let mut starts: Vec<DateTime<Utc>> = vec![start0];
+        starts.extend(env.releases());
+        if job.deadline.is_some() {
+            for b in site
+                .carbon_average
+                .boundaries()
+                .chain(site.carbon_marginal.boundaries())
+                .chain(site.price.boundaries())
+            {
+                starts.push(b);
+                starts.push(b - job.duration);
+            }
+        }
+        starts.retain(|s| *s >= start0 && *s <= latest);
+        starts.sort();
+        starts.dedup();
+        let fits: Vec<DateTime<Utc>> = starts
+            .into_iter()
+            .filter(|s| env.fits(draw, *s, *s + job.duration))
+            .collect();
+        match fits.first() {
+            None => blocked.push(format!(
+                "site {}: {} + this job's {} exceed its {} envelope until {}",
+                site.key,
+                kw(env.peak(start0, start0 + job.duration)),
+                kw(draw),
+                kw(site.envelope_w),
+                latest.format("%Y-%m-%dT%H:%M:%SZ")
+            )),
+            Some(first_fit) if *first_fit > start0 => blocked.push(format!(
+                "site {}: {} + this job's {} exceed its {} envelope until {}",
+                site.key,
+                kw(env.peak(start0, start0 + job.duration)),
+                kw(draw),
+                kw(site.envelope_w),
+                first_fit.format("%Y-%m-%dT%H:%M:%SZ")
+            )),
+            _ => {}
+        }
+        // A job without a deadline takes its first window; only a flexible one shops.
+        let take = if job.deadline.is_some() { fits.len() } else { fits.len().min(1) };
+        for s in fits.into_iter().take(take) {
+            options.push(Option_ {
+                site: i,
+                start: s,
+                estimate: job.estimate(site, s),
+            });
+        }
+    }
+    if options.is_empty() {
+        let mut why = blocked;
+        why.push(match job.deadline {
+            Some(_) => "no window with power headroom before the deadline".into(),
+            None => format!(
+                "no window with power headroom within {} h",
+                policy.horizon.num_hours()
+            ),
+        });
+        return reject(why, Some(now_first), verdict.remaining);
+    }
+    // The earliest option (ties: the caller's site order) is the baseline.
+    options.sort_by_key(|o| (o.start, o.site));
+    let base = &options[0];
+    let mut chosen = base;
+    if base.start > start0 {
+        reasons.extend(blocked.iter().cloned());
+    }
+    if job.deadline.is_some() || sites.len() > 1 {
+        let mut best: Option<(Decimal, &Option_)> = None;
+        for o in &options[1..] {
+            if let Some(s) = saving_pct(&base.estimate, &o.estimate, policy) {
+                if best.as_ref().is_none_or(|(b, _)| s > *b) {
+                    best = Some((s, o));
+                }
+            }
+        }
+        match best {
+            Some((s, o)) if s > policy.threshold_pct => {
+                reasons.push(format!(
+                    "starting at {} on site {} saves {}% ({}) against {} on site {}, above the {}% threshold",
+                    o.start.format("%Y-%m-%dT%H:%M:%SZ"),
+                    sites[o.site].key,
+                    s.round_dp(1).normalize(),
+                    basis_label(policy),
+                    base.start.format("%Y-%m-%dT%H:%M:%SZ"),
+                    sites[base.site].key,
+                    policy.threshold_pct.normalize()
+                ));
+                chosen = o;
+            }
+            Some((s, _)) => reasons.push(format!(
+                "the best other slot saves {}% ({}), not above the {}% threshold",
+                s.round_dp(1).normalize(),
+                basis_label(policy),
+                policy.threshold_pct.normalize()
+            )),
+            None => reasons.push(format!(
+                "no carbon or price forecast covers {} to {} on site {}: nothing to compare, started as early as possible",
+                base.start.format("%Y-%m-%dT%H:%M:%SZ"),
+                (base.start + job.duration).format("%Y-%m-%dT%H:%M:%SZ"),
+                sites[base.site].key
+            )),
+        }
+    }
+    let site = &sites[chosen.site];
+    let verdict_kind = if chosen.start > start0 {
+        Verdict::Defer
+    } else {
+        Verdict::Admit
+    };
+    if verdict_kind == Verdict::Admit && reasons.is_empty() {
+        reasons.push(format!(
+            "fits site {}'s {} envelope; no budget limits it",
+            site.key,
+            kw(site.envelope_w)
+        ));
+    }
+    let now_est = job.estimate(site, start0);
+    let at = chosen.estimate.clone();
+    let remaining = budget::check(budgets, &at.amounts()).remaining;
+    Decision {
+        verdict: verdict_kind,
+        site: Some(site.key.clone()),
+        start_at: Some(chosen.start),
+        reasons,
+        now: Some(now_est),
+        at_start: Some(at),
+        budgets: remaining,
+        reservation: Some(Reservation {
+            start: chosen.start,
+            end: chosen.start + job.duration,
+            draw_w: job.envelope_draw_w(site),
+        }),
+    }
+}
+
+fn basis_label(policy: &Policy) -> String {
+    let carbon = if policy.marginal { "marginal carbon" } else { "average carbon" };
+    if policy.carbon_weight >= Decimal::ONE {
+        carbon.into()
+    } else if policy.carbon_weight <= Decimal::ZERO {
+        "price".into()
+    } else {
+        format!("{} × {carbon} + price", policy.carbon_weight.normalize())
+    }
+}
+
+#[cfg(test)]
+mod tests;
