@@ -4,6 +4,7 @@
 //! Every function takes a pool or a transaction; none holds state. Tenant-visible reads take
 //! a [`Scope`], so a tenant's token cannot reach another tenant's rows by construction.
 
+pub mod admission;
 pub mod attribution;
 pub mod dirty;
 pub mod error;

@@ -1,0 +1,416 @@
+//! Admission's reads and writes: what the in-memory admission state is loaded from (sites,
+//! their draw, forecasts, reservations, budgets with what they used, policies, learned job
+//! draw) and the decisions it writes and lists.
+
+use crate::{Scope, StoreResult};
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde_json::Value;
+use sqlx::PgPool;
+use std::collections::HashMap;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SiteRow {
+    pub id: i64,
+    pub key: String,
+    pub envelope_w: i64,
+    pub pue: Decimal,
+    pub currency: String,
+    pub grid_region: String,
+    pub price_region: String,
+    pub inference_power_factor: Decimal,
+}
+
+pub async fn sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, key, power_envelope_w AS envelope_w, static_pue AS pue, currency::text AS currency,
+                grid_region, coalesce(price_region, grid_region) AS price_region,
+                inference_power_factor
+         FROM sites ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Each site's draw at `at` from the last 10 minutes of samples, W: its facility meters where
+/// they report, else its nodes × PUE, else its GPUs × PUE. A meter's power is its latest
+/// reading, or the slope of its last two energy counters.
+pub async fn site_draw(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<HashMap<i64, i64>> {
+    let rows: Vec<(i64, String, i64, Decimal)> = sqlx::query_as(
+        "WITH recent AS (
+             SELECT meter_id, ts, counter_mj, power_mw,
+                    row_number() OVER (PARTITION BY meter_id ORDER BY ts DESC) AS n
+             FROM samples WHERE ts > $1 - interval '10 minutes' AND ts <= $1
+         ), per_meter AS (
+             SELECT a.meter_id, coalesce(a.power_mw,
+                 CASE WHEN b.ts IS NOT NULL AND a.counter_mj >= b.counter_mj
+                      THEN (a.counter_mj - b.counter_mj) * 1000
+                           / greatest(1, (extract(epoch FROM a.ts - b.ts) * 1000)::bigint) END) AS mw
+             FROM recent a LEFT JOIN recent b ON b.meter_id = a.meter_id AND b.n = 2
+             WHERE a.n = 1
+         )
+         SELECT m.site_id, m.kind, (sum(p.mw) / 1000)::bigint, s.static_pue
+         FROM per_meter p JOIN meters m ON m.id = p.meter_id JOIN sites s ON s.id = m.site_id
+         WHERE p.mw IS NOT NULL AND m.kind IN ('facility', 'node', 'gpu')
+         GROUP BY m.site_id, m.kind, s.static_pue",
+    )
+    .bind(at)
+    .fetch_all(pool)
+    .await?;
+    let mut by_site: HashMap<i64, [Option<i64>; 3]> = HashMap::new();
+    let mut pue: HashMap<i64, Decimal> = HashMap::new();
+    for (site, kind, w, p) in rows {
+        let slot = match kind.as_str() {
+            "facility" => 0,
+            "node" => 1,
+            _ => 2,
+        };
+        by_site.entry(site).or_default()[slot] = Some(w);
+        pue.insert(site, p);
+    }
+    Ok(by_site
+        .into_iter()
+        .filter_map(|(site, [facility, node, gpu])| {
+            let scaled = |w: i64| {
+                let v = (Decimal::from(w) * pue[&site]).round();
+                i64::try_from(v.mantissa()).ok()
+            };
+            let w = facility.or_else(|| node.and_then(scaled)).or_else(|| gpu.and_then(scaled))?;
+            Some((site, w))
+        })
+        .collect())
+}
+
+/// One signal point for a forecast: (region, signal, basis, start, end, value), actuals
+/// preferred over forecasts and the newest received first, for the caller to keep the first
+/// of each start.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SignalPoint {
+    pub region: String,
+    pub signal: String,
+    pub basis: String,
+    pub start_at: DateTime<Utc>,
+    pub end_at: DateTime<Utc>,
+    pub value: Decimal,
+}
+
+pub async fn signal_points(
+    pool: &PgPool,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<Vec<SignalPoint>> {
+    Ok(sqlx::query_as(
+        "SELECT DISTINCT ON (region, signal, basis, start_at)
+                region, signal, basis, start_at, end_at, value
+         FROM signal_points WHERE end_at > $1 AND start_at < $2
+         ORDER BY region, signal, basis, start_at, status = 'forecast', received_at DESC",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await?)
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReservationRow {
+    pub id: Uuid,
+    pub site_id: i64,
+    pub tenant_id: i64,
+    pub start_at: DateTime<Utc>,
+    pub end_at: DateTime<Utc>,
+    pub reserved_w: i64,
+    /// Estimated kWh, cost (site currency) and average kg CO2e at `start_at`.
+    pub kwh: Option<Decimal>,
+    pub cost: Option<Decimal>,
+    pub currency: Option<String>,
+    pub carbon_kg: Option<Decimal>,
+    pub model_id: Option<i64>,
+    pub joined: bool,
+}
+
+/// Admitted and deferred jobs expected to end after `since`: the envelope takes those still
+/// running or due; budgets take those not yet joined to a job (their energy is not in the
+/// ledger yet).
+pub async fn reservations(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Vec<ReservationRow>> {
+    Ok(sqlx::query_as(
+        "SELECT d.id, d.site_id, d.tenant_id, d.start_at, d.end_at, d.reserved_w,
+                (d.answer #>> '{at_start,kwh}')::numeric AS kwh,
+                (d.answer #>> '{at_start,cost}')::numeric AS cost,
+                d.answer #>> '{at_start,currency}' AS currency,
+                (d.answer #>> '{at_start,carbon_average_kg}')::numeric AS carbon_kg,
+                m.id AS model_id, d.job_id IS NOT NULL AS joined
+         FROM admission_decisions d
+         LEFT JOIN models m ON m.key = d.request ->> 'model'
+         WHERE d.decision <> 'reject' AND d.end_at > $1",
+    )
+    .bind(since)
+    .fetch_all(pool)
+    .await?)
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct BudgetRow {
+    pub id: i64,
+    pub key: String,
+    pub tenant_id: i64,
+    pub model_id: Option<i64>,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+    pub limit_kwh: Option<Decimal>,
+    pub limit_cost: Option<Decimal>,
+    pub currency: Option<String>,
+    pub limit_carbon_kg: Option<Decimal>,
+    pub hard: bool,
+    /// Metered in the ledger over the period so far.
+    pub used_kwh: Decimal,
+    pub used_cost: Decimal,
+    pub used_carbon_kg: Decimal,
+}
+
+/// Budgets in force at `at`, each with what its tenant (and model) used in its period: the
+/// calendar month of `at` (UTC) or its custom range. Cost counts rows in the budget's
+/// currency only.
+pub async fn budgets_in_force(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<Vec<BudgetRow>> {
+    Ok(sqlx::query_as(
+        "WITH b AS (
+             SELECT b.*,
+                    CASE WHEN period = 'month' THEN date_trunc('month', $1 AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+                         ELSE b.starts_at END AS p_start,
+                    CASE WHEN period = 'month' THEN (date_trunc('month', $1 AT TIME ZONE 'UTC') + interval '1 month') AT TIME ZONE 'UTC'
+                         ELSE b.ends_at END AS p_end
+             FROM budgets b
+         )
+         SELECT b.id, b.key, b.tenant_id, b.model_id, b.p_start AS starts_at, b.p_end AS ends_at,
+                b.limit_kwh, b.limit_cost, b.currency::text AS currency, b.limit_carbon_kg, b.hard,
+                coalesce(sum(l.total_mj), 0)::numeric / 3600000000 AS used_kwh,
+                coalesce(sum(l.cost) FILTER (WHERE s.currency = b.currency), 0) AS used_cost,
+                coalesce(sum(l.carbon_g), 0) / 1000 AS used_carbon_kg
+         FROM b
+         LEFT JOIN ledger l ON l.tenant_id = b.tenant_id AND l.hour >= b.p_start AND l.hour < b.p_end
+              AND (b.model_id IS NULL OR l.model_id = b.model_id)
+         LEFT JOIN sites s ON s.id = l.site_id
+         WHERE b.p_start <= $1 AND $1 < b.p_end
+         GROUP BY b.id, b.key, b.tenant_id, b.model_id, b.p_start, b.p_end, b.limit_kwh,
+                  b.limit_cost, b.currency, b.limit_carbon_kg, b.hard
+         ORDER BY b.id",
+    )
+    .bind(at)
+    .fetch_all(pool)
+    .await?)
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PolicyRow {
+    pub tenant_id: i64,
+    pub threshold_pct: Decimal,
+    pub carbon_weight: Decimal,
+    pub basis: String,
+    pub bypass_priorities: Vec<String>,
+    pub budget_bypass_priorities: Vec<String>,
+}
+
+pub async fn policies(pool: &PgPool) -> StoreResult<Vec<PolicyRow>> {
+    Ok(sqlx::query_as(
+        "SELECT tenant_id, threshold_pct, carbon_weight, basis, bypass_priorities,
+                budget_bypass_priorities FROM admission_policies",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Tenants by key.
+pub async fn tenants(pool: &PgPool) -> StoreResult<HashMap<String, i64>> {
+    let rows: Vec<(String, i64)> = sqlx::query_as("SELECT key, id FROM tenants")
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// A tenant's learned IT draw per allocated GPU (its node share included), W, per model
+/// (None: all its jobs of that kind) and job kind, over the ledger since `since`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LearnedDraw {
+    pub tenant_id: i64,
+    pub model: Option<String>,
+    pub kind: String,
+    pub gpu_draw_w: i64,
+}
+
+pub async fn learned_draw(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Vec<LearnedDraw>> {
+    Ok(sqlx::query_as(
+        "SELECT l.tenant_id, m.key AS model, j.kind,
+                (sum(l.gpu_mj + l.node_overhead_mj) * 1000 / sum(l.gpu_ms))::bigint AS gpu_draw_w
+         FROM ledger l JOIN jobs j ON j.id = l.job_id LEFT JOIN models m ON m.id = l.model_id
+         WHERE l.hour >= $1
+         GROUP BY GROUPING SETS ((l.tenant_id, m.key, j.kind), (l.tenant_id, j.kind))
+         HAVING sum(l.gpu_ms) > 0",
+    )
+    .bind(since)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Device models' typical draw, W.
+pub async fn typical_draw(pool: &PgPool) -> StoreResult<HashMap<String, i64>> {
+    let rows: Vec<(String, i32)> = sqlx::query_as(
+        "SELECT key, typical_power_w FROM device_models WHERE typical_power_w IS NOT NULL",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(k, w)| (k, i64::from(w))).collect())
+}
+
+#[derive(Debug, Clone)]
+pub struct NewDecision {
+    pub id: Uuid,
+    pub decided_at: DateTime<Utc>,
+    pub tenant_id: i64,
+    pub source: String,
+    pub job_name: String,
+    pub job_key: Option<String>,
+    pub kind: String,
+    pub priority: String,
+    pub gpus: i32,
+    pub decision: String,
+    pub site_id: Option<i64>,
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+    pub reserved_w: Option<i64>,
+    pub request: Value,
+    pub answer: Value,
+}
+
+/// Writes decisions in one statement; a decision already written (a retry) is left as it is.
+pub async fn insert_decisions(pool: &PgPool, rows: &[NewDecision]) -> StoreResult<u64> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let mut q = sqlx::QueryBuilder::new(
+        "INSERT INTO admission_decisions (id, decided_at, tenant_id, source, job_name, job_key,
+             kind, priority, gpus, decision, site_id, start_at, end_at, reserved_w, request, answer) ",
+    );
+    q.push_values(rows, |mut b, r| {
+        b.push_bind(r.id)
+            .push_bind(r.decided_at)
+            .push_bind(r.tenant_id)
+            .push_bind(&r.source)
+            .push_bind(&r.job_name)
+            .push_bind(&r.job_key)
+            .push_bind(&r.kind)
+            .push_bind(&r.priority)
+            .push_bind(r.gpus)
+            .push_bind(&r.decision)
+            .push_bind(r.site_id)
+            .push_bind(r.start_at)
+            .push_bind(r.end_at)
+            .push_bind(r.reserved_w)
+            .push_bind(&r.request)
+            .push_bind(&r.answer);
+    });
+    q.push(" ON CONFLICT (id) DO NOTHING");
+    Ok(q.build().execute(pool).await?.rows_affected())
+}
+
+/// Joins decisions to the jobs they became: by job key where the scheduler knew it at
+/// submission (Kubernetes), else (Slurm, which numbers a job only after its submit plugin
+/// ran) the tenant's job of the same name submitted within 10 s of the decision, nearest
+/// first, each job joined once.
+pub async fn join_decisions(pool: &PgPool) -> StoreResult<u64> {
+    let by_key = sqlx::query(
+        "UPDATE admission_decisions d SET job_id = j.id FROM jobs j
+         WHERE d.job_id IS NULL AND d.decision <> 'reject' AND d.job_key IS NOT NULL
+           AND j.key = d.job_key",
+    )
+    .execute(pool)
+    .await?
+    .rows_affected();
+    let by_submission = sqlx::query(
+        "WITH c AS (
+             SELECT DISTINCT ON (j.id) j.id AS job_id, d.id AS decision_id
+             FROM admission_decisions d
+             JOIN jobs j ON j.tenant_id = d.tenant_id AND j.name = d.job_name
+                  AND j.submit_at BETWEEN d.decided_at - interval '10 seconds'
+                                      AND d.decided_at + interval '10 seconds'
+             WHERE d.job_id IS NULL AND d.decision <> 'reject' AND d.job_key IS NULL
+               AND d.decided_at > now() - interval '30 days'
+               AND NOT EXISTS (SELECT 1 FROM admission_decisions o WHERE o.job_id = j.id)
+             ORDER BY j.id, abs(extract(epoch FROM j.submit_at - d.decided_at))
+         ), one AS (
+             SELECT DISTINCT ON (decision_id) decision_id, job_id FROM c ORDER BY decision_id, job_id
+         )
+         UPDATE admission_decisions d SET job_id = one.job_id FROM one
+         WHERE d.id = one.decision_id",
+    )
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(by_key + by_submission)
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DecisionRow {
+    pub id: Uuid,
+    pub decided_at: DateTime<Utc>,
+    pub tenant: String,
+    pub source: String,
+    pub job_name: String,
+    pub decision: String,
+    pub site: Option<String>,
+    pub start_at: Option<DateTime<Utc>>,
+    pub answer: Value,
+    pub job_key: Option<String>,
+    /// What the job's ledger rows say it used, once it ran.
+    pub actual_kwh: Option<Decimal>,
+    pub actual_cost: Option<Decimal>,
+    pub actual_carbon_kg: Option<Decimal>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DecisionFilter {
+    pub decision: Option<String>,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    /// Decisions strictly older than this one (keyset paging, newest first).
+    pub before: Option<(DateTime<Utc>, Uuid)>,
+    pub limit: i64,
+}
+
+/// Decisions the scope may read, newest first, with the joined job's actual figures.
+pub async fn list_decisions(
+    pool: &PgPool,
+    scope: Scope,
+    filter: &DecisionFilter,
+) -> StoreResult<Vec<DecisionRow>> {
+    let (before_at, before_id) = filter.before.unzip();
+    Ok(sqlx::query_as(
+        "SELECT d.id, d.decided_at, t.key AS tenant, d.source, d.job_name, d.decision,
+                s.key AS site, d.start_at, d.answer, j.key AS job_key,
+                a.mj::numeric / 3600000000 AS actual_kwh, a.cost AS actual_cost,
+                a.carbon_g / 1000 AS actual_carbon_kg
+         FROM admission_decisions d
+         JOIN tenants t ON t.id = d.tenant_id
+         LEFT JOIN sites s ON s.id = d.site_id
+         LEFT JOIN jobs j ON j.id = d.job_id
+         LEFT JOIN LATERAL (
+             SELECT sum(total_mj) AS mj, sum(cost) AS cost, sum(carbon_g) AS carbon_g
+             FROM ledger WHERE job_id = d.job_id
+         ) a ON d.job_id IS NOT NULL
+         WHERE ($1::bigint IS NULL OR d.tenant_id = $1)
+           AND ($2::text IS NULL OR d.decision = $2)
+           AND ($3::timestamptz IS NULL OR d.decided_at >= $3)
+           AND ($4::timestamptz IS NULL OR d.decided_at < $4)
+           AND ($5::timestamptz IS NULL OR (d.decided_at, d.id) < ($5, $6))
+         ORDER BY d.decided_at DESC, d.id DESC
+         LIMIT $7",
+    )
+    .bind(scope.tenant())
+    .bind(&filter.decision)
+    .bind(filter.from)
+    .bind(filter.to)
+    .bind(before_at)
+    .bind(before_id)
+    .bind(filter.limit)
+    .fetch_all(pool)
+    .await?)
+}
