@@ -5,8 +5,14 @@
 //! the measured draw minus the reservations running now, held flat; reservations add their
 //! draw over their own interval. So a site frees headroom exactly when admitted jobs are due
 //! to end, and a reserved job that has started is not counted twice.
+//!
+//! Reservations are kept as a step function at whole-minute resolution (each rounded out to
+//! the minutes it touches, which only ever over-counts): however many jobs are admitted, a
+//! query touches at most the minutes of its own window, so a decision stays cheap at
+//! thousands of reservations.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
+use std::collections::BTreeMap;
 
 /// An admitted job's expected draw against the envelope (already scaled by its kind's
 /// over-subscription factor) over `[start, end)`.
@@ -17,54 +23,121 @@ pub struct Reservation {
     pub draw_w: i64,
 }
 
+/// The reserved draw as a step function: a change of draw at each minute where it changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reserved {
+    /// Draw reserved before the first key (changes already folded in by `prune`).
+    before: i64,
+    /// Minute since the epoch → change of reserved draw at its start, W.
+    deltas: BTreeMap<i64, i64>,
+}
+
+fn minute_floor(t: DateTime<Utc>) -> i64 {
+    t.timestamp().div_euclid(60)
+}
+fn minute_ceil(t: DateTime<Utc>) -> i64 {
+    -(-t.timestamp()).div_euclid(60)
+}
+fn at_minute(m: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(m * 60, 0).unwrap_or_default()
+}
+
+impl Reserved {
+    pub fn add(&mut self, r: Reservation) {
+        let (a, b) = (minute_floor(r.start), minute_ceil(r.end));
+        if b <= a || r.draw_w == 0 {
+            return;
+        }
+        for (m, d) in [(a, r.draw_w), (b, -r.draw_w)] {
+            let e = self.deltas.entry(m).or_insert(0);
+            *e += d;
+            if *e == 0 {
+                self.deltas.remove(&m);
+            }
+        }
+    }
+
+    /// Folds every change before `now`'s minute into the base: they can no longer matter.
+    pub fn prune(&mut self, now: DateTime<Utc>) {
+        let keep = self.deltas.split_off(&minute_floor(now));
+        self.before += self.deltas.values().sum::<i64>();
+        self.deltas = keep;
+    }
+
+    /// Reserved draw at instant `t`.
+    pub fn at(&self, t: DateTime<Utc>) -> i64 {
+        self.before + self.deltas.range(..=minute_floor(t)).map(|(_, d)| d).sum::<i64>()
+    }
+
+    /// The highest reserved draw over `[from, to)`.
+    pub fn peak(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
+        let mut level = self.at(from);
+        let mut peak = level;
+        let (a, b) = (minute_floor(from), minute_ceil(to));
+        for (_, d) in self.deltas.range(a + 1..b) {
+            level += d;
+            peak = peak.max(level);
+        }
+        peak
+    }
+
+    /// Instants at which reserved draw falls, i.e. headroom can appear.
+    pub fn releases(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        self.deltas
+            .iter()
+            .filter(|(_, d)| **d < 0)
+            .map(|(m, _)| at_minute(*m))
+    }
+
+    pub fn len(&self) -> usize {
+        self.deltas.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.deltas.is_empty() && self.before == 0
+    }
+}
+
+impl FromIterator<Reservation> for Reserved {
+    fn from_iter<I: IntoIterator<Item = Reservation>>(iter: I) -> Self {
+        let mut r = Reserved::default();
+        for x in iter {
+            r.add(x);
+        }
+        r
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Envelope<'a> {
     pub limit_w: i64,
     /// Draw not covered by reservations, from the measurement at `now`.
     pub base_w: i64,
-    pub reservations: &'a [Reservation],
+    pub reserved: &'a Reserved,
 }
 
 impl<'a> Envelope<'a> {
     pub fn new(
         limit_w: i64,
         measured_w: Option<i64>,
-        reservations: &'a [Reservation],
+        reserved: &'a Reserved,
         now: DateTime<Utc>,
     ) -> Self {
-        let reserved_now: i64 = reservations
-            .iter()
-            .filter(|r| r.start <= now && now < r.end)
-            .map(|r| r.draw_w)
-            .sum();
         Envelope {
             limit_w,
-            base_w: measured_w.map_or(0, |m| (m - reserved_now).max(0)),
-            reservations,
+            base_w: measured_w.map_or(0, |m| (m - reserved.at(now)).max(0)),
+            reserved,
         }
     }
 
     /// Projected draw at instant `t`.
     pub fn draw_at(&self, t: DateTime<Utc>) -> i64 {
-        self.base_w
-            + self
-                .reservations
-                .iter()
-                .filter(|r| r.start <= t && t < r.end)
-                .map(|r| r.draw_w)
-                .sum::<i64>()
+        self.base_w + self.reserved.at(t)
     }
 
-    /// The highest projected draw over `[from, to)`: it changes only where a reservation
-    /// starts, so those instants and `from` are enough.
+    /// The highest projected draw over `[from, to)`.
     pub fn peak(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
-        let mut peak = self.draw_at(from);
-        for r in self.reservations {
-            if r.start > from && r.start < to {
-                peak = peak.max(self.draw_at(r.start));
-            }
-        }
-        peak
+        self.base_w + self.reserved.peak(from, to)
     }
 
     /// Whether a job drawing `draw_w` over `[from, to)` stays within the envelope.
@@ -72,27 +145,38 @@ impl<'a> Envelope<'a> {
         self.peak(from, to) + draw_w <= self.limit_w
     }
 
-    /// Instants at which headroom can appear: the ends of reservations.
-    pub fn releases(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
-        self.reservations.iter().map(|r| r.end)
+    /// Instants at which headroom can appear: where reservations end.
+    pub fn releases(&self) -> impl Iterator<Item = DateTime<Utc>> + 'a {
+        self.reserved.releases()
     }
+}
+
+/// A job's reservation rounded to the minutes the envelope keeps.
+pub fn rounded(start: DateTime<Utc>, duration: Duration) -> (DateTime<Utc>, DateTime<Utc>) {
+    (
+        at_minute(minute_floor(start)),
+        at_minute(minute_ceil(start + duration)),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{Duration, TimeZone};
+    use chrono::TimeZone;
+    use proptest::prelude::*;
 
     fn t(m: i64) -> DateTime<Utc> {
-        Utc.timestamp_opt(1_800_000_000, 0).unwrap() + Duration::minutes(m)
+        Utc.timestamp_opt(1_800_000_000 - 1_800_000_000 % 60, 0).unwrap() + Duration::minutes(m)
     }
 
     #[test]
     fn a_started_reservation_is_not_counted_twice_and_frees_headroom_at_its_end() {
-        let res = [
+        let res: Reserved = [
             Reservation { start: t(-30), end: t(30), draw_w: 400 },
             Reservation { start: t(60), end: t(120), draw_w: 300 },
-        ];
+        ]
+        .into_iter()
+        .collect();
         // The meter already sees the running reservation: 700 W = 300 unmanaged + 400.
         let e = Envelope::new(1000, Some(700), &res, t(0));
         assert_eq!(e.base_w, 300);
@@ -103,12 +187,46 @@ mod tests {
         assert!(e.fits(400, t(30), t(60)));
         assert!(!e.fits(500, t(30), t(70)), "runs into the 300 W reservation at 60");
         assert_eq!(e.peak(t(30), t(70)), 600);
+        assert_eq!(res.releases().collect::<Vec<_>>(), vec![t(30), t(120)]);
+    }
+
+    #[test]
+    fn seconds_round_out_to_whole_minutes() {
+        let s = t(0) + Duration::seconds(10);
+        let res: Reserved = [Reservation { start: s, end: s + Duration::seconds(30), draw_w: 5 }]
+            .into_iter()
+            .collect();
+        assert_eq!(res.at(t(0)), 5);
+        assert_eq!(res.at(t(1)), 0);
+        assert_eq!(rounded(s, Duration::seconds(60)), (t(0), t(2)));
     }
 
     #[test]
     fn no_measurement_counts_reservations_only() {
-        let e = Envelope::new(1000, None, &[], t(0));
+        let none = Reserved::default();
+        let e = Envelope::new(1000, None, &none, t(0));
         assert!(e.fits(1000, t(0), t(10)));
         assert!(!e.fits(1001, t(0), t(10)));
+    }
+
+    proptest! {
+        /// The step function answers as a walk over every reservation would, before and
+        /// after pruning the past.
+        #[test]
+        fn step_function_equals_direct_sum(
+            rs in proptest::collection::vec((-100i64..100, 1i64..100, 1i64..1000), 0..40),
+            from_off in 0i64..200, len in 1i64..120, prune_at in -120i64..0,
+        ) {
+            let from = prune_at + from_off;
+            let list: Vec<Reservation> = rs.iter().map(|(a, l, w)| Reservation {
+                start: t(*a), end: t(a + l), draw_w: *w }).collect();
+            let mut res: Reserved = list.iter().copied().collect();
+            res.prune(t(prune_at));
+            let direct = |m: i64| list.iter().filter(|r| r.start <= t(m) && t(m) < r.end)
+                .map(|r| r.draw_w).sum::<i64>();
+            prop_assert_eq!(res.at(t(from)), direct(from));
+            let peak = (from..from + len).map(direct).max().unwrap();
+            prop_assert_eq!(res.peak(t(from), t(from + len)), peak);
+        }
     }
 }

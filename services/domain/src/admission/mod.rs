@@ -19,10 +19,11 @@ pub mod forecast;
 
 use budget::{Budget, JobAmounts, Remaining};
 use chrono::{DateTime, Duration, Utc};
-use envelope::{Envelope, Reservation};
+use envelope::{Envelope, Reservation, Reserved};
 use forecast::Forecast;
 use rust_decimal::Decimal;
 use serde::Serialize;
+use std::sync::Arc;
 
 /// Seconds × watts in a kWh.
 const WS_PER_KWH: i64 = 3_600_000;
@@ -70,12 +71,12 @@ pub struct Site {
     pub draw_w: Option<i64>,
     pub pue: Decimal,
     pub currency: String,
-    pub reservations: Vec<Reservation>,
+    pub reserved: Reserved,
     /// g CO2e per kWh.
-    pub carbon_average: Forecast,
-    pub carbon_marginal: Forecast,
+    pub carbon_average: Arc<Forecast>,
+    pub carbon_marginal: Arc<Forecast>,
     /// Currency per kWh.
-    pub price: Forecast,
+    pub price: Arc<Forecast>,
 }
 
 #[derive(Debug, Clone)]
@@ -218,7 +219,7 @@ fn kw(w: i64) -> String {
 /// `budgets` are the tenant's, with what they have used so far.
 pub fn decide(
     job: &Job,
-    sites: &[Site],
+    sites: &[&Site],
     budgets: &[Budget],
     policy: &Policy,
     now: DateTime<Utc>,
@@ -284,11 +285,7 @@ pub fn decide(
             now: Some(now_first.clone()),
             at_start: Some(now_first),
             budgets: verdict.remaining,
-            reservation: Some(Reservation {
-                start: start0,
-                end: start0 + job.duration,
-                draw_w: draw,
-            }),
+            reservation: Some(reservation(start0, job.duration, draw)),
         };
     }
 
@@ -303,7 +300,7 @@ pub fn decide(
     let mut options: Vec<Option_> = Vec::new();
     let mut blocked: Vec<String> = Vec::new();
     for (i, site) in sites.iter().enumerate() {
-        let env = Envelope::new(site.envelope_w, site.draw_w, &site.reservations, now);
+        let env = Envelope::new(site.envelope_w, site.draw_w, &site.reserved, now);
         let draw = job.envelope_draw_w(site);
         let mut starts: Vec<DateTime<Utc>> = vec![start0];
         starts.extend(env.releases());
@@ -433,12 +430,13 @@ pub fn decide(
         now: Some(now_est),
         at_start: Some(at),
         budgets: remaining,
-        reservation: Some(Reservation {
-            start: chosen.start,
-            end: chosen.start + job.duration,
-            draw_w: job.envelope_draw_w(site),
-        }),
+        reservation: Some(reservation(chosen.start, job.duration, job.envelope_draw_w(site))),
     }
+}
+
+fn reservation(start: DateTime<Utc>, duration: Duration, draw_w: i64) -> Reservation {
+    let (start, end) = envelope::rounded(start, duration);
+    Reservation { start, end, draw_w }
 }
 
 fn basis_label(policy: &Policy) -> String {

@@ -1,7 +1,7 @@
 //! Policy tests on hand-made sites and forecasts.
 
 use super::budget::{Budget, Metric};
-use super::envelope::Reservation;
+use super::envelope::{Reservation, Reserved};
 use super::forecast::{Forecast, Point};
 use super::*;
 use chrono::TimeZone;
@@ -34,10 +34,10 @@ fn site(key: &str, marginal: &[i64]) -> Site {
         draw_w: Some(20_000),
         pue: d("1.25"),
         currency: "EUR".into(),
-        reservations: Vec::new(),
-        carbon_average: hourly(&marginal.iter().map(|v| v / 2).collect::<Vec<_>>()),
-        carbon_marginal: hourly(marginal),
-        price: Forecast::default(),
+        reserved: Reserved::default(),
+        carbon_average: Arc::new(hourly(&marginal.iter().map(|v| v / 2).collect::<Vec<_>>())),
+        carbon_marginal: Arc::new(hourly(marginal)),
+        price: Arc::default(),
     }
 }
 /// 8 GPUs × 500 W × PUE 1.25 = 5 kW at the facility.
@@ -56,7 +56,7 @@ fn job(duration_min: i64, deadline_min: Option<i64>) -> Job {
 #[test]
 fn a_flexible_job_is_deferred_to_the_cleanest_slot_with_the_numbers() {
     let s = site("fra1", &[500, 500, 100, 400, 400]);
-    let d0 = decide(&job(60, Some(240)), &[s], &[], &Policy::default(), t(0));
+    let d0 = decide(&job(60, Some(240)), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d0.verdict, Verdict::Defer);
     assert_eq!(d0.start_at, Some(t(120)));
     // 5 kW × 1 h = 5 kWh; marginal 500 g/kWh now → 2.5 kg, 100 at 02:00 → 0.5 kg.
@@ -77,7 +77,7 @@ fn a_flexible_job_is_deferred_to_the_cleanest_slot_with_the_numbers() {
 fn slots_between_hour_boundaries_are_found() {
     // 90 min job: the best window straddles two clean half-hours of a step forecast.
     let s = site("fra1", &[400, 100, 100, 400]);
-    let d0 = decide(&job(90, Some(240)), &[s], &[], &Policy::default(), t(10));
+    let d0 = decide(&job(90, Some(240)), &[&s], &[], &Policy::default(), t(10));
     assert_eq!(d0.start_at, Some(t(60)));
     // 60 min at 100 + 30 min at 100 → 7.5 kWh × 100 g.
     assert_eq!(d0.at_start.unwrap().carbon_marginal_kg, Some(d("0.75")));
@@ -86,14 +86,14 @@ fn slots_between_hour_boundaries_are_found() {
 #[test]
 fn ties_go_to_the_earliest_slot() {
     let s = site("fra1", &[500, 100, 100, 100]);
-    let d0 = decide(&job(60, Some(240)), &[s], &[], &Policy::default(), t(0));
+    let d0 = decide(&job(60, Some(240)), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d0.start_at, Some(t(60)));
 }
 
 #[test]
 fn a_saving_under_the_threshold_admits_now() {
     let s = site("fra1", &[500, 460]);
-    let d0 = decide(&job(60, Some(120)), &[s], &[], &Policy::default(), t(0));
+    let d0 = decide(&job(60, Some(120)), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d0.verdict, Verdict::Admit);
     assert_eq!(d0.start_at, Some(t(0)));
     assert!(d0.reasons[0].contains("saves 8%"), "{:?}", d0.reasons);
@@ -102,8 +102,8 @@ fn a_saving_under_the_threshold_admits_now() {
 #[test]
 fn no_forecast_admits_now_and_says_so() {
     let mut s = site("fra1", &[]);
-    s.carbon_average = Forecast::default();
-    let d0 = decide(&job(60, Some(600)), &[s], &[], &Policy::default(), t(0));
+    s.carbon_average = Arc::default();
+    let d0 = decide(&job(60, Some(600)), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d0.verdict, Verdict::Admit);
     assert_eq!(d0.start_at, Some(t(0)));
     assert!(d0.reasons.iter().any(|r| r.contains("no carbon or price forecast")), "{:?}", d0.reasons);
@@ -114,14 +114,14 @@ fn no_forecast_admits_now_and_says_so() {
 fn a_forecast_that_ends_inside_the_job_is_not_a_slot() {
     // Clean at 03:00 but the forecast stops at 04:00: a 2 h job there is not fully forecast.
     let s = site("fra1", &[500, 500, 500, 10]);
-    let d0 = decide(&job(120, Some(600)), &[s], &[], &Policy::default(), t(0));
+    let d0 = decide(&job(120, Some(600)), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d0.start_at, Some(t(120)), "the last fully forecast 2 h slot");
 }
 
 #[test]
 fn a_job_without_deadline_starts_now_even_if_later_is_cleaner() {
     let s = site("fra1", &[500, 10]);
-    let d0 = decide(&job(60, None), &[s], &[], &Policy::default(), t(0));
+    let d0 = decide(&job(60, None), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d0.verdict, Verdict::Admit);
     assert_eq!(d0.start_at, Some(t(0)));
 }
@@ -129,7 +129,7 @@ fn a_job_without_deadline_starts_now_even_if_later_is_cleaner() {
 #[test]
 fn deadline_too_close_rejects() {
     let s = site("fra1", &[500]);
-    let d0 = decide(&job(120, Some(60)), &[s], &[], &Policy::default(), t(0));
+    let d0 = decide(&job(120, Some(60)), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d0.verdict, Verdict::Reject);
     assert!(d0.reasons[0].contains("too close"));
 }
@@ -139,21 +139,21 @@ fn a_full_envelope_defers_to_when_an_admitted_job_ends() {
     let mut s = site("fra1", &[]);
     s.envelope_w = 30_000;
     s.draw_w = Some(28_000);
-    s.reservations = vec![Reservation { start: t(-60), end: t(45), draw_w: 10_000 }];
-    let d0 = decide(&job(60, None), &[s.clone()], &[], &Policy::default(), t(0));
+    s.reserved = [Reservation { start: t(-60), end: t(45), draw_w: 10_000 }].into_iter().collect();
+    let d0 = decide(&job(60, None), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d0.verdict, Verdict::Defer);
     assert_eq!(d0.start_at, Some(t(45)));
     assert!(d0.reasons[0].contains("exceed its 30 kW envelope"), "{:?}", d0.reasons);
 
     // With a deadline before that: no window.
-    let d1 = decide(&job(60, Some(90)), &[s.clone()], &[], &Policy::default(), t(0));
+    let d1 = decide(&job(60, Some(90)), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d1.verdict, Verdict::Reject);
     assert!(d1.reasons.last().unwrap().contains("before the deadline"));
 
     // Inference counts at its over-subscription factor: 5 kW × 0.4 = 2 kW fits now.
     let mut inf = job(60, None);
     inf.envelope_factor = d("0.4");
-    let d2 = decide(&inf, &[s], &[], &Policy::default(), t(0));
+    let d2 = decide(&inf, &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d2.verdict, Verdict::Admit);
     assert_eq!(d2.reservation.unwrap().draw_w, 2000);
 }
@@ -168,13 +168,13 @@ fn budget_rules_come_first_and_name_the_budget() {
         used: d("97"),
         hard: true,
     };
-    let d0 = decide(&job(60, Some(240)), &[s.clone()], &[hard.clone()], &Policy::default(), t(0));
+    let d0 = decide(&job(60, Some(240)), &[&s], &[hard.clone()], &Policy::default(), t(0));
     assert_eq!(d0.verdict, Verdict::Reject);
     assert!(d0.reasons[0].contains("'acme-november'"), "{:?}", d0.reasons);
     assert_eq!(d0.budgets[0].remaining, d("-2"));
 
     let soft = Budget { hard: false, ..hard.clone() };
-    let d1 = decide(&job(60, Some(240)), &[s.clone()], &[soft], &Policy::default(), t(0));
+    let d1 = decide(&job(60, Some(240)), &[&s], &[soft], &Policy::default(), t(0));
     assert_eq!(d1.verdict, Verdict::Defer);
     assert!(d1.reasons[0].contains("soft cap"), "{:?}", d1.reasons);
 
@@ -182,10 +182,10 @@ fn budget_rules_come_first_and_name_the_budget() {
     let mut urgent = job(60, Some(240));
     urgent.priority = "urgent".into();
     let mut policy = Policy { bypass: vec!["urgent".into()], ..Policy::default() };
-    let d2 = decide(&urgent, &[s.clone()], &[hard.clone()], &policy, t(0));
+    let d2 = decide(&urgent, &[&s], &[hard.clone()], &policy, t(0));
     assert_eq!(d2.verdict, Verdict::Reject);
     policy.bypass_budget = vec!["urgent".into()];
-    let d3 = decide(&urgent, &[s], &[hard], &policy, t(0));
+    let d3 = decide(&urgent, &[&s], &[hard], &policy, t(0));
     assert_eq!(d3.verdict, Verdict::Admit);
     assert_eq!(d3.start_at, Some(t(0)));
 }
@@ -197,7 +197,7 @@ fn priority_bypass_skips_a_full_envelope_and_a_cleaner_slot() {
     let mut urgent = job(60, Some(240));
     urgent.priority = "urgent".into();
     let policy = Policy { bypass: vec!["urgent".into()], ..Policy::default() };
-    let d0 = decide(&urgent, &[s], &[], &policy, t(0));
+    let d0 = decide(&urgent, &[&s], &[], &policy, t(0));
     assert_eq!(d0.verdict, Verdict::Admit);
     assert_eq!(d0.start_at, Some(t(0)));
     assert!(d0.reasons[0].contains("bypasses"));
@@ -207,7 +207,7 @@ fn priority_bypass_skips_a_full_envelope_and_a_cleaner_slot() {
 fn the_cleaner_site_wins_when_both_can_start_now() {
     let a = site("fra1", &[500, 500]);
     let b = site("osl1", &[50, 50]);
-    let d0 = decide(&job(60, None), &[a, b], &[], &Policy::default(), t(0));
+    let d0 = decide(&job(60, None), &[&a, &b], &[], &Policy::default(), t(0));
     assert_eq!(d0.verdict, Verdict::Admit);
     assert_eq!(d0.site.as_deref(), Some("osl1"));
 }
@@ -215,15 +215,15 @@ fn the_cleaner_site_wins_when_both_can_start_now() {
 #[test]
 fn price_decides_when_carbon_has_no_weight() {
     let mut s = site("fra1", &[100, 500]);
-    s.price = hourly(&[30, 10]); // EUR/kWh, an expensive hour then a cheap one
+    s.price = Arc::new(hourly(&[30, 10])); // EUR/kWh, an expensive hour then a cheap one
     let policy = Policy { carbon_weight: Decimal::ZERO, ..Policy::default() };
-    let d0 = decide(&job(60, Some(120)), &[s.clone()], &[], &policy, t(0));
+    let d0 = decide(&job(60, Some(120)), &[&s], &[], &policy, t(0));
     assert_eq!(d0.start_at, Some(t(60)));
     assert_eq!(d0.now.unwrap().cost, Some(d("150")));
     assert!(d0.reasons[0].contains("(price)"), "{:?}", d0.reasons);
     // Half and half: carbon +400 % worse, price 66.7 % better → stay.
     let policy = Policy { carbon_weight: d("0.5"), ..Policy::default() };
-    let d1 = decide(&job(60, Some(120)), &[s], &[], &policy, t(0));
+    let d1 = decide(&job(60, Some(120)), &[&s], &[], &policy, t(0));
     assert_eq!(d1.start_at, Some(t(0)));
 }
 
@@ -242,23 +242,23 @@ proptest! {
     ) {
         let mut s = site("fra1", &values);
         s.draw_w = Some(draw);
-        s.reservations = reserved.iter().map(|(a, l, w)| Reservation {
+        s.reserved = reserved.iter().map(|(a, l, w)| Reservation {
             start: t(*a - 120), end: t(*a - 120 + *l), draw_w: *w,
         }).collect();
         let j = job(duration, Some(now_min + duration + slack));
         let policy = Policy::default();
-        let dec = decide(&j, std::slice::from_ref(&s), &[], &policy, t(now_min));
+        let dec = decide(&j, &[&s], &[], &policy, t(now_min));
         if dec.verdict != Verdict::Reject {
             let start = dec.start_at.unwrap();
             prop_assert!(start >= t(now_min) && start + j.duration <= j.deadline.unwrap());
-            let env = envelope::Envelope::new(s.envelope_w, s.draw_w, &s.reservations, t(now_min));
+            let env = envelope::Envelope::new(s.envelope_w, s.draw_w, &s.reserved, t(now_min));
             prop_assert!(env.fits(5000, start, start + j.duration));
         }
         if dec.verdict == Verdict::Defer {
             let now = dec.now.unwrap();
             let at = dec.at_start.unwrap();
             // Deferred either for headroom or for a saving above the threshold.
-            let env = envelope::Envelope::new(s.envelope_w, s.draw_w, &s.reservations, t(now_min));
+            let env = envelope::Envelope::new(s.envelope_w, s.draw_w, &s.reserved, t(now_min));
             let blocked_now = !env.fits(5000, t(now_min), t(now_min) + j.duration);
             if !blocked_now {
                 let (a, b) = (now.carbon_marginal_kg.unwrap(), at.carbon_marginal_kg.unwrap());
