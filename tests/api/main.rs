@@ -1,5 +1,6 @@
 //! End-to-end tests: the real server against a real PostgreSQL (a fresh database per test).
 
+mod admission;
 mod agent;
 mod auth;
 mod ingest;

@@ -76,7 +76,9 @@ pub async fn site_draw(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<HashMap<
                 let v = (Decimal::from(w) * pue[&site]).round();
                 i64::try_from(v.mantissa()).ok()
             };
-            let w = facility.or_else(|| node.and_then(scaled)).or_else(|| gpu.and_then(scaled))?;
+            let w = facility
+                .or_else(|| node.and_then(scaled))
+                .or_else(|| gpu.and_then(scaled))?;
             Some((site, w))
         })
         .collect())
@@ -135,10 +137,10 @@ pub struct ReservationRow {
 pub async fn reservations(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Vec<ReservationRow>> {
     Ok(sqlx::query_as(
         "SELECT d.id, d.site_id, d.tenant_id, d.start_at, d.end_at, d.reserved_w,
-                (d.answer #>> '{at_start,kwh}')::numeric AS kwh,
-                (d.answer #>> '{at_start,cost}')::numeric AS cost,
-                d.answer #>> '{at_start,currency}' AS currency,
-                (d.answer #>> '{at_start,carbon_average_kg}')::numeric AS carbon_kg,
+                (d.answer #>> '{estimate_at_start,kwh}')::numeric AS kwh,
+                (d.answer #>> '{estimate_at_start,cost}')::numeric AS cost,
+                d.answer #>> '{estimate_at_start,currency}' AS currency,
+                (d.answer #>> '{estimate_at_start,carbon_average_kg}')::numeric AS carbon_kg,
                 m.id AS model_id, d.job_id IS NOT NULL AS joined
          FROM admission_decisions d
          LEFT JOIN models m ON m.key = d.request ->> 'model'

@@ -53,6 +53,23 @@ pub struct Config {
         default_value_t = 300
     )]
     pub max_clock_skew_s: i64,
+    /// How often admission reloads reservations from every replica, ms (the staleness bound
+    /// between replicas); sites, forecasts and budgets reload every 15 of these.
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_ADMISSION_REFRESH_MS",
+        default_value_t = 2000
+    )]
+    pub admission_refresh_ms: u64,
+    /// Draw per GPU (W) assumed for a job with no history and no typical draw for its device.
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_ADMISSION_DEFAULT_GPU_W",
+        default_value_t = 700
+    )]
+    pub admission_default_gpu_w: u32,
     /// Run the attribution worker inside the server.
     #[arg(long, global = true, env = "WATTLEDGER_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
     pub worker: bool,
@@ -69,6 +86,8 @@ impl Config {
             max_body_bytes: 16 * 1024 * 1024,
             max_batch_records: 50_000,
             max_clock_skew_s: 300,
+            admission_refresh_ms: 200,
+            admission_default_gpu_w: 700,
             worker: false,
         }
     }

@@ -2,6 +2,7 @@
 //!
 //! `main.rs` is a thin CLI over this library so tests can start the real app on port 0.
 
+pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod demo;

@@ -19,11 +19,19 @@ pub async fn serve(
     let worker = config
         .worker
         .then(|| tokio::spawn(worker::run(pool.clone(), stop_rx)));
-    let router = app(AppState::new(pool, keys, config));
+    let (admission, admission_task) = crate::admission::Admission::start(
+        pool.clone(),
+        std::time::Duration::from_millis(config.admission_refresh_ms),
+        config.admission_default_gpu_w,
+        stop_tx.subscribe(),
+    )
+    .await;
+    let router = app(AppState::new(pool, keys, config, admission));
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await?;
     let _ = stop_tx.send(true);
+    let _ = admission_task.await;
     if let Some(w) = worker {
         let _ = w.await;
     }

@@ -171,8 +171,14 @@ mod tests {
 
     #[test]
     fn a_spent_budget_rejects_even_a_job_that_cannot_be_estimated() {
-        let job = JobAmounts { kwh: d("1"), cost: None, carbon_kg: None };
-        let c = Metric::Cost { currency: "EUR".into() };
+        let job = JobAmounts {
+            kwh: d("1"),
+            cost: None,
+            carbon_kg: None,
+        };
+        let c = Metric::Cost {
+            currency: "EUR".into(),
+        };
         let v = check(&[budget(c.clone(), "100", "100", true)], &job);
         assert!(v.reject.unwrap().contains("is spent"));
         let v = check(&[budget(c, "100", "10", true)], &job);
@@ -182,8 +188,22 @@ mod tests {
 
     #[test]
     fn a_cost_in_another_currency_is_not_added() {
-        let job = JobAmounts { kwh: d("1"), cost: Some((d("500"), "USD".into())), carbon_kg: None };
-        let v = check(&[budget(Metric::Cost { currency: "EUR".into() }, "100", "10", true)], &job);
+        let job = JobAmounts {
+            kwh: d("1"),
+            cost: Some((d("500"), "USD".into())),
+            carbon_kg: None,
+        };
+        let v = check(
+            &[budget(
+                Metric::Cost {
+                    currency: "EUR".into(),
+                },
+                "100",
+                "10",
+                true,
+            )],
+            &job,
+        );
         assert!(v.reject.is_none());
         assert_eq!(v.remaining[0].remaining, d("90"));
     }

@@ -66,7 +66,12 @@ impl Reserved {
 
     /// Reserved draw at instant `t`.
     pub fn at(&self, t: DateTime<Utc>) -> i64 {
-        self.before + self.deltas.range(..=minute_floor(t)).map(|(_, d)| d).sum::<i64>()
+        self.before
+            + self
+                .deltas
+                .range(..=minute_floor(t))
+                .map(|(_, d)| d)
+                .sum::<i64>()
     }
 
     /// The highest reserved draw over `[from, to)`.
@@ -166,14 +171,22 @@ mod tests {
     use proptest::prelude::*;
 
     fn t(m: i64) -> DateTime<Utc> {
-        Utc.timestamp_opt(1_800_000_000 - 1_800_000_000 % 60, 0).unwrap() + Duration::minutes(m)
+        Utc.timestamp_opt(1_800_000_000, 0).unwrap() + Duration::minutes(m)
     }
 
     #[test]
     fn a_started_reservation_is_not_counted_twice_and_frees_headroom_at_its_end() {
         let res: Reserved = [
-            Reservation { start: t(-30), end: t(30), draw_w: 400 },
-            Reservation { start: t(60), end: t(120), draw_w: 300 },
+            Reservation {
+                start: t(-30),
+                end: t(30),
+                draw_w: 400,
+            },
+            Reservation {
+                start: t(60),
+                end: t(120),
+                draw_w: 300,
+            },
         ]
         .into_iter()
         .collect();
@@ -185,7 +198,10 @@ mod tests {
         assert_eq!(e.draw_at(t(90)), 600);
         assert!(!e.fits(400, t(0), t(20)));
         assert!(e.fits(400, t(30), t(60)));
-        assert!(!e.fits(500, t(30), t(70)), "runs into the 300 W reservation at 60");
+        assert!(
+            !e.fits(500, t(30), t(70)),
+            "runs into the 300 W reservation at 60"
+        );
         assert_eq!(e.peak(t(30), t(70)), 600);
         assert_eq!(res.releases().collect::<Vec<_>>(), vec![t(30), t(120)]);
     }
@@ -193,9 +209,13 @@ mod tests {
     #[test]
     fn seconds_round_out_to_whole_minutes() {
         let s = t(0) + Duration::seconds(10);
-        let res: Reserved = [Reservation { start: s, end: s + Duration::seconds(30), draw_w: 5 }]
-            .into_iter()
-            .collect();
+        let res: Reserved = [Reservation {
+            start: s,
+            end: s + Duration::seconds(30),
+            draw_w: 5,
+        }]
+        .into_iter()
+        .collect();
         assert_eq!(res.at(t(0)), 5);
         assert_eq!(res.at(t(1)), 0);
         assert_eq!(rounded(s, Duration::seconds(60)), (t(0), t(2)));

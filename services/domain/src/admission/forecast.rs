@@ -119,10 +119,21 @@ mod tests {
 
     #[test]
     fn integrates_across_points_and_refuses_gaps() {
-        let f = Forecast::new(vec![pt(0, 3600, 100), pt(3600, 7200, 300), pt(9000, 9600, 5)]);
-        assert_eq!(f.integral(t(1800), t(5400)), Some(Decimal::from(1800 * 100 + 1800 * 300)));
+        let f = Forecast::new(vec![
+            pt(0, 3600, 100),
+            pt(3600, 7200, 300),
+            pt(9000, 9600, 5),
+        ]);
+        assert_eq!(
+            f.integral(t(1800), t(5400)),
+            Some(Decimal::from(1800 * 100 + 1800 * 300))
+        );
         assert_eq!(f.integral(t(0), t(7200)), Some(Decimal::from(3600 * 400)));
-        assert_eq!(f.integral(t(7000), t(9100)), None, "7200..9000 is not forecast");
+        assert_eq!(
+            f.integral(t(7000), t(9100)),
+            None,
+            "7200..9000 is not forecast"
+        );
         assert_eq!(f.integral(t(-10), t(10)), None);
         assert_eq!(f.integral(t(9000), t(9600)), Some(Decimal::from(3000)));
         assert_eq!(f.integral(t(9000), t(9601)), None);
@@ -130,9 +141,16 @@ mod tests {
 
     #[test]
     fn overlapping_points_are_cut_and_a_restated_point_replaces() {
-        let f = Forecast::new(vec![pt(0, 3600, 100), pt(1800, 3600, 200), pt(1800, 3600, 50)]);
+        let f = Forecast::new(vec![
+            pt(0, 3600, 100),
+            pt(1800, 3600, 200),
+            pt(1800, 3600, 50),
+        ]);
         assert_eq!(f.points().len(), 2);
-        assert_eq!(f.integral(t(0), t(3600)), Some(Decimal::from(1800 * 100 + 1800 * 50)));
+        assert_eq!(
+            f.integral(t(0), t(3600)),
+            Some(Decimal::from(1800 * 100 + 1800 * 50))
+        );
     }
 
     proptest! {

@@ -53,9 +53,9 @@ pub struct Job {
     /// Expected IT draw per GPU (its share of the node included), W.
     pub gpu_draw_w: u32,
     pub duration: Duration,
-    /// Share of the job's draw counted against the envelope (the over-subscription factor
-    /// for its kind: inference rarely peaks together, training does).
-    pub envelope_factor: Decimal,
+    /// Inference counts against the envelope at the site's over-subscription factor (replicas
+    /// rarely peak together); training and batch jobs do, and count in full.
+    pub inference: bool,
     pub earliest_start: DateTime<Utc>,
     /// None: not flexible, start as soon as the envelope allows.
     pub deadline: Option<DateTime<Utc>>,
@@ -70,6 +70,8 @@ pub struct Site {
     /// Latest measured site draw (facility level), if fresh.
     pub draw_w: Option<i64>,
     pub pue: Decimal,
+    /// Share of an inference job's draw counted against the envelope.
+    pub inference_factor: Decimal,
     pub currency: String,
     pub reserved: Reserved,
     /// g CO2e per kWh.
@@ -142,7 +144,12 @@ impl Job {
     }
 
     fn envelope_draw_w(&self, site: &Site) -> i64 {
-        let w = (self.site_draw_w(site) * self.envelope_factor).ceil();
+        let factor = if self.inference {
+            site.inference_factor
+        } else {
+            Decimal::ONE
+        };
+        let w = (self.site_draw_w(site) * factor).ceil();
         i64::try_from(w.mantissa() / 10i128.pow(w.scale())).unwrap_or(i64::MAX)
     }
 
@@ -154,17 +161,17 @@ impl Job {
         Estimate {
             site: site.key.clone(),
             start_at: start,
-            kwh: (kwh_per(secs)).round_dp(6),
+            kwh: micro(kwh_per(secs)),
             currency: site.currency.clone(),
-            cost: site.price.integral(start, end).map(|i| kwh_per(i).round_dp(6)),
+            cost: site.price.integral(start, end).map(|i| micro(kwh_per(i))),
             carbon_average_kg: site
                 .carbon_average
                 .integral(start, end)
-                .map(|i| (kwh_per(i) / Decimal::ONE_THOUSAND).round_dp(6)),
+                .map(|i| micro(kwh_per(i) / Decimal::ONE_THOUSAND)),
             carbon_marginal_kg: site
                 .carbon_marginal
                 .integral(start, end)
-                .map(|i| (kwh_per(i) / Decimal::ONE_THOUSAND).round_dp(6)),
+                .map(|i| micro(kwh_per(i) / Decimal::ONE_THOUSAND)),
         }
     }
 }
@@ -190,9 +197,8 @@ impl Estimate {
 /// Percent saved by `b` over `a`, weighting carbon and price; `None` where neither can be
 /// compared.
 fn saving_pct(a: &Estimate, b: &Estimate, policy: &Policy) -> Option<Decimal> {
-    let pct = |x: Decimal, y: Decimal| {
-        (x > Decimal::ZERO).then(|| (x - y) / x * Decimal::ONE_HUNDRED)
-    };
+    let pct =
+        |x: Decimal, y: Decimal| (x > Decimal::ZERO).then(|| (x - y) / x * Decimal::ONE_HUNDRED);
     let carbon = match (a.carbon(policy.marginal), b.carbon(policy.marginal)) {
         (Some(x), Some(y)) => pct(x, y),
         _ => None,
@@ -226,8 +232,8 @@ pub fn decide(
 ) -> Decision {
     let start0 = job.earliest_start.max(now);
     let mut reasons = Vec::new();
-    let reject = |reasons: Vec<String>, now_est: Option<Estimate>, budgets: Vec<Remaining>| {
-        Decision {
+    let reject =
+        |reasons: Vec<String>, now_est: Option<Estimate>, budgets: Vec<Remaining>| Decision {
             verdict: Verdict::Reject,
             site: None,
             start_at: None,
@@ -236,8 +242,7 @@ pub fn decide(
             at_start: None,
             budgets,
             reservation: None,
-        }
-    };
+        };
     let Some(first) = sites.first() else {
         return reject(vec!["no candidate site".into()], None, Vec::new());
     };
@@ -246,7 +251,10 @@ pub fn decide(
     // 1. Budgets, on the job started as early as possible at the first site.
     let verdict = budget::check(budgets, &now_first.amounts());
     if policy.bypass_budget.contains(&job.priority) {
-        reasons.push(format!("priority '{}' is not held to budgets", job.priority));
+        reasons.push(format!(
+            "priority '{}' is not held to budgets",
+            job.priority
+        ));
     } else if let Some(why) = verdict.reject {
         return reject(vec![why], Some(now_first), verdict.remaining);
     } else {
@@ -342,7 +350,11 @@ pub fn decide(
             _ => {}
         }
         // A job without a deadline takes its first window; only a flexible one shops.
-        let take = if job.deadline.is_some() { fits.len() } else { fits.len().min(1) };
+        let take = if job.deadline.is_some() {
+            fits.len()
+        } else {
+            fits.len().min(1)
+        };
         for s in fits.into_iter().take(take) {
             options.push(Option_ {
                 site: i,
@@ -430,8 +442,20 @@ pub fn decide(
         now: Some(now_est),
         at_start: Some(at),
         budgets: remaining,
-        reservation: Some(reservation(chosen.start, job.duration, job.envelope_draw_w(site))),
+        reservation: Some(reservation(
+            chosen.start,
+            job.duration,
+            job.envelope_draw_w(site),
+        )),
     }
+}
+
+/// Rounded to a millionth and always written with six places (estimates are read by
+/// machines and people; a steady shape helps both).
+fn micro(v: Decimal) -> Decimal {
+    let mut v = v.round_dp(6);
+    v.rescale(6);
+    v
 }
 
 fn reservation(start: DateTime<Utc>, duration: Duration, draw_w: i64) -> Reservation {
@@ -440,7 +464,11 @@ fn reservation(start: DateTime<Utc>, duration: Duration, draw_w: i64) -> Reserva
 }
 
 fn basis_label(policy: &Policy) -> String {
-    let carbon = if policy.marginal { "marginal carbon" } else { "average carbon" };
+    let carbon = if policy.marginal {
+        "marginal carbon"
+    } else {
+        "average carbon"
+    };
     if policy.carbon_weight >= Decimal::ONE {
         carbon.into()
     } else if policy.carbon_weight <= Decimal::ZERO {

@@ -33,6 +33,7 @@ fn site(key: &str, marginal: &[i64]) -> Site {
         envelope_w: 100_000,
         draw_w: Some(20_000),
         pue: d("1.25"),
+        inference_factor: d("0.4"),
         currency: "EUR".into(),
         reserved: Reserved::default(),
         carbon_average: Arc::new(hourly(&marginal.iter().map(|v| v / 2).collect::<Vec<_>>())),
@@ -46,7 +47,7 @@ fn job(duration_min: i64, deadline_min: Option<i64>) -> Job {
         gpus: 8,
         gpu_draw_w: 500,
         duration: Duration::minutes(duration_min),
-        envelope_factor: Decimal::ONE,
+        inference: false,
         earliest_start: t(0),
         deadline: deadline_min.map(t),
         priority: "normal".into(),
@@ -69,7 +70,11 @@ fn a_flexible_job_is_deferred_to_the_cleanest_slot_with_the_numbers() {
     assert!(d0.reasons[0].contains("saves 80%"), "{:?}", d0.reasons);
     assert_eq!(
         d0.reservation,
-        Some(Reservation { start: t(120), end: t(180), draw_w: 5000 })
+        Some(Reservation {
+            start: t(120),
+            end: t(180),
+            draw_w: 5000
+        })
     );
 }
 
@@ -106,7 +111,13 @@ fn no_forecast_admits_now_and_says_so() {
     let d0 = decide(&job(60, Some(600)), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d0.verdict, Verdict::Admit);
     assert_eq!(d0.start_at, Some(t(0)));
-    assert!(d0.reasons.iter().any(|r| r.contains("no carbon or price forecast")), "{:?}", d0.reasons);
+    assert!(
+        d0.reasons
+            .iter()
+            .any(|r| r.contains("no carbon or price forecast")),
+        "{:?}",
+        d0.reasons
+    );
     assert_eq!(d0.now.unwrap().carbon_marginal_kg, None);
 }
 
@@ -115,7 +126,11 @@ fn a_forecast_that_ends_inside_the_job_is_not_a_slot() {
     // Clean at 03:00 but the forecast stops at 04:00: a 2 h job there is not fully forecast.
     let s = site("fra1", &[500, 500, 500, 10]);
     let d0 = decide(&job(120, Some(600)), &[&s], &[], &Policy::default(), t(0));
-    assert_eq!(d0.start_at, Some(t(120)), "the last fully forecast 2 h slot");
+    assert_eq!(
+        d0.start_at,
+        Some(t(120)),
+        "the last fully forecast 2 h slot"
+    );
 }
 
 #[test]
@@ -139,11 +154,21 @@ fn a_full_envelope_defers_to_when_an_admitted_job_ends() {
     let mut s = site("fra1", &[]);
     s.envelope_w = 30_000;
     s.draw_w = Some(28_000);
-    s.reserved = [Reservation { start: t(-60), end: t(45), draw_w: 10_000 }].into_iter().collect();
+    s.reserved = [Reservation {
+        start: t(-60),
+        end: t(45),
+        draw_w: 10_000,
+    }]
+    .into_iter()
+    .collect();
     let d0 = decide(&job(60, None), &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d0.verdict, Verdict::Defer);
     assert_eq!(d0.start_at, Some(t(45)));
-    assert!(d0.reasons[0].contains("exceed its 30 kW envelope"), "{:?}", d0.reasons);
+    assert!(
+        d0.reasons[0].contains("exceed its 30 kW envelope"),
+        "{:?}",
+        d0.reasons
+    );
 
     // With a deadline before that: no window.
     let d1 = decide(&job(60, Some(90)), &[&s], &[], &Policy::default(), t(0));
@@ -152,7 +177,7 @@ fn a_full_envelope_defers_to_when_an_admitted_job_ends() {
 
     // Inference counts at its over-subscription factor: 5 kW × 0.4 = 2 kW fits now.
     let mut inf = job(60, None);
-    inf.envelope_factor = d("0.4");
+    inf.inference = true;
     let d2 = decide(&inf, &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d2.verdict, Verdict::Admit);
     assert_eq!(d2.reservation.unwrap().draw_w, 2000);
@@ -168,21 +193,43 @@ fn budget_rules_come_first_and_name_the_budget() {
         used: d("97"),
         hard: true,
     };
-    let d0 = decide(&job(60, Some(240)), &[&s], &[hard.clone()], &Policy::default(), t(0));
+    let d0 = decide(
+        &job(60, Some(240)),
+        &[&s],
+        std::slice::from_ref(&hard),
+        &Policy::default(),
+        t(0),
+    );
     assert_eq!(d0.verdict, Verdict::Reject);
-    assert!(d0.reasons[0].contains("'acme-november'"), "{:?}", d0.reasons);
+    assert!(
+        d0.reasons[0].contains("'acme-november'"),
+        "{:?}",
+        d0.reasons
+    );
     assert_eq!(d0.budgets[0].remaining, d("-2"));
 
-    let soft = Budget { hard: false, ..hard.clone() };
-    let d1 = decide(&job(60, Some(240)), &[&s], &[soft], &Policy::default(), t(0));
+    let soft = Budget {
+        hard: false,
+        ..hard.clone()
+    };
+    let d1 = decide(
+        &job(60, Some(240)),
+        &[&s],
+        &[soft],
+        &Policy::default(),
+        t(0),
+    );
     assert_eq!(d1.verdict, Verdict::Defer);
     assert!(d1.reasons[0].contains("soft cap"), "{:?}", d1.reasons);
 
     // Bypass of 2–3 does not bypass budgets unless the policy says so.
     let mut urgent = job(60, Some(240));
     urgent.priority = "urgent".into();
-    let mut policy = Policy { bypass: vec!["urgent".into()], ..Policy::default() };
-    let d2 = decide(&urgent, &[&s], &[hard.clone()], &policy, t(0));
+    let mut policy = Policy {
+        bypass: vec!["urgent".into()],
+        ..Policy::default()
+    };
+    let d2 = decide(&urgent, &[&s], std::slice::from_ref(&hard), &policy, t(0));
     assert_eq!(d2.verdict, Verdict::Reject);
     policy.bypass_budget = vec!["urgent".into()];
     let d3 = decide(&urgent, &[&s], &[hard], &policy, t(0));
@@ -196,7 +243,10 @@ fn priority_bypass_skips_a_full_envelope_and_a_cleaner_slot() {
     s.draw_w = Some(99_000);
     let mut urgent = job(60, Some(240));
     urgent.priority = "urgent".into();
-    let policy = Policy { bypass: vec!["urgent".into()], ..Policy::default() };
+    let policy = Policy {
+        bypass: vec!["urgent".into()],
+        ..Policy::default()
+    };
     let d0 = decide(&urgent, &[&s], &[], &policy, t(0));
     assert_eq!(d0.verdict, Verdict::Admit);
     assert_eq!(d0.start_at, Some(t(0)));
@@ -216,13 +266,19 @@ fn the_cleaner_site_wins_when_both_can_start_now() {
 fn price_decides_when_carbon_has_no_weight() {
     let mut s = site("fra1", &[100, 500]);
     s.price = Arc::new(hourly(&[30, 10])); // EUR/kWh, an expensive hour then a cheap one
-    let policy = Policy { carbon_weight: Decimal::ZERO, ..Policy::default() };
+    let policy = Policy {
+        carbon_weight: Decimal::ZERO,
+        ..Policy::default()
+    };
     let d0 = decide(&job(60, Some(120)), &[&s], &[], &policy, t(0));
     assert_eq!(d0.start_at, Some(t(60)));
     assert_eq!(d0.now.unwrap().cost, Some(d("150")));
     assert!(d0.reasons[0].contains("(price)"), "{:?}", d0.reasons);
     // Half and half: carbon +400 % worse, price 66.7 % better → stay.
-    let policy = Policy { carbon_weight: d("0.5"), ..Policy::default() };
+    let policy = Policy {
+        carbon_weight: d("0.5"),
+        ..Policy::default()
+    };
     let d1 = decide(&job(60, Some(120)), &[&s], &[], &policy, t(0));
     assert_eq!(d1.start_at, Some(t(0)));
 }

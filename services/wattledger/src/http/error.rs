@@ -36,7 +36,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable machine-readable code: `unauthorized`, `forbidden`, `not_found`, `bad_request`,
     /// `unsupported_media_type`, `payload_too_large`, `too_many_records`, `validation_failed`,
-    /// `internal`.
+    /// `unavailable`, `internal`.
     pub code: String,
     pub message: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -63,6 +63,8 @@ pub enum ApiError {
     Validation(Vec<FieldError>),
     #[error("{0}")]
     InvalidQuery(String),
+    #[error("{0}")]
+    Unavailable(String),
     #[error("internal error")]
     Store(#[from] StoreError),
 }
@@ -85,6 +87,7 @@ impl ApiError {
             ApiError::TooManyRecords { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_many_records"),
             ApiError::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
             ApiError::InvalidQuery(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_query"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -1,5 +1,6 @@
 //! The HTTP API: one router per resource, merged here, with the shared state.
 
+pub mod admission;
 pub mod efficiency;
 pub mod error;
 pub mod extract;
@@ -30,16 +31,23 @@ pub struct AppState {
     pub pool: PgPool,
     pub keys: Keys,
     pub config: Arc<Config>,
+    pub admission: Arc<crate::admission::Admission>,
     /// Tenant key → id, for tenant tokens: tenants are few and rarely change.
     tenants: Arc<RwLock<HashMap<String, i64>>>,
 }
 
 impl AppState {
-    pub fn new(pool: PgPool, keys: Keys, config: Config) -> Self {
+    pub fn new(
+        pool: PgPool,
+        keys: Keys,
+        config: Config,
+        admission: Arc<crate::admission::Admission>,
+    ) -> Self {
         AppState {
             pool,
             keys,
             config: Arc::new(config),
+            admission,
             tenants: Arc::default(),
         }
     }
@@ -72,6 +80,7 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(prometheus::get_metrics))
         .merge(ingest::router())
         .merge(usage::router())
+        .merge(admission::router())
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))

@@ -1,6 +1,6 @@
 //! The OpenAPI 3 document, generated from the handlers' types and `#[utoipa::path]`s.
 
-use super::{efficiency, error, ingest, prometheus, usage};
+use super::{admission, efficiency, error, ingest, prometheus, usage};
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -14,11 +14,13 @@ use utoipa::{Modify, OpenApi};
         ingest::samples::samples_batch, ingest::jobs::jobs_batch, ingest::tokens::tokens_batch, ingest::signals::signals_batch,
         usage::get_usage, usage::list_jobs, usage::get_job, usage::list_sites, usage::list_tenants,
         efficiency::get_efficiency,
+        admission::ask, admission::decisions, admission::kubernetes,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail, error::FieldError)),
     modifiers(&Bearer),
     tags((name = "ingest", description = "Collectors and schedulers push data"),
          (name = "query", description = "Usage, jobs and inventory"),
+         (name = "admission", description = "Schedulers ask before starting a job"),
          (name = "service", description = "Health"))
 )]
 pub struct ApiDoc;

@@ -99,6 +99,7 @@ pub async fn tenants(
     })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_tenants(&state.pool, &records).await?;
+    state.admission.poke();
     state.forget_tenants();
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
 }
@@ -192,6 +193,7 @@ pub async fn sites(
     )?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_sites(&state.pool, &records).await?;
+    state.admission.poke();
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
 }
 
@@ -319,6 +321,7 @@ pub async fn device_models(
     )?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_device_models(&state.pool, &records).await?;
+    state.admission.poke();
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
 }
 

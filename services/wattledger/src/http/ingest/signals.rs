@@ -158,6 +158,8 @@ pub async fn signals_batch(
         return Err(ApiError::Validation(repeats));
     }
     let outcome = signals::upsert(&state.pool, &rows).await?;
+    // New forecasts change admission's choices at once on this replica.
+    state.admission.poke();
     tracing::debug!(
         written = outcome.written,
         dirtied = outcome.dirtied,

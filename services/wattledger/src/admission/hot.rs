@@ -1,0 +1,723 @@
+//! The admission state held in memory and the decision made on it. A decision reads and
+//! updates only this state (one short lock, no database round trip); the refresh loop
+//! rebuilds it from Postgres and carries over the reservations this replica made that the
+//! database does not show yet.
+
+use super::writer;
+use chrono::{DateTime, Duration, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::{mpsc, watch, Notify};
+use utoipa::ToSchema;
+use uuid::Uuid;
+use wattledger_domain::admission::budget::{Budget, JobAmounts, Metric, Remaining};
+use wattledger_domain::admission::envelope::{Reservation, Reserved};
+use wattledger_domain::admission::forecast::{Forecast, Point};
+use wattledger_domain::admission::{decide, Estimate, Job, Policy, Site, Verdict};
+use wattledger_store::admission as store;
+use wattledger_store::StoreResult;
+
+/// Forecasts are loaded this far ahead (and the envelope searched as far).
+const HORIZON_DAYS: i64 = 7;
+/// History the learned draw is taken from.
+const LEARN_DAYS: i64 = 30;
+/// Slow state reloads every this many refreshes.
+const SLOW_EVERY: u32 = 15;
+/// A decision this replica made and the database still does not show after this long is
+/// dropped from the carried-over reservations (its write failed for good).
+const PENDING_MAX_S: u64 = 120;
+
+pub const KINDS: [&str; 4] = ["training", "inference", "batch", "interactive"];
+
+/// A scheduler's question.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Ask {
+    /// Tenant key (a Slurm account, a Kubernetes namespace's tenant).
+    pub tenant: String,
+    #[serde(default)]
+    pub job_name: String,
+    /// The scheduler's job key where it is known before the job starts (Kubernetes:
+    /// `k8s:<namespace>/<pod>`), to join the decision to the job.
+    #[serde(default)]
+    pub job_key: Option<String>,
+    pub gpus: i64,
+    /// GPU device model (e.g. `NVIDIA H100 80GB HBM3`), for its typical draw.
+    #[serde(default)]
+    pub gpu_model: Option<String>,
+    /// The AI model key the job trains or serves, for learning its draw.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// `training`, `inference`, `batch` (default) or `interactive`.
+    #[serde(default = "default_kind")]
+    pub kind: String,
+    /// Expected run time, seconds.
+    pub duration_s: i64,
+    /// Expected draw per GPU (W, node share included). Without it, learned from the tenant's
+    /// history for this model and kind, else the device's typical draw.
+    #[serde(default)]
+    pub power_per_gpu_w: Option<i64>,
+    /// Default: now.
+    #[serde(default)]
+    pub earliest_start: Option<DateTime<Utc>>,
+    /// Must have finished by then. Without a deadline the job is not flexible.
+    #[serde(default)]
+    pub deadline: Option<DateTime<Utc>>,
+    #[serde(default = "default_priority")]
+    pub priority: String,
+    /// Candidate site keys, in order of preference. Default: every site.
+    #[serde(default)]
+    pub sites: Vec<String>,
+    /// Answer without reserving or storing anything ("what if").
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+fn default_kind() -> String {
+    "batch".into()
+}
+fn default_priority() -> String {
+    "normal".into()
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PowerSource {
+    pub gpu_draw_w: u32,
+    /// `request`, `learned`, `device_typical` or `default`, with what it was learned from.
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Savings {
+    #[schema(value_type = Option<String>)]
+    pub carbon_marginal_kg: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub carbon_average_kg: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub cost: Option<Decimal>,
+}
+
+/// The answer: what to do, and the numbers behind it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Answer {
+    pub decision_id: Uuid,
+    pub decided_at: DateTime<Utc>,
+    /// `admit`, `defer` or `reject`.
+    #[schema(value_type = String)]
+    pub decision: Verdict,
+    /// When the job should start (for `defer`, the time to hold it until).
+    pub start_at: Option<DateTime<Utc>>,
+    pub site: Option<String>,
+    pub reasons: Vec<String>,
+    /// Started as early as it may (kWh, cost in the site's currency, kg CO2e average and
+    /// marginal).
+    #[schema(value_type = Option<Object>)]
+    pub estimate_now: Option<Estimate>,
+    #[schema(value_type = Option<Object>)]
+    pub estimate_at_start: Option<Estimate>,
+    /// What starting at `start_at` saves against now.
+    pub savings: Option<Savings>,
+    /// Each budget's limit and what would remain after this job.
+    #[schema(value_type = Vec<Object>)]
+    pub budgets: Vec<Remaining>,
+    pub power: PowerSource,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    #[error("invalid request")]
+    Fields(Vec<(&'static str, String)>),
+    #[error("admission is still loading its state")]
+    NotReady,
+}
+
+struct SiteHot {
+    id: i64,
+    site: Site,
+}
+
+struct BudgetHot {
+    model: Option<String>,
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+    budget: Budget,
+}
+
+struct TenantHot {
+    id: i64,
+    policy: Policy,
+    budgets: Vec<BudgetHot>,
+}
+
+/// A decision of this replica the database may not show yet.
+struct Pending {
+    id: Uuid,
+    made: Instant,
+    site: usize,
+    tenant: String,
+    model: Option<String>,
+    reservation: Reservation,
+    amounts: JobAmounts,
+    start_at: DateTime<Utc>,
+}
+
+#[derive(Default)]
+struct Hot {
+    ready: bool,
+    sites: Vec<SiteHot>,
+    site_by_key: HashMap<String, usize>,
+    tenants: HashMap<String, TenantHot>,
+    learned: HashMap<(i64, Option<String>, String), i64>,
+    typical: HashMap<String, i64>,
+    pending: Vec<Pending>,
+}
+
+/// What reloads every `SLOW_EVERY` refreshes.
+struct Slow {
+    sites: Vec<store::SiteRow>,
+    draw: HashMap<i64, i64>,
+    points: Vec<store::SignalPoint>,
+    budgets: Vec<store::BudgetRow>,
+    models: HashMap<i64, String>,
+    policies: HashMap<i64, store::PolicyRow>,
+    learned: Vec<store::LearnedDraw>,
+    typical: HashMap<String, i64>,
+}
+
+pub struct Admission {
+    hot: Mutex<Hot>,
+    tx: mpsc::UnboundedSender<store::NewDecision>,
+    poke: Notify,
+    default_gpu_w: u32,
+}
+
+impl Admission {
+    /// Loads the state, then starts the refresh loop and the decision writer; both stop when
+    /// `stop` turns true. The server serves only once admission can answer.
+    pub async fn start(
+        pool: PgPool,
+        refresh: std::time::Duration,
+        default_gpu_w: u32,
+        stop: watch::Receiver<bool>,
+    ) -> (Arc<Admission>, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let admission = Arc::new(Admission {
+            hot: Mutex::new(Hot::default()),
+            tx,
+            poke: Notify::new(),
+            default_gpu_w,
+        });
+        let writer = tokio::spawn(writer::run(pool.clone(), rx));
+        let first = match load_slow(&pool, Utc::now()).await {
+            Ok(s) => {
+                let s = Arc::new(s);
+                if let Err(e) = admission.refresh_fast(&pool, &s, Utc::now()).await {
+                    tracing::warn!(error = %e, "admission: could not load reservations");
+                }
+                Some(s)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "admission: could not load its state; it answers 503 until it can");
+                None
+            }
+        };
+        let a = Arc::clone(&admission);
+        let task = tokio::spawn(async move {
+            a.refresh_loop(pool, refresh, stop, first).await;
+            drop(a);
+            // The writer ends once the last sender (the state, dropped with the router) is gone.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(10), writer).await;
+        });
+        (admission, task)
+    }
+
+    /// Reload sites, budgets, policies and forecasts now (this replica changed one).
+    pub fn poke(&self) {
+        self.poke.notify_one();
+    }
+
+    async fn refresh_loop(
+        &self,
+        pool: PgPool,
+        every: std::time::Duration,
+        mut stop: watch::Receiver<bool>,
+        mut slow: Option<Arc<Slow>>,
+    ) {
+        let mut tick: u32 = 1;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = self.poke.notified() => { tick = 0; }
+                _ = stop.changed() => return,
+            }
+            if *stop.borrow() {
+                return;
+            }
+            let now = Utc::now();
+            if slow.is_none() || tick.is_multiple_of(SLOW_EVERY) {
+                match load_slow(&pool, now).await {
+                    Ok(s) => slow = Some(Arc::new(s)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "admission: could not reload sites, forecasts and budgets")
+                    }
+                }
+            }
+            if let Some(s) = &slow {
+                match self.refresh_fast(&pool, s, now).await {
+                    Ok(()) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "admission: could not reload reservations")
+                    }
+                }
+            }
+            tick = tick.wrapping_add(1);
+        }
+    }
+
+    async fn refresh_fast(
+        &self,
+        pool: &PgPool,
+        slow: &Slow,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        if let Err(e) = store::join_decisions(pool).await {
+            tracing::warn!(error = %e, "admission: could not join decisions to jobs");
+        }
+        let tenants = store::tenants(pool).await?;
+        let reservations = store::reservations(pool, now - Duration::hours(2)).await?;
+        let mut fresh = build(slow, &tenants, &reservations, now);
+        let seen: HashSet<Uuid> = reservations.iter().map(|r| r.id).collect();
+        let mut hot = self.hot.lock().expect("admission state");
+        let pending = std::mem::take(&mut hot.pending);
+        for p in pending {
+            if seen.contains(&p.id) || p.made.elapsed().as_secs() > PENDING_MAX_S {
+                continue;
+            }
+            // Site indices may have moved: find the site by key.
+            let key = hot.sites.get(p.site).map(|s| s.site.key.clone());
+            if let Some(i) = key.and_then(|k| fresh.site_by_key.get(&k).copied()) {
+                fresh.apply(Pending { site: i, ..p });
+            }
+        }
+        *hot = fresh;
+        Ok(())
+    }
+
+    /// Decides on one job: validated here, decided on the hot state, reserved at once, and
+    /// handed to the writer.
+    pub fn ask(&self, ask: &Ask, source: &str, now: DateTime<Utc>) -> Result<Answer, AskError> {
+        self.ask_maybe_dry(ask, source, now, false)
+    }
+
+    /// As `ask`; a dry run (Kubernetes `dryRun`) answers the same but reserves and stores
+    /// nothing.
+    pub fn ask_maybe_dry(
+        &self,
+        ask: &Ask,
+        source: &str,
+        now: DateTime<Utc>,
+        dry_run: bool,
+    ) -> Result<Answer, AskError> {
+        let dry_run = dry_run || ask.dry_run;
+        let mut bad: Vec<(&'static str, String)> = Vec::new();
+        if ask.gpus < 1 || ask.gpus > 100_000 {
+            bad.push(("gpus", "must be between 1 and 100000".into()));
+        }
+        if ask.duration_s < 1 || ask.duration_s > 90 * 86_400 {
+            bad.push(("duration_s", "must be between 1 s and 90 days".into()));
+        }
+        if let Some(w) = ask.power_per_gpu_w {
+            if !(1..=10_000).contains(&w) {
+                bad.push(("power_per_gpu_w", "must be between 1 and 10000 W".into()));
+            }
+        }
+        if !KINDS.contains(&ask.kind.as_str()) {
+            bad.push(("kind", format!("must be one of {}", KINDS.join(", "))));
+        }
+        if ask.tenant.trim().is_empty() {
+            bad.push(("tenant", "must not be empty".into()));
+        }
+        let earliest = ask.earliest_start.unwrap_or(now);
+        if let Some(deadline) = ask.deadline {
+            if deadline <= earliest {
+                bad.push(("deadline", "must be after earliest_start".into()));
+            }
+        }
+        let mut hot = self.hot.lock().expect("admission state");
+        if !hot.ready {
+            return Err(AskError::NotReady);
+        }
+        let tenant = hot.tenants.get(&ask.tenant);
+        if tenant.is_none() && !ask.tenant.trim().is_empty() {
+            bad.push(("tenant", format!("unknown tenant '{}'", ask.tenant)));
+        }
+        let mut candidates: Vec<usize> = Vec::new();
+        if ask.sites.is_empty() {
+            candidates.extend(0..hot.sites.len());
+        } else {
+            for key in &ask.sites {
+                match hot.site_by_key.get(key) {
+                    Some(i) => candidates.push(*i),
+                    None => bad.push(("sites", format!("unknown site '{key}'"))),
+                }
+            }
+        }
+        if !bad.is_empty() {
+            return Err(AskError::Fields(bad));
+        }
+        let tenant = tenant.expect("checked");
+        let power = hot.power(ask, tenant.id, self.default_gpu_w);
+        let mut policy_budgets: Vec<Budget> = tenant
+            .budgets
+            .iter()
+            .filter(|b| b.model.is_none() || b.model == ask.model)
+            .filter(|b| b.starts_at <= earliest.max(now) && earliest.max(now) < b.ends_at)
+            .map(|b| b.budget.clone())
+            .collect();
+        policy_budgets.sort_by_key(|b| std::cmp::Reverse(b.hard));
+        let job = Job {
+            gpus: u32::try_from(ask.gpus).unwrap_or(u32::MAX),
+            gpu_draw_w: power.gpu_draw_w,
+            duration: Duration::seconds(ask.duration_s),
+            inference: ask.kind == "inference",
+            earliest_start: earliest,
+            deadline: ask.deadline,
+            priority: ask.priority.clone(),
+        };
+        let sites: Vec<&Site> = candidates.iter().map(|i| &hot.sites[*i].site).collect();
+        let d = decide(&job, &sites, &policy_budgets, &tenant.policy, now);
+        let id = Uuid::now_v7();
+        let chosen = d
+            .site
+            .as_ref()
+            .and_then(|k| hot.site_by_key.get(k).copied());
+        let (site_id, reservation) = match (chosen, d.reservation) {
+            (Some(i), Some(r)) if d.verdict != Verdict::Reject && !dry_run => {
+                let amounts = d
+                    .at_start
+                    .as_ref()
+                    .map(Estimate::amounts)
+                    .unwrap_or_default();
+                hot.apply(Pending {
+                    id,
+                    made: Instant::now(),
+                    site: i,
+                    tenant: ask.tenant.clone(),
+                    model: ask.model.clone(),
+                    reservation: r,
+                    amounts,
+                    start_at: d.start_at.unwrap_or(now),
+                });
+                (Some(hot.sites[i].id), Some(r))
+            }
+            _ => (None, None),
+        };
+        let tenant_id = hot.tenants[&ask.tenant].id;
+        drop(hot);
+        let savings = match (&d.now, &d.at_start) {
+            (Some(a), Some(b)) if d.verdict == Verdict::Defer || a.site != b.site => {
+                let diff = |x: Option<Decimal>, y: Option<Decimal>| Some(x? - y?);
+                Some(Savings {
+                    carbon_marginal_kg: diff(a.carbon_marginal_kg, b.carbon_marginal_kg),
+                    carbon_average_kg: diff(a.carbon_average_kg, b.carbon_average_kg),
+                    cost: (a.currency == b.currency)
+                        .then(|| diff(a.cost, b.cost))
+                        .flatten(),
+                })
+            }
+            _ => None,
+        };
+        let answer = Answer {
+            decision_id: id,
+            decided_at: now,
+            decision: d.verdict,
+            start_at: d.start_at,
+            site: d.site,
+            reasons: d.reasons,
+            estimate_now: d.now,
+            estimate_at_start: d.at_start,
+            savings,
+            budgets: d.budgets,
+            power,
+        };
+        let record = store::NewDecision {
+            id,
+            decided_at: now,
+            tenant_id,
+            source: source.into(),
+            job_name: ask.job_name.clone(),
+            job_key: ask.job_key.clone(),
+            kind: ask.kind.clone(),
+            priority: ask.priority.clone(),
+            gpus: i32::try_from(ask.gpus).unwrap_or(i32::MAX),
+            decision: answer.decision.as_str().into(),
+            site_id,
+            start_at: reservation.map(|r| r.start),
+            end_at: reservation.map(|r| r.end),
+            reserved_w: reservation.map(|r| r.draw_w),
+            request: serde_json::to_value(ask).unwrap_or_default(),
+            answer: serde_json::to_value(&answer).unwrap_or_default(),
+        };
+        if dry_run {
+            return Ok(answer);
+        }
+        if self.tx.send(record).is_err() {
+            tracing::warn!(decision = %id, "the decision writer has stopped; this decision is not stored");
+        }
+        Ok(answer)
+    }
+}
+
+impl Hot {
+    /// The draw per GPU: asked, learned from the tenant's history (same model and kind, then
+    /// any model of that kind), the device's typical draw, or the server default.
+    fn power(&self, ask: &Ask, tenant: i64, default_w: u32) -> PowerSource {
+        if let Some(w) = ask.power_per_gpu_w {
+            return PowerSource {
+                gpu_draw_w: w as u32,
+                source: "request".into(),
+            };
+        }
+        let learned = |model: Option<String>| {
+            self.learned
+                .get(&(tenant, model, ask.kind.clone()))
+                .copied()
+        };
+        if let Some(m) = &ask.model {
+            if let Some(w) = learned(Some(m.clone())) {
+                return PowerSource {
+                    gpu_draw_w: w.clamp(1, 10_000) as u32,
+                    source: format!(
+                        "learned: {}'s {} jobs of {m} over {LEARN_DAYS} days",
+                        ask.tenant, ask.kind
+                    ),
+                };
+            }
+        }
+        if let Some(w) = learned(None) {
+            return PowerSource {
+                gpu_draw_w: w.clamp(1, 10_000) as u32,
+                source: format!(
+                    "learned: {}'s {} jobs over {LEARN_DAYS} days",
+                    ask.tenant, ask.kind
+                ),
+            };
+        }
+        if let Some(w) = ask.gpu_model.as_ref().and_then(|m| self.typical.get(m)) {
+            return PowerSource {
+                gpu_draw_w: (*w).clamp(1, 10_000) as u32,
+                source: format!("device_typical: {}", ask.gpu_model.as_deref().unwrap_or("")),
+            };
+        }
+        PowerSource {
+            gpu_draw_w: default_w,
+            source: "default: no history and no typical draw for this device".into(),
+        }
+    }
+
+    /// Counts a decision against its site's envelope and its tenant's budgets.
+    fn apply(&mut self, p: Pending) {
+        if let Some(s) = self.sites.get_mut(p.site) {
+            s.site.reserved.add(p.reservation);
+        }
+        if let Some(t) = self.tenants.get_mut(&p.tenant) {
+            add_to_budgets(&mut t.budgets, p.model.as_deref(), p.start_at, &p.amounts);
+        }
+        self.pending.push(p);
+    }
+}
+
+fn add_to_budgets(
+    budgets: &mut [BudgetHot],
+    model: Option<&str>,
+    at: DateTime<Utc>,
+    a: &JobAmounts,
+) {
+    for b in budgets {
+        if b.starts_at > at || at >= b.ends_at || (b.model.is_some() && b.model.as_deref() != model)
+        {
+            continue;
+        }
+        let add = match &b.budget.metric {
+            Metric::EnergyKwh => Some(a.kwh),
+            Metric::Cost { currency } => a
+                .cost
+                .as_ref()
+                .filter(|(_, c)| c == currency)
+                .map(|(v, _)| *v),
+            Metric::CarbonKg => a.carbon_kg,
+        };
+        b.budget.used += add.unwrap_or_default();
+    }
+}
+
+async fn load_slow(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Slow> {
+    let models: Vec<(i64, String)> = sqlx::query_as("SELECT id, key FROM models")
+        .fetch_all(pool)
+        .await?;
+    Ok(Slow {
+        sites: store::sites(pool).await?,
+        draw: store::site_draw(pool, now).await?,
+        points: store::signal_points(
+            pool,
+            now - Duration::hours(1),
+            now + Duration::days(HORIZON_DAYS),
+        )
+        .await?,
+        budgets: store::budgets_in_force(pool, now).await?,
+        models: models.into_iter().collect(),
+        policies: store::policies(pool)
+            .await?
+            .into_iter()
+            .map(|p| (p.tenant_id, p))
+            .collect(),
+        learned: store::learned_draw(pool, now - Duration::days(LEARN_DAYS)).await?,
+        typical: store::typical_draw(pool).await?,
+    })
+}
+
+fn build(
+    slow: &Slow,
+    tenants: &HashMap<String, i64>,
+    reservations: &[store::ReservationRow],
+    now: DateTime<Utc>,
+) -> Hot {
+    // One forecast per (region, signal, basis), shared by the sites on it.
+    let mut series: HashMap<(&str, &str, &str), Vec<Point>> = HashMap::new();
+    for p in &slow.points {
+        series
+            .entry((&p.region, &p.signal, &p.basis))
+            .or_default()
+            .push(Point {
+                start: p.start_at,
+                end: p.end_at,
+                value: p.value,
+            });
+    }
+    let forecasts: HashMap<(&str, &str, &str), Arc<Forecast>> = series
+        .into_iter()
+        .map(|(k, v)| (k, Arc::new(Forecast::new(v))))
+        .collect();
+    let forecast = |r: &str, s: &str, b: &str| -> Arc<Forecast> {
+        forecasts.get(&(r, s, b)).cloned().unwrap_or_default()
+    };
+    let mut hot = Hot {
+        ready: true,
+        ..Hot::default()
+    };
+    for s in &slow.sites {
+        let mut reserved: Reserved = reservations
+            .iter()
+            .filter(|r| r.site_id == s.id && r.end_at > now)
+            .map(|r| Reservation {
+                start: r.start_at,
+                end: r.end_at,
+                draw_w: r.reserved_w,
+            })
+            .collect();
+        reserved.prune(now);
+        hot.site_by_key.insert(s.key.clone(), hot.sites.len());
+        hot.sites.push(SiteHot {
+            id: s.id,
+            site: Site {
+                inference_factor: s.inference_power_factor,
+                key: s.key.clone(),
+                envelope_w: s.envelope_w,
+                draw_w: slow.draw.get(&s.id).copied(),
+                pue: s.pue,
+                currency: s.currency.clone(),
+                reserved,
+                carbon_average: forecast(&s.grid_region, "carbon", "average"),
+                carbon_marginal: forecast(&s.grid_region, "carbon", "marginal"),
+                price: forecast(&s.price_region, "price", &s.currency),
+            },
+        });
+    }
+    let key_of: HashMap<i64, &String> = tenants.iter().map(|(k, id)| (*id, k)).collect();
+    for (key, id) in tenants {
+        let policy = slow
+            .policies
+            .get(id)
+            .map(|p| Policy {
+                threshold_pct: p.threshold_pct,
+                carbon_weight: p.carbon_weight,
+                marginal: p.basis == "marginal",
+                bypass: p.bypass_priorities.clone(),
+                bypass_budget: p.budget_bypass_priorities.clone(),
+                horizon: Duration::days(HORIZON_DAYS),
+            })
+            .unwrap_or_default();
+        hot.tenants.insert(
+            key.clone(),
+            TenantHot {
+                id: *id,
+                policy,
+                budgets: Vec::new(),
+            },
+        );
+    }
+    for b in &slow.budgets {
+        let Some(t) = key_of
+            .get(&b.tenant_id)
+            .and_then(|k| hot.tenants.get_mut(*k))
+        else {
+            continue;
+        };
+        let model = b.model_id.and_then(|m| slow.models.get(&m).cloned());
+        let mut push = |metric: Metric, limit: Option<Decimal>, used: Decimal| {
+            if let Some(limit) = limit {
+                t.budgets.push(BudgetHot {
+                    model: model.clone(),
+                    starts_at: b.starts_at,
+                    ends_at: b.ends_at,
+                    budget: Budget {
+                        name: b.key.clone(),
+                        metric,
+                        limit,
+                        used,
+                        hard: b.hard,
+                    },
+                });
+            }
+        };
+        push(Metric::EnergyKwh, b.limit_kwh, b.used_kwh);
+        if let Some(c) = &b.currency {
+            push(
+                Metric::Cost {
+                    currency: c.clone(),
+                },
+                b.limit_cost,
+                b.used_cost,
+            );
+        }
+        push(Metric::CarbonKg, b.limit_carbon_kg, b.used_carbon_kg);
+    }
+    // Admitted jobs not yet in the ledger count against budgets at their estimate.
+    for r in reservations.iter().filter(|r| !r.joined) {
+        let Some(t) = key_of
+            .get(&r.tenant_id)
+            .and_then(|k| hot.tenants.get_mut(*k))
+        else {
+            continue;
+        };
+        let model = r
+            .model_id
+            .and_then(|m| slow.models.get(&m).map(String::as_str));
+        let amounts = JobAmounts {
+            kwh: r.kwh.unwrap_or_default(),
+            cost: r.cost.zip(r.currency.clone()),
+            carbon_kg: r.carbon_kg,
+        };
+        add_to_budgets(&mut t.budgets, model, r.start_at, &amounts);
+    }
+    for l in &slow.learned {
+        hot.learned
+            .insert((l.tenant_id, l.model.clone(), l.kind.clone()), l.gpu_draw_w);
+    }
+    hot.typical = slow.typical.clone();
+    hot
+}

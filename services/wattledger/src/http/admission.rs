@@ -1,0 +1,502 @@
+//! The admission API: `POST /v1/admission` (a scheduler asks before starting a job),
+//! `GET /v1/admission/decisions` (what was decided and, once the job ran, what it used), and
+//! `POST /v1/admission/kubernetes` (a validating admission webhook speaking AdmissionReview v1).
+
+use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
+use super::extract::{Caller, Query, RawBatch};
+use super::AppState;
+use crate::admission::{Answer, Ask, AskError};
+use crate::auth::Role;
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+use wattledger_store::admission::{self as store, DecisionFilter};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/admission", post(ask))
+        .route("/v1/admission/decisions", get(decisions))
+        .route("/v1/admission/kubernetes", post(kubernetes))
+}
+
+fn to_api(e: AskError) -> ApiError {
+    match e {
+        AskError::Fields(f) => ApiError::Validation(
+            f.into_iter()
+                .map(|(field, reason)| FieldError::new(0, field, reason))
+                .collect(),
+        ),
+        AskError::NotReady => ApiError::Unavailable("admission is still loading its state".into()),
+    }
+}
+
+/// Parses the question; a body that does not fit the schema is a 422 naming the field.
+fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
+    match serde_json::from_slice::<Ask>(bytes) {
+        Ok(a) => Ok(a),
+        Err(e) => {
+            let value: Value = serde_json::from_slice(bytes)
+                .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
+            let Value::Object(map) = value else {
+                return Err(ApiError::BadRequest(
+                    "the body must be a JSON object".into(),
+                ));
+            };
+            let mut bad = Vec::new();
+            let ints = ["gpus", "duration_s", "power_per_gpu_w"];
+            let times = ["earliest_start", "deadline"];
+            let bools = ["dry_run"];
+            let strings = [
+                "tenant",
+                "job_name",
+                "job_key",
+                "gpu_model",
+                "model",
+                "kind",
+                "priority",
+            ];
+            for (k, v) in &map {
+                let ok = if ints.contains(&k.as_str()) {
+                    v.is_i64() || (v.is_null() && k == "power_per_gpu_w")
+                } else if times.contains(&k.as_str()) {
+                    v.is_null()
+                        || v.as_str()
+                            .is_some_and(|s| s.parse::<DateTime<Utc>>().is_ok())
+                } else if strings.contains(&k.as_str()) {
+                    v.is_string()
+                        || (v.is_null() && !matches!(k.as_str(), "tenant" | "kind" | "priority"))
+                } else if bools.contains(&k.as_str()) {
+                    v.is_boolean()
+                } else if k == "sites" {
+                    v.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+                } else {
+                    bad.push(FieldError::new(0, k, "unknown field"));
+                    continue;
+                };
+                if !ok {
+                    let want = if ints.contains(&k.as_str()) {
+                        "an integer"
+                    } else if times.contains(&k.as_str()) {
+                        "an RFC 3339 time"
+                    } else if k == "sites" {
+                        "an array of site keys"
+                    } else if bools.contains(&k.as_str()) {
+                        "true or false"
+                    } else {
+                        "a string"
+                    };
+                    bad.push(FieldError::new(0, k, format!("must be {want}")));
+                }
+            }
+            for required in ["tenant", "gpus", "duration_s"] {
+                if !map.contains_key(required) {
+                    bad.push(FieldError::new(0, required, "is required"));
+                }
+            }
+            if bad.is_empty() {
+                bad.push(FieldError::new(0, "body", e.to_string()));
+            }
+            Err(ApiError::Validation(bad))
+        }
+    }
+}
+
+/// Ask whether a job may start: admit, defer to `start_at`, or reject, with the reasons
+/// and the estimated energy, cost and carbon now and at `start_at`.
+#[utoipa::path(post, path = "/v1/admission", tag = "admission", request_body = Ask,
+    security(("bearer" = [])),
+    responses((status = 200, body = Answer), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn ask(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawBatch(body): RawBatch,
+) -> ApiResult<Json<Answer>> {
+    caller.require(&[Role::Scheduler])?;
+    let ask = parse_ask(&body)?;
+    let answer = state
+        .admission
+        .ask(&ask, "api", Utc::now())
+        .map_err(to_api)?;
+    Ok(Json(answer))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DecisionParams {
+    /// `admit`, `defer` or `reject`.
+    pub decision: Option<String>,
+    /// Tenant key (admin, finance, operator, scheduler only; a tenant sees its own).
+    pub tenant: Option<String>,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    /// The `next` cursor of the previous page.
+    pub before: Option<String>,
+    /// At most 500; default 100.
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DecisionView {
+    pub id: Uuid,
+    pub decided_at: DateTime<Utc>,
+    pub tenant: String,
+    /// `api`, `slurm` or `kubernetes`.
+    pub source: String,
+    pub job_name: String,
+    pub decision: String,
+    pub site: Option<String>,
+    pub start_at: Option<DateTime<Utc>>,
+    /// The answer as given (reasons, estimates, budgets, power).
+    #[schema(value_type = Object)]
+    pub answer: Value,
+    /// The job it became, once a scheduler reported it.
+    pub job: Option<String>,
+    /// What the job used according to the ledger, once attributed.
+    #[schema(value_type = Option<String>)]
+    pub actual_kwh: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub actual_cost: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub actual_carbon_kg: Option<Decimal>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DecisionPage {
+    pub decisions: Vec<DecisionView>,
+    /// Pass as `before` for the next (older) page; absent on the last page.
+    pub next: Option<String>,
+}
+
+/// Stored decisions, newest first; a tenant sees its own.
+#[utoipa::path(get, path = "/v1/admission/decisions", tag = "admission", params(DecisionParams),
+    security(("bearer" = [])),
+    responses((status = 200, body = DecisionPage), (status = 401, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn decisions(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(p): Query<DecisionParams>,
+) -> ApiResult<Json<DecisionPage>> {
+    caller.require(&[Role::Scheduler, Role::Operator, Role::Finance, Role::Tenant])?;
+    let mut scope = caller.scope;
+    if let Some(key) = &p.tenant {
+        // An unknown tenant and another tenant's key look the same: not found.
+        let id = state.tenant_id(key).await?.ok_or(ApiError::NotFound)?;
+        scope = scope.narrow(id).ok_or(ApiError::NotFound)?;
+    }
+    if let Some(d) = &p.decision {
+        if !["admit", "defer", "reject"].contains(&d.as_str()) {
+            return Err(ApiError::InvalidQuery(
+                "decision must be admit, defer or reject".into(),
+            ));
+        }
+    }
+    let limit = p.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::InvalidQuery(
+            "limit must be between 1 and 500".into(),
+        ));
+    }
+    let before =
+        match &p.before {
+            None => None,
+            Some(c) => Some(parse_cursor(c).ok_or_else(|| {
+                ApiError::InvalidQuery("before: not a cursor from this API".into())
+            })?),
+        };
+    let filter = DecisionFilter {
+        decision: p.decision.clone(),
+        from: p.from,
+        to: p.to,
+        before,
+        limit,
+    };
+    let rows = store::list_decisions(&state.pool, scope, &filter).await?;
+    let next = (rows.len() as i64 == limit)
+        .then(|| {
+            rows.last()
+                .map(|r| format!("{}~{}", r.decided_at.to_rfc3339(), r.id))
+        })
+        .flatten();
+    Ok(Json(DecisionPage {
+        decisions: rows
+            .into_iter()
+            .map(|r| DecisionView {
+                id: r.id,
+                decided_at: r.decided_at,
+                tenant: r.tenant,
+                source: r.source,
+                job_name: r.job_name,
+                decision: r.decision,
+                site: r.site,
+                start_at: r.start_at,
+                answer: r.answer,
+                job: r.job_key,
+                actual_kwh: r.actual_kwh.map(|v| v.round_dp(6)),
+                actual_cost: r.actual_cost,
+                actual_carbon_kg: r.actual_carbon_kg.map(|v| v.round_dp(6)),
+            })
+            .collect(),
+        next,
+    }))
+}
+
+fn parse_cursor(c: &str) -> Option<(DateTime<Utc>, Uuid)> {
+    let (t, id) = c.split_once('~')?;
+    Some((
+        DateTime::parse_from_rfc3339(t).ok()?.with_timezone(&Utc),
+        id.parse().ok()?,
+    ))
+}
+
+/// Annotations a pod may carry for the webhook.
+pub mod annotations {
+    pub const TENANT: &str = "wattledger.io/tenant";
+    pub const DURATION: &str = "wattledger.io/duration";
+    pub const DEADLINE: &str = "wattledger.io/deadline";
+    pub const KIND: &str = "wattledger.io/kind";
+    pub const MODEL: &str = "wattledger.io/model";
+    pub const GPU_MODEL: &str = "wattledger.io/gpu-model";
+    pub const SITES: &str = "wattledger.io/sites";
+}
+
+/// A pod's question, from its spec and annotations; `None` for a pod without GPUs.
+fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
+    let pod = &req["object"];
+    let meta = &pod["metadata"];
+    let ann = |k: &str| {
+        meta["annotations"][k]
+            .as_str()
+            .or_else(|| meta["labels"][k].as_str())
+            .map(str::to_owned)
+    };
+    let mut gpus: i64 = 0;
+    for group in ["initContainers", "containers"] {
+        let Some(cs) = pod["spec"][group].as_array() else {
+            continue;
+        };
+        let mut in_group = 0;
+        for c in cs {
+            let limits = &c["resources"]["limits"];
+            let Some(map) = limits.as_object() else {
+                continue;
+            };
+            for (name, v) in map {
+                if name == "nvidia.com/gpu" || name.starts_with("nvidia.com/mig-") {
+                    let n = v
+                        .as_i64()
+                        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                        .ok_or_else(|| format!("{name}: not a whole number"))?;
+                    if group == "initContainers" {
+                        in_group = in_group.max(n);
+                    } else {
+                        in_group += n;
+                    }
+                }
+            }
+        }
+        gpus = gpus.max(in_group);
+    }
+    if gpus == 0 {
+        return Ok(None);
+    }
+    let namespace = req["namespace"]
+        .as_str()
+        .or_else(|| meta["namespace"].as_str())
+        .unwrap_or("default");
+    let name = req["name"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .or_else(|| meta["name"].as_str().filter(|s| !s.is_empty()));
+    let duration_s = match ann(annotations::DURATION) {
+        Some(d) => parse_duration(&d).ok_or_else(|| {
+            format!(
+                "{}: '{d}' is not a duration (e.g. 90m, 2h, 3600)",
+                annotations::DURATION
+            )
+        })?,
+        None => pod["spec"]["activeDeadlineSeconds"]
+            .as_i64()
+            .unwrap_or(3600),
+    };
+    let deadline = match ann(annotations::DEADLINE) {
+        Some(d) => Some(
+            d.parse::<DateTime<Utc>>()
+                .map_err(|_| format!("{}: '{d}' is not an RFC 3339 time", annotations::DEADLINE))?,
+        ),
+        None => None,
+    };
+    Ok(Some(Ask {
+        tenant: ann(annotations::TENANT).unwrap_or_else(|| namespace.to_owned()),
+        job_name: name
+            .map(str::to_owned)
+            .or_else(|| meta["generateName"].as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        job_key: name.map(|n| format!("k8s:{namespace}/{n}")),
+        gpus,
+        gpu_model: ann(annotations::GPU_MODEL),
+        model: ann(annotations::MODEL),
+        kind: ann(annotations::KIND).unwrap_or_else(|| "batch".into()),
+        duration_s,
+        power_per_gpu_w: None,
+        earliest_start: None,
+        deadline,
+        priority: pod["spec"]["priorityClassName"]
+            .as_str()
+            .unwrap_or("normal")
+            .to_owned(),
+        sites: ann(annotations::SITES)
+            .map(|s| {
+                s.split(',')
+                    .map(|x| x.trim().to_owned())
+                    .filter(|x| !x.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        dry_run: false,
+    }))
+}
+
+/// `90m`, `2h`, `1h30m`, `45s`, `3600`.
+fn parse_duration(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(n) = s.parse::<i64>() {
+        return Some(n);
+    }
+    let (mut total, mut num) = (0i64, String::new());
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+        } else {
+            let n: i64 = num.parse().ok()?;
+            num.clear();
+            total += n * match c {
+                'd' => 86_400,
+                'h' => 3600,
+                'm' => 60,
+                's' => 1,
+                _ => return None,
+            };
+        }
+    }
+    num.is_empty().then_some(total)
+}
+
+/// A validating admission webhook (AdmissionReview v1): pods requesting `nvidia.com/gpu` (or
+/// MIG) are put to `POST /v1/admission`; reject and defer deny the pod with the reasons (a
+/// deferral names the time to create it again), admit allows it with any warnings.
+#[utoipa::path(post, path = "/v1/admission/kubernetes", tag = "admission",
+    security(("bearer" = [])),
+    request_body(content = Object, description = "AdmissionReview v1"),
+    responses((status = 200, description = "AdmissionReview v1 with the response"),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn kubernetes(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawBatch(body): RawBatch,
+) -> ApiResult<Json<Value>> {
+    caller.require(&[Role::Scheduler])?;
+    let review: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("not an AdmissionReview: {e}")))?;
+    let req = &review["request"];
+    let uid = req["uid"].as_str().ok_or_else(|| {
+        ApiError::BadRequest("not an AdmissionReview: request.uid is missing".into())
+    })?;
+    let api_version = review["apiVersion"]
+        .as_str()
+        .unwrap_or("admission.k8s.io/v1");
+    let reply = |response: Value| {
+        Json(json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response}))
+    };
+    let is_pod_create = req["kind"]["kind"].as_str() == Some("Pod")
+        && req["operation"].as_str().unwrap_or("CREATE") == "CREATE";
+    if !is_pod_create {
+        return Ok(reply(json!({"uid": uid, "allowed": true})));
+    }
+    let ask = match pod_ask(req) {
+        Ok(None) => return Ok(reply(json!({"uid": uid, "allowed": true}))),
+        Ok(Some(a)) => a,
+        Err(why) => {
+            return Ok(reply(json!({"uid": uid, "allowed": false,
+                "status": {"code": 400, "message": format!("wattledger: {why}")}})))
+        }
+    };
+    // A dry run must not reserve anything: answer from a decision that is not kept.
+    let dry_run = req["dryRun"].as_bool().unwrap_or(false);
+    let answer = match state
+        .admission
+        .ask_maybe_dry(&ask, "kubernetes", Utc::now(), dry_run)
+    {
+        Ok(a) => a,
+        Err(AskError::Fields(f)) => {
+            let why: Vec<String> = f.into_iter().map(|(k, r)| format!("{k} {r}")).collect();
+            return Ok(reply(json!({"uid": uid, "allowed": false,
+                "status": {"code": 422, "message": format!("wattledger: {}", why.join("; "))}})));
+        }
+        Err(e) => return Err(to_api(e)),
+    };
+    let reasons = answer.reasons.join("; ");
+    let response = match answer.decision {
+        wattledger_domain::admission::Verdict::Admit => {
+            let warnings: Vec<String> = answer
+                .reasons
+                .iter()
+                .filter(|r| r.contains("soft cap") || r.contains("cannot be estimated"))
+                .map(|r| r.chars().take(120).collect())
+                .collect();
+            json!({"uid": uid, "allowed": true, "warnings": warnings,
+                   "auditAnnotations": {"wattledger.io/decision": answer.decision_id.to_string()}})
+        }
+        wattledger_domain::admission::Verdict::Defer => json!({"uid": uid, "allowed": false,
+            "status": {"code": 429, "reason": "TooManyRequests", "message": format!(
+                "wattledger: deferred; create this pod again at or after {} (decision {}): {reasons}",
+                answer.start_at.map(|t| t.to_rfc3339()).unwrap_or_default(), answer.decision_id)},
+            "auditAnnotations": {"wattledger.io/decision": answer.decision_id.to_string()}}),
+        wattledger_domain::admission::Verdict::Reject => json!({"uid": uid, "allowed": false,
+            "status": {"code": 403, "reason": "Forbidden", "message": format!(
+                "wattledger: rejected (decision {}): {reasons}", answer.decision_id)},
+            "auditAnnotations": {"wattledger.io/decision": answer.decision_id.to_string()}}),
+    };
+    Ok(reply(response))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("3600"), Some(3600));
+        assert_eq!(parse_duration("1h30m"), Some(5400));
+        assert_eq!(parse_duration("2d"), Some(172_800));
+        assert_eq!(parse_duration("90"), Some(90));
+        assert_eq!(parse_duration("1h30"), None);
+        assert_eq!(parse_duration("1x"), None);
+    }
+
+    #[test]
+    fn gpus_from_limits_sum_over_containers_and_take_the_max_init_container() {
+        let req = json!({"namespace": "serving", "name": "llama-0", "object": {
+            "metadata": {"annotations": {"wattledger.io/tenant": "acme", "wattledger.io/duration": "2h"}},
+            "spec": {"priorityClassName": "prod",
+                "initContainers": [{"resources": {"limits": {"nvidia.com/gpu": 4}}}],
+                "containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}},
+                               {"resources": {"limits": {"nvidia.com/mig-1g.10gb": 1, "cpu": "2"}}}]}}});
+        let a = pod_ask(&req).unwrap().unwrap();
+        assert_eq!(a.gpus, 4);
+        assert_eq!(a.tenant, "acme");
+        assert_eq!(a.duration_s, 7200);
+        assert_eq!(a.job_key.as_deref(), Some("k8s:serving/llama-0"));
+        assert_eq!(a.priority, "prod");
+        let no_gpu =
+            json!({"namespace": "x", "object": {"spec": {"containers": [{"resources": {}}]}}});
+        assert!(pod_ask(&no_gpu).unwrap().is_none());
+    }
+}

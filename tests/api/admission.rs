@@ -1,0 +1,373 @@
+//! The admission API end to end: auth, validation, deferral to a cleaner hour with the
+//! numbers, reservations against the envelope, a hard budget, decisions stored, scoped and
+//! joined to the job they became, and the Kubernetes webhook on the stored AdmissionReview.
+
+use crate::scenario;
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use serde_json::{json, Value};
+use wattledger::auth::Role;
+use wattledger_tests::TestApp;
+
+async fn setup() -> TestApp {
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    // Admission reloads on the inventory change; wait until it knows the tenant and site.
+    let probe =
+        json!({"tenant": "a", "gpus": 1, "duration_s": 60, "sites": ["s1"], "dry_run": true});
+    for _ in 0..100 {
+        if ask(&app, probe.clone()).await.0 == 200 {
+            return app;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("admission never learned the inventory");
+}
+
+async fn ask(app: &TestApp, body: Value) -> (u16, Value) {
+    app.post_raw(
+        &app.token(Role::Scheduler),
+        "/v1/admission",
+        body.to_string(),
+    )
+    .await
+}
+
+/// Asks until the hot state has loaded what the test just wrote (it refreshes every 200 ms
+/// in tests; sites and budgets every 15 refreshes or when poked): dry runs, which reserve nothing, until the answer is as expected; then the real question.
+async fn ask_until(app: &TestApp, body: Value, done: impl Fn(&Value) -> bool) -> Value {
+    let mut dry = body.clone();
+    dry["dry_run"] = json!(true);
+    for _ in 0..60 {
+        let (status, answer) = ask(app, dry.clone()).await;
+        if status == 200 && done(&answer) {
+            let (status, answer) = ask(app, body.clone()).await;
+            assert_eq!(status, 200, "{answer}");
+            assert!(done(&answer), "{answer}");
+            return answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("admission never answered as expected for {body}");
+}
+
+fn hour_now() -> DateTime<Utc> {
+    Utc::now().duration_trunc(Duration::hours(1)).unwrap()
+}
+
+fn marginal(start: DateTime<Utc>, hours: i64, value: &str) -> Value {
+    json!({"region": "DE", "signal": "carbon", "basis": "marginal", "status": "forecast",
+           "source": "watttime", "start_at": start, "end_at": start + Duration::hours(hours),
+           "value": value})
+}
+
+#[tokio::test]
+async fn only_schedulers_ask_and_bad_questions_name_their_fields() {
+    let app = setup().await;
+    let body = json!({"tenant": "a", "gpus": 1, "duration_s": 60});
+    let no_token = app
+        .http
+        .post(format!("{}/v1/admission", app.base))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_token.status().as_u16(), 401);
+    for role in [Role::Collector, Role::Operator, Role::Finance] {
+        let (status, _) = app
+            .post_raw(&app.token(role), "/v1/admission", body.to_string())
+            .await;
+        assert_eq!(status, 403, "{role:?}");
+    }
+    let (status, _) = app
+        .post_raw(&app.tenant_token("a"), "/v1/admission", body.to_string())
+        .await;
+    assert_eq!(status, 403);
+
+    let fields = |v: &Value| -> Vec<String> {
+        v["error"]["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["field"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (status, v) = ask(
+        &app,
+        json!({"tenant": "nobody", "gpus": -2, "duration_s": 60,
+        "earliest_start": "2026-11-23T10:00:00Z", "deadline": "2026-11-23T09:00:00Z",
+        "sites": ["s1", "mars"]}),
+    )
+    .await;
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["error"]["code"], "validation_failed");
+    let mut f = fields(&v);
+    f.sort();
+    assert_eq!(f, ["deadline", "gpus", "sites", "tenant"], "{v}");
+
+    let (status, v) = ask(
+        &app,
+        json!({"tenant": "a", "gpus": "eight", "duration_s": 60, "colour": "red"}),
+    )
+    .await;
+    assert_eq!(status, 422);
+    let mut f = fields(&v);
+    f.sort();
+    assert_eq!(f, ["colour", "gpus"], "{v}");
+    let (status, v) = ask(&app, json!({"tenant": "a"})).await;
+    assert_eq!(status, 422);
+    assert_eq!(fields(&v), ["gpus", "duration_s"], "{v}");
+}
+
+#[tokio::test]
+async fn a_flexible_job_is_deferred_to_the_clean_hour_stored_scoped_and_joined() {
+    let app = setup().await;
+    let h = hour_now();
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Collector),
+            "signals",
+            json!([
+                marginal(h, 2, "600"),
+                marginal(h + Duration::hours(2), 2, "150")
+            ]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // 4 GPUs × 500 W × PUE 1.25 = 2.5 kW for an hour: 2.5 kWh.
+    let q = json!({"tenant": "a", "job_name": "finetune", "job_key": "slurm:lab:9001",
+        "gpus": 4, "duration_s": 3600, "power_per_gpu_w": 500, "kind": "training",
+        "deadline": h + Duration::hours(4)});
+    let answer = ask_until(&app, q, |a| a["decision"] == "defer").await;
+    assert_eq!(answer["site"], "s1");
+    let start: DateTime<Utc> = answer["start_at"].as_str().unwrap().parse().unwrap();
+    assert_eq!(start, h + Duration::hours(2), "{answer}");
+    assert_eq!(answer["estimate_now"]["kwh"], "2.500000");
+    assert_eq!(
+        answer["estimate_at_start"]["carbon_marginal_kg"],
+        "0.375000"
+    );
+    // Now: the rest of this hour and part of the next, all at 600 g → 1.5 kg.
+    assert_eq!(answer["estimate_now"]["carbon_marginal_kg"], "1.500000");
+    assert_eq!(answer["savings"]["carbon_marginal_kg"], "1.125000");
+    assert_eq!(answer["power"]["source"], "request");
+    assert!(
+        answer["reasons"][0].as_str().unwrap().contains("saves 75%"),
+        "{answer}"
+    );
+    let id = answer["decision_id"].as_str().unwrap().to_owned();
+
+    // Stored (asynchronously), visible to its tenant and not to another.
+    let mut stored = Value::Null;
+    for _ in 0..50 {
+        let (_, page) = app
+            .get(Some(&app.tenant_token("a")), "/v1/admission/decisions")
+            .await;
+        if page["decisions"].as_array().is_some_and(|d| !d.is_empty()) {
+            stored = page;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(stored["decisions"][0]["id"], id.as_str(), "{stored}");
+    assert_eq!(stored["decisions"][0]["decision"], "defer");
+    let (_, other) = app
+        .get(Some(&app.tenant_token("b")), "/v1/admission/decisions")
+        .await;
+    assert_eq!(other["decisions"], json!([]));
+    let (status, _) = app
+        .get(
+            Some(&app.tenant_token("b")),
+            "/v1/admission/decisions?tenant=a",
+        )
+        .await;
+    assert_eq!(status, 404);
+
+    // The job runs at its start: the decision is joined to it.
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Scheduler),
+            "jobs",
+            json!([{"key": "slurm:lab:9001", "name": "finetune",
+            "tenant": "a", "kind": "training", "start_at": Utc::now()}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut joined = Value::Null;
+    for _ in 0..50 {
+        let (_, page) = app
+            .get(
+                Some(&app.token(Role::Operator)),
+                "/v1/admission/decisions?decision=defer",
+            )
+            .await;
+        if page["decisions"][0]["job"].is_string() {
+            joined = page;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(joined["decisions"][0]["job"], "slurm:lab:9001", "{joined}");
+}
+
+#[tokio::test]
+async fn admitted_jobs_fill_the_envelope_and_the_next_one_waits() {
+    let app = setup().await;
+    // s1's envelope is 100 kW; each job is 8 × 1000 W × 1.25 = 10 kW for two hours.
+    let q = json!({"tenant": "b", "gpus": 8, "duration_s": 7200, "power_per_gpu_w": 1000});
+    let first = ask_until(&app, q.clone(), |a| a["decision"] == "admit").await;
+    let start: DateTime<Utc> = first["start_at"].as_str().unwrap().parse().unwrap();
+    for _ in 0..9 {
+        let (_, a) = ask(&app, q.clone()).await;
+        assert_eq!(a["decision"], "admit", "{a}");
+    }
+    let (_, eleventh) = ask(&app, q.clone()).await;
+    assert_eq!(eleventh["decision"], "defer", "{eleventh}");
+    let at: DateTime<Utc> = eleventh["start_at"].as_str().unwrap().parse().unwrap();
+    assert!(
+        at >= start + Duration::hours(2) && at <= start + Duration::hours(2) + Duration::minutes(2),
+        "waits for the first admitted job to end: {eleventh}"
+    );
+    assert!(eleventh["reasons"][0]
+        .as_str()
+        .unwrap()
+        .contains("100 kW envelope"));
+    // Without a deadline after that: rejected, and nothing reserved for it.
+    let mut tight = q.clone();
+    tight["deadline"] = json!(Utc::now() + Duration::hours(3));
+    let (_, r) = ask(&app, tight).await;
+    assert_eq!(r["decision"], "reject", "{r}");
+}
+
+#[tokio::test]
+async fn a_hard_budget_rejects_naming_it_and_a_soft_one_warns() {
+    let app = setup().await;
+    sqlx::query(
+        "INSERT INTO budgets (key, tenant_id, limit_kwh, hard)
+         SELECT 'a-monthly-energy', id, 10, true FROM tenants WHERE key = 'a'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    // 8 × 700 W (the default draw) × 1.25 × 2 h = 14 kWh > 10.
+    let q = json!({"tenant": "a", "gpus": 8, "duration_s": 7200});
+    let answer = ask_until(&app, q.clone(), |a| a["decision"] == "reject").await;
+    let why = answer["reasons"][0].as_str().unwrap();
+    assert!(
+        why.contains("'a-monthly-energy' would be exceeded") && why.contains("hard cap"),
+        "{why}"
+    );
+    assert_eq!(answer["budgets"][0]["remaining"], "-4.000000");
+    assert!(answer["power"]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("default"));
+
+    sqlx::query("UPDATE budgets SET hard = false")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let (_, _) = app
+        .ingest(
+            &app.token(Role::Admin),
+            "tenants",
+            scenario::batches().tenants,
+        )
+        .await;
+    let answer = ask_until(&app, q, |a| a["decision"] == "admit").await;
+    assert!(
+        answer["reasons"][0].as_str().unwrap().contains("soft cap"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn the_webhook_answers_the_stored_admission_review() {
+    let app = setup().await;
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/kubernetes/admissionreview-v1-pod-create-request.json");
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let uid = stored["request"]["uid"].as_str().unwrap().to_owned();
+    let scheduler = app.token(Role::Scheduler);
+
+    // The stored pod asks for no GPU: allowed without a question.
+    let (status, r) = app
+        .post_raw(&scheduler, "/v1/admission/kubernetes", stored.to_string())
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(r["kind"], "AdmissionReview");
+    assert_eq!(r["response"]["uid"], uid.as_str());
+    assert_eq!(r["response"]["allowed"], true);
+
+    // The same pod with 2 GPUs for tenant a, flexible until a deadline too close: denied.
+    let mut gpu = stored.clone();
+    gpu["request"]["object"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"nvidia.com/gpu": "2"}});
+    gpu["request"]["object"]["metadata"]["annotations"] = json!({
+        "wattledger.io/tenant": "a", "wattledger.io/duration": "2h",
+        "wattledger.io/deadline": (Utc::now() + Duration::hours(1)).to_rfc3339()});
+    let r = loop {
+        let (status, r) = app
+            .post_raw(&scheduler, "/v1/admission/kubernetes", gpu.to_string())
+            .await;
+        if status != 503 {
+            assert_eq!(status, 200, "{r}");
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(r["response"]["uid"], uid.as_str());
+    assert_eq!(r["response"]["allowed"], false, "{r}");
+    assert_eq!(r["response"]["status"]["code"], 403);
+    assert!(
+        r["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too close"),
+        "{r}"
+    );
+
+    // Without the deadline: admitted, and the decision names the pod's job key.
+    gpu["request"]["object"]["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("wattledger.io/deadline");
+    let (_, r) = app
+        .post_raw(&scheduler, "/v1/admission/kubernetes", gpu.to_string())
+        .await;
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    let id = r["response"]["auditAnnotations"]["wattledger.io/decision"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut source = Value::Null;
+    for _ in 0..50 {
+        let (_, page) = app
+            .get(Some(&scheduler), "/v1/admission/decisions?decision=admit")
+            .await;
+        if page["decisions"][0]["id"] == id.as_str() {
+            source = page["decisions"][0]["source"].clone();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(source, "kubernetes");
+    let key: Option<String> =
+        sqlx::query_scalar("SELECT job_key FROM admission_decisions WHERE id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(key.as_deref(), Some("k8s:colin-coder/echo-pod"));
+
+    // A tenant token may not call the webhook.
+    let (status, _) = app
+        .post_raw(
+            &app.tenant_token("a"),
+            "/v1/admission/kubernetes",
+            gpu.to_string(),
+        )
+        .await;
+    assert_eq!(status, 403);
+}
