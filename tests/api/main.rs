@@ -9,4 +9,5 @@ mod openapi;
 mod prometheus;
 mod scenario;
 mod signals;
+mod slurm_admission;
 mod worker;

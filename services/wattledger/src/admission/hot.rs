@@ -111,6 +111,8 @@ pub struct Answer {
     pub decision: Verdict,
     /// When the job should start (for `defer`, the time to hold it until).
     pub start_at: Option<DateTime<Utc>>,
+    /// `start_at` in seconds since the epoch (Slurm's `begin_time`).
+    pub start_at_unix: Option<i64>,
     pub site: Option<String>,
     pub reasons: Vec<String>,
     /// Started as early as it may (kWh, cost in the site's currency, kg CO2e average and
@@ -436,6 +438,7 @@ impl Admission {
             decided_at: now,
             decision: d.verdict,
             start_at: d.start_at,
+            start_at_unix: d.start_at.map(|t| t.timestamp()),
             site: d.site,
             reasons: d.reasons,
             estimate_now: d.now,
