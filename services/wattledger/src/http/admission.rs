@@ -111,8 +111,10 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
 /// and the estimated energy, cost and carbon now and at `start_at`.
 #[utoipa::path(post, path = "/v1/admission", tag = "admission", request_body = Ask,
     security(("bearer" = [])),
-    responses((status = 200, body = Answer), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = Answer), (status = 400, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+              (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn ask(
     State(state): State<AppState>,
     caller: Caller,
@@ -178,6 +180,7 @@ pub struct DecisionPage {
 #[utoipa::path(get, path = "/v1/admission/decisions", tag = "admission", params(DecisionParams),
     security(("bearer" = [])),
     responses((status = 200, body = DecisionPage), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn decisions(
     State(state): State<AppState>,
@@ -396,7 +399,9 @@ fn parse_duration(s: &str) -> Option<i64> {
     security(("bearer" = [])),
     request_body(content = Object, description = "AdmissionReview v1"),
     responses((status = 200, description = "AdmissionReview v1 with the response"),
-              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),
+              (status = 415, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn kubernetes(
     State(state): State<AppState>,
     caller: Caller,
