@@ -43,7 +43,8 @@ pub struct JobAmounts {
 }
 
 impl JobAmounts {
-    fn of(&self, metric: &Metric) -> Option<Decimal> {
+    /// What the job adds to a budget of `metric`; `None` where it cannot be estimated.
+    pub fn of(&self, metric: &Metric) -> Option<Decimal> {
         match metric {
             Metric::EnergyKwh => Some(self.kwh),
             Metric::Cost { currency } => self

@@ -330,24 +330,21 @@ pub fn decide(
             .into_iter()
             .filter(|s| env.fits(draw, *s, *s + job.duration))
             .collect();
-        match fits.first() {
-            None => blocked.push(format!(
+        // Blocked now: until the first fit, or past the last start allowed.
+        let until = match fits.first() {
+            None => Some(latest),
+            Some(first_fit) if *first_fit > start0 => Some(*first_fit),
+            Some(_) => None,
+        };
+        if let Some(until) = until {
+            blocked.push(format!(
                 "site {}: {} + this job's {} exceed its {} envelope until {}",
                 site.key,
                 kw(env.peak(start0, start0 + job.duration)),
                 kw(draw),
                 kw(site.envelope_w),
-                latest.format("%Y-%m-%dT%H:%M:%SZ")
-            )),
-            Some(first_fit) if *first_fit > start0 => blocked.push(format!(
-                "site {}: {} + this job's {} exceed its {} envelope until {}",
-                site.key,
-                kw(env.peak(start0, start0 + job.duration)),
-                kw(draw),
-                kw(site.envelope_w),
-                first_fit.format("%Y-%m-%dT%H:%M:%SZ")
-            )),
-            _ => {}
+                until.format("%Y-%m-%dT%H:%M:%SZ")
+            ));
         }
         // A job without a deadline takes its first window; only a flexible one shops.
         let take = if job.deadline.is_some() {

@@ -192,7 +192,7 @@ struct Slow {
 
 pub struct Admission {
     hot: Mutex<Hot>,
-    tx: mpsc::UnboundedSender<store::NewDecision>,
+    tx: mpsc::UnboundedSender<writer::Decided>,
     poke: Notify,
     default_gpu_w: u32,
 }
@@ -372,6 +372,7 @@ impl Admission {
             return Err(AskError::Fields(bad));
         }
         let tenant = tenant.expect("checked");
+        let tenant_id = tenant.id;
         let power = hot.power(ask, tenant.id, self.default_gpu_w);
         let mut policy_budgets: Vec<Budget> = tenant
             .budgets
@@ -418,7 +419,6 @@ impl Admission {
             }
             _ => (None, None),
         };
-        let tenant_id = hot.tenants[&ask.tenant].id;
         drop(hot);
         let savings = match (&d.now, &d.at_start) {
             (Some(a), Some(b)) if d.verdict == Verdict::Defer || a.site != b.site => {
@@ -462,13 +462,19 @@ impl Admission {
             start_at: reservation.map(|r| r.start),
             end_at: reservation.map(|r| r.end),
             reserved_w: reservation.map(|r| r.draw_w),
-            request: serde_json::to_value(ask).unwrap_or_default(),
-            answer: serde_json::to_value(&answer).unwrap_or_default(),
+            // Filled by the writer: serialising is not the request's work.
+            request: serde_json::Value::Null,
+            answer: serde_json::Value::Null,
         };
         if dry_run {
             return Ok(answer);
         }
-        if self.tx.send(record).is_err() {
+        let decided = writer::Decided {
+            record,
+            ask: ask.clone(),
+            answer: answer.clone(),
+        };
+        if self.tx.send(decided).is_err() {
             tracing::warn!(decision = %id, "the decision writer has stopped; this decision is not stored");
         }
         Ok(answer)
@@ -545,16 +551,7 @@ fn add_to_budgets(
         {
             continue;
         }
-        let add = match &b.budget.metric {
-            Metric::EnergyKwh => Some(a.kwh),
-            Metric::Cost { currency } => a
-                .cost
-                .as_ref()
-                .filter(|(_, c)| c == currency)
-                .map(|(v, _)| *v),
-            Metric::CarbonKg => a.carbon_kg,
-        };
-        b.budget.used += add.unwrap_or_default();
+        b.budget.used += a.of(&b.budget.metric).unwrap_or_default();
     }
 }
 
