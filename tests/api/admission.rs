@@ -371,3 +371,21 @@ async fn the_webhook_answers_the_stored_admission_review() {
         .await;
     assert_eq!(status, 403);
 }
+
+#[tokio::test]
+async fn without_history_the_device_models_typical_draw_is_used() {
+    let app = setup().await;
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Operator),
+            "device_models",
+            json!([{"key": "Test GPU 80GB", "embodied_kg": "36", "typical_power_w": 400}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // 2 GPUs × 400 W × PUE 1.25 × 1 h = 1 kWh.
+    let q = json!({"tenant": "a", "gpus": 2, "duration_s": 3600, "gpu_model": "Test GPU 80GB", "dry_run": true});
+    let answer = ask_until(&app, q, |a| a["power"]["gpu_draw_w"] == 400).await;
+    assert_eq!(answer["power"]["source"], "device_typical: Test GPU 80GB");
+    assert_eq!(answer["estimate_now"]["kwh"], "1.000000");
+}

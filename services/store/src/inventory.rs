@@ -174,6 +174,8 @@ pub struct DeviceModelRecord {
     pub source: Option<String>,
     /// A GPU-hour rate and its currency, for fully loaded cost.
     pub gpu_hour_rate: Option<(Decimal, String)>,
+    /// Typical draw under load, W, for admission estimates.
+    pub typical_power_w: Option<i32>,
 }
 
 /// Device models apply to hours attributed from now on; `wattledger attribute --from --to`
@@ -185,17 +187,18 @@ pub async fn upsert_device_models(
 ) -> StoreResult<u64> {
     let done = sqlx::query(
         "INSERT INTO device_models (key, embodied_kg, lifetime_hours, source, gpu_hour_rate,
-                                    rate_currency)
+                                    rate_currency, typical_power_w)
          SELECT * FROM UNNEST($1::text[], $2::numeric[], $3::int[], $4::text[], $5::numeric[],
-                              $6::text[])
+                              $6::text[], $7::int[])
          ON CONFLICT (key) DO UPDATE SET embodied_kg = excluded.embodied_kg,
             lifetime_hours = excluded.lifetime_hours, source = excluded.source,
             gpu_hour_rate = excluded.gpu_hour_rate, rate_currency = excluded.rate_currency,
-            updated_at = now()
+            typical_power_w = excluded.typical_power_w, updated_at = now()
          WHERE (device_models.embodied_kg, device_models.lifetime_hours, device_models.source,
-                device_models.gpu_hour_rate, device_models.rate_currency)
+                device_models.gpu_hour_rate, device_models.rate_currency,
+                device_models.typical_power_w)
                IS DISTINCT FROM (excluded.embodied_kg, excluded.lifetime_hours, excluded.source,
-                excluded.gpu_hour_rate, excluded.rate_currency)",
+                excluded.gpu_hour_rate, excluded.rate_currency, excluded.typical_power_w)",
     )
     .bind(records.iter().map(|r| r.key.clone()).collect::<Vec<_>>())
     .bind(records.iter().map(|r| r.embodied_kg).collect::<Vec<_>>())
@@ -211,6 +214,12 @@ pub async fn upsert_device_models(
         records
             .iter()
             .map(|r| r.gpu_hour_rate.as_ref().map(|x| x.1.clone()))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        records
+            .iter()
+            .map(|r| r.typical_power_w)
             .collect::<Vec<_>>(),
     )
     .execute(pool)

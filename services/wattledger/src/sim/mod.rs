@@ -422,6 +422,7 @@ impl Simulation {
     pub fn device_model_records(&self) -> Value {
         json!({ "records": [{
             "key": "NVIDIA H100 80GB HBM3", "embodied_kg": "164", "lifetime_hours": 43800,
+            "typical_power_w": 650,
             "source": "illustrative figure for the demo; use the vendor's product carbon footprint"
         }]})
     }

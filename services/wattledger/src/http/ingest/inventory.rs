@@ -254,6 +254,8 @@ pub struct DeviceModelIn {
     /// ISO 4217 currency of `gpu_hour_rate`: it applies at sites billing in it.
     #[schema(pattern = "^[A-Z]{3}$")]
     currency: Option<String>,
+    /// Typical draw under load, W: admission's estimate for a job with no history.
+    typical_power_w: Option<i32>,
 }
 
 #[utoipa::path(post, path = "/v1/ingest/device_models", tag = "ingest",
@@ -275,6 +277,7 @@ pub async fn device_models(
             "source",
             "gpu_hour_rate",
             "currency",
+            "typical_power_w",
         ],
         |r| {
             let key = r.key("key");
@@ -310,12 +313,17 @@ pub async fn device_models(
                     None
                 }
             };
+            let typical = r.opt_i64("typical_power_w");
+            if typical.is_some_and(|w| !(1..=10_000).contains(&w)) {
+                r.error("typical_power_w", "must be between 1 and 10000");
+            }
             Some(DeviceModelRecord {
                 key: key?,
                 embodied_kg: kg?,
                 lifetime_hours: hours as i32,
                 source,
                 gpu_hour_rate,
+                typical_power_w: typical.map(|w| w as i32),
             })
         },
     )?;
