@@ -239,6 +239,53 @@ async fn admitted_jobs_fill_the_envelope_and_the_next_one_waits() {
     assert_eq!(r["decision"], "reject", "{r}");
 }
 
+/// Two replicas on one database: what one reserves, the other counts within a few
+/// refreshes, in both directions, and neither counts a reservation twice.
+#[tokio::test]
+async fn replicas_share_reservations() {
+    let a = setup().await;
+    let b = a.replica().await;
+    // Each job is 8 × 1000 W × 1.25 = 10 kW of s1's 100 kW for two hours.
+    let q = json!({"tenant": "b", "gpus": 8, "duration_s": 7200, "power_per_gpu_w": 1000,
+                   "sites": ["s1"]});
+    ask_until(&a, q.clone(), |x| x["decision"] == "admit").await;
+    for _ in 0..5 {
+        assert_eq!(ask(&a, q.clone()).await.1["decision"], "admit");
+    }
+    // Replica b sees a's six (60 kW) once they are stored: four more fit, the fifth waits.
+    let mut dry = q.clone();
+    dry["dry_run"] = json!(true);
+    dry["gpus"] = json!(40); // 50 kW: fits 100 kW only while fewer than six jobs are seen.
+    let seen = ask_until(&b, dry.clone(), |x| x["decision"] == "defer").await;
+    assert!(
+        seen["reasons"][0].as_str().unwrap().contains("60 kW"),
+        "{seen}"
+    );
+    for _ in 0..4 {
+        assert_eq!(ask(&b, q.clone()).await.1["decision"], "admit");
+    }
+    assert_eq!(ask(&b, dry.clone()).await.1["decision"], "defer");
+    // And a, in turn, counts b's four: the next job waits there too, at 100 kW.
+    let full = ask_until(&a, q.clone(), |x| x["decision"] == "defer").await;
+    assert!(
+        full["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("100 kW + this job's 10 kW"),
+        "{full}"
+    );
+    // Past a full rebuild (every 15 refreshes), nothing is counted twice: still exactly full.
+    tokio::time::sleep(std::time::Duration::from_millis(3500)).await;
+    let (_, r) = ask(&b, dry).await;
+    assert!(
+        r["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("100 kW + this job's 50 kW"),
+        "{r}"
+    );
+}
+
 #[tokio::test]
 async fn a_hard_budget_rejects_naming_it_and_a_soft_one_warns() {
     let app = setup().await;

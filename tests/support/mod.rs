@@ -98,6 +98,16 @@ impl TestApp {
         let (pool, db_url) = fresh_db().await;
         let mut config = Config::for_tests(db_url.clone(), SECRET.into());
         tweak(&mut config);
+        Self::serve(pool, db_url, config).await
+    }
+
+    /// A second server on the same database, as another replica behind a load balancer.
+    pub async fn replica(&self) -> Self {
+        let config = Config::for_tests(self.db_url.clone(), SECRET.into());
+        Self::serve(self.pool.clone(), self.db_url.clone(), config).await
+    }
+
+    async fn serve(pool: PgPool, db_url: String, config: Config) -> Self {
         let keys = Keys::new(SECRET.as_bytes()).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

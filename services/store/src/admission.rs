@@ -131,22 +131,26 @@ pub struct ReservationRow {
     pub joined: bool,
 }
 
-/// Admitted and deferred jobs expected to end after `since`: the envelope takes those still
-/// running or due; budgets take those not yet joined to a job (their energy is not in the
-/// ledger yet).
-pub async fn reservations(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Vec<ReservationRow>> {
+/// Admitted and deferred jobs expected to end after `ends_after`: the envelope takes those
+/// still running or due; budgets take those not yet joined to a job (their energy is not in
+/// the ledger yet). With `decided_after`, only the decisions taken since (an incremental
+/// reload).
+pub async fn reservations(
+    pool: &PgPool,
+    ends_after: DateTime<Utc>,
+    decided_after: Option<DateTime<Utc>>,
+) -> StoreResult<Vec<ReservationRow>> {
     Ok(sqlx::query_as(
         "SELECT d.id, d.site_id, d.tenant_id, d.start_at, d.end_at, d.reserved_w,
-                (d.answer #>> '{estimate_at_start,kwh}')::numeric AS kwh,
-                (d.answer #>> '{estimate_at_start,cost}')::numeric AS cost,
-                d.answer #>> '{estimate_at_start,currency}' AS currency,
-                (d.answer #>> '{estimate_at_start,carbon_average_kg}')::numeric AS carbon_kg,
-                m.id AS model_id, d.job_id IS NOT NULL AS joined
+                d.est_kwh AS kwh, d.est_cost AS cost, d.est_currency AS currency,
+                d.est_carbon_kg AS carbon_kg, m.id AS model_id, d.job_id IS NOT NULL AS joined
          FROM admission_decisions d
-         LEFT JOIN models m ON m.key = d.request ->> 'model'
-         WHERE d.decision <> 'reject' AND d.end_at > $1",
+         LEFT JOIN models m ON m.key = d.model
+         WHERE d.decision <> 'reject' AND d.end_at > $1
+           AND ($2::timestamptz IS NULL OR d.decided_at > $2)",
     )
-    .bind(since)
+    .bind(ends_after)
+    .bind(decided_after)
     .fetch_all(pool)
     .await?)
 }
@@ -279,8 +283,17 @@ pub struct NewDecision {
     pub start_at: Option<DateTime<Utc>>,
     pub end_at: Option<DateTime<Utc>>,
     pub reserved_w: Option<i64>,
-    pub request: Value,
-    pub answer: Value,
+    /// The AI model the job runs (its key), for budgets per model.
+    pub model: Option<String>,
+    /// The estimate at the start taken, counted against budgets until the job is joined.
+    pub est_kwh: Option<Decimal>,
+    pub est_cost: Option<Decimal>,
+    pub est_currency: Option<String>,
+    pub est_carbon_kg: Option<Decimal>,
+    /// The question and the answer as JSON text (sent as text and stored as jsonb: no
+    /// intermediate document is built).
+    pub request: String,
+    pub answer: String,
 }
 
 /// Writes decisions in one statement; a decision already written (a retry) is left as it is.
@@ -290,7 +303,8 @@ pub async fn insert_decisions(pool: &PgPool, rows: &[NewDecision]) -> StoreResul
     }
     let mut q = sqlx::QueryBuilder::new(
         "INSERT INTO admission_decisions (id, decided_at, tenant_id, source, job_name, job_key,
-             kind, priority, gpus, decision, site_id, start_at, end_at, reserved_w, request, answer) ",
+             kind, priority, gpus, decision, site_id, start_at, end_at, reserved_w, model,
+             est_kwh, est_cost, est_currency, est_carbon_kg, request, answer) ",
     );
     q.push_values(rows, |mut b, r| {
         b.push_bind(r.id)
@@ -307,8 +321,15 @@ pub async fn insert_decisions(pool: &PgPool, rows: &[NewDecision]) -> StoreResul
             .push_bind(r.start_at)
             .push_bind(r.end_at)
             .push_bind(r.reserved_w)
+            .push_bind(&r.model)
+            .push_bind(r.est_kwh)
+            .push_bind(r.est_cost)
+            .push_bind(&r.est_currency)
+            .push_bind(r.est_carbon_kg)
             .push_bind(&r.request)
-            .push_bind(&r.answer);
+            .push_unseparated("::jsonb")
+            .push_bind(&r.answer)
+            .push_unseparated("::jsonb");
     });
     q.push(" ON CONFLICT (id) DO NOTHING");
     Ok(q.build().execute(pool).await?.rows_affected())

@@ -9,13 +9,12 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::time::Instant;
-use tokio::net::TcpListener;
-use wattledger::auth::{Keys, Role};
-use wattledger::config::Config;
-use wattledger::embedded_pg::{ensure_database, EmbeddedPostgres};
+use support::fresh;
+use wattledger::auth::Role;
+use wattledger::embedded_pg::EmbeddedPostgres;
 use wattledger::sim::{SampleState, Simulation};
 
-const SECRET: &str = "bench-secret-bench-secret-bench-secret";
+mod support;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -56,8 +55,9 @@ async fn main() -> anyhow::Result<()> {
     for round in 1..=2 {
         let copy_db = format!("bench_copy_{round}");
         let http_db = format!("bench_http_{round}");
-        let (copy_url, copy_server) = fresh(&pg, &copy_db, &sim).await?;
-        let (_, http_server) = fresh(&pg, &http_db, &sim).await?;
+        let copy_server = fresh(&pg, &copy_db, &sim, |_| {}).await?;
+        let copy_url = copy_server.db_url.clone();
+        let http_server = fresh(&pg, &http_db, &sim, |_| {}).await?;
 
         // Baseline: the same rows as CSV, meter keys resolved to ids, through psql \copy.
         let pool = wattledger_store::connect(&copy_url, 2).await?;
@@ -109,9 +109,11 @@ async fn main() -> anyhow::Result<()> {
 
         // The API: 10k-record batches, two requests in flight, as the demo and agents send.
         let t = Instant::now();
-        let collector = http_server.1.mint("bench", Role::Collector, None, 3600)?;
+        let collector = http_server
+            .keys
+            .mint("bench", Role::Collector, None, 3600)?;
         let client = reqwest::Client::new();
-        let url = format!("{}/v1/ingest/samples", http_server.0);
+        let url = format!("{}/v1/ingest/samples", http_server.base);
         let mut chunks = bodies.chunks(bodies.len().div_ceil(2));
         let (a, b) = (chunks.next().unwrap_or(&[]), chunks.next().unwrap_or(&[]));
         let send = |part: &'static [Vec<u8>]| {
@@ -156,60 +158,4 @@ async fn main() -> anyhow::Result<()> {
         ratios.len()
     );
     Ok(())
-}
-
-/// A fresh database with the simulated inventory, served on a loopback port.
-async fn fresh(
-    pg: &EmbeddedPostgres,
-    name: &str,
-    sim: &Simulation,
-) -> anyhow::Result<(String, (String, Keys))> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(&pg.url("postgres")).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&mut conn)
-        .await?;
-    ensure_database(&pg.url("postgres"), name).await?;
-    let url = pg.url(name);
-    let pool = wattledger_store::connect(&url, 8).await?;
-    wattledger_store::migrate(&pool).await?;
-    let keys = Keys::new(SECRET.as_bytes())?;
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let config = Config::for_tests(url.clone(), SECRET.into());
-    tokio::spawn(wattledger::startup::serve(
-        pool.clone(),
-        keys.clone(),
-        config,
-        listener,
-        std::future::pending(),
-    ));
-    let admin = keys.mint("bench", Role::Admin, None, 3600)?;
-    let client = reqwest::Client::new();
-    for (path, body) in [
-        ("tenants", sim.tenant_records()),
-        ("sites", sim.site_records()),
-        ("models", sim.model_records()),
-        ("meters", sim.meter_records()),
-    ] {
-        let r = client
-            .post(format!("{base}/v1/ingest/{path}"))
-            .bearer_auth(&admin)
-            .json(&body)
-            .send()
-            .await?;
-        if !r.status().is_success() {
-            bail!("{path}: {}", r.text().await?);
-        }
-    }
-    // Partitions exist before either path writes, so neither pays for creating them.
-    let mut tx = pool.begin().await?;
-    let (lo, hi) = (
-        chrono::DateTime::from_timestamp_millis(sim.from_ms).unwrap(),
-        chrono::DateTime::from_timestamp_millis(sim.to_ms).unwrap(),
-    );
-    wattledger_store::partitions::ensure(&mut tx, &wattledger_store::partitions::months(lo, hi))
-        .await?;
-    tx.commit().await?;
-    Ok((url, (base, keys)))
 }

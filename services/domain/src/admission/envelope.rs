@@ -23,13 +23,16 @@ pub struct Reservation {
     pub draw_w: i64,
 }
 
-/// The reserved draw as a step function: a change of draw at each minute where it changes.
+/// The reserved draw as a step function: the level from each minute where it changes until
+/// the next. Levels rather than changes, so the draw at an instant is one lookup, not a sum
+/// over every reservation before it; adding a reservation touches the minutes it spans.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reserved {
-    /// Draw reserved before the first key (changes already folded in by `prune`).
+    /// Draw reserved before the first key.
     before: i64,
-    /// Minute since the epoch → change of reserved draw at its start, W.
-    deltas: BTreeMap<i64, i64>,
+    /// Minute since the epoch → reserved draw from its start, W. No key repeats the level
+    /// before it, so equal functions compare equal.
+    levels: BTreeMap<i64, i64>,
 }
 
 fn minute_floor(t: DateTime<Utc>) -> i64 {
@@ -48,58 +51,79 @@ impl Reserved {
         if b <= a || r.draw_w == 0 {
             return;
         }
-        for (m, d) in [(a, r.draw_w), (b, -r.draw_w)] {
-            let e = self.deltas.entry(m).or_insert(0);
-            *e += d;
-            if *e == 0 {
-                self.deltas.remove(&m);
-            }
+        // Both ends become steps (at their current level), then the span rises.
+        for m in [a, b] {
+            let level = self.level(m);
+            self.levels.entry(m).or_insert(level);
+        }
+        for (_, level) in self.levels.range_mut(a..b) {
+            *level += r.draw_w;
+        }
+        // Only the ends can now repeat the level before them.
+        self.coalesce(a);
+        self.coalesce(b);
+    }
+
+    fn level(&self, minute: i64) -> i64 {
+        self.levels
+            .range(..=minute)
+            .next_back()
+            .map_or(self.before, |(_, l)| *l)
+    }
+
+    fn coalesce(&mut self, minute: i64) {
+        let Some(&level) = self.levels.get(&minute) else {
+            return;
+        };
+        if self.level(minute - 1) == level {
+            self.levels.remove(&minute);
         }
     }
 
-    /// Folds every change before `now`'s minute into the base: they can no longer matter.
+    /// Folds every step before `now`'s minute into the base: they can no longer matter.
     pub fn prune(&mut self, now: DateTime<Utc>) {
-        let keep = self.deltas.split_off(&minute_floor(now));
-        self.before += self.deltas.values().sum::<i64>();
-        self.deltas = keep;
+        let m = minute_floor(now);
+        let keep = self.levels.split_off(&m);
+        if let Some((_, last)) = self.levels.last_key_value() {
+            self.before = *last;
+        }
+        self.levels = keep;
+        if let Some((&first, _)) = self.levels.first_key_value() {
+            self.coalesce(first);
+        }
     }
 
     /// Reserved draw at instant `t`.
     pub fn at(&self, t: DateTime<Utc>) -> i64 {
-        self.before
-            + self
-                .deltas
-                .range(..=minute_floor(t))
-                .map(|(_, d)| d)
-                .sum::<i64>()
+        self.level(minute_floor(t))
     }
 
     /// The highest reserved draw over `[from, to)`.
     pub fn peak(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
-        let mut level = self.at(from);
-        let mut peak = level;
         let (a, b) = (minute_floor(from), minute_ceil(to));
-        for (_, d) in self.deltas.range(a + 1..b) {
-            level += d;
-            peak = peak.max(level);
-        }
-        peak
+        self.levels
+            .range(a + 1..b)
+            .map(|(_, l)| *l)
+            .fold(self.level(a), i64::max)
     }
 
     /// Instants at which reserved draw falls, i.e. headroom can appear.
     pub fn releases(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
-        self.deltas
-            .iter()
-            .filter(|(_, d)| **d < 0)
-            .map(|(m, _)| at_minute(*m))
+        let mut previous = self.before;
+        self.levels.iter().filter_map(move |(m, l)| {
+            let falls = *l < previous;
+            previous = *l;
+            falls.then(|| at_minute(*m))
+        })
     }
 
+    /// Steps kept.
     pub fn len(&self) -> usize {
-        self.deltas.len()
+        self.levels.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.deltas.is_empty() && self.before == 0
+        self.levels.is_empty() && self.before == 0
     }
 }
 
@@ -247,6 +271,14 @@ mod tests {
             prop_assert_eq!(res.at(t(from)), direct(from));
             let peak = (from..from + len).map(direct).max().unwrap();
             prop_assert_eq!(res.peak(t(from), t(from + len)), peak);
+            // Releases are exactly the minutes where the direct sum falls.
+            let falls: Vec<_> = (prune_at..300).filter(|m| direct(*m) < direct(m - 1))
+                .map(t).collect();
+            prop_assert_eq!(res.releases().collect::<Vec<_>>(), falls);
+            // The same reservations added in reverse order give the same steps.
+            let mut rev: Reserved = list.iter().rev().copied().collect();
+            rev.prune(t(prune_at));
+            prop_assert_eq!(rev, res);
         }
     }
 }

@@ -1,7 +1,8 @@
-//! The admission state held in memory and the decision made on it. A decision reads and
-//! updates only this state (one short lock, no database round trip); the refresh loop
-//! rebuilds it from Postgres and carries over the reservations this replica made that the
-//! database does not show yet.
+//! The admission state held in memory and the decision made on it. A decision reads this
+//! state under a shared lock and takes it alone only to reserve (no database round trip);
+//! the refresh loop adds other replicas' decisions as they appear in Postgres and, now and
+//! then, rebuilds the state from it, carrying over the reservations this replica made that
+//! the database does not show yet.
 
 use super::writer;
 use chrono::{DateTime, Duration, Utc};
@@ -9,7 +10,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 use tokio::sync::{mpsc, watch, Notify};
 use utoipa::ToSchema;
@@ -27,6 +28,11 @@ const HORIZON_DAYS: i64 = 7;
 const LEARN_DAYS: i64 = 30;
 /// Slow state reloads every this many refreshes.
 const SLOW_EVERY: u32 = 15;
+/// Decisions counted: those whose reservation ends after now minus this (a job overrunning
+/// its estimate a little still holds its budget share until it is joined).
+const RESERVATIONS_KEPT: Duration = Duration::hours(2);
+/// How far each incremental reload reaches back before the last one.
+const LOOK_OVERLAP: Duration = Duration::seconds(60);
 /// A decision this replica made and the database still does not show after this long is
 /// dropped from the carried-over reservations (its write failed for good).
 const PENDING_MAX_S: u64 = 120;
@@ -130,6 +136,14 @@ pub struct Answer {
 }
 
 #[derive(Debug, thiserror::Error)]
+enum RefreshError {
+    #[error(transparent)]
+    Store(#[from] wattledger_store::StoreError),
+    #[error("building the admission state failed: {0}")]
+    Build(#[from] tokio::task::JoinError),
+}
+
+#[derive(Debug, thiserror::Error)]
 pub enum AskError {
     #[error("invalid request")]
     Fields(Vec<(&'static str, String)>),
@@ -170,12 +184,22 @@ struct Pending {
 #[derive(Default)]
 struct Hot {
     ready: bool,
+    /// Changes with every reservation and refresh: a decision taken on an older state is
+    /// taken again before it reserves.
+    generation: u64,
     sites: Vec<SiteHot>,
     site_by_key: HashMap<String, usize>,
     tenants: HashMap<String, TenantHot>,
     learned: HashMap<(i64, Option<String>, String), i64>,
     typical: HashMap<String, i64>,
     pending: Vec<Pending>,
+    /// Decisions counted in this state (from the database or taken here).
+    known: HashSet<Uuid>,
+    /// When the database was last read for decisions.
+    looked_at: DateTime<Utc>,
+    site_by_id: HashMap<i64, usize>,
+    tenant_by_id: HashMap<i64, String>,
+    model_by_id: Arc<HashMap<i64, String>>,
 }
 
 /// What reloads every `SLOW_EVERY` refreshes.
@@ -184,14 +208,14 @@ struct Slow {
     draw: HashMap<i64, i64>,
     points: Vec<store::SignalPoint>,
     budgets: Vec<store::BudgetRow>,
-    models: HashMap<i64, String>,
+    models: Arc<HashMap<i64, String>>,
     policies: HashMap<i64, store::PolicyRow>,
     learned: Vec<store::LearnedDraw>,
     typical: HashMap<String, i64>,
 }
 
 pub struct Admission {
-    hot: Mutex<Hot>,
+    hot: RwLock<Hot>,
     tx: mpsc::UnboundedSender<writer::Decided>,
     poke: Notify,
     default_gpu_w: u32,
@@ -208,7 +232,7 @@ impl Admission {
     ) -> (Arc<Admission>, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let admission = Arc::new(Admission {
-            hot: Mutex::new(Hot::default()),
+            hot: RwLock::new(Hot::default()),
             tx,
             poke: Notify::new(),
             default_gpu_w,
@@ -217,7 +241,7 @@ impl Admission {
         let first = match load_slow(&pool, Utc::now()).await {
             Ok(s) => {
                 let s = Arc::new(s);
-                if let Err(e) = admission.refresh_fast(&pool, &s, Utc::now()).await {
+                if let Err(e) = admission.refresh_full(&pool, &s, Utc::now()).await {
                     tracing::warn!(error = %e, "admission: could not load reservations");
                 }
                 Some(s)
@@ -260,7 +284,8 @@ impl Admission {
                 return;
             }
             let now = Utc::now();
-            if slow.is_none() || tick.is_multiple_of(SLOW_EVERY) {
+            let full = slow.is_none() || tick.is_multiple_of(SLOW_EVERY);
+            if full {
                 match load_slow(&pool, now).await {
                     Ok(s) => slow = Some(Arc::new(s)),
                     Err(e) => {
@@ -268,35 +293,42 @@ impl Admission {
                     }
                 }
             }
-            if let Some(s) = &slow {
-                match self.refresh_fast(&pool, s, now).await {
-                    Ok(()) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "admission: could not reload reservations")
-                    }
-                }
+            let done = match &slow {
+                Some(s) if full => self.refresh_full(&pool, s, now).await,
+                Some(_) => self.refresh_increment(&pool, now).await,
+                None => Ok(()),
+            };
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "admission: could not reload reservations");
             }
             tick = tick.wrapping_add(1);
         }
     }
 
-    async fn refresh_fast(
+    /// Rebuilds the state from the database, carrying over this replica's decisions the
+    /// database does not show yet.
+    async fn refresh_full(
         &self,
         pool: &PgPool,
-        slow: &Slow,
+        slow: &Arc<Slow>,
         now: DateTime<Utc>,
-    ) -> StoreResult<()> {
+    ) -> Result<(), RefreshError> {
+        // Joined decisions stop counting against budgets at their estimate: the ledger
+        // (reloaded with the budgets just now) has their energy.
         if let Err(e) = store::join_decisions(pool).await {
             tracing::warn!(error = %e, "admission: could not join decisions to jobs");
         }
         let tenants = store::tenants(pool).await?;
-        let reservations = store::reservations(pool, now - Duration::hours(2)).await?;
-        let mut fresh = build(slow, &tenants, &reservations, now);
-        let seen: HashSet<Uuid> = reservations.iter().map(|r| r.id).collect();
-        let mut hot = self.hot.lock().expect("admission state");
+        let reservations = store::reservations(pool, now - RESERVATIONS_KEPT, None).await?;
+        // Building from hundreds of thousands of reservations takes a while: off the
+        // runtime, so requests keep being answered on the state as it was.
+        let slow = Arc::clone(slow);
+        let mut fresh =
+            tokio::task::spawn_blocking(move || build(&slow, &tenants, &reservations, now)).await?;
+        let mut hot = self.hot.write().expect("admission state");
         let pending = std::mem::take(&mut hot.pending);
         for p in pending {
-            if seen.contains(&p.id) || p.made.elapsed().as_secs() > PENDING_MAX_S {
+            if fresh.known.contains(&p.id) || p.made.elapsed().as_secs() > PENDING_MAX_S {
                 continue;
             }
             // Site indices may have moved: find the site by key.
@@ -305,7 +337,30 @@ impl Admission {
                 fresh.apply(Pending { site: i, ..p });
             }
         }
+        fresh.generation = hot.generation.wrapping_add(1);
+        fresh.looked_at = now;
         *hot = fresh;
+        Ok(())
+    }
+
+    /// Adds the decisions other replicas took since the last look. Decisions are stamped
+    /// when taken and written a moment later, so each look reaches back `LOOK_OVERLAP`;
+    /// one written later still is counted at the next full rebuild.
+    async fn refresh_increment(
+        &self,
+        pool: &PgPool,
+        now: DateTime<Utc>,
+    ) -> Result<(), RefreshError> {
+        let since = self.hot.read().expect("admission state").looked_at - LOOK_OVERLAP;
+        let rows = store::reservations(pool, now - RESERVATIONS_KEPT, Some(since)).await?;
+        let mut hot = self.hot.write().expect("admission state");
+        let stored: HashSet<Uuid> = rows.iter().map(|r| r.id).collect();
+        // This replica's own decisions, now stored, need no carrying over.
+        hot.pending.retain(|p| !stored.contains(&p.id));
+        for r in &rows {
+            hot.count(r, now);
+        }
+        hot.looked_at = now;
         Ok(())
     }
 
@@ -325,86 +380,30 @@ impl Admission {
         dry_run: bool,
     ) -> Result<Answer, AskError> {
         let dry_run = dry_run || ask.dry_run;
-        let mut bad: Vec<(&'static str, String)> = Vec::new();
-        if ask.gpus < 1 || ask.gpus > 100_000 {
-            bad.push(("gpus", "must be between 1 and 100000".into()));
-        }
-        if ask.duration_s < 1 || ask.duration_s > 90 * 86_400 {
-            bad.push(("duration_s", "must be between 1 s and 90 days".into()));
-        }
-        if let Some(w) = ask.power_per_gpu_w {
-            if !(1..=10_000).contains(&w) {
-                bad.push(("power_per_gpu_w", "must be between 1 and 10000 W".into()));
-            }
-        }
-        if !KINDS.contains(&ask.kind.as_str()) {
-            bad.push(("kind", format!("must be one of {}", KINDS.join(", "))));
-        }
-        if ask.tenant.trim().is_empty() {
-            bad.push(("tenant", "must not be empty".into()));
-        }
-        let earliest = ask.earliest_start.unwrap_or(now);
-        if let Some(deadline) = ask.deadline {
-            if deadline <= earliest {
-                bad.push(("deadline", "must be after earliest_start".into()));
-            }
-        }
-        let mut hot = self.hot.lock().expect("admission state");
-        if !hot.ready {
-            return Err(AskError::NotReady);
-        }
-        let tenant = hot.tenants.get(&ask.tenant);
-        if tenant.is_none() && !ask.tenant.trim().is_empty() {
-            bad.push(("tenant", format!("unknown tenant '{}'", ask.tenant)));
-        }
-        let mut candidates: Vec<usize> = Vec::new();
-        if ask.sites.is_empty() {
-            candidates.extend(0..hot.sites.len());
-        } else {
-            for key in &ask.sites {
-                match hot.site_by_key.get(key) {
-                    Some(i) => candidates.push(*i),
-                    None => bad.push(("sites", format!("unknown site '{key}'"))),
-                }
-            }
-        }
-        if !bad.is_empty() {
-            return Err(AskError::Fields(bad));
-        }
-        let tenant = tenant.expect("checked");
-        let tenant_id = tenant.id;
-        let power = hot.power(ask, tenant.id, self.default_gpu_w);
-        let mut policy_budgets: Vec<Budget> = tenant
-            .budgets
-            .iter()
-            .filter(|b| b.model.is_none() || b.model == ask.model)
-            .filter(|b| b.starts_at <= earliest.max(now) && earliest.max(now) < b.ends_at)
-            .map(|b| b.budget.clone())
-            .collect();
-        policy_budgets.sort_by_key(|b| std::cmp::Reverse(b.hard));
-        let job = Job {
-            gpus: u32::try_from(ask.gpus).unwrap_or(u32::MAX),
-            gpu_draw_w: power.gpu_draw_w,
-            duration: Duration::seconds(ask.duration_s),
-            inference: ask.kind == "inference",
-            earliest_start: earliest,
-            deadline: ask.deadline,
-            priority: ask.priority.clone(),
+        let bad = validate(ask, now);
+        // Decided under a shared lock, so decisions run side by side; only a decision that
+        // reserves takes the state for itself, and decides again if another reservation or a
+        // refresh changed the state meanwhile.
+        let (mut p, seen) = {
+            let hot = self.hot.read().expect("admission state");
+            (
+                hot.prepare(ask, bad.clone(), now, self.default_gpu_w)?,
+                hot.generation,
+            )
         };
-        let sites: Vec<&Site> = candidates.iter().map(|i| &hot.sites[*i].site).collect();
-        let d = decide(&job, &sites, &policy_budgets, &tenant.policy, now);
         let id = Uuid::now_v7();
-        let chosen = d
-            .site
-            .as_ref()
-            .and_then(|k| hot.site_by_key.get(k).copied());
-        let (site_id, reservation) = match (chosen, d.reservation) {
-            (Some(i), Some(r)) if d.verdict != Verdict::Reject && !dry_run => {
-                let amounts = d
-                    .at_start
-                    .as_ref()
-                    .map(Estimate::amounts)
-                    .unwrap_or_default();
+        let mut site_id = None;
+        if !dry_run && p.reserves().is_some() {
+            let mut hot = self.hot.write().expect("admission state");
+            if hot.generation != seen {
+                p = hot.prepare(ask, bad, now, self.default_gpu_w)?;
+            }
+            if let Some((i, r)) = p.reserves() {
+                let amounts =
+                    p.d.at_start
+                        .as_ref()
+                        .map(Estimate::amounts)
+                        .unwrap_or_default();
                 hot.apply(Pending {
                     id,
                     made: Instant::now(),
@@ -413,13 +412,18 @@ impl Admission {
                     model: ask.model.clone(),
                     reservation: r,
                     amounts,
-                    start_at: d.start_at.unwrap_or(now),
+                    start_at: p.d.start_at.unwrap_or(now),
                 });
-                (Some(hot.sites[i].id), Some(r))
+                site_id = Some(hot.sites[i].id);
             }
-            _ => (None, None),
-        };
-        drop(hot);
+        }
+        let reservation = site_id.and(p.d.reservation);
+        let Prepared {
+            d,
+            power,
+            tenant_id,
+            ..
+        } = p;
         let savings = match (&d.now, &d.at_start) {
             (Some(a), Some(b)) if d.verdict == Verdict::Defer || a.site != b.site => {
                 let diff = |x: Option<Decimal>, y: Option<Decimal>| Some(x? - y?);
@@ -462,9 +466,20 @@ impl Admission {
             start_at: reservation.map(|r| r.start),
             end_at: reservation.map(|r| r.end),
             reserved_w: reservation.map(|r| r.draw_w),
+            model: ask.model.clone(),
+            est_kwh: answer.estimate_at_start.as_ref().map(|e| e.kwh),
+            est_cost: answer.estimate_at_start.as_ref().and_then(|e| e.cost),
+            est_currency: answer
+                .estimate_at_start
+                .as_ref()
+                .map(|e| e.currency.clone()),
+            est_carbon_kg: answer
+                .estimate_at_start
+                .as_ref()
+                .and_then(|e| e.carbon_average_kg),
             // Filled by the writer: serialising is not the request's work.
-            request: serde_json::Value::Null,
-            answer: serde_json::Value::Null,
+            request: String::new(),
+            answer: String::new(),
         };
         if dry_run {
             return Ok(answer);
@@ -481,7 +496,117 @@ impl Admission {
     }
 }
 
+/// A decision taken on the state, not yet applied to it.
+struct Prepared {
+    d: wattledger_domain::admission::Decision,
+    power: PowerSource,
+    tenant_id: i64,
+    /// The chosen site's index in the state.
+    site: Option<usize>,
+}
+
+impl Prepared {
+    /// The site and reservation this decision takes, if it takes one.
+    fn reserves(&self) -> Option<(usize, Reservation)> {
+        match (self.site, self.d.reservation) {
+            (Some(i), Some(r)) if self.d.verdict != Verdict::Reject => Some((i, r)),
+            _ => None,
+        }
+    }
+}
+
+/// What can be checked on the question alone.
+fn validate(ask: &Ask, now: DateTime<Utc>) -> Vec<(&'static str, String)> {
+    let mut bad: Vec<(&'static str, String)> = Vec::new();
+    if ask.gpus < 1 || ask.gpus > 100_000 {
+        bad.push(("gpus", "must be between 1 and 100000".into()));
+    }
+    if ask.duration_s < 1 || ask.duration_s > 90 * 86_400 {
+        bad.push(("duration_s", "must be between 1 s and 90 days".into()));
+    }
+    if let Some(w) = ask.power_per_gpu_w {
+        if !(1..=10_000).contains(&w) {
+            bad.push(("power_per_gpu_w", "must be between 1 and 10000 W".into()));
+        }
+    }
+    if !KINDS.contains(&ask.kind.as_str()) {
+        bad.push(("kind", format!("must be one of {}", KINDS.join(", "))));
+    }
+    if ask.tenant.trim().is_empty() {
+        bad.push(("tenant", "must not be empty".into()));
+    }
+    let earliest = ask.earliest_start.unwrap_or(now);
+    if let Some(deadline) = ask.deadline {
+        if deadline <= earliest {
+            bad.push(("deadline", "must be after earliest_start".into()));
+        }
+    }
+    bad
+}
+
 impl Hot {
+    /// Checks what needs the state (tenant, sites) and decides, without changing anything.
+    fn prepare(
+        &self,
+        ask: &Ask,
+        mut bad: Vec<(&'static str, String)>,
+        now: DateTime<Utc>,
+        default_gpu_w: u32,
+    ) -> Result<Prepared, AskError> {
+        if !self.ready {
+            return Err(AskError::NotReady);
+        }
+        let tenant = self.tenants.get(&ask.tenant);
+        if tenant.is_none() && !ask.tenant.trim().is_empty() {
+            bad.push(("tenant", format!("unknown tenant '{}'", ask.tenant)));
+        }
+        let mut candidates: Vec<usize> = Vec::new();
+        if ask.sites.is_empty() {
+            candidates.extend(0..self.sites.len());
+        } else {
+            for key in &ask.sites {
+                match self.site_by_key.get(key) {
+                    Some(i) => candidates.push(*i),
+                    None => bad.push(("sites", format!("unknown site '{key}'"))),
+                }
+            }
+        }
+        let Some(tenant) = tenant.filter(|_| bad.is_empty()) else {
+            return Err(AskError::Fields(bad));
+        };
+        let earliest = ask.earliest_start.unwrap_or(now);
+        let power = self.power(ask, tenant.id, default_gpu_w);
+        let mut budgets: Vec<Budget> = tenant
+            .budgets
+            .iter()
+            .filter(|b| b.model.is_none() || b.model == ask.model)
+            .filter(|b| b.starts_at <= earliest.max(now) && earliest.max(now) < b.ends_at)
+            .map(|b| b.budget.clone())
+            .collect();
+        budgets.sort_by_key(|b| std::cmp::Reverse(b.hard));
+        let job = Job {
+            gpus: u32::try_from(ask.gpus).unwrap_or(u32::MAX),
+            gpu_draw_w: power.gpu_draw_w,
+            duration: Duration::seconds(ask.duration_s),
+            inference: ask.kind == "inference",
+            earliest_start: earliest,
+            deadline: ask.deadline,
+            priority: ask.priority.clone(),
+        };
+        let sites: Vec<&Site> = candidates.iter().map(|i| &self.sites[*i].site).collect();
+        let d = decide(&job, &sites, &budgets, &tenant.policy, now);
+        let site = d
+            .site
+            .as_ref()
+            .and_then(|k| self.site_by_key.get(k).copied());
+        Ok(Prepared {
+            d,
+            power,
+            tenant_id: tenant.id,
+            site,
+        })
+    }
+
     /// The draw per GPU: asked, learned from the tenant's history (same model and kind, then
     /// any model of that kind), the device's typical draw, or the server default.
     fn power(&self, ask: &Ask, tenant: i64, default_w: u32) -> PowerSource {
@@ -536,7 +661,39 @@ impl Hot {
         if let Some(t) = self.tenants.get_mut(&p.tenant) {
             add_to_budgets(&mut t.budgets, p.model.as_deref(), p.start_at, &p.amounts);
         }
+        self.known.insert(p.id);
         self.pending.push(p);
+        self.generation = self.generation.wrapping_add(1);
+    }
+
+    /// Counts a stored decision, once: its reservation against its site's envelope while it
+    /// lasts, its estimate against its tenant's budgets until it is joined to its job.
+    fn count(&mut self, r: &store::ReservationRow, now: DateTime<Utc>) {
+        if !self.known.insert(r.id) {
+            return;
+        }
+        if r.end_at > now {
+            if let Some(&i) = self.site_by_id.get(&r.site_id) {
+                self.sites[i].site.reserved.add(Reservation {
+                    start: r.start_at,
+                    end: r.end_at,
+                    draw_w: r.reserved_w,
+                });
+            }
+        }
+        if !r.joined {
+            let model = r.model_id.and_then(|m| self.model_by_id.get(&m)).cloned();
+            let tenant = self.tenant_by_id.get(&r.tenant_id).cloned();
+            if let Some(t) = tenant.and_then(|k| self.tenants.get_mut(&k)) {
+                let amounts = JobAmounts {
+                    kwh: r.kwh.unwrap_or_default(),
+                    cost: r.cost.zip(r.currency.clone()),
+                    carbon_kg: r.carbon_kg,
+                };
+                add_to_budgets(&mut t.budgets, model.as_deref(), r.start_at, &amounts);
+            }
+        }
+        self.generation = self.generation.wrapping_add(1);
     }
 }
 
@@ -569,7 +726,7 @@ async fn load_slow(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Slow> {
         )
         .await?,
         budgets: store::budgets_in_force(pool, now).await?,
-        models: models.into_iter().collect(),
+        models: Arc::new(models.into_iter().collect()),
         policies: store::policies(pool)
             .await?
             .into_iter()
@@ -610,17 +767,8 @@ fn build(
         ..Hot::default()
     };
     for s in &slow.sites {
-        let mut reserved: Reserved = reservations
-            .iter()
-            .filter(|r| r.site_id == s.id && r.end_at > now)
-            .map(|r| Reservation {
-                start: r.start_at,
-                end: r.end_at,
-                draw_w: r.reserved_w,
-            })
-            .collect();
-        reserved.prune(now);
         hot.site_by_key.insert(s.key.clone(), hot.sites.len());
+        hot.site_by_id.insert(s.id, hot.sites.len());
         hot.sites.push(SiteHot {
             id: s.id,
             site: Site {
@@ -630,7 +778,7 @@ fn build(
                 draw_w: slow.draw.get(&s.id).copied(),
                 pue: s.pue,
                 currency: s.currency.clone(),
-                reserved,
+                reserved: Reserved::default(),
                 carbon_average: forecast(&s.grid_region, "carbon", "average"),
                 carbon_marginal: forecast(&s.grid_region, "carbon", "marginal"),
                 price: forecast(&s.price_region, "price", &s.currency),
@@ -696,23 +844,13 @@ fn build(
         }
         push(Metric::CarbonKg, b.limit_carbon_kg, b.used_carbon_kg);
     }
-    // Admitted jobs not yet in the ledger count against budgets at their estimate.
-    for r in reservations.iter().filter(|r| !r.joined) {
-        let Some(t) = key_of
-            .get(&r.tenant_id)
-            .and_then(|k| hot.tenants.get_mut(*k))
-        else {
-            continue;
-        };
-        let model = r
-            .model_id
-            .and_then(|m| slow.models.get(&m).map(String::as_str));
-        let amounts = JobAmounts {
-            kwh: r.kwh.unwrap_or_default(),
-            cost: r.cost.zip(r.currency.clone()),
-            carbon_kg: r.carbon_kg,
-        };
-        add_to_budgets(&mut t.budgets, model, r.start_at, &amounts);
+    hot.tenant_by_id = tenants.iter().map(|(k, id)| (*id, k.clone())).collect();
+    hot.model_by_id = Arc::clone(&slow.models);
+    for r in reservations {
+        hot.count(r, now);
+    }
+    for s in &mut hot.sites {
+        s.site.reserved.prune(now);
     }
     for l in &slow.learned {
         hot.learned

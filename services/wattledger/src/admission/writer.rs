@@ -20,40 +20,49 @@ pub struct Decided {
 impl Decided {
     fn into_record(self) -> NewDecision {
         NewDecision {
-            request: serde_json::to_value(&self.ask).unwrap_or_default(),
-            answer: serde_json::to_value(&self.answer).unwrap_or_default(),
+            request: serde_json::to_string(&self.ask).unwrap_or_default(),
+            answer: serde_json::to_string(&self.answer).unwrap_or_default(),
             ..self.record
         }
     }
 }
 
 pub async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Decided>) {
-    let mut batch: Vec<NewDecision> = Vec::new();
     let mut backoff = Duration::from_millis(100);
     loop {
-        if batch.is_empty() {
-            match rx.recv().await {
-                Some(d) => batch.push(d.into_record()),
-                // Every sender is gone: the server is stopping and all is written.
-                None => return,
-            }
+        let mut decided = Vec::new();
+        // Every sender gone: the server is stopping and all is written.
+        if rx.recv_many(&mut decided, MAX_BATCH).await == 0 {
+            return;
         }
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(d) => batch.push(d.into_record()),
-                Err(_) => break,
-            }
-        }
-        match insert_decisions(&pool, &batch).await {
-            Ok(_) => {
-                batch.clear();
-                backoff = Duration::from_millis(100);
-            }
+        // Serialising a batch takes milliseconds: on a blocking thread it cannot hold up
+        // the requests queued behind it on a runtime worker.
+        let batch = match tokio::task::spawn_blocking(move || {
+            decided
+                .into_iter()
+                .map(Decided::into_record)
+                .collect::<Vec<_>>()
+        })
+        .await
+        {
+            Ok(b) => b,
             Err(e) => {
-                tracing::warn!(error = %e, pending = batch.len(), retry_in_ms = backoff.as_millis() as u64,
-                    "could not store admission decisions; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                tracing::error!(error = %e, "admission decisions could not be serialised; they are not stored");
+                continue;
+            }
+        };
+        loop {
+            match insert_decisions(&pool, &batch).await {
+                Ok(_) => {
+                    backoff = Duration::from_millis(100);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, pending = batch.len(), retry_in_ms = backoff.as_millis() as u64,
+                        "could not store admission decisions; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
             }
         }
     }
