@@ -13,5 +13,6 @@ pub mod signals;
 pub mod split;
 pub mod tokens;
 pub mod units;
+pub mod webhooks;
 
 pub use quality::Quality;
