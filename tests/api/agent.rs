@@ -59,7 +59,7 @@ async fn vllm(State(f): State<Shared>) -> String {
     )
 }
 
-fn binary(name: &str) -> PathBuf {
+pub(crate) fn binary(name: &str) -> PathBuf {
     // target/debug/deps/api-<hash> → target/debug/<name>
     let exe = std::env::current_exe().unwrap();
     let path = exe.parent().unwrap().parent().unwrap().join(name);
@@ -71,7 +71,7 @@ fn binary(name: &str) -> PathBuf {
     path
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -79,7 +79,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-struct Killed(Child);
+pub(crate) struct Killed(pub(crate) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -125,7 +125,7 @@ fn agent(config: &std::path::Path, log: &std::path::Path) -> Killed {
     )
 }
 
-async fn wait_healthy(base: &str) {
+pub(crate) async fn wait_healthy(base: &str) {
     for _ in 0..200 {
         if let Ok(r) = reqwest::get(format!("{base}/health")).await {
             if r.status().is_success() {

@@ -10,4 +10,5 @@ mod prometheus;
 mod scenario;
 mod signals;
 mod slurm_admission;
+mod webhooks;
 mod worker;

@@ -14,7 +14,13 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
         for method in ops.as_object().unwrap().keys() {
             documented.push(format!("{} {path}", method.to_uppercase()));
             // Unauthenticated: a routed, secured operation answers 401; the fallback is 404.
-            let url = format!("{}{}", app.base, path.replace("{key}", "some-key"));
+            let url = format!(
+                "{}{}",
+                app.base,
+                path.replace("{key}", "some-key")
+                    .replace("{id}", "0190a0c4-0000-7000-8000-000000000000")
+                    .replace("{message}", "msg_x")
+            );
             let req = match method.as_str() {
                 "get" => app.http.get(&url),
                 "post" => app
@@ -22,6 +28,12 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
                     .post(&url)
                     .header("content-type", "application/json")
                     .body("{\"records\": []}"),
+                "patch" => app
+                    .http
+                    .patch(&url)
+                    .header("content-type", "application/json")
+                    .body("{}"),
+                "delete" => app.http.delete(&url),
                 other => panic!("unexpected method {other}"),
             };
             let status = req.send().await.unwrap().status().as_u16();
@@ -54,6 +66,15 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
         "GET /v1/jobs/{key}",
         "GET /v1/sites",
         "GET /v1/tenants",
+        "POST /v1/webhooks/endpoints",
+        "GET /v1/webhooks/endpoints",
+        "GET /v1/webhooks/endpoints/{id}",
+        "PATCH /v1/webhooks/endpoints/{id}",
+        "DELETE /v1/webhooks/endpoints/{id}",
+        "POST /v1/webhooks/endpoints/{id}/rotate",
+        "POST /v1/webhooks/endpoints/{id}/test",
+        "GET /v1/webhooks/endpoints/{id}/messages",
+        "POST /v1/webhooks/endpoints/{id}/messages/{message}/redeliver",
     ];
     routed.sort();
     assert_eq!(documented, routed);

@@ -101,6 +101,18 @@ impl TestApp {
         Self::serve(pool, db_url, config).await
     }
 
+    /// A server already running at `base` (another process) on the database `db_url`.
+    pub fn attach(base: &str, pool: PgPool, db_url: &str) -> Self {
+        TestApp {
+            base: base.to_owned(),
+            pool,
+            db_url: db_url.to_owned(),
+            keys: Keys::new(SECRET.as_bytes()).unwrap(),
+            http: reqwest::Client::new(),
+            stop: None,
+        }
+    }
+
     /// A second server on the same database, as another replica behind a load balancer.
     pub async fn replica(&self) -> Self {
         let config = Config::for_tests(self.db_url.clone(), SECRET.into());

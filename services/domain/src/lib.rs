@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod attribution;
+pub mod budget_alerts;
 pub mod costing;
 pub mod energy;
 pub mod metrics;

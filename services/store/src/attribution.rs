@@ -420,6 +420,8 @@ pub struct RunStats {
     pub hours: u64,
     pub rows: u64,
     pub gpu_steps: u64,
+    /// Budget alerts this run raised.
+    pub alerts: u64,
 }
 
 /// Attributes a claimed set of hours and writes the result in one transaction.
@@ -592,6 +594,11 @@ async fn write(
     .bind(&hours)
     .execute(&mut *tx)
     .await?;
+    // Budget alerts in the same transaction as the ledger rows that cross them.
+    let mut tenants: Vec<i64> = c.tenant.clone();
+    tenants.sort_unstable();
+    tenants.dedup();
+    stats.alerts = crate::budget_alerts::evaluate(&mut tx, &tenants, &hours, Utc::now()).await?;
     sqlx::query("UPDATE attribution_runs SET finished_at = clock_timestamp(), hours = $2, rows = $3 WHERE id = $1")
         .bind(run_id)
         .bind(stats.hours as i32)

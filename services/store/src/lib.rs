@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod attribution;
+pub mod budget_alerts;
 pub mod dirty;
 pub mod error;
 pub mod inventory;
@@ -16,6 +17,7 @@ pub mod scope;
 pub mod signals;
 pub mod tokens;
 pub mod usage;
+pub mod webhooks;
 
 pub use error::{StoreError, StoreResult};
 pub use scope::Scope;

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use wattledger_domain::webhooks::Reach;
 
 /// What the server needs to run; every field has a flag and an environment variable.
 #[derive(Debug, Clone, clap::Args)]
@@ -70,9 +71,27 @@ pub struct Config {
         default_value_t = 700
     )]
     pub admission_default_gpu_w: u32,
+    /// Where webhooks may go beyond public https addresses: any of `loopback`, `private`,
+    /// `http`, comma-separated (tests, on-premises receivers). Metadata and link-local
+    /// addresses are never allowed.
+    #[arg(long, global = true, env = "WATTLEDGER_WEBHOOK_ALLOW", default_value = "",
+          value_parser = parse_reach)]
+    pub webhook_allow: Reach,
+    /// How often the webhook dispatcher looks for due messages, ms.
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_WEBHOOK_POLL_MS",
+        default_value_t = 1000
+    )]
+    pub webhook_poll_ms: u64,
     /// Run the attribution worker inside the server.
     #[arg(long, global = true, env = "WATTLEDGER_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
     pub worker: bool,
+}
+
+fn parse_reach(s: &str) -> Result<Reach, String> {
+    Reach::parse(s)
 }
 
 impl Config {
@@ -88,6 +107,12 @@ impl Config {
             max_clock_skew_s: 300,
             admission_refresh_ms: 200,
             admission_default_gpu_w: 700,
+            webhook_allow: Reach {
+                loopback: true,
+                private: false,
+                http: true,
+            },
+            webhook_poll_ms: 200,
             worker: false,
         }
     }

@@ -11,6 +11,7 @@ pub mod http;
 pub mod progress;
 pub mod sim;
 pub mod startup;
+pub mod webhooks;
 pub mod worker;
 
 use anyhow::Context;
@@ -68,8 +69,16 @@ pub fn signing_key(config: &Config) -> anyhow::Result<auth::Keys> {
 }
 
 fn random_hex(bytes: usize) -> anyhow::Result<String> {
+    Ok(random_bytes(bytes)?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// Bytes from the kernel's random source, for keys and secrets.
+pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let mut buf = vec![0u8; bytes];
+    let mut buf = vec![0u8; n];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(buf)
 }

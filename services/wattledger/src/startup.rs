@@ -19,6 +19,12 @@ pub async fn serve(
     let worker = config
         .worker
         .then(|| tokio::spawn(worker::run(pool.clone(), stop_rx)));
+    let dispatcher = tokio::spawn(crate::webhooks::dispatcher::run(
+        pool.clone(),
+        config.webhook_allow,
+        std::time::Duration::from_millis(config.webhook_poll_ms),
+        stop_tx.subscribe(),
+    ));
     let (admission, admission_task) = crate::admission::Admission::start(
         pool.clone(),
         std::time::Duration::from_millis(config.admission_refresh_ms),
@@ -32,6 +38,7 @@ pub async fn serve(
         .await?;
     let _ = stop_tx.send(true);
     let _ = admission_task.await;
+    let _ = dispatcher.await;
     if let Some(w) = worker {
         let _ = w.await;
     }

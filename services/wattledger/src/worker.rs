@@ -20,6 +20,7 @@ pub async fn drain(
         total.hours += s.hours;
         total.rows += s.rows;
         total.gpu_steps += s.gpu_steps;
+        total.alerts += s.alerts;
         progress(&total);
     }
     Ok(total)

@@ -9,6 +9,7 @@ pub mod openapi;
 pub mod prometheus;
 pub mod usage;
 mod validate;
+pub mod webhooks;
 
 use crate::auth::Keys;
 use crate::config::Config;
@@ -81,6 +82,7 @@ pub fn app(state: AppState) -> Router {
         .merge(ingest::router())
         .merge(usage::router())
         .merge(admission::router())
+        .merge(webhooks::router())
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))

@@ -1,6 +1,6 @@
 //! The OpenAPI 3 document, generated from the handlers' types and `#[utoipa::path]`s.
 
-use super::{admission, efficiency, error, ingest, prometheus, usage};
+use super::{admission, efficiency, error, ingest, prometheus, usage, webhooks};
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -15,12 +15,15 @@ use utoipa::{Modify, OpenApi};
         usage::get_usage, usage::list_jobs, usage::get_job, usage::list_sites, usage::list_tenants,
         efficiency::get_efficiency,
         admission::ask, admission::decisions, admission::kubernetes,
+        webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
+        webhooks::rotate, webhooks::test, webhooks::messages, webhooks::redeliver,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail, error::FieldError)),
     modifiers(&Bearer),
     tags((name = "ingest", description = "Collectors and schedulers push data"),
          (name = "query", description = "Usage, jobs and inventory"),
          (name = "admission", description = "Schedulers ask before starting a job"),
+         (name = "webhooks", description = "Signed alert deliveries to tenants' endpoints"),
          (name = "service", description = "Health"))
 )]
 pub struct ApiDoc;

@@ -1,0 +1,279 @@
+//! Webhook endpoints, the outbox of messages to deliver, and every attempt. The dispatcher
+//! claims due messages with `FOR UPDATE SKIP LOCKED`, so several replicas deliver side by
+//! side without sending a message twice at once.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::{Scope, StoreResult};
+
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct Endpoint {
+    pub id: Uuid,
+    pub tenant: String,
+    pub url: String,
+    pub description: String,
+    pub event_types: Vec<String>,
+    pub enabled: bool,
+    pub disabled_reason: Option<String>,
+    /// Until when the previous secret still signs, during a rotation.
+    pub previous_until: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+const ENDPOINT_COLUMNS: &str = "e.id, t.key AS tenant, e.url, e.description, e.event_types,
+    e.enabled, e.disabled_reason, e.previous_until, e.created_at";
+
+pub struct NewEndpoint<'a> {
+    pub tenant_id: i64,
+    pub url: &'a str,
+    pub description: &'a str,
+    pub event_types: &'a [String],
+    pub secret: &'a str,
+}
+
+pub async fn create(pool: &PgPool, e: NewEndpoint<'_>) -> StoreResult<Endpoint> {
+    let id = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO webhook_endpoints (id, tenant_id, url, description, event_types, secret)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(id)
+    .bind(e.tenant_id)
+    .bind(e.url)
+    .bind(e.description)
+    .bind(e.event_types)
+    .bind(e.secret)
+    .execute(pool)
+    .await?;
+    get(pool, id, &Scope::All)
+        .await?
+        .ok_or(crate::StoreError::NotFound)
+}
+
+pub async fn list(pool: &PgPool, scope: &Scope) -> StoreResult<Vec<Endpoint>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints e JOIN tenants t ON t.id = e.tenant_id
+         WHERE ($1::bigint IS NULL OR e.tenant_id = $1) ORDER BY e.created_at"
+    ))
+    .bind(scope.tenant())
+    .fetch_all(pool)
+    .await?)
+}
+
+/// One endpoint the caller may see; another tenant's is `None`, as a missing one is.
+pub async fn get(pool: &PgPool, id: Uuid, scope: &Scope) -> StoreResult<Option<Endpoint>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints e JOIN tenants t ON t.id = e.tenant_id
+         WHERE e.id = $1 AND ($2::bigint IS NULL OR e.tenant_id = $2)"
+    ))
+    .bind(id)
+    .bind(scope.tenant())
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// Enables or disables an endpoint; enabling clears the reason it was disabled.
+pub async fn set_enabled(
+    pool: &PgPool,
+    id: Uuid,
+    enabled: bool,
+    reason: Option<&str>,
+) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE webhook_endpoints SET enabled = $2, disabled_reason = $3, updated_at = now()
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(enabled)
+    .bind(reason)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+pub async fn delete(pool: &PgPool, id: Uuid) -> StoreResult<()> {
+    sqlx::query("DELETE FROM webhook_endpoints WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// A new secret signs from now; the old one signs beside it until `overlap_until`.
+pub async fn rotate(
+    pool: &PgPool,
+    id: Uuid,
+    secret: &str,
+    overlap_until: DateTime<Utc>,
+) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE webhook_endpoints SET previous_secret = secret, previous_until = $3, secret = $2,
+                updated_at = now()
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(secret)
+    .bind(overlap_until)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// A message due for delivery, with what signing and sending it needs.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Due {
+    pub id: String,
+    pub endpoint_id: Uuid,
+    pub url: String,
+    pub secret: String,
+    pub previous_secret: Option<String>,
+    pub previous_until: Option<DateTime<Utc>>,
+    pub payload: String,
+    pub attempts: i32,
+}
+
+/// Claims up to `limit` due messages: locked in `tx` until their attempts are recorded.
+pub async fn claim_due(tx: &mut Transaction<'_, Postgres>, limit: i64) -> StoreResult<Vec<Due>> {
+    Ok(sqlx::query_as(
+        "SELECT m.id, m.endpoint_id, e.url, e.secret, e.previous_secret, e.previous_until,
+                m.payload, m.attempts
+         FROM webhook_messages m JOIN webhook_endpoints e ON e.id = m.endpoint_id
+         WHERE m.state = 'pending' AND m.next_attempt_at <= now() AND e.enabled
+         ORDER BY m.next_attempt_at
+         LIMIT $1
+         FOR UPDATE OF m SKIP LOCKED",
+    )
+    .bind(limit)
+    .fetch_all(&mut **tx)
+    .await?)
+}
+
+pub struct Attempt<'a> {
+    pub message_id: &'a str,
+    pub attempt: i32,
+    pub started_at: DateTime<Utc>,
+    pub status: Option<i32>,
+    pub latency_ms: i32,
+    pub error: Option<&'a str>,
+}
+
+/// What happens to the message after an attempt.
+pub enum After {
+    Delivered,
+    RetryAt(DateTime<Utc>),
+    Dead,
+}
+
+pub async fn record_attempt(
+    tx: &mut Transaction<'_, Postgres>,
+    a: &Attempt<'_>,
+    after: After,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO webhook_attempts (message_id, attempt, started_at, status, latency_ms, error)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(a.message_id)
+    .bind(a.attempt)
+    .bind(a.started_at)
+    .bind(a.status)
+    .bind(a.latency_ms)
+    .bind(a.error)
+    .execute(&mut **tx)
+    .await?;
+    let (state, next, delivered) = match after {
+        After::Delivered => ("delivered", None, true),
+        After::RetryAt(t) => ("pending", Some(t), false),
+        After::Dead => ("dead", None, false),
+    };
+    sqlx::query(
+        "UPDATE webhook_messages SET attempts = $2, state = $3,
+                next_attempt_at = coalesce($4, next_attempt_at),
+                delivered_at = CASE WHEN $5 THEN now() ELSE delivered_at END
+         WHERE id = $1",
+    )
+    .bind(a.message_id)
+    .bind(a.attempt)
+    .bind(state)
+    .bind(next)
+    .bind(delivered)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// The receiver answered 410 Gone: no more deliveries to it.
+pub async fn disable_gone(tx: &mut Transaction<'_, Postgres>, endpoint: Uuid) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE webhook_endpoints SET enabled = false,
+                disabled_reason = 'the receiver answered 410 Gone', updated_at = now()
+         WHERE id = $1",
+    )
+    .bind(endpoint)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct MessageView {
+    pub id: String,
+    pub endpoint_id: Uuid,
+    pub event_type: String,
+    pub state: String,
+    pub attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// Every attempt: number, start, status, latency, error.
+    pub history: serde_json::Value,
+}
+
+/// An endpoint's messages, newest first, each with its attempts.
+pub async fn messages(pool: &PgPool, endpoint: Uuid, limit: i64) -> StoreResult<Vec<MessageView>> {
+    Ok(sqlx::query_as(
+        "SELECT m.id, m.endpoint_id, m.event_type, m.state, m.attempts, m.next_attempt_at,
+                m.created_at, m.delivered_at,
+                coalesce((SELECT jsonb_agg(jsonb_build_object('attempt', a.attempt,
+                              'started_at', a.started_at, 'status', a.status,
+                              'latency_ms', a.latency_ms, 'error', a.error) ORDER BY a.attempt)
+                          FROM webhook_attempts a WHERE a.message_id = m.id), '[]') AS history
+         FROM webhook_messages m WHERE m.endpoint_id = $1
+         ORDER BY m.created_at DESC, m.id LIMIT $2",
+    )
+    .bind(endpoint)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Sends a dead (or delivered) message again, as the same message: same id, same body.
+pub async fn redeliver(pool: &PgPool, endpoint: Uuid, message: &str) -> StoreResult<bool> {
+    Ok(sqlx::query(
+        "UPDATE webhook_messages SET state = 'pending', next_attempt_at = now()
+         WHERE id = $1 AND endpoint_id = $2",
+    )
+    .bind(message)
+    .bind(endpoint)
+    .execute(pool)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// A `webhook.test` message to one endpoint, due now.
+pub async fn enqueue_test(pool: &PgPool, endpoint: Uuid, payload: &str) -> StoreResult<String> {
+    let id = format!("msg_{}", Uuid::now_v7().simple());
+    sqlx::query(
+        "INSERT INTO webhook_messages (id, endpoint_id, event_type, payload)
+         VALUES ($1, $2, 'webhook.test', $3)",
+    )
+    .bind(&id)
+    .bind(endpoint)
+    .bind(payload)
+    .execute(pool)
+    .await?;
+    Ok(id)
+}

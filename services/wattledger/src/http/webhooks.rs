@@ -1,0 +1,429 @@
+//! Webhook endpoints over the API: a tenant (or admin and finance for any tenant) registers
+//! a URL and the event types it wants, gets the signing secret once, rotates it, sends a
+//! test event, and reads every message and attempt; an admin redelivers a message.
+
+use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
+use super::extract::{Caller, RawBatch};
+use super::AppState;
+use crate::auth::Role;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Duration, Utc};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+use uuid::Uuid;
+use wattledger_domain::webhooks::ssrf;
+use wattledger_store::budget_alerts::{PROJECTED_EXCEED, THRESHOLD_CROSSED};
+use wattledger_store::webhooks::{self as store, Endpoint, NewEndpoint};
+use wattledger_store::Scope;
+
+pub const TEST_EVENT: &str = "webhook.test";
+pub const EVENT_TYPES: [&str; 3] = [THRESHOLD_CROSSED, PROJECTED_EXCEED, TEST_EVENT];
+/// How long the previous secret keeps signing after a rotation, unless asked otherwise.
+const DEFAULT_OVERLAP_S: i64 = 24 * 3600;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/webhooks/endpoints", post(create).get(list))
+        .route(
+            "/v1/webhooks/endpoints/{id}",
+            get(show).patch(update).delete(remove),
+        )
+        .route("/v1/webhooks/endpoints/{id}/rotate", post(rotate))
+        .route("/v1/webhooks/endpoints/{id}/test", post(test))
+        .route("/v1/webhooks/endpoints/{id}/messages", get(messages))
+        .route(
+            "/v1/webhooks/endpoints/{id}/messages/{message}/redeliver",
+            post(redeliver),
+        )
+}
+
+const ROLES: [Role; 3] = [Role::Admin, Role::Finance, Role::Tenant];
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointView {
+    pub id: Uuid,
+    pub tenant: String,
+    pub url: String,
+    pub description: String,
+    /// Empty: every event type.
+    pub event_types: Vec<String>,
+    pub enabled: bool,
+    pub disabled_reason: Option<String>,
+    /// While a rotation overlaps: until when the previous secret also signs.
+    pub previous_secret_until: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<Endpoint> for EndpointView {
+    fn from(e: Endpoint) -> Self {
+        EndpointView {
+            id: e.id,
+            tenant: e.tenant,
+            url: e.url,
+            description: e.description,
+            event_types: e.event_types,
+            enabled: e.enabled,
+            disabled_reason: e.disabled_reason,
+            previous_secret_until: e.previous_until,
+            created_at: e.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewEndpointBody {
+    /// The tenant whose events go there (a tenant token: its own, may be left out).
+    pub tenant: Option<String>,
+    /// `https://…`; names are resolved and refused if any address is loopback, private,
+    /// link-local or a metadata service (unless the operator allows it).
+    pub url: String,
+    #[serde(default)]
+    pub description: String,
+    /// `budget.threshold_crossed`, `budget.projected_exceed`, `webhook.test`; empty or
+    /// absent: all.
+    #[serde(default)]
+    pub event_types: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointWithSecret {
+    pub endpoint: EndpointView,
+    /// `whsec_…`: shown once, here. Receivers verify `webhook-signature` with it.
+    pub secret: String,
+}
+
+fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::Validation(vec![FieldError::new(0, "body", e.to_string())]))
+}
+
+fn parse_id(id: &str) -> ApiResult<Uuid> {
+    id.parse().map_err(|_| ApiError::NotFound)
+}
+
+/// The endpoint if the caller may see it; another tenant's is not found, as a missing one.
+async fn visible(state: &AppState, caller: &Caller, id: &str) -> ApiResult<Endpoint> {
+    caller.require(&ROLES)?;
+    store::get(&state.pool, parse_id(id)?, &caller.scope)
+        .await?
+        .ok_or(ApiError::NotFound)
+}
+
+/// Checks a URL as deliveries will: the form, then every address its name resolves to.
+async fn check_url(url: &str, reach: ssrf::Reach) -> Result<(), String> {
+    let dest = ssrf::parse(url, reach).map_err(|e| e.to_string())?;
+    if let Some(name) = &dest.name {
+        let addrs = tokio::net::lookup_host((name.as_str(), dest.port))
+            .await
+            .map_err(|e| format!("could not resolve {name}: {e}"))?;
+        for a in addrs {
+            ssrf::check(a.ip(), reach).map_err(|e| format!("{name} resolves to {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn check_event_types(types: &[String]) -> Vec<FieldError> {
+    types
+        .iter()
+        .filter(|t| !EVENT_TYPES.contains(&t.as_str()))
+        .map(|t| {
+            FieldError::new(
+                0,
+                "event_types",
+                format!("'{t}' is not one of {}", EVENT_TYPES.join(", ")),
+            )
+        })
+        .collect()
+}
+
+/// Registers an endpoint; the answer holds its signing secret, which is not shown again.
+#[utoipa::path(post, path = "/v1/webhooks/endpoints", tag = "webhooks", request_body = NewEndpointBody,
+    security(("bearer" = [])),
+    responses((status = 201, body = EndpointWithSecret), (status = 400, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+              (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawBatch(body): RawBatch,
+) -> ApiResult<(StatusCode, Json<EndpointWithSecret>)> {
+    caller.require(&ROLES)?;
+    let b: NewEndpointBody = parse_body(&body)?;
+    let tenant_id = match (&caller.scope, &b.tenant) {
+        (Scope::Tenant(own), None) => *own,
+        (scope, Some(key)) => {
+            let id = state.tenant_id(key).await?.ok_or(ApiError::NotFound)?;
+            scope.clone().narrow(id).ok_or(ApiError::NotFound)?;
+            id
+        }
+        (Scope::All, None) => {
+            return Err(ApiError::Validation(vec![FieldError::new(
+                0,
+                "tenant",
+                "is required",
+            )]))
+        }
+    };
+    let mut bad = check_event_types(&b.event_types);
+    if let Err(why) = check_url(&b.url, state.config.webhook_allow).await {
+        bad.push(FieldError::new(0, "url", why));
+    }
+    if b.description.len() > 500 {
+        bad.push(FieldError::new(0, "description", "at most 500 characters"));
+    }
+    if !bad.is_empty() {
+        return Err(ApiError::Validation(bad));
+    }
+    let secret = crate::webhooks::new_secret()
+        .map_err(|e| ApiError::Unavailable(format!("no random source: {e}")))?;
+    let endpoint = store::create(
+        &state.pool,
+        NewEndpoint {
+            tenant_id,
+            url: b.url.trim(),
+            description: &b.description,
+            event_types: &b.event_types,
+            secret: &secret,
+        },
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(EndpointWithSecret {
+            endpoint: endpoint.into(),
+            secret,
+        }),
+    ))
+}
+
+/// The endpoints the caller may see.
+#[utoipa::path(get, path = "/v1/webhooks/endpoints", tag = "webhooks", security(("bearer" = [])),
+    responses((status = 200, body = Vec<EndpointView>), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<EndpointView>>> {
+    caller.require(&ROLES)?;
+    let all = store::list(&state.pool, &caller.scope).await?;
+    Ok(Json(all.into_iter().map(Into::into).collect()))
+}
+
+#[utoipa::path(get, path = "/v1/webhooks/endpoints/{id}", tag = "webhooks",
+    params(("id" = String, Path, description = "Endpoint id")), security(("bearer" = [])),
+    responses((status = 200, body = EndpointView), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<EndpointView>> {
+    Ok(Json(visible(&state, &caller, &id).await?.into()))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateEndpointBody {
+    pub enabled: bool,
+}
+
+/// Enables or disables an endpoint (enabling one disabled by a 410 resumes deliveries).
+#[utoipa::path(patch, path = "/v1/webhooks/endpoints/{id}", tag = "webhooks",
+    params(("id" = String, Path, description = "Endpoint id")), request_body = UpdateEndpointBody,
+    security(("bearer" = [])),
+    responses((status = 200, body = EndpointView), (status = 400, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+              (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn update(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawBatch(body): RawBatch,
+) -> ApiResult<Json<EndpointView>> {
+    let e = visible(&state, &caller, &id).await?;
+    let b: UpdateEndpointBody = parse_body(&body)?;
+    let reason = (!b.enabled).then_some("disabled through the API");
+    store::set_enabled(&state.pool, e.id, b.enabled, reason).await?;
+    Ok(Json(
+        store::get(&state.pool, e.id, &caller.scope)
+            .await?
+            .ok_or(ApiError::NotFound)?
+            .into(),
+    ))
+}
+
+/// Deletes an endpoint with its messages and attempts.
+#[utoipa::path(delete, path = "/v1/webhooks/endpoints/{id}", tag = "webhooks",
+    params(("id" = String, Path, description = "Endpoint id")), security(("bearer" = [])),
+    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
+pub async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let e = visible(&state, &caller, &id).await?;
+    store::delete(&state.pool, e.id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateBody {
+    /// How long the previous secret keeps signing beside the new one (default 86400 s).
+    pub overlap_s: Option<i64>,
+}
+
+/// A new secret, shown once; the previous one keeps signing for the overlap, so receivers
+/// can switch without missing a delivery.
+#[utoipa::path(post, path = "/v1/webhooks/endpoints/{id}/rotate", tag = "webhooks",
+    params(("id" = String, Path, description = "Endpoint id")), request_body = RotateBody,
+    security(("bearer" = [])),
+    responses((status = 200, body = EndpointWithSecret), (status = 400, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+              (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn rotate(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawBatch(body): RawBatch,
+) -> ApiResult<Json<EndpointWithSecret>> {
+    let e = visible(&state, &caller, &id).await?;
+    let b: RotateBody = if body.is_empty() {
+        RotateBody::default()
+    } else {
+        parse_body(&body)?
+    };
+    let overlap = b.overlap_s.unwrap_or(DEFAULT_OVERLAP_S);
+    if !(0..=30 * 86_400).contains(&overlap) {
+        return Err(ApiError::Validation(vec![FieldError::new(
+            0,
+            "overlap_s",
+            "must be between 0 and 2592000 (30 days)",
+        )]));
+    }
+    let secret = crate::webhooks::new_secret()
+        .map_err(|e| ApiError::Unavailable(format!("no random source: {e}")))?;
+    store::rotate(
+        &state.pool,
+        e.id,
+        &secret,
+        Utc::now() + Duration::seconds(overlap),
+    )
+    .await?;
+    let endpoint = store::get(&state.pool, e.id, &caller.scope)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(Json(EndpointWithSecret {
+        endpoint: endpoint.into(),
+        secret,
+    }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Queued {
+    /// The `webhook-id` it is sent with.
+    pub message_id: String,
+}
+
+/// Queues a `webhook.test` event to this endpoint, due at once.
+#[utoipa::path(post, path = "/v1/webhooks/endpoints/{id}/test", tag = "webhooks",
+    params(("id" = String, Path, description = "Endpoint id")), security(("bearer" = [])),
+    responses((status = 202, body = Queued), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn test(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<Queued>)> {
+    let e = visible(&state, &caller, &id).await?;
+    let now = Utc::now();
+    let payload = json!({
+        "type": TEST_EVENT,
+        "timestamp": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "data": {"endpoint_id": e.id, "tenant": e.tenant, "message": "a test event from wattledger"},
+    })
+    .to_string();
+    let message_id = store::enqueue_test(&state.pool, e.id, &payload).await?;
+    Ok((StatusCode::ACCEPTED, Json(Queued { message_id })))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessageView {
+    /// The `webhook-id`: the same on every attempt.
+    pub id: String,
+    pub event_type: String,
+    /// `pending`, `delivered` or `dead` (after the last attempt, or a 410).
+    pub state: String,
+    pub attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// Every attempt: number, start, HTTP status, latency in ms, error.
+    #[schema(value_type = Vec<Object>)]
+    pub history: Value,
+}
+
+/// The endpoint's latest 200 messages, each with every attempt.
+#[utoipa::path(get, path = "/v1/webhooks/endpoints/{id}/messages", tag = "webhooks",
+    params(("id" = String, Path, description = "Endpoint id")), security(("bearer" = [])),
+    responses((status = 200, body = Vec<MessageView>), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn messages(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<MessageView>>> {
+    let e = visible(&state, &caller, &id).await?;
+    let rows = store::messages(&state.pool, e.id, 200).await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|m| MessageView {
+                id: m.id,
+                event_type: m.event_type,
+                state: m.state,
+                attempts: m.attempts,
+                next_attempt_at: m.next_attempt_at,
+                created_at: m.created_at,
+                delivered_at: m.delivered_at,
+                history: m.history,
+            })
+            .collect(),
+    ))
+}
+
+/// Sends a message again (a dead-lettered one, usually), with the same id and body (admin).
+#[utoipa::path(post, path = "/v1/webhooks/endpoints/{id}/messages/{message}/redeliver",
+    tag = "webhooks",
+    params(("id" = String, Path, description = "Endpoint id"),
+           ("message" = String, Path, description = "Message id (webhook-id)")),
+    security(("bearer" = [])),
+    responses((status = 202, body = Queued), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn redeliver(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, message)): Path<(String, String)>,
+) -> ApiResult<(StatusCode, Json<Queued>)> {
+    caller.require(&[Role::Admin])?;
+    let e = visible(&state, &caller, &id).await?;
+    if !store::redeliver(&state.pool, e.id, &message).await? {
+        return Err(ApiError::NotFound);
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Queued {
+            message_id: message,
+        }),
+    ))
+}
