@@ -3,6 +3,7 @@
 mod admission;
 mod agent;
 mod auth;
+mod budgets;
 mod ingest;
 mod ledger;
 mod openapi;

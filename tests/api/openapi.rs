@@ -33,6 +33,11 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
                     .patch(&url)
                     .header("content-type", "application/json")
                     .body("{}"),
+                "put" => app
+                    .http
+                    .put(&url)
+                    .header("content-type", "application/json")
+                    .body("{}"),
                 "delete" => app.http.delete(&url),
                 other => panic!("unexpected method {other}"),
             };
@@ -66,6 +71,10 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
         "GET /v1/jobs/{key}",
         "GET /v1/sites",
         "GET /v1/tenants",
+        "GET /v1/budgets",
+        "GET /v1/budgets/{key}",
+        "PUT /v1/budgets/{key}",
+        "DELETE /v1/budgets/{key}",
         "POST /v1/webhooks/endpoints",
         "GET /v1/webhooks/endpoints",
         "GET /v1/webhooks/endpoints/{id}",

@@ -164,9 +164,24 @@ impl TestApp {
     }
 
     pub async fn post_raw(&self, token: &str, path: &str, body: String) -> (u16, Value) {
+        self.send(reqwest::Method::POST, token, path, body).await
+    }
+
+    pub async fn put(&self, token: &str, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::PUT, token, path, body.to_string())
+            .await
+    }
+
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        path: &str,
+        body: String,
+    ) -> (u16, Value) {
         let r = self
             .http
-            .post(format!("{}{path}", self.base))
+            .request(method, format!("{}{path}", self.base))
             .bearer_auth(token)
             .header("content-type", "application/json")
             .body(body)

@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod attribution;
 pub mod budget_alerts;
+pub mod budgets;
 pub mod dirty;
 pub mod error;
 pub mod inventory;

@@ -1,6 +1,7 @@
 //! The HTTP API: one router per resource, merged here, with the shared state.
 
 pub mod admission;
+pub mod budgets;
 pub mod efficiency;
 pub mod error;
 pub mod extract;
@@ -83,6 +84,7 @@ pub fn app(state: AppState) -> Router {
         .merge(usage::router())
         .merge(admission::router())
         .merge(webhooks::router())
+        .merge(budgets::router())
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))

@@ -1,6 +1,6 @@
 //! The OpenAPI 3 document, generated from the handlers' types and `#[utoipa::path]`s.
 
-use super::{admission, efficiency, error, ingest, prometheus, usage, webhooks};
+use super::{admission, budgets, efficiency, error, ingest, prometheus, usage, webhooks};
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -17,12 +17,14 @@ use utoipa::{Modify, OpenApi};
         admission::ask, admission::decisions, admission::kubernetes,
         webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
         webhooks::rotate, webhooks::test, webhooks::messages, webhooks::redeliver,
+        budgets::list, budgets::show, budgets::put, budgets::remove,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail, error::FieldError)),
     modifiers(&Bearer),
     tags((name = "ingest", description = "Collectors and schedulers push data"),
          (name = "query", description = "Usage, jobs and inventory"),
          (name = "admission", description = "Schedulers ask before starting a job"),
+         (name = "budgets", description = "Limits on energy, cost and carbon per tenant and period"),
          (name = "webhooks", description = "Signed alert deliveries to tenants' endpoints"),
          (name = "service", description = "Health"))
 )]

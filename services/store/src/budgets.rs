@@ -1,0 +1,176 @@
+//! Budgets: written by admin and finance, read by their tenant, each with what the ledger
+//! says its tenant (and model) used in the current period and over the last seven days.
+
+use chrono::{DateTime, Duration, Utc};
+use rust_decimal::Decimal;
+use sqlx::PgPool;
+
+use crate::{Scope, StoreResult};
+
+/// A budget as written.
+#[derive(Debug, Clone)]
+pub struct BudgetSpec {
+    pub key: String,
+    pub tenant_id: i64,
+    pub model_id: Option<i64>,
+    /// `month` or `custom`.
+    pub period: String,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub limit_kwh: Option<Decimal>,
+    pub limit_cost: Option<Decimal>,
+    pub currency: Option<String>,
+    pub limit_carbon_kg: Option<Decimal>,
+    pub hard: bool,
+    pub thresholds_pct: Vec<i32>,
+}
+
+/// Creates the budget, or replaces the one with this key; true if it was new.
+pub async fn upsert(pool: &PgPool, b: &BudgetSpec) -> StoreResult<bool> {
+    let new: bool = sqlx::query_scalar(
+        "INSERT INTO budgets (key, tenant_id, model_id, period, starts_at, ends_at, limit_kwh,
+                              limit_cost, currency, limit_carbon_kg, hard, thresholds_pct)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+         ON CONFLICT (key) DO UPDATE SET tenant_id = EXCLUDED.tenant_id,
+             model_id = EXCLUDED.model_id, period = EXCLUDED.period,
+             starts_at = EXCLUDED.starts_at, ends_at = EXCLUDED.ends_at,
+             limit_kwh = EXCLUDED.limit_kwh, limit_cost = EXCLUDED.limit_cost,
+             currency = EXCLUDED.currency, limit_carbon_kg = EXCLUDED.limit_carbon_kg,
+             hard = EXCLUDED.hard, thresholds_pct = EXCLUDED.thresholds_pct, updated_at = now()
+         RETURNING (xmax = 0)",
+    )
+    .bind(&b.key)
+    .bind(b.tenant_id)
+    .bind(b.model_id)
+    .bind(&b.period)
+    .bind(b.starts_at)
+    .bind(b.ends_at)
+    .bind(b.limit_kwh)
+    .bind(b.limit_cost)
+    .bind(&b.currency)
+    .bind(b.limit_carbon_kg)
+    .bind(b.hard)
+    .bind(&b.thresholds_pct)
+    .fetch_one(pool)
+    .await?;
+    Ok(new)
+}
+
+/// The tenant a budget belongs to, for checking who may change it.
+pub async fn tenant_of(pool: &PgPool, key: &str) -> StoreResult<Option<i64>> {
+    Ok(
+        sqlx::query_scalar("SELECT tenant_id FROM budgets WHERE key = $1")
+            .bind(key)
+            .fetch_optional(pool)
+            .await?,
+    )
+}
+
+pub async fn delete(pool: &PgPool, key: &str) -> StoreResult<bool> {
+    Ok(sqlx::query("DELETE FROM budgets WHERE key = $1")
+        .bind(key)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        == 1)
+}
+
+/// A budget with its current period's use.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct BudgetState {
+    pub id: i64,
+    pub key: String,
+    pub tenant: String,
+    pub model: Option<String>,
+    pub period: String,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    pub limit_kwh: Option<Decimal>,
+    pub limit_cost: Option<Decimal>,
+    pub currency: Option<String>,
+    pub limit_carbon_kg: Option<Decimal>,
+    pub hard: bool,
+    pub thresholds_pct: Vec<i32>,
+    pub used_kwh: Decimal,
+    pub used_cost: Decimal,
+    pub used_carbon_kg: Decimal,
+    pub recent_kwh: Decimal,
+    pub recent_cost: Decimal,
+    pub recent_carbon_kg: Decimal,
+}
+
+/// Budgets in `scope` (one by key, or all), each over the period containing `now` (a custom
+/// budget: its own range).
+pub async fn list(
+    pool: &PgPool,
+    scope: &Scope,
+    key: Option<&str>,
+    now: DateTime<Utc>,
+) -> StoreResult<Vec<BudgetState>> {
+    Ok(sqlx::query_as(
+        "WITH b AS (
+             SELECT b.*,
+                    CASE WHEN period = 'month'
+                         THEN date_trunc('month', $1 AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+                         ELSE b.starts_at END AS p_start,
+                    CASE WHEN period = 'month'
+                         THEN (date_trunc('month', $1 AT TIME ZONE 'UTC') + interval '1 month') AT TIME ZONE 'UTC'
+                         ELSE b.ends_at END AS p_end
+             FROM budgets b
+             WHERE ($2::bigint IS NULL OR b.tenant_id = $2) AND ($3::text IS NULL OR b.key = $3)
+         )
+         SELECT b.id, b.key, t.key AS tenant, m.key AS model, b.period, b.p_start AS period_start,
+                b.p_end AS period_end, b.limit_kwh, b.limit_cost, b.currency::text AS currency,
+                b.limit_carbon_kg, b.hard, b.thresholds_pct,
+                coalesce(sum(l.total_mj), 0)::numeric / 3600000000 AS used_kwh,
+                coalesce(sum(l.cost) FILTER (WHERE s.currency = b.currency), 0) AS used_cost,
+                coalesce(sum(l.carbon_g), 0) / 1000 AS used_carbon_kg,
+                coalesce(sum(l.total_mj) FILTER (WHERE l.hour >= $4), 0)::numeric / 3600000000
+                    AS recent_kwh,
+                coalesce(sum(l.cost) FILTER (WHERE l.hour >= $4 AND s.currency = b.currency), 0)
+                    AS recent_cost,
+                coalesce(sum(l.carbon_g) FILTER (WHERE l.hour >= $4), 0) / 1000 AS recent_carbon_kg
+         FROM b
+         JOIN tenants t ON t.id = b.tenant_id
+         LEFT JOIN models m ON m.id = b.model_id
+         LEFT JOIN ledger l ON l.tenant_id = b.tenant_id AND l.hour >= b.p_start
+              AND l.hour < b.p_end AND (b.model_id IS NULL OR l.model_id = b.model_id)
+         LEFT JOIN sites s ON s.id = l.site_id
+         GROUP BY b.id, b.key, t.key, m.key, b.period, b.p_start, b.p_end, b.limit_kwh,
+                  b.limit_cost, b.currency, b.limit_carbon_kg, b.hard, b.thresholds_pct
+         ORDER BY t.key, b.key",
+    )
+    .bind(now)
+    .bind(scope.tenant())
+    .bind(key)
+    .bind(now - Duration::days(7))
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Alerts raised for a budget in a period, oldest first.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EventRow {
+    pub id: uuid::Uuid,
+    pub metric: String,
+    pub threshold: String,
+    pub used: Decimal,
+    pub limit_value: Decimal,
+    pub projected_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+pub async fn events(
+    pool: &PgPool,
+    budget_id: i64,
+    period_start: DateTime<Utc>,
+) -> StoreResult<Vec<EventRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, metric, threshold, used, limit_value, projected_at, created_at
+         FROM budget_events WHERE budget_id = $1 AND period_start = $2 ORDER BY created_at, id",
+    )
+    .bind(budget_id)
+    .bind(period_start)
+    .fetch_all(pool)
+    .await?)
+}

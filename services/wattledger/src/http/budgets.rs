@@ -1,0 +1,346 @@
+//! Budgets over the API: admin and finance write them (`PUT` creates or replaces by key),
+//! a tenant reads its own. Each read says what the ledger counts against the budget this
+//! period, what remains, when the 7-day burn rate runs it out, and the alerts raised.
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{Caller, RawBatch};
+use super::validate::Record;
+use super::AppState;
+use crate::auth::Role;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::{DateTime, Duration, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+use wattledger_domain::budget_alerts::{runs_out_at, Usage};
+use wattledger_store::budgets::{self as store, BudgetSpec, BudgetState};
+use wattledger_store::inventory::{ids_by_key, KeyedTable};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/budgets", get(list))
+        .route("/v1/budgets/{key}", get(show).put(put).delete(remove))
+}
+
+const READERS: [Role; 4] = [Role::Finance, Role::Operator, Role::Scheduler, Role::Tenant];
+const WRITERS: [Role; 1] = [Role::Finance];
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MetricView {
+    /// `kwh`, `cost` or `carbon_kg`.
+    pub metric: String,
+    #[schema(value_type = String)]
+    pub limit: Decimal,
+    /// Counted by the ledger this period.
+    #[schema(value_type = String)]
+    pub used: Decimal,
+    #[schema(value_type = String)]
+    pub remaining: Decimal,
+    #[schema(value_type = String)]
+    pub used_pct: Decimal,
+    /// At the last seven days' rate, when the limit is reached (only if within the period).
+    pub projected_exhausted_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AlertView {
+    pub metric: String,
+    /// A percent of the limit, or `projected`.
+    pub threshold: String,
+    #[schema(value_type = String)]
+    pub used: Decimal,
+    pub projected_at: Option<DateTime<Utc>>,
+    pub raised_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BudgetView {
+    pub key: String,
+    pub tenant: String,
+    pub model: Option<String>,
+    /// `month` (calendar month, UTC) or `custom`.
+    pub period: String,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    /// A hard cap makes admission reject jobs that would exceed it; a soft one warns.
+    pub hard: bool,
+    pub thresholds_pct: Vec<i32>,
+    /// For the cost limit.
+    pub currency: Option<String>,
+    pub metrics: Vec<MetricView>,
+    /// Alerts raised this period.
+    pub alerts: Vec<AlertView>,
+}
+
+async fn view(state: &AppState, b: BudgetState, now: DateTime<Utc>) -> ApiResult<BudgetView> {
+    let recent_s = (now - (now - Duration::days(7)).max(b.period_start)).num_seconds();
+    let mut metrics = Vec::new();
+    for (name, limit, used, recent) in [
+        ("kwh", b.limit_kwh, b.used_kwh, b.recent_kwh),
+        ("cost", b.limit_cost, b.used_cost, b.recent_cost),
+        (
+            "carbon_kg",
+            b.limit_carbon_kg,
+            b.used_carbon_kg,
+            b.recent_carbon_kg,
+        ),
+    ] {
+        let Some(limit) = limit else { continue };
+        let u = Usage {
+            limit,
+            used,
+            recent,
+            recent_s,
+            period_start: b.period_start,
+            period_end: b.period_end,
+        };
+        metrics.push(MetricView {
+            metric: name.into(),
+            limit,
+            used: used.round_dp(6),
+            remaining: (limit - used).round_dp(6),
+            used_pct: (used * Decimal::ONE_HUNDRED / limit).round_dp(2),
+            projected_exhausted_at: runs_out_at(&u, now).filter(|t| *t < b.period_end),
+        });
+    }
+    let alerts = store::events(&state.pool, b.id, b.period_start)
+        .await?
+        .into_iter()
+        .map(|e| AlertView {
+            metric: e.metric,
+            threshold: e.threshold,
+            used: e.used,
+            projected_at: e.projected_at,
+            raised_at: e.created_at,
+        })
+        .collect();
+    Ok(BudgetView {
+        key: b.key,
+        tenant: b.tenant,
+        model: b.model,
+        period: b.period,
+        period_start: b.period_start,
+        period_end: b.period_end,
+        hard: b.hard,
+        thresholds_pct: b.thresholds_pct,
+        currency: b.currency,
+        metrics,
+        alerts,
+    })
+}
+
+/// Budgets the caller may see, each over its current period.
+#[utoipa::path(get, path = "/v1/budgets", tag = "budgets", security(("bearer" = [])),
+    responses((status = 200, body = Vec<BudgetView>), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<BudgetView>>> {
+    caller.require(&READERS)?;
+    let now = Utc::now();
+    let mut out = Vec::new();
+    for b in store::list(&state.pool, &caller.scope, None, now).await? {
+        out.push(view(&state, b, now).await?);
+    }
+    Ok(Json(out))
+}
+
+#[utoipa::path(get, path = "/v1/budgets/{key}", tag = "budgets",
+    params(("key" = String, Path, description = "Budget key")), security(("bearer" = [])),
+    responses((status = 200, body = BudgetView), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+) -> ApiResult<Json<BudgetView>> {
+    caller.require(&READERS)?;
+    let now = Utc::now();
+    let b = store::list(&state.pool, &caller.scope, Some(&key), now)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or(ApiError::NotFound)?;
+    Ok(Json(view(&state, b, now).await?))
+}
+
+const FIELDS: [&str; 11] = [
+    "tenant",
+    "model",
+    "period",
+    "starts_at",
+    "ends_at",
+    "limit_kwh",
+    "limit_cost",
+    "currency",
+    "limit_carbon_kg",
+    "hard",
+    "thresholds_pct",
+];
+
+/// Creates the budget `key` or replaces it (admin, finance). At least one limit; `cost` needs
+/// its currency; `custom` periods need `starts_at` < `ends_at`. Thresholds default to
+/// 50/80/100 %. Admission applies a hard cap at once.
+#[utoipa::path(put, path = "/v1/budgets/{key}", tag = "budgets",
+    params(("key" = String, Path, description = "Budget key")),
+    request_body(content = Object, description = "tenant, model?, period (month|custom), starts_at?, ends_at?, limit_kwh?, limit_cost? + currency, limit_carbon_kg?, hard, thresholds_pct?"),
+    security(("bearer" = [])),
+    responses((status = 200, body = BudgetView), (status = 201, body = BudgetView),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn put(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+    RawBatch(body): RawBatch,
+) -> ApiResult<(StatusCode, Json<BudgetView>)> {
+    caller.require(&WRITERS)?;
+    let value: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
+    let mut r = Record::new(0, &value, &FIELDS);
+    if key.is_empty() || key.len() > 128 || key.chars().any(char::is_control) {
+        r.error(
+            "key",
+            "must be 1 to 128 characters without control characters",
+        );
+    }
+    let tenant_key = r.key("tenant");
+    let model_key = r.opt_key("model");
+    let period = r.opt_str("period", 16).unwrap_or_else(|| "month".into());
+    if period != "month" && period != "custom" {
+        r.error("period", "must be month or custom");
+    }
+    let far = Utc::now() + Duration::days(3650);
+    let starts_at = r.opt_time("starts_at", far);
+    let ends_at = r.opt_time("ends_at", far);
+    match (period.as_str(), starts_at, ends_at) {
+        ("custom", Some(s), Some(e)) if s < e => {}
+        ("custom", _, _) => r.error("ends_at", "a custom period needs starts_at before ends_at"),
+        ("month", None, None) => {}
+        ("month", _, _) => r.error(
+            "starts_at",
+            "a monthly budget takes no starts_at or ends_at",
+        ),
+        _ => {}
+    }
+    let limit = |r: &mut Record, field: &str| {
+        let d = r.opt_decimal(field);
+        if d.is_some_and(|d| d <= Decimal::ZERO || d > Decimal::from(1_000_000_000_000i64)) {
+            r.error(field, "must be above 0 and at most 1e12");
+            return None;
+        }
+        d
+    };
+    let limit_kwh = limit(&mut r, "limit_kwh");
+    let limit_cost = limit(&mut r, "limit_cost");
+    let limit_carbon_kg = limit(&mut r, "limit_carbon_kg");
+    if limit_kwh.is_none() && limit_cost.is_none() && limit_carbon_kg.is_none() {
+        r.error(
+            "limit_kwh",
+            "at least one of limit_kwh, limit_cost, limit_carbon_kg is required",
+        );
+    }
+    let currency = r.opt_str("currency", 3);
+    match (&limit_cost, &currency) {
+        (Some(_), Some(c)) if c.len() == 3 && c.chars().all(|c| c.is_ascii_uppercase()) => {}
+        (Some(_), _) => r.error("currency", "a cost limit needs an ISO 4217 currency (EUR)"),
+        (None, Some(_)) => r.error("currency", "only with limit_cost"),
+        (None, None) => {}
+    }
+    let hard = r.opt_bool("hard").unwrap_or(false);
+    let thresholds: Vec<i32> = match r.array("thresholds_pct") {
+        None => vec![50, 80, 100],
+        Some(a) => {
+            let t: Vec<i32> = a
+                .iter()
+                .filter_map(|v| v.as_i64())
+                .filter(|p| (1..=1000).contains(p))
+                .map(|p| p as i32)
+                .collect();
+            if t.len() != a.len() || t.is_empty() || t.len() > 10 {
+                r.error(
+                    "thresholds_pct",
+                    "1 to 10 whole percents between 1 and 1000",
+                );
+            }
+            t
+        }
+    };
+    let tenant_id = match &tenant_key {
+        Some(k) => {
+            let id = state.tenant_id(k).await?;
+            if id.is_none() {
+                r.error("tenant", format!("unknown tenant '{k}'"));
+            }
+            id
+        }
+        None => None,
+    };
+    let model_id = match &model_key {
+        Some(m) => {
+            let ids = ids_by_key(&state.pool, KeyedTable::Models, std::slice::from_ref(m)).await?;
+            let id = ids.get(m).copied();
+            if id.is_none() {
+                r.error("model", format!("unknown model '{m}'"));
+            }
+            id
+        }
+        None => None,
+    };
+    if !r.errors.is_empty() {
+        return Err(ApiError::Validation(r.errors));
+    }
+    let spec = BudgetSpec {
+        key: key.clone(),
+        tenant_id: tenant_id.ok_or(ApiError::NotFound)?,
+        model_id,
+        period,
+        starts_at,
+        ends_at,
+        limit_kwh,
+        limit_cost,
+        currency: limit_cost.and(currency),
+        limit_carbon_kg,
+        hard,
+        thresholds_pct: thresholds,
+    };
+    let new = store::upsert(&state.pool, &spec).await?;
+    state.admission.poke();
+    let now = Utc::now();
+    let b = store::list(&state.pool, &caller.scope, Some(&key), now)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or(ApiError::NotFound)?;
+    let status = if new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(view(&state, b, now).await?)))
+}
+
+/// Deletes a budget and its alerts (admin, finance).
+#[utoipa::path(delete, path = "/v1/budgets/{key}", tag = "budgets",
+    params(("key" = String, Path, description = "Budget key")), security(("bearer" = [])),
+    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
+pub async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+) -> ApiResult<StatusCode> {
+    caller.require(&WRITERS)?;
+    if !store::delete(&state.pool, &key).await? {
+        return Err(ApiError::NotFound);
+    }
+    state.admission.poke();
+    Ok(StatusCode::NO_CONTENT)
+}
