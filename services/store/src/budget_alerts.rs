@@ -175,7 +175,7 @@ async fn record(
         "currency": if metric == "cost" { b.currency.clone() } else { None },
         "threshold_pct": threshold,
         "used": u.used.round_dp(6),
-        "limit": u.limit,
+        "limit": u.limit.normalize(),
         "used_pct": (u.used * Decimal::ONE_HUNDRED / u.limit).round_dp(2),
         "hard": b.hard,
         "period_start": b.p_start,

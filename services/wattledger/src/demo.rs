@@ -31,7 +31,49 @@ pub struct DemoArgs {
     /// Seed and summarise, then exit instead of serving.
     #[arg(long)]
     pub no_serve: bool,
+    /// Register a webhook endpoint for every tenant's budget alerts at this URL (for
+    /// example `../shared/tools/webhook-receiver`); loopback and http are allowed for it.
+    #[arg(long)]
+    pub webhook_url: Option<String>,
+    /// The endpoint's `whsec_…` secret, as the receiver was started with; generated and
+    /// printed if absent.
+    #[arg(long, requires = "webhook_url")]
+    pub webhook_secret: Option<String>,
 }
+
+/// The demo's budgets: monthly, per tenant, sized against the simulated cluster so that
+/// last month and this one cross thresholds (key, tenant, limit field, limit, hard).
+const BUDGETS: [(&str, &str, &str, &str, bool); 5] = [
+    (
+        "acme-research-energy",
+        "acme-research",
+        "limit_kwh",
+        "40000",
+        true,
+    ),
+    ("nimbus-ai-cost", "nimbus-ai", "limit_cost", "600", false),
+    (
+        "helix-bio-carbon",
+        "helix-bio",
+        "limit_carbon_kg",
+        "4000",
+        true,
+    ),
+    (
+        "orbit-labs-energy",
+        "orbit-labs",
+        "limit_kwh",
+        "40000",
+        false,
+    ),
+    (
+        "lumen-search-energy",
+        "lumen-search",
+        "limit_kwh",
+        "3000",
+        false,
+    ),
+];
 
 /// Start of the simulated range: the first of last month, or N days ago.
 pub fn demo_range(now: DateTime<Utc>, days: Option<u32>) -> (DateTime<Utc>, DateTime<Utc>) {
@@ -71,6 +113,11 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         );
         reset_database(&pg.url("postgres"), "wattledger_demo").await?;
         config.database_url = Some(pg.url("wattledger_demo"));
+    }
+    if args.webhook_url.is_some() {
+        // The demo's receiver runs on this machine.
+        config.webhook_allow.loopback = true;
+        config.webhook_allow.http = true;
     }
     let pool = crate::database(&config, &[]).await?;
     let keys = crate::signing_key(&config)?;
@@ -145,6 +192,9 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         p.add(chunk.len() as u64);
     }
     p.finish();
+    // Budgets (and the endpoint their alerts go to) before the data: alerts are raised as
+    // the ledger is written.
+    seed_budgets(&client, &args).await?;
     let job_batches = sim.job_batches(2000);
     let mut p = Progress::new("jobs", sim.job_count() as u64);
     for b in job_batches {
@@ -173,6 +223,7 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     summary(&pool, from, to).await?;
+    budget_summary(&pool).await?;
 
     if args.no_serve {
         let _ = stop_tx.send(());
@@ -428,6 +479,95 @@ async fn push_tokens(client: &Client, sim: &Simulation) -> anyhow::Result<u64> {
 }
 
 /// Prints energy per tenant, tokens per kWh per model and PUE/TUE per site.
+/// This month's budgets and every alert they raised (last month's included).
+async fn budget_summary(pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    let now = Utc::now();
+    let budgets = wattledger_store::budgets::list(pool, &Scope::All, None, now).await?;
+    println!("\nBudgets this month (alerts raised since the start of last month)");
+    for b in &budgets {
+        let (limit, used, unit) = match (b.limit_kwh, b.limit_cost, b.limit_carbon_kg) {
+            (Some(l), _, _) => (l, b.used_kwh, "kWh".to_owned()),
+            (_, Some(l), _) => (l, b.used_cost, b.currency.clone().unwrap_or_default()),
+            (_, _, Some(l)) => (l, b.used_carbon_kg, "kgCO2e".to_owned()),
+            _ => continue,
+        };
+        let alerts: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT threshold, period_start FROM budget_events WHERE budget_id = $1
+             ORDER BY period_start, created_at",
+        )
+        .bind(b.id)
+        .fetch_all(pool)
+        .await?;
+        let alerts: Vec<String> = alerts
+            .iter()
+            .map(|(t, p)| {
+                let t = if t == "projected" {
+                    t.clone()
+                } else {
+                    format!("{t}%")
+                };
+                format!("{} {t}", p.format("%b"))
+            })
+            .collect();
+        println!(
+            "  {:<22} {:>9} of {:>7} {:<6} {:>6.1}% {:<4}  alerts: {}",
+            b.key,
+            used.round_dp(1),
+            limit.normalize(),
+            unit,
+            (used * rust_decimal::Decimal::ONE_HUNDRED / limit).round_dp(1),
+            if b.hard { "hard" } else { "soft" },
+            if alerts.is_empty() {
+                "-".into()
+            } else {
+                alerts.join(", ")
+            }
+        );
+    }
+    Ok(())
+}
+
+async fn seed_budgets(client: &Client, args: &DemoArgs) -> anyhow::Result<()> {
+    for (key, tenant, field, limit, hard) in BUDGETS {
+        let mut body = serde_json::json!({ "tenant": tenant, "hard": hard });
+        body[field] = Value::String(limit.into());
+        if field == "limit_cost" {
+            body["currency"] = Value::String("EUR".into());
+        }
+        let r = client
+            .http
+            .put(format!("{}/v1/budgets/{key}", client.base))
+            .bearer_auth(&client.admin)
+            .json(&body)
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            bail!("budget {key}: {}", r.text().await?);
+        }
+    }
+    let Some(url) = &args.webhook_url else {
+        return Ok(());
+    };
+    for (_, tenant, _, _, _) in BUDGETS {
+        let mut body = serde_json::json!({ "tenant": tenant, "url": url,
+            "description": "wattledger demo: budget alerts" });
+        if let Some(secret) = &args.webhook_secret {
+            body["secret"] = Value::String(secret.clone());
+        }
+        let created = client
+            .post(&client.admin, "/v1/webhooks/endpoints", body)
+            .await?;
+        if args.webhook_secret.is_none() {
+            eprintln!(
+                "Webhook endpoint for {tenant}: {url}, secret {}",
+                created["secret"].as_str().unwrap_or_default()
+            );
+        }
+    }
+    eprintln!("Budget alerts of {} tenants go to {url}", BUDGETS.len());
+    Ok(())
+}
+
 pub async fn summary(
     pool: &sqlx::PgPool,
     from: DateTime<Utc>,

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 use uuid::Uuid;
-use wattledger_domain::webhooks::ssrf;
+use wattledger_domain::webhooks::{ssrf, Secret};
 use wattledger_store::budget_alerts::{PROJECTED_EXCEED, THRESHOLD_CROSSED};
 use wattledger_store::webhooks::{self as store, Endpoint, NewEndpoint};
 use wattledger_store::Scope;
@@ -89,6 +89,8 @@ pub struct NewEndpointBody {
     /// absent: all.
     #[serde(default)]
     pub event_types: Vec<String>,
+    /// A `whsec_…` secret of 24 to 64 bytes the receiver already holds; generated if absent.
+    pub secret: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -179,11 +181,19 @@ pub async fn create(
     if b.description.len() > 500 {
         bad.push(FieldError::new(0, "description", "at most 500 characters"));
     }
+    if let Some(given) = &b.secret {
+        if let Err(e) = Secret::parse(given) {
+            bad.push(FieldError::new(0, "secret", e.to_string()));
+        }
+    }
     if !bad.is_empty() {
         return Err(ApiError::Validation(bad));
     }
-    let secret = crate::webhooks::new_secret()
-        .map_err(|e| ApiError::Unavailable(format!("no random source: {e}")))?;
+    let secret = match b.secret {
+        Some(s) => s,
+        None => crate::webhooks::new_secret()
+            .map_err(|e| ApiError::Unavailable(format!("no random source: {e}")))?,
+    };
     let endpoint = store::create(
         &state.pool,
         NewEndpoint {
