@@ -250,6 +250,87 @@ async fn crossings_arrive_signed_once_through_a_receiver_that_was_down() {
         .collect();
     assert_eq!(tests.len(), 2, "sent, then redelivered with the same id");
     assert!(tests.iter().all(|r| r["ok"] == true && r["status"] == 204));
+
+    // Rotation: the new secret signs, and the old one beside it for the overlap, so the
+    // receiver still holding the old secret verifies the next delivery.
+    let (status, rotated) = app
+        .post_raw(
+            &app.tenant_token("a"),
+            &format!("/v1/webhooks/endpoints/{endpoint}/rotate"),
+            json!({"overlap_s": 3600}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{rotated}");
+    assert_ne!(rotated["secret"], secret);
+    assert!(rotated["endpoint"]["previous_secret_until"].is_string());
+    let (_, queued) = app
+        .post_raw(
+            &app.tenant_token("a"),
+            &format!("/v1/webhooks/endpoints/{endpoint}/test"),
+            String::new(),
+        )
+        .await;
+    let after = queued["message_id"].as_str().unwrap().to_owned();
+    for _ in 0..100 {
+        if deliveries(&log).iter().any(|r| r["id"] == after.as_str()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let d = deliveries(&log);
+    let sent = d
+        .iter()
+        .find(|r| r["id"] == after.as_str())
+        .expect("delivered");
+    assert_eq!(sent["ok"], true, "the old secret still verifies: {sent}");
+    let signatures = sent["headers"]["webhook-signature"].as_str().unwrap();
+    assert_eq!(signatures.split(' ').count(), 2, "{signatures}");
+}
+
+#[tokio::test]
+async fn a_receiver_answering_gone_disables_its_endpoint() {
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let router = axum::Router::new().fallback(|| async { axum::http::StatusCode::GONE });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, router).await.unwrap() });
+    let (_, created) = register(&app, &app.tenant_token("a"), &format!("http://{addr}/")).await;
+    let endpoint = created["endpoint"]["id"].as_str().unwrap();
+    let path = format!("/v1/webhooks/endpoints/{endpoint}");
+    app.post_raw(
+        &app.tenant_token("a"),
+        &format!("{path}/test"),
+        String::new(),
+    )
+    .await;
+    let mut shown = Value::Null;
+    for _ in 0..100 {
+        shown = app.get(Some(&app.tenant_token("a")), &path).await.1;
+        if shown["enabled"] == false {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(shown["enabled"], false, "{shown}");
+    assert!(shown["disabled_reason"].as_str().unwrap().contains("410"));
+    let (_, messages) = app
+        .get(Some(&app.tenant_token("a")), &format!("{path}/messages"))
+        .await;
+    assert_eq!(messages[0]["state"], "dead");
+    assert_eq!(messages[0]["history"][0]["status"], 410);
+    // The owner turns it back on.
+    let (status, back) = app
+        .send(
+            reqwest::Method::PATCH,
+            &app.tenant_token("a"),
+            &path,
+            json!({"enabled": true}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{back}");
+    assert_eq!(back["enabled"], true);
+    assert!(back["disabled_reason"].is_null());
 }
 
 #[tokio::test]
