@@ -6,6 +6,7 @@ use rust_decimal::Decimal;
 use sqlx::PgPool;
 
 use crate::{Scope, StoreResult};
+use wattledger_domain::budget_alerts::Usage;
 
 /// A budget as written.
 #[derive(Debug, Clone)]
@@ -75,11 +76,12 @@ pub async fn delete(pool: &PgPool, key: &str) -> StoreResult<bool> {
         == 1)
 }
 
-/// A budget with its current period's use.
+/// A budget with its use over one period.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct BudgetState {
     pub id: i64,
     pub key: String,
+    pub tenant_id: i64,
     pub tenant: String,
     pub model: Option<String>,
     pub period: String,
@@ -99,6 +101,69 @@ pub struct BudgetState {
     pub recent_carbon_kg: Decimal,
 }
 
+impl BudgetState {
+    /// Each limit set (`kwh`, `cost`, `carbon_kg`) with its use, for alerts and projections;
+    /// the burn rate's window is the last seven days, or as much of the period as passed.
+    pub fn usages(&self, now: DateTime<Utc>) -> Vec<(&'static str, Usage)> {
+        let recent_s = (now - (now - Duration::days(7)).max(self.period_start)).num_seconds();
+        [
+            ("kwh", self.limit_kwh, self.used_kwh, self.recent_kwh),
+            ("cost", self.limit_cost, self.used_cost, self.recent_cost),
+            (
+                "carbon_kg",
+                self.limit_carbon_kg,
+                self.used_carbon_kg,
+                self.recent_carbon_kg,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(metric, limit, used, recent)| {
+            Some((
+                metric,
+                Usage {
+                    limit: limit?,
+                    used,
+                    recent,
+                    recent_s,
+                    period_start: self.period_start,
+                    period_end: self.period_end,
+                },
+            ))
+        })
+        .collect()
+    }
+}
+
+/// Budgets with their use: `periods` is a CTE `b` of budget rows with `p_start` and
+/// `p_end`; parameter `$recent` is where the burn rate's window starts.
+pub(crate) fn with_use(periods: &str, recent: usize) -> String {
+    format!(
+        "WITH {periods}
+         SELECT b.id, b.key, b.tenant_id, t.key AS tenant, m.key AS model, b.period,
+                b.p_start AS period_start, b.p_end AS period_end, b.limit_kwh, b.limit_cost,
+                b.currency::text AS currency, b.limit_carbon_kg, b.hard, b.thresholds_pct,
+                coalesce(sum(l.total_mj), 0)::numeric / 3600000000 AS used_kwh,
+                coalesce(sum(l.cost) FILTER (WHERE s.currency = b.currency), 0) AS used_cost,
+                coalesce(sum(l.carbon_g), 0) / 1000 AS used_carbon_kg,
+                coalesce(sum(l.total_mj) FILTER (WHERE l.hour >= ${recent}), 0)::numeric
+                    / 3600000000 AS recent_kwh,
+                coalesce(sum(l.cost) FILTER (WHERE l.hour >= ${recent} AND s.currency = b.currency), 0)
+                    AS recent_cost,
+                coalesce(sum(l.carbon_g) FILTER (WHERE l.hour >= ${recent}), 0) / 1000
+                    AS recent_carbon_kg
+         FROM b
+         JOIN tenants t ON t.id = b.tenant_id
+         LEFT JOIN models m ON m.id = b.model_id
+         LEFT JOIN ledger l ON l.tenant_id = b.tenant_id AND l.hour >= b.p_start
+              AND l.hour < b.p_end AND (b.model_id IS NULL OR l.model_id = b.model_id)
+         LEFT JOIN sites s ON s.id = l.site_id
+         GROUP BY b.id, b.key, b.tenant_id, t.key, m.key, b.period, b.p_start, b.p_end,
+                  b.limit_kwh, b.limit_cost, b.currency, b.limit_carbon_kg, b.hard,
+                  b.thresholds_pct
+         ORDER BY t.key, b.key, b.p_start"
+    )
+}
+
 /// Budgets in `scope` (one by key, or all), each over the period containing `now` (a custom
 /// budget: its own range).
 pub async fn list(
@@ -107,8 +172,7 @@ pub async fn list(
     key: Option<&str>,
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<BudgetState>> {
-    Ok(sqlx::query_as(
-        "WITH b AS (
+    let periods = "b AS (
              SELECT b.*,
                     CASE WHEN period = 'month'
                          THEN date_trunc('month', $1 AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
@@ -118,34 +182,14 @@ pub async fn list(
                          ELSE b.ends_at END AS p_end
              FROM budgets b
              WHERE ($2::bigint IS NULL OR b.tenant_id = $2) AND ($3::text IS NULL OR b.key = $3)
-         )
-         SELECT b.id, b.key, t.key AS tenant, m.key AS model, b.period, b.p_start AS period_start,
-                b.p_end AS period_end, b.limit_kwh, b.limit_cost, b.currency::text AS currency,
-                b.limit_carbon_kg, b.hard, b.thresholds_pct,
-                coalesce(sum(l.total_mj), 0)::numeric / 3600000000 AS used_kwh,
-                coalesce(sum(l.cost) FILTER (WHERE s.currency = b.currency), 0) AS used_cost,
-                coalesce(sum(l.carbon_g), 0) / 1000 AS used_carbon_kg,
-                coalesce(sum(l.total_mj) FILTER (WHERE l.hour >= $4), 0)::numeric / 3600000000
-                    AS recent_kwh,
-                coalesce(sum(l.cost) FILTER (WHERE l.hour >= $4 AND s.currency = b.currency), 0)
-                    AS recent_cost,
-                coalesce(sum(l.carbon_g) FILTER (WHERE l.hour >= $4), 0) / 1000 AS recent_carbon_kg
-         FROM b
-         JOIN tenants t ON t.id = b.tenant_id
-         LEFT JOIN models m ON m.id = b.model_id
-         LEFT JOIN ledger l ON l.tenant_id = b.tenant_id AND l.hour >= b.p_start
-              AND l.hour < b.p_end AND (b.model_id IS NULL OR l.model_id = b.model_id)
-         LEFT JOIN sites s ON s.id = l.site_id
-         GROUP BY b.id, b.key, t.key, m.key, b.period, b.p_start, b.p_end, b.limit_kwh,
-                  b.limit_cost, b.currency, b.limit_carbon_kg, b.hard, b.thresholds_pct
-         ORDER BY t.key, b.key",
-    )
-    .bind(now)
-    .bind(scope.tenant())
-    .bind(key)
-    .bind(now - Duration::days(7))
-    .fetch_all(pool)
-    .await?)
+         )";
+    Ok(sqlx::query_as(&with_use(periods, 4))
+        .bind(now)
+        .bind(scope.tenant())
+        .bind(key)
+        .bind(now - Duration::days(7))
+        .fetch_all(pool)
+        .await?)
 }
 
 /// Alerts raised for a budget in a period, oldest first.

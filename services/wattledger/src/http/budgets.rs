@@ -16,7 +16,7 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
-use wattledger_domain::budget_alerts::{runs_out_at, Usage};
+use wattledger_domain::budget_alerts::runs_out_at;
 use wattledger_store::budgets::{self as store, BudgetSpec, BudgetState};
 use wattledger_store::inventory::{ids_by_key, KeyedTable};
 
@@ -77,36 +77,18 @@ pub struct BudgetView {
 }
 
 async fn view(state: &AppState, b: BudgetState, now: DateTime<Utc>) -> ApiResult<BudgetView> {
-    let recent_s = (now - (now - Duration::days(7)).max(b.period_start)).num_seconds();
-    let mut metrics = Vec::new();
-    for (name, limit, used, recent) in [
-        ("kwh", b.limit_kwh, b.used_kwh, b.recent_kwh),
-        ("cost", b.limit_cost, b.used_cost, b.recent_cost),
-        (
-            "carbon_kg",
-            b.limit_carbon_kg,
-            b.used_carbon_kg,
-            b.recent_carbon_kg,
-        ),
-    ] {
-        let Some(limit) = limit else { continue };
-        let u = Usage {
-            limit,
-            used,
-            recent,
-            recent_s,
-            period_start: b.period_start,
-            period_end: b.period_end,
-        };
-        metrics.push(MetricView {
+    let metrics = b
+        .usages(now)
+        .into_iter()
+        .map(|(name, u)| MetricView {
             metric: name.into(),
-            limit,
-            used: used.round_dp(6),
-            remaining: (limit - used).round_dp(6),
-            used_pct: (used * Decimal::ONE_HUNDRED / limit).round_dp(2),
+            limit: u.limit.normalize(),
+            used: u.used.round_dp(6),
+            remaining: (u.limit - u.used).round_dp(6),
+            used_pct: (u.used * Decimal::ONE_HUNDRED / u.limit).round_dp(2),
             projected_exhausted_at: runs_out_at(&u, now).filter(|t| *t < b.period_end),
-        });
-    }
+        })
+        .collect();
     let alerts = store::events(&state.pool, b.id, b.period_start)
         .await?
         .into_iter()
