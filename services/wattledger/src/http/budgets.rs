@@ -142,13 +142,18 @@ pub async fn show(
     Path(key): Path<String>,
 ) -> ApiResult<Json<BudgetView>> {
     caller.require(&READERS)?;
+    Ok(Json(one(&state, &caller, &key).await?))
+}
+
+/// The budget `key` as the caller may see it; another tenant's is not found.
+async fn one(state: &AppState, caller: &Caller, key: &str) -> ApiResult<BudgetView> {
     let now = Utc::now();
-    let b = store::list(&state.pool, &caller.scope, Some(&key), now)
+    let b = store::list(&state.pool, &caller.scope, Some(key), now)
         .await?
         .into_iter()
         .next()
         .ok_or(ApiError::NotFound)?;
-    Ok(Json(view(&state, b, now).await?))
+    view(state, b, now).await
 }
 
 const FIELDS: [&str; 11] = [
@@ -295,18 +300,13 @@ pub async fn put(
     };
     let new = store::upsert(&state.pool, &spec).await?;
     state.admission.poke();
-    let now = Utc::now();
-    let b = store::list(&state.pool, &caller.scope, Some(&key), now)
-        .await?
-        .into_iter()
-        .next()
-        .ok_or(ApiError::NotFound)?;
+    let budget = one(&state, &caller, &key).await?;
     let status = if new {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(view(&state, b, now).await?)))
+    Ok((status, Json(budget)))
 }
 
 /// Deletes a budget and its alerts (admin, finance).
