@@ -200,9 +200,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         priority = job_desc.qos and string.lower(job_desc.qos) or "normal",
         earliest_start = set(job_desc.begin_time) and iso(job_desc.begin_time) or nil,
         deadline = deadline and iso(deadline) or comment_deadline(comment),
+        source = "slurm",
     }
     local body = json_object(req, { "tenant", "job_name", "gpus", "duration_s", "kind", "model",
-        "priority", "earliest_start", "deadline" })
+        "priority", "earliest_start", "deadline", "source" })
     local code, resp = post(cfg.url, body, read_token(cfg.token_file), cfg.timeout)
     local answer = (code == 200) and json_decode(resp) or nil
     if not answer then

@@ -192,6 +192,7 @@ async fn slurm_asks_wattledger_before_queueing_a_gpu_job() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(joined["job"], format!("slurm:lab:{id}"), "{joined}");
+    assert_eq!(joined["source"], "slurm", "the plugin says who asked");
 
     // wattledger away: fail-closed refuses, fail-open admits.
     write_conf("http://127.0.0.1:1/v1/admission", "closed");

@@ -26,6 +26,9 @@ use wattledger_store::StoreResult;
 const HORIZON_DAYS: i64 = 7;
 /// History the learned draw is taken from.
 const LEARN_DAYS: i64 = 30;
+/// Decisions answered but not yet stored, at most: past this (the database is away or
+/// slower than the questions), admission answers 503 rather than decide what it cannot keep.
+const WRITER_QUEUE: usize = 65_536;
 /// Slow state reloads every this many refreshes.
 const SLOW_EVERY: u32 = 15;
 /// Decisions counted: those whose reservation ends after now minus this (a job overrunning
@@ -81,6 +84,10 @@ pub struct Ask {
     /// Answer without reserving or storing anything ("what if").
     #[serde(default)]
     pub dry_run: bool,
+    /// Who asks, as the stored decision names it: `slurm`, a scheduler's own name, or `api`
+    /// (default). Lowercase letters, digits, `-` and `_`, at most 32.
+    #[serde(default)]
+    pub source: Option<String>,
 }
 
 fn default_kind() -> String {
@@ -149,6 +156,8 @@ pub enum AskError {
     Fields(Vec<(&'static str, String)>),
     #[error("admission is still loading its state")]
     NotReady,
+    #[error("decisions are not being stored as fast as they are asked")]
+    Backlog,
 }
 
 struct SiteHot {
@@ -216,7 +225,7 @@ struct Slow {
 
 pub struct Admission {
     hot: RwLock<Hot>,
-    tx: mpsc::UnboundedSender<writer::Decided>,
+    tx: mpsc::Sender<writer::Decided>,
     poke: Notify,
     default_gpu_w: u32,
 }
@@ -230,7 +239,7 @@ impl Admission {
         default_gpu_w: u32,
         stop: watch::Receiver<bool>,
     ) -> (Arc<Admission>, tokio::task::JoinHandle<()>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(WRITER_QUEUE);
         let admission = Arc::new(Admission {
             hot: RwLock::new(Hot::default()),
             tx,
@@ -391,6 +400,12 @@ impl Admission {
                 hot.generation,
             )
         };
+        // A place in the writer's queue first: a decision is stored, or not taken.
+        let permit = if dry_run {
+            None
+        } else {
+            Some(self.tx.try_reserve().map_err(|_| AskError::Backlog)?)
+        };
         let id = Uuid::now_v7();
         let mut site_id = None;
         if !dry_run && p.reserves().is_some() {
@@ -481,16 +496,12 @@ impl Admission {
             request: String::new(),
             answer: String::new(),
         };
-        if dry_run {
-            return Ok(answer);
-        }
-        let decided = writer::Decided {
-            record,
-            ask: ask.clone(),
-            answer: answer.clone(),
-        };
-        if self.tx.send(decided).is_err() {
-            tracing::warn!(decision = %id, "the decision writer has stopped; this decision is not stored");
+        if let Some(permit) = permit {
+            permit.send(writer::Decided {
+                record,
+                ask: ask.clone(),
+                answer: answer.clone(),
+            });
         }
         Ok(answer)
     }
@@ -534,6 +545,18 @@ fn validate(ask: &Ask, now: DateTime<Utc>) -> Vec<(&'static str, String)> {
     }
     if ask.tenant.trim().is_empty() {
         bad.push(("tenant", "must not be empty".into()));
+    }
+    if let Some(src) = &ask.source {
+        let ok = (1..=32).contains(&src.len())
+            && src
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !ok {
+            bad.push((
+                "source",
+                "lowercase letters, digits, - and _, at most 32".into(),
+            ));
+        }
     }
     let earliest = ask.earliest_start.unwrap_or(now);
     if let Some(deadline) = ask.deadline {

@@ -27,7 +27,7 @@ impl Decided {
     }
 }
 
-pub async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Decided>) {
+pub async fn run(pool: PgPool, mut rx: mpsc::Receiver<Decided>) {
     let mut backoff = Duration::from_millis(100);
     loop {
         let mut decided = Vec::new();

@@ -33,6 +33,9 @@ fn to_api(e: AskError) -> ApiError {
                 .collect(),
         ),
         AskError::NotReady => ApiError::Unavailable("admission is still loading its state".into()),
+        AskError::Backlog => ApiError::Unavailable(
+            "decisions are not being stored as fast as they are asked; retry shortly".into(),
+        ),
     }
 }
 
@@ -60,6 +63,7 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
                 "model",
                 "kind",
                 "priority",
+                "source",
             ];
             for (k, v) in &map {
                 let ok = if ints.contains(&k.as_str()) {
@@ -124,7 +128,7 @@ pub async fn ask(
     let ask = parse_ask(&body)?;
     let answer = state
         .admission
-        .ask(&ask, "api", Utc::now())
+        .ask(&ask, ask.source.as_deref().unwrap_or("api"), Utc::now())
         .map_err(to_api)?;
     Ok(Json(answer))
 }
@@ -364,6 +368,7 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
             })
             .unwrap_or_default(),
         dry_run: false,
+        source: Some("kubernetes".into()),
     }))
 }
 
