@@ -527,3 +527,158 @@ async fn redirects_are_not_followed() {
         "the redirect was not followed"
     );
 }
+
+/// An https receiver with a certificate from a private CA (the operator's
+/// WATTLEDGER_WEBHOOK_CA_FILE): delivered over TLS to the name, plain http refused.
+#[tokio::test]
+async fn deliveries_go_over_https_to_a_receiver_of_a_private_ca() {
+    let dir = std::env::temp_dir().join(format!("wl-webhooks-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("openssl (Debian: openssl, a dependency of ca-certificates)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=wattledger test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext",
+    ]);
+
+    let port = free_port();
+    let log = dir.join("requests.jsonl");
+    let server = r#"
+import http.server, json, ssl, sys
+port, cert, key, log = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        with open(log, "a") as f:
+            f.write(json.dumps({k: self.headers.get(k) for k in
+                ("webhook-id", "webhook-signature", "host")}) + "\n")
+        self.send_response(204)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", port), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+"#;
+    let _receiver = Killed(
+        Command::new("python3")
+            .args(["-c", server, &port.to_string()])
+            .arg(dir.join("leaf.pem"))
+            .arg(dir.join("leaf.key"))
+            .arg(&log)
+            .spawn()
+            .unwrap(),
+    );
+    listening(port).await;
+
+    let ca = dir.join("ca.pem");
+    let app = TestApp::start_with(|c| {
+        c.webhook_allow = wattledger_domain::webhooks::Reach {
+            loopback: true,
+            private: false,
+            http: false,
+        };
+        c.webhook_ca_file = Some(ca);
+    })
+    .await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let token = app.tenant_token("a");
+    let (status, refused) = register(&app, &token, &format!("http://localhost:{port}/")).await;
+    assert_eq!(
+        status, 422,
+        "plain http is refused unless allowed: {refused}"
+    );
+    let (status, created) =
+        register(&app, &token, &format!("https://localhost:{port}/hooks")).await;
+    assert_eq!(status, 201, "{created}");
+    let endpoint = created["endpoint"]["id"].as_str().unwrap();
+    let (_, queued) = app
+        .post_raw(
+            &token,
+            &format!("/v1/webhooks/endpoints/{endpoint}/test"),
+            String::new(),
+        )
+        .await;
+    let id = queued["message_id"].as_str().unwrap().to_owned();
+    let mut messages = Value::Null;
+    for _ in 0..100 {
+        messages = app
+            .get(
+                Some(&token),
+                &format!("/v1/webhooks/endpoints/{endpoint}/messages"),
+            )
+            .await
+            .1;
+        if messages[0]["state"] != "pending" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(messages[0]["state"], "delivered", "{messages}");
+    let seen = std::fs::read_to_string(&log).unwrap();
+    let line: Value = serde_json::from_str(seen.lines().next().unwrap()).unwrap();
+    assert_eq!(line["webhook-id"], id.as_str());
+    assert!(line["webhook-signature"]
+        .as_str()
+        .unwrap()
+        .starts_with("v1,"));
+    assert_eq!(line["host"], format!("localhost:{port}"));
+}

@@ -77,6 +77,10 @@ pub struct Config {
     #[arg(long, global = true, env = "WATTLEDGER_WEBHOOK_ALLOW", default_value = "",
           value_parser = parse_reach)]
     pub webhook_allow: Reach,
+    /// PEM certificates trusted for webhook deliveries beside the public roots (a private
+    /// CA of on-premises receivers).
+    #[arg(long, global = true, env = "WATTLEDGER_WEBHOOK_CA_FILE")]
+    pub webhook_ca_file: Option<PathBuf>,
     /// How often the webhook dispatcher looks for due messages, ms.
     #[arg(
         long,
@@ -112,6 +116,7 @@ impl Config {
                 private: false,
                 http: true,
             },
+            webhook_ca_file: None,
             webhook_poll_ms: 200,
             worker: false,
         }

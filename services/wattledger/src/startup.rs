@@ -19,9 +19,16 @@ pub async fn serve(
     let worker = config
         .worker
         .then(|| tokio::spawn(worker::run(pool.clone(), stop_rx)));
+    let roots = match &config.webhook_ca_file {
+        Some(path) => crate::webhooks::dispatcher::load_roots(path)?,
+        None => Vec::new(),
+    };
     let dispatcher = tokio::spawn(crate::webhooks::dispatcher::run(
         pool.clone(),
-        config.webhook_allow,
+        crate::webhooks::dispatcher::Settings {
+            reach: config.webhook_allow,
+            roots,
+        },
         std::time::Duration::from_millis(config.webhook_poll_ms),
         stop_tx.subscribe(),
     ));

@@ -23,11 +23,32 @@ const TIMEOUT: Duration = Duration::from_secs(15);
 /// Messages claimed at once; their deliveries run side by side.
 const BATCH: i64 = 32;
 
+/// Where deliveries may go and which certificate authorities they trust beside the public
+/// roots.
+#[derive(Clone, Default)]
+pub struct Settings {
+    pub reach: Reach,
+    pub roots: Vec<reqwest::Certificate>,
+}
+
+/// The certificates of a PEM bundle (WATTLEDGER_WEBHOOK_CA_FILE).
+pub fn load_roots(path: &std::path::Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
+    use anyhow::Context;
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    reqwest::Certificate::from_pem_bundle(&pem)
+        .with_context(|| format!("{} is not a PEM certificate bundle", path.display()))
+}
+
 /// Delivers until `stop` turns true, looking for due messages every `every`.
-pub async fn run(pool: PgPool, reach: Reach, every: Duration, mut stop: watch::Receiver<bool>) {
+pub async fn run(
+    pool: PgPool,
+    settings: Settings,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         loop {
-            match deliver_due(&pool, reach).await {
+            match deliver_due(&pool, &settings).await {
                 Ok(0) => break,
                 Ok(n) => tracing::debug!(messages = n, "webhook deliveries attempted"),
                 Err(error) => {
@@ -47,7 +68,7 @@ pub async fn run(pool: PgPool, reach: Reach, every: Duration, mut stop: watch::R
 }
 
 /// One claim: attempts every due message in it and records each; returns how many.
-pub async fn deliver_due(pool: &PgPool, reach: Reach) -> StoreResult<usize> {
+pub async fn deliver_due(pool: &PgPool, settings: &Settings) -> StoreResult<usize> {
     let mut tx = pool.begin().await?;
     let due = store::claim_due(&mut tx, BATCH).await?;
     if due.is_empty() {
@@ -56,7 +77,8 @@ pub async fn deliver_due(pool: &PgPool, reach: Reach) -> StoreResult<usize> {
     // Side by side: a slow receiver does not hold the others up.
     let mut set = tokio::task::JoinSet::new();
     for (i, d) in due.iter().cloned().enumerate() {
-        set.spawn(async move { (i, attempt(&d, reach).await) });
+        let settings = settings.clone();
+        set.spawn(async move { (i, attempt(&d, &settings).await) });
     }
     let mut results: Vec<Option<Result_>> = (0..due.len()).map(|_| None).collect();
     while let Some(joined) = set.join_next().await {
@@ -110,10 +132,10 @@ struct Result_ {
     retry_after: Option<chrono::Duration>,
 }
 
-async fn attempt(d: &Due, reach: Reach) -> Result_ {
+async fn attempt(d: &Due, settings: &Settings) -> Result_ {
     let started_at = Utc::now();
     let t = Instant::now();
-    let (status, error, retry_after) = match send(d, reach, started_at).await {
+    let (status, error, retry_after) = match send(d, settings, started_at).await {
         Ok((status, retry_after)) => (Some(status), None, retry_after),
         Err(e) => (None, Some(e), None),
     };
@@ -135,9 +157,10 @@ async fn attempt(d: &Due, reach: Reach) -> Result_ {
 /// Sends one attempt; the status and any `Retry-After`, or why nothing was sent.
 async fn send(
     d: &Due,
-    reach: Reach,
+    settings: &Settings,
     now: DateTime<Utc>,
 ) -> Result<(u16, Option<chrono::Duration>), String> {
+    let reach = settings.reach;
     let dest = ssrf::parse(&d.url, reach).map_err(|e| e.to_string())?;
     let mut client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -155,6 +178,9 @@ async fn send(
             ssrf::check(a.ip(), reach).map_err(|e| format!("{name} resolves to {e}"))?;
         }
         client = client.resolve(name, first);
+    }
+    for root in &settings.roots {
+        client = client.add_root_certificate(root.clone());
     }
     let client = client.build().map_err(|e| e.to_string())?;
     let secret = Secret::parse(&d.secret).map_err(|e| e.to_string())?;
