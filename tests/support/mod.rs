@@ -38,6 +38,10 @@ fn admin_url() -> &'static str {
 pub async fn fresh_db() -> (PgPool, String) {
     use sqlx::Connection;
     let admin = admin_url().to_owned();
+    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SWEPT.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        sweep_left_over(&admin).await;
+    }
     let name = format!(
         "wl_test_{}_{}",
         std::process::id(),
@@ -70,6 +74,31 @@ pub async fn fresh_db() -> (PgPool, String) {
     let pool = wattledger_store::connect(&url, 5).await.expect("connect");
     wattledger_store::migrate(&pool).await.expect("migrate");
     (pool, url)
+}
+
+/// Drops the databases earlier test processes left behind (one per test, named after the
+/// process): without this the test server's disk grows with every run.
+async fn sweep_left_over(admin: &str) {
+    use sqlx::Connection;
+    let Ok(mut conn) = sqlx::PgConnection::connect(admin).await else {
+        return;
+    };
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'wl\\_test\\_%'")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap_or_default();
+    let me = std::process::id();
+    for name in names {
+        let pid = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
+        let gone =
+            pid.is_some_and(|p| p != me && !std::path::Path::new(&format!("/proc/{p}")).exists());
+        if gone {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&mut conn)
+                .await;
+        }
+    }
 }
 
 async fn tracing_free_sleep(attempt: u32, _e: &sqlx::Error) {
