@@ -156,57 +156,6 @@ pub async fn reservations(
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub struct BudgetRow {
-    pub id: i64,
-    pub key: String,
-    pub tenant_id: i64,
-    pub model_id: Option<i64>,
-    pub starts_at: DateTime<Utc>,
-    pub ends_at: DateTime<Utc>,
-    pub limit_kwh: Option<Decimal>,
-    pub limit_cost: Option<Decimal>,
-    pub currency: Option<String>,
-    pub limit_carbon_kg: Option<Decimal>,
-    pub hard: bool,
-    /// Metered in the ledger over the period so far.
-    pub used_kwh: Decimal,
-    pub used_cost: Decimal,
-    pub used_carbon_kg: Decimal,
-}
-
-/// Budgets in force at `at`, each with what its tenant (and model) used in its period: the
-/// calendar month of `at` (UTC) or its custom range. Cost counts rows in the budget's
-/// currency only.
-pub async fn budgets_in_force(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<Vec<BudgetRow>> {
-    Ok(sqlx::query_as(
-        "WITH b AS (
-             SELECT b.*,
-                    CASE WHEN period = 'month' THEN date_trunc('month', $1 AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-                         ELSE b.starts_at END AS p_start,
-                    CASE WHEN period = 'month' THEN (date_trunc('month', $1 AT TIME ZONE 'UTC') + interval '1 month') AT TIME ZONE 'UTC'
-                         ELSE b.ends_at END AS p_end
-             FROM budgets b
-         )
-         SELECT b.id, b.key, b.tenant_id, b.model_id, b.p_start AS starts_at, b.p_end AS ends_at,
-                b.limit_kwh, b.limit_cost, b.currency::text AS currency, b.limit_carbon_kg, b.hard,
-                coalesce(sum(l.total_mj), 0)::numeric / 3600000000 AS used_kwh,
-                coalesce(sum(l.cost) FILTER (WHERE s.currency = b.currency), 0) AS used_cost,
-                coalesce(sum(l.carbon_g), 0) / 1000 AS used_carbon_kg
-         FROM b
-         LEFT JOIN ledger l ON l.tenant_id = b.tenant_id AND l.hour >= b.p_start AND l.hour < b.p_end
-              AND (b.model_id IS NULL OR l.model_id = b.model_id)
-         LEFT JOIN sites s ON s.id = l.site_id
-         WHERE b.p_start <= $1 AND $1 < b.p_end
-         GROUP BY b.id, b.key, b.tenant_id, b.model_id, b.p_start, b.p_end, b.limit_kwh,
-                  b.limit_cost, b.currency, b.limit_carbon_kg, b.hard
-         ORDER BY b.id",
-    )
-    .bind(at)
-    .fetch_all(pool)
-    .await?)
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct PolicyRow {
     pub tenant_id: i64,
     pub threshold_pct: Decimal,

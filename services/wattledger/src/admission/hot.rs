@@ -216,7 +216,7 @@ struct Slow {
     sites: Vec<store::SiteRow>,
     draw: HashMap<i64, i64>,
     points: Vec<store::SignalPoint>,
-    budgets: Vec<store::BudgetRow>,
+    budgets: Vec<wattledger_store::budgets::BudgetState>,
     models: Arc<HashMap<i64, String>>,
     policies: HashMap<i64, store::PolicyRow>,
     learned: Vec<store::LearnedDraw>,
@@ -748,7 +748,10 @@ async fn load_slow(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Slow> {
             now + Duration::days(HORIZON_DAYS),
         )
         .await?,
-        budgets: store::budgets_in_force(pool, now).await?,
+        // Every budget over its period containing now (a custom one: its own range); a
+        // question counts against those its job's start falls in.
+        budgets: wattledger_store::budgets::list(pool, &wattledger_store::Scope::All, None, now)
+            .await?,
         models: Arc::new(models.into_iter().collect()),
         policies: store::policies(pool)
             .await?
@@ -808,7 +811,6 @@ fn build(
             },
         });
     }
-    let key_of: HashMap<i64, &String> = tenants.iter().map(|(k, id)| (*id, k)).collect();
     for (key, id) in tenants {
         let policy = slow
             .policies
@@ -832,19 +834,15 @@ fn build(
         );
     }
     for b in &slow.budgets {
-        let Some(t) = key_of
-            .get(&b.tenant_id)
-            .and_then(|k| hot.tenants.get_mut(*k))
-        else {
+        let Some(t) = hot.tenants.get_mut(&b.tenant) else {
             continue;
         };
-        let model = b.model_id.and_then(|m| slow.models.get(&m).cloned());
         let mut push = |metric: Metric, limit: Option<Decimal>, used: Decimal| {
             if let Some(limit) = limit {
                 t.budgets.push(BudgetHot {
-                    model: model.clone(),
-                    starts_at: b.starts_at,
-                    ends_at: b.ends_at,
+                    model: b.model.clone(),
+                    starts_at: b.period_start,
+                    ends_at: b.period_end,
                     budget: Budget {
                         name: b.key.clone(),
                         metric,
