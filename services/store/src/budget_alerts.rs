@@ -120,36 +120,6 @@ async fn record(
         "period_end": b.period_end,
         "projected_exhausted_at": projected_at,
     });
-    enqueue(tx, b.tenant_id, event_type, data, now).await?;
+    crate::webhooks::enqueue(tx, b.tenant_id, event_type, data, now).await?;
     Ok(true)
-}
-
-/// One outbox message per enabled endpoint of the tenant that takes this event type, the
-/// body fixed now (the signature covers these exact bytes on every attempt).
-pub async fn enqueue(
-    tx: &mut Transaction<'_, Postgres>,
-    tenant_id: i64,
-    event_type: &str,
-    data: serde_json::Value,
-    now: DateTime<Utc>,
-) -> StoreResult<u64> {
-    let body = json!({
-        "type": event_type,
-        "timestamp": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        "data": data,
-    })
-    .to_string();
-    Ok(sqlx::query(
-        "INSERT INTO webhook_messages (id, endpoint_id, event_type, payload)
-         SELECT 'msg_' || replace(gen_random_uuid()::text, '-', ''), e.id, $2, $3
-         FROM webhook_endpoints e
-         WHERE e.tenant_id = $1 AND e.enabled
-           AND (cardinality(e.event_types) = 0 OR $2 = ANY(e.event_types))",
-    )
-    .bind(tenant_id)
-    .bind(event_type)
-    .bind(body)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected())
 }

@@ -3,12 +3,13 @@
 //! side without sending a message twice at once.
 
 use chrono::{DateTime, Utc};
+use serde_json::Value;
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::{Scope, StoreResult};
 
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Endpoint {
     pub id: Uuid,
     pub tenant: String,
@@ -217,7 +218,7 @@ pub async fn disable_gone(tx: &mut Transaction<'_, Postgres>, endpoint: Uuid) ->
     Ok(())
 }
 
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct MessageView {
     pub id: String,
     pub endpoint_id: Uuid,
@@ -263,16 +264,58 @@ pub async fn redeliver(pool: &PgPool, endpoint: Uuid, message: &str) -> StoreRes
         == 1)
 }
 
-/// A `webhook.test` message to one endpoint, due now.
-pub async fn enqueue_test(pool: &PgPool, endpoint: Uuid, payload: &str) -> StoreResult<String> {
+/// A message body as Standard Webhooks has it: type, timestamp and data. Fixed when the
+/// message is queued: the signature covers these exact bytes on every attempt.
+fn body(event_type: &str, data: Value, now: DateTime<Utc>) -> String {
+    serde_json::json!({
+        "type": event_type,
+        "timestamp": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "data": data,
+    })
+    .to_string()
+}
+
+/// Queues an event: one message per enabled endpoint of the tenant that takes its type, in
+/// the caller's transaction (the outbox).
+pub async fn enqueue(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: i64,
+    event_type: &str,
+    data: Value,
+    now: DateTime<Utc>,
+) -> StoreResult<u64> {
+    Ok(sqlx::query(
+        "INSERT INTO webhook_messages (id, endpoint_id, event_type, payload)
+         SELECT 'msg_' || replace(gen_random_uuid()::text, '-', ''), e.id, $2, $3
+         FROM webhook_endpoints e
+         WHERE e.tenant_id = $1 AND e.enabled
+           AND (cardinality(e.event_types) = 0 OR $2 = ANY(e.event_types))",
+    )
+    .bind(tenant_id)
+    .bind(event_type)
+    .bind(body(event_type, data, now))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected())
+}
+
+/// An event to one endpoint whatever types it takes (a `webhook.test`), due now; its id.
+pub async fn enqueue_to(
+    pool: &PgPool,
+    endpoint: Uuid,
+    event_type: &str,
+    data: Value,
+    now: DateTime<Utc>,
+) -> StoreResult<String> {
     let id = format!("msg_{}", Uuid::now_v7().simple());
     sqlx::query(
         "INSERT INTO webhook_messages (id, endpoint_id, event_type, payload)
-         VALUES ($1, $2, 'webhook.test', $3)",
+         VALUES ($1, $2, $3, $4)",
     )
     .bind(&id)
     .bind(endpoint)
-    .bind(payload)
+    .bind(event_type)
+    .bind(body(event_type, data, now))
     .execute(pool)
     .await?;
     Ok(id)

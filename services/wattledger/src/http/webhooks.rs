@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 use uuid::Uuid;
-use wattledger_domain::webhooks::{ssrf, Secret};
+use wattledger_domain::webhooks::Secret;
 use wattledger_store::budget_alerts::{PROJECTED_EXCEED, THRESHOLD_CROSSED};
 use wattledger_store::webhooks::{self as store, Endpoint, NewEndpoint};
 use wattledger_store::Scope;
@@ -117,20 +117,6 @@ async fn visible(state: &AppState, caller: &Caller, id: &str) -> ApiResult<Endpo
         .ok_or(ApiError::NotFound)
 }
 
-/// Checks a URL as deliveries will: the form, then every address its name resolves to.
-async fn check_url(url: &str, reach: ssrf::Reach) -> Result<(), String> {
-    let dest = ssrf::parse(url, reach).map_err(|e| e.to_string())?;
-    if let Some(name) = &dest.name {
-        let addrs = tokio::net::lookup_host((name.as_str(), dest.port))
-            .await
-            .map_err(|e| format!("could not resolve {name}: {e}"))?;
-        for a in addrs {
-            ssrf::check(a.ip(), reach).map_err(|e| format!("{name} resolves to {e}"))?;
-        }
-    }
-    Ok(())
-}
-
 fn check_event_types(types: &[String]) -> Vec<FieldError> {
     types
         .iter()
@@ -175,7 +161,7 @@ pub async fn create(
         }
     };
     let mut bad = check_event_types(&b.event_types);
-    if let Err(why) = check_url(&b.url, state.config.webhook_allow).await {
+    if let Err(why) = crate::webhooks::checked(&b.url, state.config.webhook_allow).await {
         bad.push(FieldError::new(0, "url", why));
     }
     if b.description.len() > 500 {
@@ -357,14 +343,9 @@ pub async fn test(
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<Queued>)> {
     let e = visible(&state, &caller, &id).await?;
-    let now = Utc::now();
-    let payload = json!({
-        "type": TEST_EVENT,
-        "timestamp": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        "data": {"endpoint_id": e.id, "tenant": e.tenant, "message": "a test event from wattledger"},
-    })
-    .to_string();
-    let message_id = store::enqueue_test(&state.pool, e.id, &payload).await?;
+    let data = json!({"endpoint_id": e.id, "tenant": e.tenant,
+                      "message": "a test event from wattledger"});
+    let message_id = store::enqueue_to(&state.pool, e.id, TEST_EVENT, data, Utc::now()).await?;
     Ok((StatusCode::ACCEPTED, Json(Queued { message_id })))
 }
 

@@ -9,12 +9,11 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use wattledger_domain::webhooks::retry::{next_attempt, parse_retry_after};
 use wattledger_domain::webhooks::signature::header;
-use wattledger_domain::webhooks::ssrf::{self, Reach};
+use wattledger_domain::webhooks::ssrf::Reach;
 use wattledger_domain::webhooks::{Outcome, Secret};
 use wattledger_store::webhooks::{self as store, After, Attempt, Due};
 use wattledger_store::StoreResult;
@@ -160,24 +159,13 @@ async fn send(
     settings: &Settings,
     now: DateTime<Utc>,
 ) -> Result<(u16, Option<chrono::Duration>), String> {
-    let reach = settings.reach;
-    let dest = ssrf::parse(&d.url, reach).map_err(|e| e.to_string())?;
+    let (dest, addr) = super::checked(&d.url, settings.reach).await?;
     let mut client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(TIMEOUT)
         .user_agent(concat!("wattledger-webhooks/", env!("CARGO_PKG_VERSION")));
-    if let Some(name) = &dest.name {
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), dest.port))
-            .await
-            .map_err(|e| format!("could not resolve {name}: {e}"))?
-            .collect();
-        let first = *addrs
-            .first()
-            .ok_or_else(|| format!("{name} resolves to no address"))?;
-        for a in &addrs {
-            ssrf::check(a.ip(), reach).map_err(|e| format!("{name} resolves to {e}"))?;
-        }
-        client = client.resolve(name, first);
+    if let (Some(name), Some(addr)) = (&dest.name, addr) {
+        client = client.resolve(name, addr);
     }
     for root in &settings.roots {
         client = client.add_root_certificate(root.clone());
