@@ -59,7 +59,7 @@ async fn vllm(State(f): State<Shared>) -> String {
     )
 }
 
-pub(crate) fn binary(name: &str) -> PathBuf {
+fn binary(name: &str) -> PathBuf {
     // target/debug/deps/api-<hash> → target/debug/<name>
     let exe = std::env::current_exe().unwrap();
     let path = exe.parent().unwrap().parent().unwrap().join(name);
@@ -89,6 +89,16 @@ impl Drop for Killed {
 }
 
 fn server(db_url: &str, port: u16, log: &std::path::Path) -> Killed {
+    server_with(db_url, port, log, &[("WATTLEDGER_WORKER", "false")])
+}
+
+/// The server binary on `db_url` at a loopback port, with settings from `env`.
+pub(crate) fn server_with(
+    db_url: &str,
+    port: u16,
+    log: &std::path::Path,
+    env: &[(&str, &str)],
+) -> Killed {
     let log = std::fs::File::create(log).unwrap();
     Killed(
         Command::new(binary("wattledger"))
@@ -98,7 +108,8 @@ fn server(db_url: &str, port: u16, log: &std::path::Path) -> Killed {
                 "--listen",
                 &format!("127.0.0.1:{port}"),
             ])
-            .args(["--jwt-secret", SECRET, "--worker", "false", "serve"])
+            .args(["--jwt-secret", SECRET, "serve"])
+            .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)

@@ -4,7 +4,7 @@
 //! recomputes, surviving a SIGKILL of the server between the outbox write and the delivery;
 //! and the destinations webhooks may not reach.
 
-use crate::agent::{binary, free_port, wait_healthy, Killed};
+use crate::agent::{free_port, server_with, wait_healthy, Killed};
 use crate::scenario;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use wattledger::auth::Role;
-use wattledger_tests::{fresh_db, TestApp, SECRET};
+use wattledger_tests::{fresh_db, TestApp};
 
 fn receiver(port: u16, secret: &str, log: &Path, fail_first: u32) -> Killed {
     let tool =
@@ -393,23 +393,14 @@ async fn a_crossing_survives_a_sigkill_before_its_delivery() {
 }
 
 fn server(db_url: &str, port: u16, log: &Path, poll_ms: &str) -> Killed {
-    let log = std::fs::File::create(log).unwrap();
-    Killed(
-        Command::new(binary("wattledger"))
-            .args([
-                "--database-url",
-                db_url,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .args(["--jwt-secret", SECRET, "serve"])
-            .env("WATTLEDGER_WEBHOOK_ALLOW", "loopback,http")
-            .env("WATTLEDGER_WEBHOOK_POLL_MS", poll_ms)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
+    server_with(
+        db_url,
+        port,
+        log,
+        &[
+            ("WATTLEDGER_WEBHOOK_ALLOW", "loopback,http"),
+            ("WATTLEDGER_WEBHOOK_POLL_MS", poll_ms),
+        ],
     )
 }
 
