@@ -106,7 +106,10 @@ pub struct Row {
     pub model: Option<ModelId>,
     pub gpu_mj: i64,
     pub node_overhead_mj: i64,
+    /// On a job's row, its share of the site's idle energy (facility overhead included)
+    /// under the proportional policy; on the idle row (`job: None`), the idle IT energy.
     pub idle_mj: i64,
+    /// On a job's row, the facility overhead of its own IT energy.
     pub facility_overhead_mj: i64,
     /// Part of the row's energy that came from estimated steps (gaps, fallbacks, models).
     pub estimated_mj: i64,
@@ -440,8 +443,9 @@ pub fn attribute(input: &SiteHour) -> Attributed {
         let emb_parts = split(idle.embodied, &job_it);
         let time_parts = split(idle.time_price, &job_it);
         for (k, row) in rows.iter_mut().enumerate() {
-            row.idle_mj += idle_parts[k];
-            row.facility_overhead_mj += fac_parts[k];
+            // The whole idle share, its facility overhead included, is the row's idle: a
+            // statement shows it as one line, and the row's facility overhead stays its own.
+            row.idle_mj += idle_parts[k] + fac_parts[k];
             row.estimated_mj += est_parts[k];
             row.embodied_ng += emb_parts[k];
             row.time_price_pico += time_parts[k];
