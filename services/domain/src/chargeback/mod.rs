@@ -1,0 +1,193 @@
+//! Monthly chargeback: what a closed month bills each tenant, and how it is written down.
+//!
+//! The store aggregates the ledger into [`Entry`]s (tenant × site × class × model × period of
+//! use); this module turns them into statements whose lines add up to their totals to the
+//! cent ([`statement`]), works out the adjustments late data calls for ([`statement::adjustments`]),
+//! checks every site's lines against its meters to the millijoule ([`reconcile`]) and writes the
+//! exports ([`csv`], [`focus`]). A [`Close`] is everything a closed month froze: the exports are
+//! a pure function of it, so the same close always gives the same bytes.
+
+pub mod csv;
+pub mod focus;
+mod month;
+pub mod reconcile;
+pub mod statement;
+
+pub use month::{Month, MonthError};
+pub use reconcile::SiteReconciliation;
+pub use statement::{Line, Statement};
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::ops::{Add, Sub};
+
+/// What a statement line is for: the job kinds, a job's share of idle capacity, and the idle
+/// energy a site gives its platform tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LineClass {
+    Training,
+    Inference,
+    Batch,
+    Interactive,
+    /// Idle energy a proportional site spread over its jobs (facility overhead included).
+    IdleShare,
+    /// Idle energy no job used, carried by the site's platform tenant.
+    Platform,
+}
+
+impl LineClass {
+    pub const ALL: [LineClass; 6] = [
+        LineClass::Training,
+        LineClass::Inference,
+        LineClass::Batch,
+        LineClass::Interactive,
+        LineClass::IdleShare,
+        LineClass::Platform,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LineClass::Training => "training",
+            LineClass::Inference => "inference",
+            LineClass::Batch => "batch",
+            LineClass::Interactive => "interactive",
+            LineClass::IdleShare => "idle_share",
+            LineClass::Platform => "platform",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<LineClass> {
+        LineClass::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// How the line's energy reached the tenant (FOCUS 1.2 has no `AllocatedMethodId`; the
+    /// exports carry this in an `x_` column).
+    pub fn allocation_method(self) -> &'static str {
+        match self {
+            LineClass::IdleShare => "idle-proportional-to-it-energy",
+            LineClass::Platform => "idle-to-platform-tenant",
+            _ => "metered-gpu-share",
+        }
+    }
+
+    /// Whether the line is energy no job used (the reconciliation's unallocated column).
+    pub fn is_unallocated(self) -> bool {
+        self == LineClass::Platform
+    }
+}
+
+/// The dimensions of a line. Keys, not ids: a statement names what it bills.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct LineKey {
+    pub tenant: String,
+    pub currency: String,
+    pub site: String,
+    pub class: LineClass,
+    pub model: Option<String>,
+    /// The month the energy was used: the statement's month, or an earlier one for an
+    /// adjustment.
+    pub period: Month,
+}
+
+/// Sums of the ledger for one key. Exact: integer mJ, ms and tokens; money to the ledger's
+/// 1e-6, carbon to its milligram.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Amounts {
+    pub energy_mj: i64,
+    pub energy_cost: Decimal,
+    pub gpu_time_cost: Decimal,
+    pub carbon_g: Decimal,
+    pub embodied_g: Decimal,
+    pub prompt_tokens: i64,
+    pub generated_tokens: i64,
+    pub gpu_ms: i64,
+}
+
+impl Amounts {
+    pub fn is_zero(&self) -> bool {
+        *self == Amounts::default()
+            || (self.energy_mj == 0
+                && self.energy_cost.is_zero()
+                && self.gpu_time_cost.is_zero()
+                && self.carbon_g.is_zero()
+                && self.embodied_g.is_zero()
+                && self.prompt_tokens == 0
+                && self.generated_tokens == 0
+                && self.gpu_ms == 0)
+    }
+
+    /// Energy and GPU time together.
+    pub fn cost(&self) -> Decimal {
+        self.energy_cost + self.gpu_time_cost
+    }
+}
+
+impl Add for Amounts {
+    type Output = Amounts;
+    fn add(self, o: Amounts) -> Amounts {
+        Amounts {
+            energy_mj: self.energy_mj + o.energy_mj,
+            energy_cost: self.energy_cost + o.energy_cost,
+            gpu_time_cost: self.gpu_time_cost + o.gpu_time_cost,
+            carbon_g: self.carbon_g + o.carbon_g,
+            embodied_g: self.embodied_g + o.embodied_g,
+            prompt_tokens: self.prompt_tokens + o.prompt_tokens,
+            generated_tokens: self.generated_tokens + o.generated_tokens,
+            gpu_ms: self.gpu_ms + o.gpu_ms,
+        }
+    }
+}
+
+impl Sub for Amounts {
+    type Output = Amounts;
+    fn sub(self, o: Amounts) -> Amounts {
+        Amounts {
+            energy_mj: self.energy_mj - o.energy_mj,
+            energy_cost: self.energy_cost - o.energy_cost,
+            gpu_time_cost: self.gpu_time_cost - o.gpu_time_cost,
+            carbon_g: self.carbon_g - o.carbon_g,
+            embodied_g: self.embodied_g - o.embodied_g,
+            prompt_tokens: self.prompt_tokens - o.prompt_tokens,
+            generated_tokens: self.generated_tokens - o.generated_tokens,
+            gpu_ms: self.gpu_ms - o.gpu_ms,
+        }
+    }
+}
+
+/// One aggregated piece of the ledger (or of what was already billed).
+pub type Entry = (LineKey, Amounts);
+
+/// Names a statement prints beside keys, as they were when the month closed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Directory {
+    /// Tenant key → name.
+    pub tenants: BTreeMap<String, String>,
+    /// Site key → (name, grid region).
+    pub sites: BTreeMap<String, (String, String)>,
+}
+
+/// Who issues the statements: the organisation running the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Issuer {
+    pub name: String,
+}
+
+/// Everything one close of a month froze; exports are a pure function of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Close {
+    pub month: Month,
+    pub version: u32,
+    pub closed_at: DateTime<Utc>,
+    pub issuer: Issuer,
+    pub statements: Vec<Statement>,
+    pub reconciliation: Vec<SiteReconciliation>,
+    pub directory: Directory,
+}
+
+/// Millijoules per kWh.
+pub const MJ_PER_KWH: i64 = 3_600_000_000;
+/// Milliseconds per hour.
+pub const MS_PER_HOUR: i64 = 3_600_000;

@@ -1,0 +1,379 @@
+//! Statements: a tenant's lines for a month in one currency, rounded so that they add up.
+//!
+//! Ledger amounts are exact to 1e-6 of a currency unit; a statement bills whole cents. Each
+//! charge (a line's energy, and its GPU time where a rate applies) is rounded down to the
+//! cent, and the cents the statement total still needs go one each to the charges with the
+//! largest remainders, earlier lines first on a tie: the largest-remainder method, so the
+//! lines add up to the rounded total exactly. kWh and GPU-hours shown beside the exact mJ and
+//! ms are rounded the same way.
+
+use super::{Amounts, Directory, Entry, LineKey, Month, MJ_PER_KWH, MS_PER_HOUR};
+use rust_decimal::{Decimal, RoundingStrategy};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One line of a statement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Line {
+    /// 1-based, in statement order.
+    pub no: u32,
+    pub key: LineKey,
+    pub amounts: Amounts,
+    /// What the line bills, in the currency's minor unit: energy and GPU time.
+    pub billed_energy_cost: Decimal,
+    pub billed_gpu_time_cost: Decimal,
+    /// For reading: kWh to 6 places and GPU-hours to 4, rounded to add up to the total.
+    pub energy_kwh: Decimal,
+    pub gpu_hours: Decimal,
+}
+
+impl Line {
+    pub fn billed_cost(&self) -> Decimal {
+        self.billed_energy_cost + self.billed_gpu_time_cost
+    }
+
+    /// A line for energy used in an earlier, already closed month.
+    pub fn is_adjustment(&self, month: Month) -> bool {
+        self.key.period != month
+    }
+}
+
+/// A tenant's statement for a month in one currency.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Statement {
+    /// Invoice-style id, stable for the close: `WL-2026-10-acme-EUR-v1`.
+    pub number: String,
+    pub tenant: String,
+    pub currency: String,
+    pub lines: Vec<Line>,
+    /// Exact sums of the lines.
+    pub total: Amounts,
+    /// The total rounded to the minor unit; equals the sum of the lines' billed cost.
+    pub billed_cost: Decimal,
+    pub energy_kwh: Decimal,
+    pub gpu_hours: Decimal,
+}
+
+impl Statement {
+    pub fn usage(&self, month: Month) -> impl Iterator<Item = &Line> {
+        self.lines.iter().filter(move |l| !l.is_adjustment(month))
+    }
+
+    pub fn adjustments(&self, month: Month) -> impl Iterator<Item = &Line> {
+        self.lines.iter().filter(move |l| l.is_adjustment(month))
+    }
+}
+
+/// Decimal places of a currency's minor unit (ISO 4217); 2 unless listed.
+pub fn minor_units(currency: &str) -> u32 {
+    match currency {
+        "BIF" | "CLP" | "DJF" | "GNF" | "ISK" | "JPY" | "KMF" | "KRW" | "PYG" | "RWF" | "UGX"
+        | "VND" | "VUV" | "XAF" | "XOF" | "XPF" => 0,
+        "BHD" | "IQD" | "JOD" | "KWD" | "LYD" | "OMR" | "TND" => 3,
+        _ => 2,
+    }
+}
+
+/// Rounds `exact` parts to `dp` places so that they add up to their sum rounded to `dp`
+/// (half away from zero): floor each, then one unit each to the largest remainders, the
+/// earlier part first on a tie. Works for negative parts (an adjustment that credits).
+pub fn apportion(exact: &[Decimal], dp: u32) -> (Vec<Decimal>, Decimal) {
+    let total: Decimal = exact.iter().copied().sum();
+    let rounded_total = total.round_dp_with_strategy(dp, RoundingStrategy::MidpointAwayFromZero);
+    let unit = Decimal::new(1, dp);
+    let mut parts: Vec<Decimal> = exact
+        .iter()
+        .map(|x| x.round_dp_with_strategy(dp, RoundingStrategy::ToNegativeInfinity))
+        .collect();
+    let floors: Decimal = parts.iter().copied().sum();
+    // 0 ≤ left ≤ n: each floor is at most one unit under its part, and the total rounds to
+    // within half a unit of the sum.
+    let left = ((rounded_total - floors) / unit).trunc();
+    let mut order: Vec<usize> = (0..exact.len()).collect();
+    order.sort_by(|&a, &b| {
+        (exact[b] - parts[b])
+            .cmp(&(exact[a] - parts[a]))
+            .then(a.cmp(&b))
+    });
+    let mut given = Decimal::ZERO;
+    for &i in &order {
+        if given >= left {
+            break;
+        }
+        parts[i] += unit;
+        given += Decimal::ONE;
+    }
+    (parts, rounded_total)
+}
+
+/// What late data changed since a period was billed: `current − billed` per key, for every
+/// key either side has, zero differences left out. Both sides are keyed by period of use.
+pub fn adjustments(current: &[Entry], billed: &[Entry]) -> Vec<Entry> {
+    let mut diff: BTreeMap<LineKey, Amounts> = BTreeMap::new();
+    for (k, a) in current {
+        let e = diff.entry(k.clone()).or_default();
+        *e = *e + *a;
+    }
+    for (k, a) in billed {
+        let e = diff.entry(k.clone()).or_default();
+        *e = *e - *a;
+    }
+    diff.into_iter().filter(|(_, a)| !a.is_zero()).collect()
+}
+
+/// Assembles a month's statements from this month's usage and the adjustments for earlier
+/// months: one per tenant and currency, lines in a stable order (usage first, then
+/// adjustments oldest first; by site, class and model within each).
+pub fn statements(month: Month, version: u32, entries: Vec<Entry>) -> Vec<Statement> {
+    // Keys that came in twice (two ledger pieces of one line) become one line.
+    let mut merged: BTreeMap<LineKey, Amounts> = BTreeMap::new();
+    for (k, a) in entries {
+        let e = merged.entry(k).or_default();
+        *e = *e + a;
+    }
+    let mut by_statement: BTreeMap<(String, String), Vec<Entry>> = BTreeMap::new();
+    for (k, a) in merged.into_iter().filter(|(_, a)| !a.is_zero()) {
+        by_statement
+            .entry((k.tenant.clone(), k.currency.clone()))
+            .or_default()
+            .push((k, a));
+    }
+    by_statement
+        .into_iter()
+        .map(|((tenant, currency), mut entries)| {
+            entries.sort_by(|(a, _), (b, _)| {
+                (a.period != month, a.period, &a.site, a.class, &a.model).cmp(&(
+                    b.period != month,
+                    b.period,
+                    &b.site,
+                    b.class,
+                    &b.model,
+                ))
+            });
+            build(month, version, tenant, currency, entries)
+        })
+        .collect()
+}
+
+fn build(
+    month: Month,
+    version: u32,
+    tenant: String,
+    currency: String,
+    entries: Vec<Entry>,
+) -> Statement {
+    let dp = minor_units(&currency);
+    // Charges in line order: each line's energy cost, then its GPU time.
+    let charges: Vec<Decimal> = entries
+        .iter()
+        .flat_map(|(_, a)| [a.energy_cost, a.gpu_time_cost])
+        .collect();
+    let (billed, billed_cost) = apportion(&charges, dp);
+    let kwh: Vec<Decimal> = entries
+        .iter()
+        .map(|(_, a)| Decimal::from(a.energy_mj) / Decimal::from(MJ_PER_KWH))
+        .collect();
+    let (kwh, energy_kwh) = apportion(&kwh, 6);
+    let hours: Vec<Decimal> = entries
+        .iter()
+        .map(|(_, a)| Decimal::from(a.gpu_ms) / Decimal::from(MS_PER_HOUR))
+        .collect();
+    let (hours, gpu_hours) = apportion(&hours, 4);
+    let total = entries.iter().fold(Amounts::default(), |t, (_, a)| t + *a);
+    let lines = entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, (key, amounts))| Line {
+            no: i as u32 + 1,
+            key,
+            amounts,
+            billed_energy_cost: billed[2 * i],
+            billed_gpu_time_cost: billed[2 * i + 1],
+            energy_kwh: kwh[i],
+            gpu_hours: hours[i],
+        })
+        .collect();
+    Statement {
+        number: format!("WL-{month}-{tenant}-{currency}-v{version}"),
+        tenant,
+        currency,
+        lines,
+        total,
+        billed_cost,
+        energy_kwh,
+        gpu_hours,
+    }
+}
+
+/// Tenants named by the statements that the directory does not know (a bug upstream).
+pub fn unnamed<'a>(statements: &'a [Statement], directory: &Directory) -> Vec<&'a str> {
+    statements
+        .iter()
+        .map(|s| s.tenant.as_str())
+        .filter(|t| !directory.tenants.contains_key(*t))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chargeback::LineClass;
+    use proptest::prelude::*;
+
+    fn d(s: &str) -> Decimal {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn apportion_adds_up_and_favours_the_largest_remainder() {
+        // 0.334 + 0.333 + 0.333 = 1.000: floors 0.33 × 3 = 0.99, one cent to the first.
+        let (parts, total) = apportion(&[d("0.334"), d("0.333"), d("0.333")], 2);
+        assert_eq!(parts, vec![d("0.34"), d("0.33"), d("0.33")]);
+        assert_eq!(total, d("1.00"));
+        // Credits round too: −0.005 − 0.005 = −0.01.
+        let (parts, total) = apportion(&[d("-0.005"), d("-0.005")], 2);
+        assert_eq!(total, d("-0.01"));
+        assert_eq!(parts.iter().copied().sum::<Decimal>(), total);
+        // Rounding each part on its own would give 0.01 + 0.01 + 0.01 = 0.03 for 0.015.
+        let (parts, total) = apportion(&[d("0.005"), d("0.005"), d("0.005")], 2);
+        assert_eq!(
+            (parts, total),
+            (vec![d("0.01"), d("0.01"), d("0.00")], d("0.02"))
+        );
+    }
+
+    fn key(tenant: &str, site: &str, class: LineClass, period: Month) -> LineKey {
+        LineKey {
+            tenant: tenant.into(),
+            currency: "EUR".into(),
+            site: site.into(),
+            class,
+            model: None,
+            period,
+        }
+    }
+
+    #[test]
+    fn adjustments_are_what_changed_per_key() {
+        let oct: Month = "2026-10".parse().unwrap();
+        let k = key("acme", "fra", LineClass::Training, oct);
+        let billed = Amounts {
+            energy_mj: 1000,
+            energy_cost: d("0.20"),
+            ..Default::default()
+        };
+        let now = Amounts {
+            energy_mj: 1600,
+            energy_cost: d("0.32"),
+            ..Default::default()
+        };
+        let gone = key("beta", "fra", LineClass::Batch, oct);
+        let adj = adjustments(
+            &[(k.clone(), now)],
+            &[(k.clone(), billed), (gone.clone(), billed)],
+        );
+        assert_eq!(adj.len(), 2);
+        assert_eq!(
+            adj[0],
+            (
+                k,
+                Amounts {
+                    energy_mj: 600,
+                    energy_cost: d("0.12"),
+                    ..Default::default()
+                }
+            )
+        );
+        assert_eq!(adj[1].1.energy_mj, -1000);
+        // Nothing changed: nothing to adjust.
+        assert!(adjustments(&[(gone.clone(), billed)], &[(gone, billed)]).is_empty());
+    }
+
+    #[test]
+    fn lines_order_usage_first_and_number_statements() {
+        let nov: Month = "2026-11".parse().unwrap();
+        let a = |mj| Amounts {
+            energy_mj: mj,
+            energy_cost: Decimal::new(mj, 3),
+            ..Default::default()
+        };
+        let s = statements(
+            nov,
+            2,
+            vec![
+                (key("acme", "fra", LineClass::Training, nov.prev()), a(5)),
+                (key("acme", "iad", LineClass::Batch, nov), a(7)),
+                (key("acme", "fra", LineClass::Inference, nov), a(11)),
+            ],
+        );
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].number, "WL-2026-11-acme-EUR-v2");
+        let order: Vec<_> = s[0]
+            .lines
+            .iter()
+            .map(|l| (l.no, l.key.site.as_str(), l.is_adjustment(nov)))
+            .collect();
+        assert_eq!(
+            order,
+            vec![(1, "fra", false), (2, "iad", false), (3, "fra", true)]
+        );
+        assert_eq!(s[0].billed_cost, d("0.02"));
+    }
+
+    fn arb_amounts() -> impl Strategy<Value = Amounts> {
+        (
+            -5_000_000_000i64..50_000_000_000,
+            -9_000_000i64..90_000_000,
+            0i64..5_000_000,
+            0i64..10_000_000_000,
+        )
+            .prop_map(|(mj, micro, gpu_micro, ms)| Amounts {
+                energy_mj: mj,
+                energy_cost: Decimal::new(micro, 6),
+                gpu_time_cost: Decimal::new(gpu_micro, 6),
+                carbon_g: Decimal::new(mj / 7, 3),
+                embodied_g: Decimal::new(ms / 11, 3),
+                prompt_tokens: ms / 3,
+                generated_tokens: ms / 5,
+                gpu_ms: ms,
+            })
+    }
+
+    proptest! {
+        /// Σ statement lines = statement total: billed cents, kWh and GPU-hours exactly, and
+        /// the exact amounts too; every entry lands on exactly one line.
+        #[test]
+        fn lines_add_up_to_the_total(
+            entries in proptest::collection::vec(
+                (0usize..3, 0usize..2, 0usize..6, any::<bool>(), arb_amounts()), 1..40),
+            jpy in any::<bool>(),
+        ) {
+            let month: Month = "2026-10".parse().unwrap();
+            let entries: Vec<Entry> = entries.into_iter().map(|(t, s, c, late, a)| {
+                let mut k = key(["acme", "beta", "gamma"][t], ["fra", "iad"][s], LineClass::ALL[c],
+                                if late { month.prev() } else { month });
+                if jpy && s == 1 { k.currency = "JPY".into(); }
+                (k, a)
+            }).collect();
+            let expected_total = entries.iter().fold(Amounts::default(), |t, (_, a)| t + *a);
+            let statements = statements(month, 1, entries);
+            let mut seen = Amounts::default();
+            for s in &statements {
+                let sum = |f: fn(&Line) -> Decimal| s.lines.iter().map(f).sum::<Decimal>();
+                prop_assert_eq!(sum(Line::billed_cost), s.billed_cost);
+                prop_assert_eq!(sum(|l| l.energy_kwh), s.energy_kwh);
+                prop_assert_eq!(sum(|l| l.gpu_hours), s.gpu_hours);
+                prop_assert_eq!(s.lines.iter().fold(Amounts::default(), |t, l| t + l.amounts), s.total);
+                let dp = minor_units(&s.currency);
+                prop_assert_eq!(s.billed_cost, s.total.cost().round_dp_with_strategy(dp, RoundingStrategy::MidpointAwayFromZero));
+                for l in &s.lines {
+                    prop_assert!(l.billed_cost().scale() <= dp);
+                    // No line is off its exact cost by a whole unit or more.
+                    prop_assert!((l.billed_energy_cost - l.amounts.energy_cost).abs() < Decimal::new(1, dp));
+                }
+                seen = seen + s.total;
+            }
+            prop_assert_eq!(seen, expected_total);
+        }
+    }
+}
