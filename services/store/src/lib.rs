@@ -8,6 +8,7 @@ pub mod admission;
 pub mod attribution;
 pub mod budget_alerts;
 pub mod budgets;
+pub mod chargeback;
 pub mod dirty;
 pub mod error;
 pub mod inventory;

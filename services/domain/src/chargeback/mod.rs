@@ -191,3 +191,51 @@ pub struct Close {
 pub const MJ_PER_KWH: i64 = 3_600_000_000;
 /// Milliseconds per hour.
 pub const MS_PER_HOUR: i64 = 3_600_000;
+
+/// One export file of a close.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Export {
+    /// `csv`, `focus` or `json`.
+    pub format: &'static str,
+    pub file_name: String,
+    pub content: Vec<u8>,
+    /// Lowercase hex SHA-256 of `content`.
+    pub sha256: String,
+}
+
+pub const FORMATS: [&str; 3] = ["csv", "focus", "json"];
+
+/// The three exports of a close: the statement CSV, FOCUS 1.2 and JSON.
+pub fn exports(close: &Close) -> Vec<Export> {
+    let stem = format!("wattledger-{}-v{}", close.month, close.version);
+    let json = serde_json::to_string_pretty(close).expect("a close serialises") + "\n";
+    [
+        ("csv", format!("{stem}-statements.csv"), csv::render(close)),
+        ("focus", format!("{stem}-focus-1.2.csv"), focus::render(close)),
+        ("json", format!("{stem}.json"), json),
+    ]
+    .into_iter()
+    .map(|(format, file_name, content)| Export {
+        format,
+        file_name,
+        sha256: sha256_hex(content.as_bytes()),
+        content: content.into_bytes(),
+    })
+    .collect()
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The `sha256sum -c` file for a set of exports.
+pub fn checksums(exports: &[Export]) -> String {
+    exports
+        .iter()
+        .map(|e| format!("{}  {}\n", e.sha256, e.file_name))
+        .collect()
+}

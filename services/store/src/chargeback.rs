@@ -1,0 +1,723 @@
+//! Month close I/O: aggregate the ledger into statement entries, freeze a close, read it
+//! back, reopen it.
+//!
+//! The ledger stays the live truth (late data recomputes its hours); a close freezes what a
+//! month billed. Adjustments are what the ledger says now about an already closed month,
+//! minus everything billed for it so far: they land in the next close, never in the closed
+//! statement.
+
+use crate::{Scope, StoreError, StoreResult};
+use chrono::{DateTime, NaiveDate, Utc};
+use rust_decimal::Decimal;
+use sqlx::{PgPool, Postgres, Transaction};
+use std::collections::BTreeMap;
+use wattledger_domain::chargeback::{
+    self, reconcile, statement, Amounts, Close, Directory, Entry, Export, Issuer, LineClass,
+    LineKey, Line, Month, SiteReconciliation, Statement,
+};
+
+/// Why a month cannot be closed or reopened now.
+#[derive(Debug, thiserror::Error)]
+pub enum CloseError {
+    #[error("{0} has not ended yet")]
+    NotEnded(Month),
+    #[error("{0} is already closed")]
+    AlreadyClosed(Month),
+    #[error("{0} is still open: months close in order")]
+    EarlierOpen(Month),
+    #[error("{hours} site-hours up to the end of {month} are waiting to be attributed")]
+    Pending { month: Month, hours: i64 },
+    #[error("{rows} ledger rows of {month} ({kwh} kWh) have no price or no carbon intensity yet")]
+    Unpriced { month: Month, rows: i64, kwh: Decimal },
+    #[error("statements do not reconcile to the meters: {0}")]
+    Unbalanced(#[from] reconcile::Unbalanced),
+    #[error("{0} is not closed")]
+    NotClosed(Month),
+    #[error("{later} is closed after {month}: reopen it first")]
+    LaterClosed { month: Month, later: Month },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for CloseError {
+    fn from(e: sqlx::Error) -> Self {
+        CloseError::Store(e.into())
+    }
+}
+
+/// A month and where its close stands.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MonthStatus {
+    pub month: NaiveDate,
+    /// The close in force, if any.
+    pub version: Option<i32>,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub closed_by: Option<String>,
+    /// Closes of this month that were reopened.
+    pub reopened: i64,
+    /// Metered energy of the month, every site.
+    pub metered_mj: i64,
+}
+
+/// Every month with metered energy or a close, newest first.
+pub async fn months(pool: &PgPool) -> StoreResult<Vec<MonthStatus>> {
+    Ok(sqlx::query_as(
+        "WITH metered AS (
+             SELECT (date_trunc('month', hour AT TIME ZONE 'UTC'))::date AS month,
+                    sum(site_mj)::bigint AS mj
+             FROM site_hours GROUP BY 1
+         ), all_months AS (
+             SELECT month FROM metered UNION SELECT month FROM month_closes
+         )
+         SELECT a.month, c.version, c.closed_at, c.closed_by,
+                (SELECT count(*) FROM month_closes r WHERE r.month = a.month AND r.reopened_at IS NOT NULL) AS reopened,
+                coalesce(m.mj, 0) AS metered_mj
+         FROM all_months a
+         LEFT JOIN metered m ON m.month = a.month
+         LEFT JOIN month_closes c ON c.month = a.month AND c.reopened_at IS NULL
+         ORDER BY a.month DESC",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Site-hours up to the end of `month` still waiting for the attribution worker.
+pub async fn pending_hours(pool: &PgPool, month: Month) -> StoreResult<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM dirty_hours WHERE hour < $1")
+            .bind(month.end())
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+/// What a close wrote.
+#[derive(Debug, Clone)]
+pub struct Closed {
+    pub close: Close,
+    pub exports: Vec<Export>,
+    /// `chargeback.closed` webhook messages queued.
+    pub messages: u64,
+}
+
+/// Closes `month`: statements for every tenant with usage or adjustments, the site
+/// reconciliation, the exports and the audit row, in one transaction.
+pub async fn close(
+    pool: &PgPool,
+    month: Month,
+    actor: &str,
+    issuer: &Issuer,
+    now: DateTime<Utc>,
+) -> Result<Closed, CloseError> {
+    let mut tx = pool.begin().await?;
+    // One close or reopening at a time: the checks below must still hold at commit.
+    sqlx::query("LOCK TABLE month_closes IN SHARE ROW EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await?;
+    if month.end() > now {
+        return Err(CloseError::NotEnded(month));
+    }
+    let first = month.first_day();
+    let in_force: Vec<NaiveDate> =
+        sqlx::query_scalar("SELECT month FROM month_closes WHERE reopened_at IS NULL ORDER BY month")
+            .fetch_all(&mut *tx)
+            .await?;
+    if in_force.contains(&first) {
+        return Err(CloseError::AlreadyClosed(month));
+    }
+    let earliest_open: Option<NaiveDate> = sqlx::query_scalar(
+        "SELECT min((date_trunc('month', hour AT TIME ZONE 'UTC'))::date) FROM site_hours
+         WHERE hour < $1
+           AND (date_trunc('month', hour AT TIME ZONE 'UTC'))::date <> ALL($2)",
+    )
+    .bind(month.start())
+    .bind(&in_force)
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Some(open) = earliest_open {
+        return Err(CloseError::EarlierOpen(Month::of(open)));
+    }
+    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM dirty_hours WHERE hour < $1")
+        .bind(month.end())
+        .fetch_one(&mut *tx)
+        .await?;
+    if pending > 0 {
+        return Err(CloseError::Pending { month, hours: pending });
+    }
+    let (rows, mj): (i64, Option<Decimal>) = sqlx::query_as(
+        "SELECT count(*), sum(total_mj)::numeric FROM ledger
+         WHERE hour >= $1 AND hour < $2 AND (cost IS NULL OR carbon_g IS NULL)",
+    )
+    .bind(month.start())
+    .bind(month.end())
+    .fetch_one(&mut *tx)
+    .await?;
+    if rows > 0 {
+        let kwh = (mj.unwrap_or_default() / Decimal::from(chargeback::MJ_PER_KWH)).round_dp(3);
+        return Err(CloseError::Unpriced { month, rows, kwh });
+    }
+    let version: i32 =
+        sqlx::query_scalar("SELECT coalesce(max(version), 0) + 1 FROM month_closes WHERE month = $1")
+            .bind(first)
+            .fetch_one(&mut *tx)
+            .await?;
+
+    // This month's usage, and what changed in closed months since they were billed.
+    let mut entries = ledger_entries(&mut tx, month.start(), month.end()).await?;
+    let closed: Vec<NaiveDate> = in_force.into_iter().filter(|m| *m < first).collect();
+    let mut current = Vec::new();
+    for m in &closed {
+        let m = Month::of(*m);
+        current.extend(ledger_entries(&mut tx, m.start(), m.end()).await?);
+    }
+    let billed = billed_entries(&mut tx, &closed).await?;
+    entries.extend(statement::adjustments(&current, &billed));
+    let statements = statement::statements(month, version as u32, entries);
+
+    let directory = directory(&mut tx).await?;
+    let metered: BTreeMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
+        "SELECT s.key, sum(h.site_mj)::bigint FROM site_hours h JOIN sites s ON s.id = h.site_id
+         WHERE h.hour >= $1 AND h.hour < $2 GROUP BY s.key",
+    )
+    .bind(month.start())
+    .bind(month.end())
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .collect();
+    let reconciliation = reconcile::reconcile(month, &metered, &statements)?;
+    let close = Close {
+        month,
+        version: version as u32,
+        closed_at: now,
+        issuer: issuer.clone(),
+        statements,
+        reconciliation,
+        directory,
+    };
+    let exports = chargeback::exports(&close);
+    let messages = write(&mut tx, &close, actor, &exports).await?;
+    tx.commit().await?;
+    Ok(Closed {
+        close,
+        exports,
+        messages,
+    })
+}
+
+#[derive(sqlx::FromRow)]
+struct EntryRow {
+    tenant: String,
+    currency: String,
+    site: String,
+    class: String,
+    model: Option<String>,
+    period: NaiveDate,
+    energy_mj: i64,
+    energy_cost: Decimal,
+    gpu_time_cost: Decimal,
+    carbon_g: Decimal,
+    embodied_g: Decimal,
+    prompt_tokens: i64,
+    generated_tokens: i64,
+    gpu_ms: i64,
+}
+
+impl EntryRow {
+    fn into_entry(self) -> Entry {
+        (
+            LineKey {
+                tenant: self.tenant,
+                currency: self.currency,
+                site: self.site,
+                class: LineClass::parse(&self.class).unwrap_or(LineClass::Platform),
+                model: self.model,
+                period: Month::of(self.period),
+            },
+            Amounts {
+                energy_mj: self.energy_mj,
+                energy_cost: self.energy_cost,
+                gpu_time_cost: self.gpu_time_cost,
+                carbon_g: self.carbon_g,
+                embodied_g: self.embodied_g,
+                prompt_tokens: self.prompt_tokens,
+                generated_tokens: self.generated_tokens,
+                gpu_ms: self.gpu_ms,
+            },
+        )
+    }
+}
+
+/// The ledger of `[from, to)` as statement entries. A job's row is its job kind's line, less
+/// its idle share (proportional sites), which is a line of its own with a part of the row's
+/// cost and carbon in proportion to energy, rounded to the ledger's scale; the rest stays with
+/// the job, so the row's amounts are kept exactly. An idle row (no job) is the platform line.
+async fn ledger_entries(
+    tx: &mut Transaction<'_, Postgres>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<Vec<Entry>> {
+    let rows: Vec<EntryRow> = sqlx::query_as(
+        "SELECT t.key AS tenant, s.currency::text AS currency, s.key AS site, c.class, c.model,
+                (date_trunc('month', l.hour AT TIME ZONE 'UTC'))::date AS period,
+                sum(c.mj)::bigint AS energy_mj, sum(c.cost) AS energy_cost,
+                sum(c.gpu_time) AS gpu_time_cost, sum(c.carbon) AS carbon_g,
+                sum(c.embodied) AS embodied_g, sum(c.prompt)::bigint AS prompt_tokens,
+                sum(c.gen)::bigint AS generated_tokens, sum(c.gpu_ms)::bigint AS gpu_ms
+         FROM ledger l
+         JOIN tenants t ON t.id = l.tenant_id
+         JOIN sites s ON s.id = l.site_id
+         LEFT JOIN models m ON m.id = l.model_id
+         LEFT JOIN jobs j ON j.id = l.job_id
+         CROSS JOIN LATERAL (SELECT CASE WHEN l.job_id IS NULL THEN 0 ELSE l.idle_mj END AS mj) i
+         CROSS JOIN LATERAL (
+             SELECT CASE WHEN l.total_mj = 0 THEN 0
+                         ELSE round(coalesce(l.cost, 0) * i.mj / l.total_mj, 6) END AS cost,
+                    CASE WHEN l.total_mj = 0 THEN 0
+                         ELSE round(coalesce(l.carbon_g, 0) * i.mj / l.total_mj, 3) END AS carbon
+         ) idle
+         CROSS JOIN LATERAL (VALUES
+             (coalesce(j.kind, 'platform'), m.key, l.total_mj - i.mj,
+              coalesce(l.cost, 0) - idle.cost, coalesce(l.gpu_time_cost, 0),
+              coalesce(l.carbon_g, 0) - idle.carbon, coalesce(l.embodied_carbon_g, 0),
+              l.prompt_tokens, l.generated_tokens, l.gpu_ms),
+             ('idle_share', NULL, i.mj, idle.cost, 0, idle.carbon, 0, 0, 0, 0)
+         ) AS c(class, model, mj, cost, gpu_time, carbon, embodied, prompt, gen, gpu_ms)
+         WHERE l.hour >= $1 AND l.hour < $2 AND (c.class <> 'idle_share' OR c.mj <> 0)
+         GROUP BY 1, 2, 3, 4, 5, 6",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows.into_iter().map(EntryRow::into_entry).collect())
+}
+
+/// Everything the closes in force billed for these periods of use, by line key.
+async fn billed_entries(
+    tx: &mut Transaction<'_, Postgres>,
+    periods: &[NaiveDate],
+) -> StoreResult<Vec<Entry>> {
+    let rows: Vec<EntryRow> = sqlx::query_as(
+        "SELECT st.tenant_key AS tenant, st.currency::text AS currency, sl.site_key AS site,
+                sl.class, sl.model_key AS model, sl.period,
+                sum(sl.energy_mj)::bigint AS energy_mj, sum(sl.energy_cost) AS energy_cost,
+                sum(sl.gpu_time_cost) AS gpu_time_cost, sum(sl.carbon_g) AS carbon_g,
+                sum(sl.embodied_g) AS embodied_g, sum(sl.prompt_tokens)::bigint AS prompt_tokens,
+                sum(sl.generated_tokens)::bigint AS generated_tokens, sum(sl.gpu_ms)::bigint AS gpu_ms
+         FROM statement_lines sl
+         JOIN statements st ON st.id = sl.statement_id
+         JOIN month_closes mc ON mc.id = st.close_id
+         WHERE mc.reopened_at IS NULL AND sl.period = ANY($1)
+         GROUP BY 1, 2, 3, 4, 5, 6",
+    )
+    .bind(periods)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows.into_iter().map(EntryRow::into_entry).collect())
+}
+
+async fn directory(tx: &mut Transaction<'_, Postgres>) -> StoreResult<Directory> {
+    let tenants = sqlx::query_as::<_, (String, String)>("SELECT key, name FROM tenants")
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .collect();
+    let sites = sqlx::query_as::<_, (String, String, String)>(
+        "SELECT key, name, grid_region FROM sites",
+    )
+    .fetch_all(&mut **tx)
+    .await?
+    .into_iter()
+    .map(|(k, n, r)| (k, (n, r)))
+    .collect();
+    Ok(Directory { tenants, sites })
+}
+
+async fn write(
+    tx: &mut Transaction<'_, Postgres>,
+    close: &Close,
+    actor: &str,
+    exports: &[Export],
+) -> StoreResult<u64> {
+    let month = close.month.first_day();
+    let close_id: i64 = sqlx::query_scalar(
+        "INSERT INTO month_closes (month, version, closed_at, closed_by, issuer_name)
+         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+    )
+    .bind(month)
+    .bind(close.version as i32)
+    .bind(close.closed_at)
+    .bind(actor)
+    .bind(&close.issuer.name)
+    .fetch_one(&mut **tx)
+    .await?;
+    let mut messages = 0;
+    for s in &close.statements {
+        let tenant_id: i64 = sqlx::query_scalar("SELECT id FROM tenants WHERE key = $1")
+            .bind(&s.tenant)
+            .fetch_one(&mut **tx)
+            .await?;
+        let statement_id: i64 = sqlx::query_scalar(
+            "INSERT INTO statements (close_id, tenant_id, tenant_key, tenant_name, currency, number,
+                                     billed_cost, energy_kwh, gpu_hours)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+        )
+        .bind(close_id)
+        .bind(tenant_id)
+        .bind(&s.tenant)
+        .bind(close.directory.tenants.get(&s.tenant).cloned().unwrap_or_default())
+        .bind(&s.currency)
+        .bind(&s.number)
+        .bind(s.billed_cost)
+        .bind(s.energy_kwh)
+        .bind(s.gpu_hours)
+        .fetch_one(&mut **tx)
+        .await?;
+        let col = |f: fn(&Line) -> Decimal| s.lines.iter().map(f).collect::<Vec<_>>();
+        let int = |f: fn(&Line) -> i64| s.lines.iter().map(f).collect::<Vec<_>>();
+        sqlx::query(
+            "INSERT INTO statement_lines (statement_id, line_no, period, site_id, site_key, model_key,
+                 class, energy_mj, energy_cost, gpu_time_cost, carbon_g, embodied_g, prompt_tokens,
+                 generated_tokens, gpu_ms, billed_energy_cost, billed_gpu_time_cost, energy_kwh, gpu_hours)
+             SELECT $1, t.no, t.period, s.id, t.site, t.model, t.class, t.mj, t.cost, t.gpu_time,
+                    t.carbon, t.embodied, t.prompt, t.gen, t.gpu_ms, t.billed, t.billed_gpu, t.kwh, t.hours
+             FROM UNNEST($2::int[], $3::date[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+                         $8::numeric[], $9::numeric[], $10::numeric[], $11::numeric[], $12::bigint[],
+                         $13::bigint[], $14::bigint[], $15::numeric[], $16::numeric[], $17::numeric[],
+                         $18::numeric[])
+                  AS t(no, period, site, model, class, mj, cost, gpu_time, carbon, embodied, prompt,
+                       gen, gpu_ms, billed, billed_gpu, kwh, hours)
+             JOIN sites s ON s.key = t.site",
+        )
+        .bind(statement_id)
+        .bind(s.lines.iter().map(|l| l.no as i32).collect::<Vec<_>>())
+        .bind(s.lines.iter().map(|l| l.key.period.first_day()).collect::<Vec<_>>())
+        .bind(s.lines.iter().map(|l| l.key.site.clone()).collect::<Vec<_>>())
+        .bind(s.lines.iter().map(|l| l.key.model.clone()).collect::<Vec<_>>())
+        .bind(s.lines.iter().map(|l| l.key.class.as_str()).collect::<Vec<_>>())
+        .bind(int(|l| l.amounts.energy_mj))
+        .bind(col(|l| l.amounts.energy_cost))
+        .bind(col(|l| l.amounts.gpu_time_cost))
+        .bind(col(|l| l.amounts.carbon_g))
+        .bind(col(|l| l.amounts.embodied_g))
+        .bind(int(|l| l.amounts.prompt_tokens))
+        .bind(int(|l| l.amounts.generated_tokens))
+        .bind(int(|l| l.amounts.gpu_ms))
+        .bind(col(|l| l.billed_energy_cost))
+        .bind(col(|l| l.billed_gpu_time_cost))
+        .bind(col(|l| l.energy_kwh))
+        .bind(col(|l| l.gpu_hours))
+        .execute(&mut **tx)
+        .await?;
+        messages += crate::webhooks::enqueue(
+            tx,
+            tenant_id,
+            CLOSED_EVENT,
+            serde_json::json!({
+                "month": close.month,
+                "version": close.version,
+                "statement": s.number,
+                "tenant": s.tenant,
+                "currency": s.currency,
+                "billed_cost": s.billed_cost,
+                "energy_kwh": s.energy_kwh,
+                "carbon_kg": (s.total.carbon_g / Decimal::ONE_THOUSAND).normalize(),
+                "lines": s.lines.len(),
+                "adjustment_lines": s.adjustments(close.month).count(),
+            }),
+            close.closed_at,
+        )
+        .await?;
+    }
+    for r in &close.reconciliation {
+        let (name, region) = close.directory.sites.get(&r.site).cloned().unwrap_or_default();
+        sqlx::query(
+            "INSERT INTO site_reconciliations (close_id, site_id, site_key, site_name, grid_region,
+                 metered_mj, attributed_mj, unallocated_mj, adjustments_mj)
+             SELECT $1, id, key, $3, $4, $5, $6, $7, $8 FROM sites WHERE key = $2",
+        )
+        .bind(close_id)
+        .bind(&r.site)
+        .bind(name)
+        .bind(region)
+        .bind(r.metered_mj)
+        .bind(r.attributed_mj)
+        .bind(r.unallocated_mj)
+        .bind(r.adjustments_mj)
+        .execute(&mut **tx)
+        .await?;
+    }
+    for e in exports {
+        sqlx::query(
+            "INSERT INTO chargeback_exports (close_id, format, file_name, content, sha256)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(close_id)
+        .bind(e.format)
+        .bind(&e.file_name)
+        .bind(&e.content)
+        .bind(&e.sha256)
+        .execute(&mut **tx)
+        .await?;
+    }
+    sqlx::query("INSERT INTO chargeback_audit (month, action, actor, version) VALUES ($1, 'closed', $2, $3)")
+        .bind(month)
+        .bind(actor)
+        .bind(close.version as i32)
+        .execute(&mut **tx)
+        .await?;
+    Ok(messages)
+}
+
+/// The webhook event a close sends each tenant with a statement.
+pub const CLOSED_EVENT: &str = "chargeback.closed";
+
+/// Reopens the close in force of `month` (the latest closed month only: a later close may have
+/// billed adjustments against it). Its statements stay, marked reopened; closing again makes
+/// the next version.
+pub async fn reopen(
+    pool: &PgPool,
+    month: Month,
+    actor: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<u32, CloseError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("LOCK TABLE month_closes IN SHARE ROW EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await?;
+    let later: Option<NaiveDate> = sqlx::query_scalar(
+        "SELECT max(month) FROM month_closes WHERE reopened_at IS NULL AND month > $1",
+    )
+    .bind(month.first_day())
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Some(later) = later {
+        return Err(CloseError::LaterClosed { month, later: Month::of(later) });
+    }
+    let version: Option<i32> = sqlx::query_scalar(
+        "UPDATE month_closes SET reopened_at = $2, reopened_by = $3, reopen_reason = $4
+         WHERE month = $1 AND reopened_at IS NULL RETURNING version",
+    )
+    .bind(month.first_day())
+    .bind(now)
+    .bind(actor)
+    .bind(reason)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(version) = version else {
+        return Err(CloseError::NotClosed(month));
+    };
+    sqlx::query(
+        "INSERT INTO chargeback_audit (month, action, actor, reason, version, at)
+         VALUES ($1, 'reopened', $2, $3, $4, $5)",
+    )
+    .bind(month.first_day())
+    .bind(actor)
+    .bind(reason)
+    .bind(version)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(version as u32)
+}
+
+/// One audit entry.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AuditEntry {
+    pub action: String,
+    pub actor: String,
+    pub reason: Option<String>,
+    pub version: i32,
+    pub at: DateTime<Utc>,
+}
+
+pub async fn audit(pool: &PgPool, month: Month) -> StoreResult<Vec<AuditEntry>> {
+    Ok(sqlx::query_as(
+        "SELECT action, actor, reason, version, at FROM chargeback_audit WHERE month = $1 ORDER BY id",
+    )
+    .bind(month.first_day())
+    .fetch_all(pool)
+    .await?)
+}
+
+#[derive(sqlx::FromRow)]
+struct CloseRow {
+    id: i64,
+    version: i32,
+    closed_at: DateTime<Utc>,
+    issuer_name: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct StatementRow {
+    id: i64,
+    tenant_key: String,
+    tenant_name: String,
+    currency: String,
+    number: String,
+    billed_cost: Decimal,
+    energy_kwh: Decimal,
+    gpu_hours: Decimal,
+}
+
+#[derive(sqlx::FromRow)]
+struct LineRow {
+    statement_id: i64,
+    line_no: i32,
+    period: NaiveDate,
+    site_key: String,
+    model_key: Option<String>,
+    class: String,
+    energy_mj: i64,
+    energy_cost: Decimal,
+    gpu_time_cost: Decimal,
+    carbon_g: Decimal,
+    embodied_g: Decimal,
+    prompt_tokens: i64,
+    generated_tokens: i64,
+    gpu_ms: i64,
+    billed_energy_cost: Decimal,
+    billed_gpu_time_cost: Decimal,
+    energy_kwh: Decimal,
+    gpu_hours: Decimal,
+}
+
+/// The close in force of `month` as it was frozen, with the statements `scope` may read. A
+/// tenant sees its own statements and no site reconciliation; `None` if the month is not
+/// closed.
+pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Option<Close>> {
+    let Some(c): Option<CloseRow> = sqlx::query_as(
+        "SELECT id, version, closed_at, issuer_name FROM month_closes WHERE month = $1 AND reopened_at IS NULL",
+    )
+    .bind(month.first_day())
+    .fetch_optional(pool)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let statements: Vec<StatementRow> = sqlx::query_as(
+        "SELECT id, tenant_key, tenant_name, currency::text AS currency, number, billed_cost,
+                energy_kwh, gpu_hours
+         FROM statements WHERE close_id = $1 AND ($2::bigint IS NULL OR tenant_id = $2)
+         ORDER BY tenant_key, currency",
+    )
+    .bind(c.id)
+    .bind(scope.tenant())
+    .fetch_all(pool)
+    .await?;
+    let ids: Vec<i64> = statements.iter().map(|s| s.id).collect();
+    let lines: Vec<LineRow> = sqlx::query_as(
+        "SELECT statement_id, line_no, period, site_key, model_key, class, energy_mj, energy_cost,
+                gpu_time_cost, carbon_g, embodied_g, prompt_tokens, generated_tokens, gpu_ms,
+                billed_energy_cost, billed_gpu_time_cost, energy_kwh, gpu_hours
+         FROM statement_lines WHERE statement_id = ANY($1) ORDER BY statement_id, line_no",
+    )
+    .bind(&ids)
+    .fetch_all(pool)
+    .await?;
+    let sites: Vec<(String, String, String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT site_key, site_name, grid_region, metered_mj, attributed_mj, unallocated_mj,
+                adjustments_mj
+         FROM site_reconciliations WHERE close_id = $1 ORDER BY site_key",
+    )
+    .bind(c.id)
+    .fetch_all(pool)
+    .await?;
+    let mut directory = Directory::default();
+    let mut by_id: BTreeMap<i64, Statement> = BTreeMap::new();
+    for s in statements {
+        directory.tenants.insert(s.tenant_key.clone(), s.tenant_name);
+        by_id.insert(
+            s.id,
+            Statement {
+                number: s.number,
+                tenant: s.tenant_key,
+                currency: s.currency,
+                lines: Vec::new(),
+                total: Amounts::default(),
+                billed_cost: s.billed_cost,
+                energy_kwh: s.energy_kwh,
+                gpu_hours: s.gpu_hours,
+            },
+        );
+    }
+    for l in lines {
+        let Some(s) = by_id.get_mut(&l.statement_id) else {
+            continue;
+        };
+        let amounts = Amounts {
+            energy_mj: l.energy_mj,
+            energy_cost: l.energy_cost,
+            gpu_time_cost: l.gpu_time_cost,
+            carbon_g: l.carbon_g,
+            embodied_g: l.embodied_g,
+            prompt_tokens: l.prompt_tokens,
+            generated_tokens: l.generated_tokens,
+            gpu_ms: l.gpu_ms,
+        };
+        s.total = s.total + amounts;
+        s.lines.push(Line {
+            no: l.line_no as u32,
+            key: LineKey {
+                tenant: s.tenant.clone(),
+                currency: s.currency.clone(),
+                site: l.site_key,
+                class: LineClass::parse(&l.class).unwrap_or(LineClass::Platform),
+                model: l.model_key,
+                period: Month::of(l.period),
+            },
+            amounts,
+            billed_energy_cost: l.billed_energy_cost,
+            billed_gpu_time_cost: l.billed_gpu_time_cost,
+            energy_kwh: l.energy_kwh,
+            gpu_hours: l.gpu_hours,
+        });
+    }
+    let mut reconciliation = Vec::new();
+    for (site, name, region, metered, attributed, unallocated, adjustments) in sites {
+        directory.sites.insert(site.clone(), (name, region));
+        if scope.tenant().is_none() {
+            reconciliation.push(SiteReconciliation {
+                site,
+                metered_mj: metered,
+                attributed_mj: attributed,
+                unallocated_mj: unallocated,
+                adjustments_mj: adjustments,
+            });
+        }
+    }
+    Ok(Some(Close {
+        month,
+        version: c.version as u32,
+        closed_at: c.closed_at,
+        issuer: Issuer { name: c.issuer_name },
+        statements: by_id.into_values().collect(),
+        reconciliation,
+        directory,
+    }))
+}
+
+/// An export file of the close in force, as written at close.
+pub async fn export(pool: &PgPool, month: Month, format: &str) -> StoreResult<Option<Export>> {
+    let row: Option<(String, String, Vec<u8>, String)> = sqlx::query_as(
+        "SELECT e.format, e.file_name, e.content, e.sha256 FROM chargeback_exports e
+         JOIN month_closes c ON c.id = e.close_id
+         WHERE c.month = $1 AND c.reopened_at IS NULL AND e.format = $2",
+    )
+    .bind(month.first_day())
+    .bind(format)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(format, file_name, content, sha256)| Export {
+        format: chargeback::FORMATS
+            .into_iter()
+            .find(|f| *f == format)
+            .unwrap_or("csv"),
+        file_name,
+        content,
+        sha256,
+    }))
+}
