@@ -12,8 +12,8 @@ use rust_decimal::Decimal;
 use sqlx::{PgPool, Postgres, Transaction};
 use std::collections::BTreeMap;
 use wattledger_domain::chargeback::{
-    self, reconcile, statement, Amounts, Close, Directory, Entry, Export, Issuer, LineClass,
-    LineKey, Line, Month, SiteReconciliation, Statement,
+    self, reconcile, statement, Amounts, Close, Directory, Entry, Export, Issuer, Line, LineClass,
+    LineKey, Month, SiteReconciliation, Statement,
 };
 
 /// Why a month cannot be closed or reopened now.
@@ -28,7 +28,11 @@ pub enum CloseError {
     #[error("{hours} site-hours up to the end of {month} are waiting to be attributed")]
     Pending { month: Month, hours: i64 },
     #[error("{rows} ledger rows of {month} ({kwh} kWh) have no price or no carbon intensity yet")]
-    Unpriced { month: Month, rows: i64, kwh: Decimal },
+    Unpriced {
+        month: Month,
+        rows: i64,
+        kwh: Decimal,
+    },
     #[error("statements do not reconcile to the meters: {0}")]
     Unbalanced(#[from] reconcile::Unbalanced),
     #[error("{0} is not closed")]
@@ -118,10 +122,11 @@ pub async fn close(
         return Err(CloseError::NotEnded(month));
     }
     let first = month.first_day();
-    let in_force: Vec<NaiveDate> =
-        sqlx::query_scalar("SELECT month FROM month_closes WHERE reopened_at IS NULL ORDER BY month")
-            .fetch_all(&mut *tx)
-            .await?;
+    let in_force: Vec<NaiveDate> = sqlx::query_scalar(
+        "SELECT month FROM month_closes WHERE reopened_at IS NULL ORDER BY month",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
     if in_force.contains(&first) {
         return Err(CloseError::AlreadyClosed(month));
     }
@@ -142,7 +147,10 @@ pub async fn close(
         .fetch_one(&mut *tx)
         .await?;
     if pending > 0 {
-        return Err(CloseError::Pending { month, hours: pending });
+        return Err(CloseError::Pending {
+            month,
+            hours: pending,
+        });
     }
     let (rows, mj): (i64, Option<Decimal>) = sqlx::query_as(
         "SELECT count(*), sum(total_mj)::numeric FROM ledger
@@ -156,11 +164,12 @@ pub async fn close(
         let kwh = (mj.unwrap_or_default() / Decimal::from(chargeback::MJ_PER_KWH)).round_dp(3);
         return Err(CloseError::Unpriced { month, rows, kwh });
     }
-    let version: i32 =
-        sqlx::query_scalar("SELECT coalesce(max(version), 0) + 1 FROM month_closes WHERE month = $1")
-            .bind(first)
-            .fetch_one(&mut *tx)
-            .await?;
+    let version: i32 = sqlx::query_scalar(
+        "SELECT coalesce(max(version), 0) + 1 FROM month_closes WHERE month = $1",
+    )
+    .bind(first)
+    .fetch_one(&mut *tx)
+    .await?;
 
     // This month's usage, and what changed in closed months since they were billed.
     let mut entries = ledger_entries(&mut tx, month.start(), month.end()).await?;
@@ -323,14 +332,13 @@ async fn directory(tx: &mut Transaction<'_, Postgres>) -> StoreResult<Directory>
         .await?
         .into_iter()
         .collect();
-    let sites = sqlx::query_as::<_, (String, String, String)>(
-        "SELECT key, name, grid_region FROM sites",
-    )
-    .fetch_all(&mut **tx)
-    .await?
-    .into_iter()
-    .map(|(k, n, r)| (k, (n, r)))
-    .collect();
+    let sites =
+        sqlx::query_as::<_, (String, String, String)>("SELECT key, name, grid_region FROM sites")
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .map(|(k, n, r)| (k, (n, r)))
+            .collect();
     Ok(Directory { tenants, sites })
 }
 
@@ -431,7 +439,12 @@ async fn write(
         .await?;
     }
     for r in &close.reconciliation {
-        let (name, region) = close.directory.sites.get(&r.site).cloned().unwrap_or_default();
+        let (name, region) = close
+            .directory
+            .sites
+            .get(&r.site)
+            .cloned()
+            .unwrap_or_default();
         sqlx::query(
             "INSERT INTO site_reconciliations (close_id, site_id, site_key, site_name, grid_region,
                  metered_mj, attributed_mj, unallocated_mj, adjustments_mj)
@@ -494,7 +507,10 @@ pub async fn reopen(
     .fetch_one(&mut *tx)
     .await?;
     if let Some(later) = later {
-        return Err(CloseError::LaterClosed { month, later: Month::of(later) });
+        return Err(CloseError::LaterClosed {
+            month,
+            later: Month::of(later),
+        });
     }
     let version: Option<i32> = sqlx::query_scalar(
         "UPDATE month_closes SET reopened_at = $2, reopened_by = $3, reopen_reason = $4
@@ -629,7 +645,9 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
     let mut directory = Directory::default();
     let mut by_id: BTreeMap<i64, Statement> = BTreeMap::new();
     for s in statements {
-        directory.tenants.insert(s.tenant_key.clone(), s.tenant_name);
+        directory
+            .tenants
+            .insert(s.tenant_key.clone(), s.tenant_name);
         by_id.insert(
             s.id,
             Statement {
@@ -693,7 +711,9 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
         month,
         version: c.version as u32,
         closed_at: c.closed_at,
-        issuer: Issuer { name: c.issuer_name },
+        issuer: Issuer {
+            name: c.issuer_name,
+        },
         statements: by_id.into_values().collect(),
         reconciliation,
         directory,

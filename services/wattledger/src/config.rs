@@ -89,6 +89,20 @@ pub struct Config {
         default_value_t = 1000
     )]
     pub webhook_poll_ms: u64,
+    /// Where a month close writes its exports (statement CSV, FOCUS, JSON, SHA256SUMS), one
+    /// folder per month and version; unset, they are only kept in the database and served by
+    /// the API.
+    #[arg(long, global = true, env = "WATTLEDGER_EXPORT_DIR")]
+    pub export_dir: Option<PathBuf>,
+    /// Who issues chargeback statements (FOCUS ProviderName, PublisherName,
+    /// InvoiceIssuerName): the organisation running the cluster.
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_ISSUER",
+        default_value = "GPU Platform"
+    )]
+    pub issuer: String,
     /// Run the attribution worker inside the server.
     #[arg(long, global = true, env = "WATTLEDGER_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
     pub worker: bool,
@@ -118,6 +132,8 @@ impl Config {
             },
             webhook_ca_file: None,
             webhook_poll_ms: 200,
+            export_dir: None,
+            issuer: "GPU Platform".into(),
             worker: false,
         }
     }

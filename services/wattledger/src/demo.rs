@@ -12,6 +12,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Mutex};
+use wattledger_domain::chargeback::{Close, Month};
 use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
 use wattledger_domain::units::kwh;
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
@@ -39,6 +40,14 @@ pub struct DemoArgs {
     /// printed if absent.
     #[arg(long, requires = "webhook_url")]
     pub webhook_secret: Option<String>,
+    /// Close chargeback up to this month (YYYY-MM), every earlier month with data first;
+    /// default: the last full month. Exports go to WATTLEDGER_EXPORT_DIR, or
+    /// `<data dir>/exports`.
+    #[arg(long)]
+    pub close: Option<Month>,
+    /// Leave every month open.
+    #[arg(long, conflicts_with = "close")]
+    pub no_close: bool,
 }
 
 /// The demo's budgets: monthly, per tenant, sized against the simulated cluster so that
@@ -224,6 +233,13 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     );
     summary(&pool, from, to).await?;
     budget_summary(&pool).await?;
+    if !args.no_close {
+        if config.export_dir.is_none() {
+            config.export_dir = Some(config.data_dir.join("exports"));
+        }
+        let target = args.close.unwrap_or_else(|| Month::of(Utc::now()).prev());
+        close_months(&pool, &config, target).await?;
+    }
 
     if args.no_serve {
         let _ = stop_tx.send(());
@@ -478,7 +494,84 @@ async fn push_tokens(client: &Client, sim: &Simulation) -> anyhow::Result<u64> {
     Ok(total)
 }
 
-/// Prints energy per tenant, tokens per kWh per model and PUE/TUE per site.
+/// Closes every open month with data up to `target`, in order, printing each close.
+async fn close_months(pool: &sqlx::PgPool, config: &Config, target: Month) -> anyhow::Result<()> {
+    let mut months: Vec<Month> = wattledger_store::chargeback::months(pool)
+        .await?
+        .into_iter()
+        .filter(|m| m.version.is_none() && m.metered_mj > 0)
+        .map(|m| Month::of(m.month))
+        .filter(|m| *m <= target)
+        .collect();
+    months.sort();
+    for month in months {
+        let closed = crate::chargeback::close(pool, config, month, "demo-finance", |_| {}).await?;
+        println!();
+        print!("{}", close_summary(&closed.close));
+        if let Some(dir) = &config.export_dir {
+            println!(
+                "  exports (statement CSV, FOCUS 1.2, JSON, SHA256SUMS): {}",
+                dir.join(month.to_string())
+                    .join(format!("v{}", closed.close.version))
+                    .display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A closed month in a few lines: each statement's total, and each site's reconciliation.
+pub fn close_summary(close: &Close) -> String {
+    use std::fmt::Write;
+    let kwh = |mj: i64| mj as f64 / 3.6e9;
+    let mut out = format!(
+        "Chargeback {} closed (v{}): {} statements\n",
+        close.month,
+        close.version,
+        close.statements.len()
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16} {:>4} {:>6} {:>12} {:>12} {:>10}",
+        "tenant", "cur", "lines", "kWh", "billed", "kgCO2e"
+    );
+    for s in &close.statements {
+        let adjustments = s.adjustments(close.month).count();
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>4} {:>6} {:>12.1} {:>12} {:>10.1}{}",
+            s.tenant,
+            s.currency,
+            s.lines.len(),
+            kwh(s.total.energy_mj),
+            s.billed_cost.to_string(),
+            (s.total.carbon_g / rust_decimal::Decimal::ONE_THOUSAND)
+                .round_dp(1)
+                .to_string()
+                .parse::<f64>()
+                .unwrap_or(0.0),
+            if adjustments > 0 {
+                format!("  ({adjustments} adjustment lines)")
+            } else {
+                String::new()
+            }
+        );
+    }
+    for r in &close.reconciliation {
+        let _ = writeln!(
+            out,
+            "  site {:<10} metered {:>10.1} kWh = attributed {:>10.1} + unallocated {:>8.1}{}; adjustments {:.1}",
+            r.site,
+            kwh(r.metered_mj),
+            kwh(r.attributed_mj),
+            kwh(r.unallocated_mj),
+            if r.balances() { " (to the mJ)" } else { " (UNBALANCED)" },
+            kwh(r.adjustments_mj)
+        );
+    }
+    out
+}
+
 /// This month's budgets and every alert they raised (last month's included).
 async fn budget_summary(pool: &sqlx::PgPool) -> anyhow::Result<()> {
     let now = Utc::now();

@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod chargeback;
 pub mod config;
 pub mod demo;
 pub mod embedded_pg;

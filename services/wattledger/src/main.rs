@@ -3,12 +3,15 @@
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 use tracing_subscriber::EnvFilter;
 use wattledger::auth::Role;
 use wattledger::config::Config;
 use wattledger::demo::{self, DemoArgs};
 use wattledger::progress::Progress;
 use wattledger::{startup, worker};
+use wattledger_domain::chargeback::{Export, Month};
+use wattledger_store::chargeback as store;
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +41,9 @@ enum Command {
         #[arg(long, requires = "from")]
         to: Option<DateTime<Utc>>,
     },
+    /// Month close and chargeback exports.
+    #[command(subcommand)]
+    Chargeback(ChargebackCommand),
     /// Mint an API token signed with the configured key.
     Token {
         #[arg(long, value_enum)]
@@ -52,6 +58,46 @@ enum Command {
         #[arg(long, default_value_t = 86_400)]
         ttl_s: i64,
     },
+}
+
+#[derive(Subcommand)]
+enum ChargebackCommand {
+    /// List months with their close status.
+    List,
+    /// Close a month (YYYY-MM): finish its attribution, freeze its statements, write exports.
+    Close {
+        month: Month,
+        /// Also write the exports here (default: WATTLEDGER_EXPORT_DIR, if set).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Who is closing, for the audit trail.
+        #[arg(long, default_value = "cli")]
+        actor: String,
+    },
+    /// Write a closed month's exports, byte for byte as frozen, with SHA256SUMS.
+    Export {
+        month: Month,
+        #[arg(long, value_enum, default_value = "all")]
+        format: ExportFormat,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Reopen the latest closed month (audited); closing it again issues the next version.
+    Reopen {
+        month: Month,
+        #[arg(long)]
+        reason: String,
+        #[arg(long, default_value = "cli")]
+        actor: String,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ExportFormat {
+    Csv,
+    Focus,
+    Json,
+    All,
 }
 
 #[tokio::main]
@@ -100,6 +146,7 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Chargeback(c) => chargeback(cli.config, c).await,
         Command::Token {
             role,
             tenant,
@@ -108,6 +155,100 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let keys = wattledger::signing_key(&cli.config)?;
             println!("{}", keys.mint(&sub, role, tenant.as_deref(), ttl_s)?);
+            Ok(())
+        }
+    }
+}
+
+async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::Result<()> {
+    let pool = wattledger::database(&config, &[]).await?;
+    match command {
+        ChargebackCommand::List => {
+            println!(
+                "{:<8}  {:<7}  {:>7}  {:>14}  closed",
+                "month", "state", "version", "metered kWh"
+            );
+            for m in store::months(&pool).await? {
+                let kwh = m.metered_mj as f64 / 3.6e9;
+                println!(
+                    "{:<8}  {:<7}  {:>7}  {:>14.3}  {}",
+                    Month::of(m.month).to_string(),
+                    if m.version.is_some() {
+                        "closed"
+                    } else {
+                        "open"
+                    },
+                    m.version.map(|v| format!("v{v}")).unwrap_or_default(),
+                    kwh,
+                    m.closed_at
+                        .map(|t| format!(
+                            "{} by {}",
+                            t.format("%Y-%m-%d %H:%M UTC"),
+                            m.closed_by.unwrap_or_default()
+                        ))
+                        .unwrap_or_default()
+                );
+            }
+            Ok(())
+        }
+        ChargebackCommand::Close { month, out, actor } => {
+            if out.is_some() {
+                config.export_dir = out;
+            }
+            let pending = store::pending_hours(&pool, month).await? as u64;
+            let mut p = Progress::new("attribution", pending);
+            let closed =
+                wattledger::chargeback::close(&pool, &config, month, &actor, |s| p.set(s.hours))
+                    .await;
+            p.finish();
+            let closed = closed?;
+            print!("{}", wattledger::demo::close_summary(&closed.close));
+            if let Some(dir) = &config.export_dir {
+                println!(
+                    "exports in {}",
+                    dir.join(month.to_string())
+                        .join(format!("v{}", closed.close.version))
+                        .display()
+                );
+            }
+            Ok(())
+        }
+        ChargebackCommand::Export { month, format, out } => {
+            let formats: &[&str] = match format {
+                ExportFormat::Csv => &["csv"],
+                ExportFormat::Focus => &["focus"],
+                ExportFormat::Json => &["json"],
+                ExportFormat::All => &["csv", "focus", "json"],
+            };
+            let mut exports: Vec<Export> = Vec::new();
+            for f in formats {
+                exports.push(store::export(&pool, month, f).await?.with_context(|| {
+                    format!("{month} is not closed: `wattledger chargeback close {month}` first")
+                })?);
+            }
+            let version = store::months(&pool)
+                .await?
+                .into_iter()
+                .find(|m| Month::of(m.month) == month)
+                .and_then(|m| m.version)
+                .unwrap_or(1) as u32;
+            let folder = wattledger::chargeback::write_exports(&out, month, version, &exports)?;
+            for e in &exports {
+                println!("{}  {}", e.sha256, folder.join(&e.file_name).display());
+            }
+            Ok(())
+        }
+        ChargebackCommand::Reopen {
+            month,
+            reason,
+            actor,
+        } => {
+            anyhow::ensure!(!reason.trim().is_empty(), "--reason must say why");
+            let v = store::reopen(&pool, month, &actor, reason.trim(), chrono::Utc::now()).await?;
+            println!(
+                "{month} v{v} reopened; `wattledger chargeback close {month}` issues v{}",
+                v + 1
+            );
             Ok(())
         }
     }

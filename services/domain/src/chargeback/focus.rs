@@ -5,8 +5,13 @@
 //! effective and billed cost are the same); energy is the consumed and priced quantity in kWh.
 //! A line billing an earlier month is a `Correction` charged over that month (FOCUS
 //! `ChargeClass`). FOCUS 1.2 has no energy, carbon or allocation-method column, so those are
-//! `x_` custom columns, and so is the statement number: FOCUS `InvoiceId` is for an invoice
-//! the provider issued, and a statement is not one (present and null, as the validator holds).
+//! `x_` custom columns. `InvoiceId` is the statement number: the document that bills the
+//! tenant (the billing account) for the billing period.
+//!
+//! The FinOps Foundation validator (focus-validator 2.2.1, model 1.2.0.1) enforces the two
+//! halves of InvoiceId's conditional nullability (C-004 "null when not invoiced", C-005 "not
+//! null when invoiced") unconditionally, so every dataset fails one of them; the test that
+//! runs it accepts exactly that one and proves the other half fails on the same rows nulled.
 
 use super::csv::{fixed, row};
 use super::statement::minor_units;
@@ -14,7 +19,7 @@ use super::{Close, LineClass};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 
-pub const COLUMNS: [&str; 43] = [
+pub const COLUMNS: [&str; 42] = [
     "BilledCost",
     "BillingAccountId",
     "BillingAccountName",
@@ -44,7 +49,6 @@ pub const COLUMNS: [&str; 43] = [
     "ServiceCategory",
     "ServiceName",
     "ServiceSubcategory",
-    "x_StatementId",
     "x_StatementLine",
     "x_GridRegion",
     "x_Site",

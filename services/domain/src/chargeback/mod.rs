@@ -211,7 +211,11 @@ pub fn exports(close: &Close) -> Vec<Export> {
     let json = serde_json::to_string_pretty(close).expect("a close serialises") + "\n";
     [
         ("csv", format!("{stem}-statements.csv"), csv::render(close)),
-        ("focus", format!("{stem}-focus-1.2.csv"), focus::render(close)),
+        (
+            "focus",
+            format!("{stem}-focus-1.2.csv"),
+            focus::render(close),
+        ),
         ("json", format!("{stem}.json"), json),
     ]
     .into_iter()

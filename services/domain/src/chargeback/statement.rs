@@ -103,6 +103,12 @@ pub fn apportion(exact: &[Decimal], dp: u32) -> (Vec<Decimal>, Decimal) {
         parts[i] += unit;
         given += Decimal::ONE;
     }
+    // Every figure at the same scale, zero included, so that they print alike.
+    for p in &mut parts {
+        p.rescale(dp);
+    }
+    let mut rounded_total = rounded_total;
+    rounded_total.rescale(dp);
     (parts, rounded_total)
 }
 

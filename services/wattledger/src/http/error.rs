@@ -65,6 +65,9 @@ pub enum ApiError {
     InvalidQuery(String),
     #[error("{0}")]
     Unavailable(String),
+    /// The request is valid but the state does not allow it now; `code` says why.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     #[error("internal error")]
     Store(#[from] StoreError),
 }
@@ -88,6 +91,7 @@ impl ApiError {
             ApiError::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
             ApiError::InvalidQuery(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_query"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod budgets;
+pub mod chargeback;
 pub mod efficiency;
 pub mod error;
 pub mod extract;
@@ -85,6 +86,7 @@ pub fn app(state: AppState) -> Router {
         .merge(admission::router())
         .merge(webhooks::router())
         .merge(budgets::router())
+        .merge(chargeback::router())
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))

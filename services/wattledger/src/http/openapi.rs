@@ -1,6 +1,8 @@
 //! The OpenAPI 3 document, generated from the handlers' types and `#[utoipa::path]`s.
 
-use super::{admission, budgets, efficiency, error, ingest, prometheus, usage, webhooks};
+use super::{
+    admission, budgets, chargeback, efficiency, error, ingest, prometheus, usage, webhooks,
+};
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -18,6 +20,8 @@ use utoipa::{Modify, OpenApi};
         webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
         webhooks::rotate, webhooks::test, webhooks::messages, webhooks::redeliver,
         budgets::list, budgets::show, budgets::put, budgets::remove,
+        chargeback::list, chargeback::show, chargeback::close, chargeback::reopen,
+        chargeback::statement, chargeback::export,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail, error::FieldError)),
     modifiers(&Bearer),
@@ -25,6 +29,7 @@ use utoipa::{Modify, OpenApi};
          (name = "query", description = "Usage, jobs and inventory"),
          (name = "admission", description = "Schedulers ask before starting a job"),
          (name = "budgets", description = "Limits on energy, cost and carbon per tenant and period"),
+         (name = "chargeback", description = "Month close, statements, CSV and FOCUS exports"),
          (name = "webhooks", description = "Signed alert deliveries to tenants' endpoints"),
          (name = "service", description = "Health"))
 )]

@@ -1,0 +1,557 @@
+//! Chargeback over the API: finance closes a month and downloads its exports; a tenant reads
+//! its own statements (another tenant's, or an open month, is not found); an admin reopens
+//! the latest close, with a reason that the audit trail keeps.
+
+use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
+use super::extract::{Caller, Query, RawBatch};
+use super::AppState;
+use crate::auth::Role;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use wattledger_domain::chargeback::statement::minor_units;
+use wattledger_domain::chargeback::{self, Close, Line, Month, Statement, MJ_PER_KWH};
+use wattledger_store::chargeback::{self as store, CloseError};
+use wattledger_store::Scope;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/chargeback/months", get(list))
+        .route("/v1/chargeback/months/{month}", get(show))
+        .route("/v1/chargeback/months/{month}/close", post(close))
+        .route("/v1/chargeback/months/{month}/reopen", post(reopen))
+        .route(
+            "/v1/chargeback/months/{month}/statements/{tenant}",
+            get(statement),
+        )
+        .route(
+            "/v1/chargeback/months/{month}/exports/{format}",
+            get(export),
+        )
+}
+
+const FINANCE: [Role; 1] = [Role::Finance];
+const READERS: [Role; 2] = [Role::Finance, Role::Tenant];
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MonthView {
+    /// `YYYY-MM`.
+    pub month: String,
+    /// `closed` or `open`.
+    pub state: String,
+    /// The close in force.
+    pub version: Option<i32>,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub closed_by: Option<String>,
+    /// Earlier closes of this month that were reopened.
+    pub reopened_closes: i64,
+    /// Metered energy of the month at every site, kWh.
+    #[schema(value_type = String)]
+    pub metered_kwh: Decimal,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LineView {
+    pub line: u32,
+    /// `usage`, or `adjustment` for energy used in an earlier, closed month.
+    pub kind: String,
+    /// The month the energy was used, `YYYY-MM`.
+    pub usage_period: String,
+    pub site: String,
+    pub model: Option<String>,
+    /// `training`, `inference`, `batch`, `interactive`, `idle_share` or `platform`.
+    pub job_class: String,
+    pub allocation_method: String,
+    pub energy_mj: i64,
+    #[schema(value_type = String)]
+    pub energy_kwh: Decimal,
+    /// Exact, to 1e-6 of the currency.
+    #[schema(value_type = String)]
+    pub energy_cost: Decimal,
+    #[schema(value_type = String)]
+    pub gpu_time_cost: Decimal,
+    /// What the line bills, in the currency's minor unit.
+    #[schema(value_type = String)]
+    pub billed_cost: Decimal,
+    #[schema(value_type = String)]
+    pub carbon_kg: Decimal,
+    #[schema(value_type = String)]
+    pub embodied_carbon_kg: Decimal,
+    pub prompt_tokens: i64,
+    pub generated_tokens: i64,
+    #[schema(value_type = String)]
+    pub gpu_hours: Decimal,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatementView {
+    pub number: String,
+    pub month: String,
+    pub version: u32,
+    pub tenant: String,
+    pub tenant_name: String,
+    pub currency: String,
+    /// The sum of the lines' billed cost.
+    #[schema(value_type = String)]
+    pub billed_cost: Decimal,
+    #[schema(value_type = String)]
+    pub adjustments_billed_cost: Decimal,
+    pub energy_mj: i64,
+    #[schema(value_type = String)]
+    pub energy_kwh: Decimal,
+    #[schema(value_type = String)]
+    pub carbon_kg: Decimal,
+    #[schema(value_type = String)]
+    pub embodied_carbon_kg: Decimal,
+    pub prompt_tokens: i64,
+    pub generated_tokens: i64,
+    #[schema(value_type = String)]
+    pub gpu_hours: Decimal,
+    pub lines: Vec<LineView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReconciliationView {
+    pub site: String,
+    pub site_name: String,
+    /// What the site's meters recorded in the month.
+    pub metered_mj: i64,
+    /// This month's lines for energy jobs used (idle shares included).
+    pub attributed_mj: i64,
+    /// Idle energy carried by the platform tenant.
+    pub unallocated_mj: i64,
+    /// Lines billed this month for energy used in earlier months.
+    pub adjustments_mj: i64,
+    /// metered = attributed + unallocated, to the mJ.
+    pub balanced: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExportView {
+    /// `csv`, `focus` or `json`.
+    pub format: String,
+    pub file_name: String,
+    pub sha256: String,
+    pub bytes: usize,
+    pub url: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AuditView {
+    /// `closed` or `reopened`.
+    pub action: String,
+    pub actor: String,
+    pub reason: Option<String>,
+    pub version: i32,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CloseView {
+    pub month: String,
+    pub version: u32,
+    pub closed_at: DateTime<Utc>,
+    pub issuer: String,
+    /// The statements the caller may read (a tenant: its own).
+    pub statements: Vec<StatementView>,
+    /// Finance only.
+    pub reconciliation: Vec<ReconciliationView>,
+    /// Finance only.
+    pub exports: Vec<ExportView>,
+    /// Finance only: closes and reopenings of this month.
+    pub audit: Vec<AuditView>,
+}
+
+fn kg(g: Decimal) -> Decimal {
+    (g / Decimal::ONE_THOUSAND).normalize()
+}
+
+fn line_view(month: Month, currency: &str, l: &Line) -> LineView {
+    let mut billed = l.billed_cost();
+    billed.rescale(minor_units(currency));
+    LineView {
+        line: l.no,
+        kind: if l.is_adjustment(month) {
+            "adjustment"
+        } else {
+            "usage"
+        }
+        .into(),
+        usage_period: l.key.period.to_string(),
+        site: l.key.site.clone(),
+        model: l.key.model.clone(),
+        job_class: l.key.class.as_str().into(),
+        allocation_method: l.key.class.allocation_method().into(),
+        energy_mj: l.amounts.energy_mj,
+        energy_kwh: l.energy_kwh,
+        energy_cost: l.amounts.energy_cost,
+        gpu_time_cost: l.amounts.gpu_time_cost,
+        billed_cost: billed,
+        carbon_kg: kg(l.amounts.carbon_g),
+        embodied_carbon_kg: kg(l.amounts.embodied_g),
+        prompt_tokens: l.amounts.prompt_tokens,
+        generated_tokens: l.amounts.generated_tokens,
+        gpu_hours: l.gpu_hours,
+    }
+}
+
+fn statement_view(close: &Close, s: &Statement) -> StatementView {
+    let mut billed = s.billed_cost;
+    billed.rescale(minor_units(&s.currency));
+    StatementView {
+        number: s.number.clone(),
+        month: close.month.to_string(),
+        version: close.version,
+        tenant: s.tenant.clone(),
+        tenant_name: close
+            .directory
+            .tenants
+            .get(&s.tenant)
+            .cloned()
+            .unwrap_or_default(),
+        currency: s.currency.clone(),
+        billed_cost: billed,
+        adjustments_billed_cost: s.adjustments(close.month).map(Line::billed_cost).sum(),
+        energy_mj: s.total.energy_mj,
+        energy_kwh: s.energy_kwh,
+        carbon_kg: kg(s.total.carbon_g),
+        embodied_carbon_kg: kg(s.total.embodied_g),
+        prompt_tokens: s.total.prompt_tokens,
+        generated_tokens: s.total.generated_tokens,
+        gpu_hours: s.gpu_hours,
+        lines: s
+            .lines
+            .iter()
+            .map(|l| line_view(close.month, &s.currency, l))
+            .collect(),
+    }
+}
+
+async fn close_view(state: &AppState, close: &Close, scope: &Scope) -> ApiResult<CloseView> {
+    let finance = scope.tenant().is_none();
+    let mut exports = Vec::new();
+    let mut audit = Vec::new();
+    if finance {
+        for format in chargeback::FORMATS {
+            if let Some(e) = store::export(&state.pool, close.month, format).await? {
+                exports.push(ExportView {
+                    format: format.into(),
+                    url: format!("/v1/chargeback/months/{}/exports/{format}", close.month),
+                    file_name: e.file_name,
+                    sha256: e.sha256,
+                    bytes: e.content.len(),
+                });
+            }
+        }
+        audit = store::audit(&state.pool, close.month)
+            .await?
+            .into_iter()
+            .map(|a| AuditView {
+                action: a.action,
+                actor: a.actor,
+                reason: a.reason,
+                version: a.version,
+                at: a.at,
+            })
+            .collect();
+    }
+    Ok(CloseView {
+        month: close.month.to_string(),
+        version: close.version,
+        closed_at: close.closed_at,
+        issuer: close.issuer.name.clone(),
+        statements: close
+            .statements
+            .iter()
+            .map(|s| statement_view(close, s))
+            .collect(),
+        reconciliation: close
+            .reconciliation
+            .iter()
+            .map(|r| ReconciliationView {
+                site: r.site.clone(),
+                site_name: close
+                    .directory
+                    .sites
+                    .get(&r.site)
+                    .map(|s| s.0.clone())
+                    .unwrap_or_default(),
+                metered_mj: r.metered_mj,
+                attributed_mj: r.attributed_mj,
+                unallocated_mj: r.unallocated_mj,
+                adjustments_mj: r.adjustments_mj,
+                balanced: r.balances(),
+            })
+            .collect(),
+        exports,
+        audit,
+    })
+}
+
+fn parse_month(s: &str) -> ApiResult<Month> {
+    s.parse::<Month>()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))
+}
+
+fn conflict(e: CloseError) -> ApiError {
+    let code = match &e {
+        CloseError::NotEnded(_) => "month_not_ended",
+        CloseError::AlreadyClosed(_) => "month_closed",
+        CloseError::EarlierOpen(_) => "earlier_month_open",
+        CloseError::Pending { .. } => "attribution_pending",
+        CloseError::Unpriced { .. } => "unpriced_energy",
+        CloseError::Unbalanced(_) => "unbalanced",
+        CloseError::NotClosed(_) => "month_not_closed",
+        CloseError::LaterClosed { .. } => "later_month_closed",
+        CloseError::Store(_) => {
+            return match e {
+                CloseError::Store(s) => ApiError::Store(s),
+                _ => unreachable!(),
+            }
+        }
+    };
+    ApiError::Conflict {
+        code,
+        message: e.to_string(),
+    }
+}
+
+/// Every month with metered energy or a close, newest first, with its close status.
+#[utoipa::path(get, path = "/v1/chargeback/months", tag = "chargeback", security(("bearer" = [])),
+    responses((status = 200, body = Vec<MonthView>), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<MonthView>>> {
+    caller.require(&FINANCE)?;
+    Ok(Json(
+        store::months(&state.pool)
+            .await?
+            .into_iter()
+            .map(|m| MonthView {
+                month: Month::of(m.month).to_string(),
+                state: if m.version.is_some() {
+                    "closed"
+                } else {
+                    "open"
+                }
+                .into(),
+                version: m.version,
+                closed_at: m.closed_at,
+                closed_by: m.closed_by,
+                reopened_closes: m.reopened,
+                metered_kwh: (Decimal::from(m.metered_mj) / Decimal::from(MJ_PER_KWH)).round_dp(6),
+            })
+            .collect(),
+    ))
+}
+
+/// A closed month: the statements the caller may read; for finance also the site
+/// reconciliation, the exports with their SHA-256 and the audit trail.
+#[utoipa::path(get, path = "/v1/chargeback/months/{month}", tag = "chargeback",
+    params(("month" = String, Path, description = "YYYY-MM")), security(("bearer" = [])),
+    responses((status = 200, body = CloseView), (status = 400, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(month): Path<String>,
+) -> ApiResult<Json<CloseView>> {
+    caller.require(&READERS)?;
+    let month = parse_month(&month)?;
+    let close = store::load(&state.pool, month, &caller.scope)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(Json(close_view(&state, &close, &caller.scope).await?))
+}
+
+/// Closes a month: attribution up to its end is finished first, then its statements,
+/// reconciliation and exports are frozen; data arriving later for it is billed as adjustment
+/// lines in the next month closed. Each tenant with a statement gets a `chargeback.closed`
+/// webhook event.
+#[utoipa::path(post, path = "/v1/chargeback/months/{month}/close", tag = "chargeback",
+    params(("month" = String, Path, description = "YYYY-MM")), security(("bearer" = [])),
+    responses((status = 201, body = CloseView), (status = 400, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 409, body = ErrorBody, description = "month_not_ended, month_closed, earlier_month_open, attribution_pending, unpriced_energy")))]
+pub async fn close(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(month): Path<String>,
+) -> ApiResult<(StatusCode, Json<CloseView>)> {
+    caller.require(&FINANCE)?;
+    let month = parse_month(&month)?;
+    let closed =
+        crate::chargeback::close(&state.pool, &state.config, month, &caller.subject, |_| {})
+            .await
+            .map_err(conflict)?;
+    let view = close_view(&state, &closed.close, &Scope::All).await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReopenBody {
+    /// Why the month is reopened; kept in the audit trail.
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Reopened {
+    pub month: String,
+    /// The close that was reopened; closing again makes the next version.
+    pub reopened_version: u32,
+}
+
+/// Reopens the latest closed month (admin only). Its statements are kept, marked reopened;
+/// closing again issues the next version.
+#[utoipa::path(post, path = "/v1/chargeback/months/{month}/reopen", tag = "chargeback",
+    params(("month" = String, Path, description = "YYYY-MM")), request_body = ReopenBody,
+    security(("bearer" = [])),
+    responses((status = 200, body = Reopened), (status = 400, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 409, body = ErrorBody, description = "month_not_closed, later_month_closed"),
+              (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn reopen(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(month): Path<String>,
+    RawBatch(body): RawBatch,
+) -> ApiResult<Json<Reopened>> {
+    caller.require(&[])?;
+    let month = parse_month(&month)?;
+    let b: ReopenBody = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::Validation(vec![FieldError::new(0, "body", e.to_string())]))?;
+    let reason = b.reason.trim();
+    if reason.is_empty() || reason.chars().count() > 1000 {
+        return Err(ApiError::Validation(vec![FieldError::new(
+            0,
+            "reason",
+            "must say why, in 1 to 1000 characters",
+        )]));
+    }
+    let version = store::reopen(&state.pool, month, &caller.subject, reason, Utc::now())
+        .await
+        .map_err(conflict)?;
+    Ok(Json(Reopened {
+        month: month.to_string(),
+        reopened_version: version,
+    }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StatementParams {
+    /// `json` (default) or `csv` (the statement CSV's columns, this tenant's rows).
+    pub format: Option<String>,
+}
+
+/// A tenant's statements for a closed month (one per currency), as JSON or CSV.
+#[utoipa::path(get, path = "/v1/chargeback/months/{month}/statements/{tenant}", tag = "chargeback",
+    params(("month" = String, Path, description = "YYYY-MM"), ("tenant" = String, Path, description = "Tenant key"),
+           StatementParams),
+    security(("bearer" = [])),
+    responses((status = 200, body = Vec<StatementView>, content_type = "application/json"),
+              (status = 200, body = String, content_type = "text/csv"),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn statement(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((month, tenant)): Path<(String, String)>,
+    Query(p): Query<StatementParams>,
+) -> ApiResult<Response> {
+    caller.require(&READERS)?;
+    let month = parse_month(&month)?;
+    let csv = match p.format.as_deref() {
+        None | Some("json") => false,
+        Some("csv") => true,
+        Some(other) => {
+            return Err(ApiError::InvalidQuery(format!(
+                "format: '{}' is not json or csv",
+                other.chars().take(20).collect::<String>()
+            )))
+        }
+    };
+    let scope = match state.tenant_id(&tenant).await? {
+        Some(id) => caller.scope.narrow(id).ok_or(ApiError::NotFound)?,
+        None => return Err(ApiError::NotFound),
+    };
+    let close = store::load(&state.pool, month, &scope)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    if close.statements.is_empty() {
+        return Err(ApiError::NotFound);
+    }
+    if csv {
+        let body = chargeback::csv::render(&close);
+        let name = format!("wattledger-{month}-v{}-{tenant}.csv", close.version);
+        return Ok(file(
+            body.into_bytes(),
+            "text/csv; charset=utf-8",
+            &name,
+            None,
+        ));
+    }
+    let views: Vec<StatementView> = close
+        .statements
+        .iter()
+        .map(|s| statement_view(&close, s))
+        .collect();
+    Ok(Json(views).into_response())
+}
+
+/// An export file of a closed month, byte for byte as written at close; `X-Checksum-SHA256`
+/// and the ETag carry its SHA-256.
+#[utoipa::path(get, path = "/v1/chargeback/months/{month}/exports/{format}", tag = "chargeback",
+    params(("month" = String, Path, description = "YYYY-MM"),
+           ("format" = String, Path, description = "csv, focus or json")),
+    security(("bearer" = [])),
+    responses((status = 200, body = String, content_type = "text/csv"),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn export(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((month, format)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    caller.require(&FINANCE)?;
+    let month = parse_month(&month)?;
+    if !chargeback::FORMATS.contains(&format.as_str()) {
+        return Err(ApiError::NotFound);
+    }
+    let e = store::export(&state.pool, month, &format)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    let content_type = if format == "json" {
+        "application/json"
+    } else {
+        "text/csv; charset=utf-8"
+    };
+    Ok(file(e.content, content_type, &e.file_name, Some(&e.sha256)))
+}
+
+fn file(body: Vec<u8>, content_type: &'static str, name: &str, sha256: Option<&str>) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    if let Some(sum) = sha256.and_then(|s| HeaderValue::from_str(s).ok()) {
+        h.insert("x-checksum-sha256", sum.clone());
+        if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", sum.to_str().unwrap_or(""))) {
+            h.insert(header::ETAG, etag);
+        }
+    }
+    r
+}
