@@ -59,7 +59,7 @@ async fn vllm(State(f): State<Shared>) -> String {
     )
 }
 
-fn binary(name: &str) -> PathBuf {
+pub(crate) fn binary(name: &str) -> PathBuf {
     // target/debug/deps/api-<hash> → target/debug/<name>
     let exe = std::env::current_exe().unwrap();
     let path = exe.parent().unwrap().parent().unwrap().join(name);

@@ -4,6 +4,7 @@ mod admission;
 mod agent;
 mod auth;
 mod budgets;
+mod chargeback;
 mod ingest;
 mod ledger;
 mod openapi;

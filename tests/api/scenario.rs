@@ -17,7 +17,12 @@ pub const EXPECTED_B: i64 = 2_175_000_000;
 pub const EXPECTED_PLATFORM: i64 = 675_000_000;
 
 pub fn at(minute: i64) -> String {
-    let t = chrono::DateTime::parse_from_rfc3339(HOUR).unwrap() + chrono::Duration::minutes(minute);
+    at_from(HOUR, minute)
+}
+
+/// `minute` minutes after `hour` (RFC 3339).
+pub fn at_from(hour: &str, minute: i64) -> String {
+    let t = chrono::DateTime::parse_from_rfc3339(hour).unwrap() + chrono::Duration::minutes(minute);
     t.to_utc()
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
@@ -33,6 +38,14 @@ pub struct Batches {
 }
 
 pub fn batches() -> Batches {
+    batches_at(HOUR)
+}
+
+/// The scenario in the hour starting at `hour` (RFC 3339, on the hour).
+pub fn batches_at(hour: &str) -> Batches {
+    let at = |minute| at_from(hour, minute);
+    let next = at(60);
+    let (hour, next_hour) = (hour, next.as_str());
     let mut samples = Vec::new();
     for i in 0..=60i64 {
         for (meter, per_min) in [
@@ -45,7 +58,7 @@ pub fn batches() -> Batches {
                 .push(json!({"meter": meter, "ts": at(i), "counter_mj": 5_000_000 + i * per_min}));
         }
     }
-    let alloc = |meter: &str, share: &str| json!({"meter": meter, "share": share, "start_at": HOUR, "end_at": NEXT_HOUR});
+    let alloc = |meter: &str, share: &str| json!({"meter": meter, "share": share, "start_at": hour, "end_at": next_hour});
     Batches {
         tenants: json!([{"key": "platform", "name": "Platform"}, {"key": "a", "name": "Tenant A"}, {"key": "b", "name": "Tenant B"}]),
         sites: json!([{"key": "s1", "name": "Site 1", "grid_region": "DE", "currency": "EUR", "power_envelope_w": 100000,
@@ -59,14 +72,14 @@ pub fn batches() -> Batches {
             {"key": "g2", "site": "s1", "kind": "gpu", "parent": "n1", "gpu_uuid": "GPU-2"}
         ]),
         jobs: json!([
-            {"key": "job-train", "tenant": "a", "kind": "training", "start_at": HOUR, "end_at": NEXT_HOUR, "allocations": [alloc("g0", "1")]},
-            {"key": "job-mig", "tenant": "b", "kind": "interactive", "start_at": HOUR, "end_at": NEXT_HOUR, "allocations": [alloc("g1-mig0", "0.5")]},
-            {"key": "job-endpoint", "tenant": "a", "model": "m-endpoint", "kind": "inference", "start_at": HOUR, "end_at": NEXT_HOUR, "allocations": [alloc("g2", "1")]}
+            {"key": "job-train", "tenant": "a", "kind": "training", "start_at": hour, "end_at": next_hour, "allocations": [alloc("g0", "1")]},
+            {"key": "job-mig", "tenant": "b", "kind": "interactive", "start_at": hour, "end_at": next_hour, "allocations": [alloc("g1-mig0", "0.5")]},
+            {"key": "job-endpoint", "tenant": "a", "model": "m-endpoint", "kind": "inference", "start_at": hour, "end_at": next_hour, "allocations": [alloc("g2", "1")]}
         ]),
         samples: Value::Array(samples),
         tokens: json!([
-            {"job": "job-endpoint", "tenant": "a", "start_at": HOUR, "end_at": NEXT_HOUR, "prompt_tokens": 1000, "generated_tokens": 250},
-            {"job": "job-endpoint", "tenant": "b", "start_at": HOUR, "end_at": NEXT_HOUR, "prompt_tokens": 2000, "generated_tokens": 500}
+            {"job": "job-endpoint", "tenant": "a", "start_at": hour, "end_at": next_hour, "prompt_tokens": 1000, "generated_tokens": 250},
+            {"job": "job-endpoint", "tenant": "b", "start_at": hour, "end_at": next_hour, "prompt_tokens": 2000, "generated_tokens": 500}
         ]),
     }
 }

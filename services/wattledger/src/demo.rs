@@ -499,7 +499,9 @@ async fn close_months(pool: &sqlx::PgPool, config: &Config, target: Month) -> an
     let mut months: Vec<Month> = wattledger_store::chargeback::months(pool)
         .await?
         .into_iter()
-        .filter(|m| m.version.is_none() && m.metered_mj > 0)
+        // A month with ledger rows but no metered energy (jobs that began before the
+        // simulated meters did) still bills their GPU time: it closes too, first.
+        .filter(|m| m.version.is_none())
         .map(|m| Month::of(m.month))
         .filter(|m| *m <= target)
         .collect();

@@ -121,7 +121,7 @@ pub fn render(close: &Close) -> String {
                         unit.to_owned(),
                         cost.clone(),
                         cost.clone(),
-                        String::new(),
+                        s.number.clone(),
                         issuer.clone(),
                         cost,
                         "Standard".to_owned(),
@@ -134,7 +134,6 @@ pub fn render(close: &Close) -> String {
                         "AI and Machine Learning".to_owned(),
                         service(l.key.class).0.to_owned(),
                         service(l.key.class).1.to_owned(),
-                        s.number.clone(),
                         l.no.to_string(),
                         region.clone(),
                         l.key.site.clone(),
@@ -288,6 +287,12 @@ pub(crate) mod tests {
         let rows: Vec<&str> = out.split("\r\n").filter(|r| !r.is_empty()).collect();
         // Header, acme: training energy + GPU time, idle share, correction; platform: one.
         assert_eq!(rows.len(), 1 + 5);
+        // Every row has every column (descriptions are quoted, and hold no quote here).
+        for r in &rows {
+            let unquoted: String = r.split('"').step_by(2).collect();
+            assert_eq!(unquoted.matches(',').count() + 1, COLUMNS.len(), "{r}");
+        }
+        assert!(rows[1].contains(",WL-2026-10-acme-EUR-v1,Example GPU Platform,"));
         assert!(rows[1].starts_with(
             "441.12,acme,Acme Research,EUR,2026-11-01T00:00:00Z,2026-10-01T00:00:00Z,Usage,,"
         ));

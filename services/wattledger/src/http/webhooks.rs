@@ -22,7 +22,12 @@ use wattledger_store::webhooks::{self as store, Endpoint, NewEndpoint};
 use wattledger_store::Scope;
 
 pub const TEST_EVENT: &str = "webhook.test";
-pub const EVENT_TYPES: [&str; 3] = [THRESHOLD_CROSSED, PROJECTED_EXCEED, TEST_EVENT];
+pub const EVENT_TYPES: [&str; 4] = [
+    THRESHOLD_CROSSED,
+    PROJECTED_EXCEED,
+    wattledger_store::chargeback::CLOSED_EVENT,
+    TEST_EVENT,
+];
 /// How long the previous secret keeps signing after a rotation, unless asked otherwise.
 const DEFAULT_OVERLAP_S: i64 = 24 * 3600;
 
@@ -85,7 +90,7 @@ pub struct NewEndpointBody {
     pub url: String,
     #[serde(default)]
     pub description: String,
-    /// `budget.threshold_crossed`, `budget.projected_exceed`, `webhook.test`; empty or
+    /// `budget.threshold_crossed`, `budget.projected_exceed`, `chargeback.closed`, `webhook.test`; empty or
     /// absent: all.
     #[serde(default)]
     pub event_types: Vec<String>,
