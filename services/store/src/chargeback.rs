@@ -114,10 +114,7 @@ pub async fn close(
     now: DateTime<Utc>,
 ) -> Result<Closed, CloseError> {
     let mut tx = pool.begin().await?;
-    // One close or reopening at a time: the checks below must still hold at commit.
-    sqlx::query("LOCK TABLE month_closes IN SHARE ROW EXCLUSIVE MODE")
-        .execute(&mut *tx)
-        .await?;
+    lock(&mut tx).await?;
     if month.end() > now {
         return Err(CloseError::NotEnded(month));
     }
@@ -374,7 +371,7 @@ async fn write(
         .bind(close_id)
         .bind(tenant_id)
         .bind(&s.tenant)
-        .bind(close.directory.tenants.get(&s.tenant).cloned().unwrap_or_default())
+        .bind(close.directory.tenant_name(&s.tenant))
         .bind(&s.currency)
         .bind(&s.number)
         .bind(s.billed_cost)
@@ -439,12 +436,7 @@ async fn write(
         .await?;
     }
     for r in &close.reconciliation {
-        let (name, region) = close
-            .directory
-            .sites
-            .get(&r.site)
-            .cloned()
-            .unwrap_or_default();
+        let (name, region) = close.directory.site(&r.site);
         sqlx::query(
             "INSERT INTO site_reconciliations (close_id, site_id, site_key, site_name, grid_region,
                  metered_mj, attributed_mj, unallocated_mj, adjustments_mj)
@@ -483,6 +475,14 @@ async fn write(
     Ok(messages)
 }
 
+/// One close or reopening at a time: what a transaction checked must still hold at commit.
+async fn lock(tx: &mut Transaction<'_, Postgres>) -> StoreResult<()> {
+    sqlx::query("LOCK TABLE month_closes IN SHARE ROW EXCLUSIVE MODE")
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 /// The webhook event a close sends each tenant with a statement.
 pub const CLOSED_EVENT: &str = "chargeback.closed";
 
@@ -497,9 +497,7 @@ pub async fn reopen(
     now: DateTime<Utc>,
 ) -> Result<u32, CloseError> {
     let mut tx = pool.begin().await?;
-    sqlx::query("LOCK TABLE month_closes IN SHARE ROW EXCLUSIVE MODE")
-        .execute(&mut *tx)
-        .await?;
+    lock(&mut tx).await?;
     let later: Option<NaiveDate> = sqlx::query_scalar(
         "SELECT max(month) FROM month_closes WHERE reopened_at IS NULL AND month > $1",
     )
@@ -720,10 +718,14 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
     }))
 }
 
-/// An export file of the close in force, as written at close.
-pub async fn export(pool: &PgPool, month: Month, format: &str) -> StoreResult<Option<Export>> {
-    let row: Option<(String, String, Vec<u8>, String)> = sqlx::query_as(
-        "SELECT e.format, e.file_name, e.content, e.sha256 FROM chargeback_exports e
+/// An export file of the close in force, as written at close, with that close's version.
+pub async fn export(
+    pool: &PgPool,
+    month: Month,
+    format: &str,
+) -> StoreResult<Option<(u32, Export)>> {
+    let row: Option<(i32, String, String, Vec<u8>, String)> = sqlx::query_as(
+        "SELECT c.version, e.format, e.file_name, e.content, e.sha256 FROM chargeback_exports e
          JOIN month_closes c ON c.id = e.close_id
          WHERE c.month = $1 AND c.reopened_at IS NULL AND e.format = $2",
     )
@@ -731,13 +733,18 @@ pub async fn export(pool: &PgPool, month: Month, format: &str) -> StoreResult<Op
     .bind(format)
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|(format, file_name, content, sha256)| Export {
-        format: chargeback::FORMATS
-            .into_iter()
-            .find(|f| *f == format)
-            .unwrap_or("csv"),
-        file_name,
-        content,
-        sha256,
-    }))
+    Ok(
+        row.and_then(|(version, format, file_name, content, sha256)| {
+            let format = chargeback::FORMATS.into_iter().find(|f| *f == format)?;
+            Some((
+                version as u32,
+                Export {
+                    format,
+                    file_name,
+                    content,
+                    sha256,
+                },
+            ))
+        }),
+    )
 }

@@ -116,9 +116,10 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         })
         .await??;
         eprintln!(
-            "PostgreSQL: embedded, data in {} (port {})",
+            "PostgreSQL: embedded, data in {} (port {}); the CLI reaches the demo's data with\n  DATABASE_URL={}",
             pg.dir.display(),
-            pg.port
+            pg.port,
+            pg.url("wattledger_demo")
         );
         reset_database(&pg.url("postgres"), "wattledger_demo").await?;
         config.database_url = Some(pg.url("wattledger_demo"));
@@ -508,6 +509,22 @@ async fn close_months(pool: &sqlx::PgPool, config: &Config, target: Month) -> an
     months.sort();
     for month in months {
         let closed = crate::chargeback::close(pool, config, month, "demo-finance", |_| {}).await?;
+        if month < target {
+            // Before the simulated meters: the GPU time of jobs already running then.
+            let mj: i64 = closed
+                .close
+                .reconciliation
+                .iter()
+                .map(|r| r.metered_mj)
+                .sum();
+            println!(
+                "\nChargeback {month} closed first (v{}): {} statements, {:.1} kWh metered",
+                closed.close.version,
+                closed.close.statements.len(),
+                mj as f64 / 3.6e9
+            );
+            continue;
+        }
         println!();
         print!("{}", close_summary(&closed.close));
         if let Some(dir) = &config.export_dir {

@@ -221,17 +221,14 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
                 ExportFormat::All => &["csv", "focus", "json"],
             };
             let mut exports: Vec<Export> = Vec::new();
+            let mut version = 1;
             for f in formats {
-                exports.push(store::export(&pool, month, f).await?.with_context(|| {
+                let (v, e) = store::export(&pool, month, f).await?.with_context(|| {
                     format!("{month} is not closed: `wattledger chargeback close {month}` first")
-                })?);
+                })?;
+                version = v;
+                exports.push(e);
             }
-            let version = store::months(&pool)
-                .await?
-                .into_iter()
-                .find(|m| Month::of(m.month) == month)
-                .and_then(|m| m.version)
-                .unwrap_or(1) as u32;
             let folder = wattledger::chargeback::write_exports(&out, month, version, &exports)?;
             for e in &exports {
                 println!("{}  {}", e.sha256, folder.join(&e.file_name).display());

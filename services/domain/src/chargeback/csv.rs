@@ -4,7 +4,7 @@
 //! the currency's minor unit) so that the same close always gives the same bytes.
 
 use super::statement::minor_units;
-use super::{Close, Statement};
+use super::Close;
 use rust_decimal::Decimal;
 
 pub const COLUMNS: [&str; 24] = [
@@ -34,33 +34,15 @@ pub const COLUMNS: [&str; 24] = [
     "gpu_hours",
 ];
 
-/// Every statement of the close.
+/// The close's statements (a tenant's own, when the close was read for a tenant).
 pub fn render(close: &Close) -> String {
-    render_statements(close, close.statements.iter())
-}
-
-/// Some statements of the close (a tenant's own).
-pub fn render_statements<'a>(
-    close: &Close,
-    statements: impl Iterator<Item = &'a Statement>,
-) -> String {
     let mut out = String::new();
     row(&mut out, COLUMNS.iter().map(|c| (*c).to_owned()));
-    for s in statements {
+    for s in &close.statements {
         let dp = minor_units(&s.currency);
-        let tenant_name = close
-            .directory
-            .tenants
-            .get(&s.tenant)
-            .cloned()
-            .unwrap_or_default();
+        let tenant_name = close.directory.tenant_name(&s.tenant);
         for l in &s.lines {
-            let (site_name, region) = close
-                .directory
-                .sites
-                .get(&l.key.site)
-                .cloned()
-                .unwrap_or_default();
+            let (site_name, region) = close.directory.site(&l.key.site);
             row(
                 &mut out,
                 [

@@ -71,19 +71,9 @@ pub fn render(close: &Close) -> String {
     let issuer = close.issuer.name.clone();
     for s in &close.statements {
         let dp = minor_units(&s.currency);
-        let account = close
-            .directory
-            .tenants
-            .get(&s.tenant)
-            .cloned()
-            .unwrap_or_default();
+        let account = close.directory.tenant_name(&s.tenant);
         for l in &s.lines {
-            let (site_name, region) = close
-                .directory
-                .sites
-                .get(&l.key.site)
-                .cloned()
-                .unwrap_or_default();
+            let (site_name, region) = close.directory.site(&l.key.site);
             let correction = l.is_adjustment(close.month);
             let charge = (l.key.period.start(), l.key.period.end());
             let model = l.key.model.clone().unwrap_or_default();

@@ -169,6 +169,17 @@ pub struct Directory {
     pub sites: BTreeMap<String, (String, String)>,
 }
 
+impl Directory {
+    pub fn tenant_name(&self, tenant: &str) -> String {
+        self.tenants.get(tenant).cloned().unwrap_or_default()
+    }
+
+    /// A site's name and grid region.
+    pub fn site(&self, site: &str) -> (String, String) {
+        self.sites.get(site).cloned().unwrap_or_default()
+    }
+}
+
 /// Who issues the statements: the organisation running the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Issuer {

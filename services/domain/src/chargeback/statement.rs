@@ -7,7 +7,7 @@
 //! lines add up to the rounded total exactly. kWh and GPU-hours shown beside the exact mJ and
 //! ms are rounded the same way.
 
-use super::{Amounts, Directory, Entry, LineKey, Month, MJ_PER_KWH, MS_PER_HOUR};
+use super::{Amounts, Entry, LineKey, Month, MJ_PER_KWH, MS_PER_HOUR};
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -209,15 +209,6 @@ fn build(
         energy_kwh,
         gpu_hours,
     }
-}
-
-/// Tenants named by the statements that the directory does not know (a bug upstream).
-pub fn unnamed<'a>(statements: &'a [Statement], directory: &Directory) -> Vec<&'a str> {
-    statements
-        .iter()
-        .map(|s| s.tenant.as_str())
-        .filter(|t| !directory.tenants.contains_key(*t))
-        .collect()
 }
 
 #[cfg(test)]

@@ -209,12 +209,7 @@ fn statement_view(close: &Close, s: &Statement) -> StatementView {
         month: close.month.to_string(),
         version: close.version,
         tenant: s.tenant.clone(),
-        tenant_name: close
-            .directory
-            .tenants
-            .get(&s.tenant)
-            .cloned()
-            .unwrap_or_default(),
+        tenant_name: close.directory.tenant_name(&s.tenant),
         currency: s.currency.clone(),
         billed_cost: billed,
         adjustments_billed_cost: s.adjustments(close.month).map(Line::billed_cost).sum(),
@@ -239,7 +234,7 @@ async fn close_view(state: &AppState, close: &Close, scope: &Scope) -> ApiResult
     let mut audit = Vec::new();
     if finance {
         for format in chargeback::FORMATS {
-            if let Some(e) = store::export(&state.pool, close.month, format).await? {
+            if let Some((_, e)) = store::export(&state.pool, close.month, format).await? {
                 exports.push(ExportView {
                     format: format.into(),
                     url: format!("/v1/chargeback/months/{}/exports/{format}", close.month),
@@ -276,12 +271,7 @@ async fn close_view(state: &AppState, close: &Close, scope: &Scope) -> ApiResult
             .iter()
             .map(|r| ReconciliationView {
                 site: r.site.clone(),
-                site_name: close
-                    .directory
-                    .sites
-                    .get(&r.site)
-                    .map(|s| s.0.clone())
-                    .unwrap_or_default(),
+                site_name: close.directory.site(&r.site).0,
                 metered_mj: r.metered_mj,
                 attributed_mj: r.attributed_mj,
                 unallocated_mj: r.unallocated_mj,
@@ -529,7 +519,7 @@ pub async fn export(
     if !chargeback::FORMATS.contains(&format.as_str()) {
         return Err(ApiError::NotFound);
     }
-    let e = store::export(&state.pool, month, &format)
+    let (_, e) = store::export(&state.pool, month, &format)
         .await?
         .ok_or(ApiError::NotFound)?;
     let content_type = if format == "json" {
