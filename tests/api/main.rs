@@ -5,6 +5,7 @@ mod agent;
 mod auth;
 mod budgets;
 mod chargeback;
+mod dashboard;
 mod ingest;
 mod ledger;
 mod openapi;

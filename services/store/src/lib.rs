@@ -19,6 +19,7 @@ pub mod scope;
 pub mod signals;
 pub mod tokens;
 pub mod usage;
+pub mod users;
 pub mod webhooks;
 
 pub use error::{StoreError, StoreResult};

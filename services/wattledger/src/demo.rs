@@ -84,6 +84,13 @@ const BUDGETS: [(&str, &str, &str, &str, bool); 5] = [
     ),
 ];
 
+/// Dashboard sign-ins the demo creates: an administrator, finance, and one tenant's user.
+const DEMO_USERS: [(&str, Role, Option<&str>); 3] = [
+    ("admin", Role::Admin, None),
+    ("finance", Role::Finance, None),
+    ("acme", Role::Tenant, Some("acme-research")),
+];
+
 /// Start of the simulated range: the first of last month, or N days ago.
 pub fn demo_range(now: DateTime<Utc>, days: Option<u32>) -> (DateTime<Utc>, DateTime<Utc>) {
     let from = match days {
@@ -258,6 +265,13 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     println!(
         "\nServing the API on {base} (GET {base}/health, {base}/v1/openapi.json). Ctrl-C stops."
     );
+    println!("\nDashboard: {base}/  (passwords are new each run)");
+    for (user, role, tenant) in DEMO_USERS {
+        let password = crate::dashboard::login::new_password()?;
+        crate::dashboard::login::add_user(&pool, user, role, tenant, &password).await?;
+        let what = tenant.map_or(role.as_str().to_owned(), |t| format!("tenant {t}"));
+        println!("  {user:<8} {password}   ({what})");
+    }
     println!("Admin token (7 days):\n{admin}\n");
     println!("Try:\n  curl -H \"Authorization: Bearer $TOKEN\" '{base}/v1/usage?group_by=tenant'");
     startup::shutdown_signal().await;

@@ -6,6 +6,7 @@ pub mod admission;
 pub mod auth;
 pub mod chargeback;
 pub mod config;
+pub mod dashboard;
 pub mod demo;
 pub mod embedded_pg;
 pub mod http;

@@ -44,6 +44,9 @@ enum Command {
     /// Month close and chargeback exports.
     #[command(subcommand)]
     Chargeback(ChargebackCommand),
+    /// Dashboard users.
+    #[command(subcommand)]
+    User(UserCommand),
     /// Mint an API token signed with the configured key.
     Token {
         #[arg(long, value_enum)]
@@ -89,6 +92,23 @@ enum ChargebackCommand {
         reason: String,
         #[arg(long, default_value = "cli")]
         actor: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create a dashboard user (or reset its password and role). The password is read from
+    /// standard input with --password-stdin, or generated and printed once.
+    Add {
+        #[arg(long)]
+        username: String,
+        #[arg(long, value_enum)]
+        role: Role,
+        /// Tenant key (required for, and only for, --role tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        password_stdin: bool,
     },
 }
 
@@ -147,6 +167,38 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Chargeback(c) => chargeback(cli.config, c).await,
+        Command::User(UserCommand::Add {
+            username,
+            role,
+            tenant,
+            password_stdin,
+        }) => {
+            let pool = wattledger::database(&cli.config, &[]).await?;
+            let password = if password_stdin {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line)?;
+                line.trim_end_matches(['\r', '\n']).to_owned()
+            } else {
+                wattledger::dashboard::login::new_password()?
+            };
+            wattledger::dashboard::login::add_user(
+                &pool,
+                &username,
+                role,
+                tenant.as_deref(),
+                &password,
+            )
+            .await?;
+            if password_stdin {
+                println!("user {username} ({}) saved", role.as_str());
+            } else {
+                println!(
+                    "user {username} ({}) saved; password (shown once): {password}",
+                    role.as_str()
+                );
+            }
+            Ok(())
+        }
         Command::Token {
             role,
             tenant,

@@ -88,6 +88,7 @@ pub fn app(state: AppState) -> Router {
         .merge(budgets::router())
         .merge(chargeback::router())
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
+        .merge(crate::dashboard::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .layer(TraceLayer::new_for_http())

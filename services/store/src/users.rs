@@ -1,0 +1,69 @@
+//! Dashboard users: created by an admin (or `wattledger user add`), looked up at login.
+
+use crate::StoreResult;
+use sqlx::PgPool;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct User {
+    pub id: i64,
+    pub username: String,
+    pub password_hash: String,
+    pub role: String,
+    /// The tenant key of a tenant user.
+    pub tenant: Option<String>,
+    pub disabled: bool,
+}
+
+/// Creates or replaces (by username) a user; `tenant` is a tenant key. `None` if the tenant
+/// does not exist.
+pub async fn upsert(
+    pool: &PgPool,
+    username: &str,
+    password_hash: &str,
+    role: &str,
+    tenant: Option<&str>,
+) -> StoreResult<Option<i64>> {
+    let tenant_id: Option<i64> = match tenant {
+        Some(key) => match sqlx::query_scalar("SELECT id FROM tenants WHERE key = $1")
+            .bind(key)
+            .fetch_optional(pool)
+            .await?
+        {
+            Some(id) => Some(id),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    Ok(Some(
+        sqlx::query_scalar(
+            "INSERT INTO users (username, password_hash, role, tenant_id) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (username) DO UPDATE SET password_hash = EXCLUDED.password_hash,
+                 role = EXCLUDED.role, tenant_id = EXCLUDED.tenant_id, disabled = false
+             RETURNING id",
+        )
+        .bind(username)
+        .bind(password_hash)
+        .bind(role)
+        .bind(tenant_id)
+        .fetch_one(pool)
+        .await?,
+    ))
+}
+
+pub async fn find(pool: &PgPool, username: &str) -> StoreResult<Option<User>> {
+    Ok(sqlx::query_as(
+        "SELECT u.id, u.username, u.password_hash, u.role, t.key AS tenant, u.disabled
+         FROM users u LEFT JOIN tenants t ON t.id = u.tenant_id WHERE u.username = $1",
+    )
+    .bind(username)
+    .fetch_optional(pool)
+    .await?)
+}
+
+pub async fn touch_login(pool: &PgPool, id: i64) -> StoreResult<()> {
+    sqlx::query("UPDATE users SET last_login_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! Charts as server-rendered SVG: a daily stacked bar chart with a line overlaid. Pure: data
+//! in, markup out; every chart has a title and a description, and the page shows the same
+//! figures in a table beside it.
+
+use std::fmt::Write;
+
+/// Colours of the series, in order (readable on white, distinct for common colour blindness).
+const PALETTE: [&str; 8] = [
+    "#2563eb", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#0ea5e9", "#84cc16", "#f97316",
+];
+
+pub struct Stacked<'a> {
+    pub title: &'a str,
+    pub description: &'a str,
+    /// X labels (e.g. days).
+    pub labels: Vec<String>,
+    /// Series name and one value per label.
+    pub series: Vec<(String, Vec<f64>)>,
+    /// An optional line on its own scale (e.g. gCO2e/kWh), one value per label.
+    pub line: Option<(String, Vec<Option<f64>>)>,
+    pub unit: &'a str,
+}
+
+pub fn colour(i: usize) -> &'static str {
+    PALETTE[i % PALETTE.len()]
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A rounded-up axis maximum (1, 2 or 5 × 10^n).
+fn nice(max: f64) -> f64 {
+    if max <= 0.0 {
+        return 1.0;
+    }
+    let p = 10f64.powf(max.log10().floor());
+    for m in [1.0, 2.0, 5.0, 10.0] {
+        if m * p >= max {
+            return m * p;
+        }
+    }
+    10.0 * p
+}
+
+pub fn stacked(c: &Stacked) -> String {
+    let (w, h) = (760.0, 260.0);
+    let (left, right, top, bottom) = (56.0, 56.0, 12.0, 28.0);
+    let n = c.labels.len().max(1);
+    let totals: Vec<f64> = (0..n)
+        .map(|i| {
+            c.series
+                .iter()
+                .map(|s| s.1.get(i).copied().unwrap_or(0.0))
+                .sum()
+        })
+        .collect();
+    let ymax = nice(totals.iter().copied().fold(0.0, f64::max));
+    let plot_w = w - left - right;
+    let plot_h = h - top - bottom;
+    let slot = plot_w / n as f64;
+    let bar = (slot * 0.7).max(1.0);
+    let y = |v: f64| top + plot_h - v / ymax * plot_h;
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg class="chart" viewBox="0 0 {w} {h}" role="img" aria-labelledby="chart-title chart-desc" xmlns="http://www.w3.org/2000/svg"><title id="chart-title">{}</title><desc id="chart-desc">{}</desc>"#,
+        esc(c.title),
+        esc(c.description)
+    );
+    for k in 0..=4 {
+        let v = ymax * f64::from(k) / 4.0;
+        let yy = y(v);
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e5e7eb"/><text x="{}" y="{:.1}" font-size="11" text-anchor="end" fill="#6b7280">{}</text>"##,
+            w - right,
+            left - 6.0,
+            yy + 4.0,
+            short(v)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="12" y="{}" font-size="11" fill="#6b7280" transform="rotate(-90 12 {})">{}</text>"##,
+        top + plot_h / 2.0,
+        top + plot_h / 2.0,
+        esc(c.unit)
+    );
+    for i in 0..n {
+        let x = left + slot * i as f64 + (slot - bar) / 2.0;
+        let mut base = 0.0;
+        for (si, (name, values)) in c.series.iter().enumerate() {
+            let v = values.get(i).copied().unwrap_or(0.0);
+            if v <= 0.0 {
+                continue;
+            }
+            let (y0, y1) = (y(base), y(base + v));
+            let _ = write!(
+                svg,
+                r#"<rect x="{x:.1}" y="{y1:.1}" width="{bar:.1}" height="{:.1}" fill="{}"><title>{} {}: {} {}</title></rect>"#,
+                (y0 - y1).max(0.5),
+                colour(si),
+                esc(&c.labels[i]),
+                esc(name),
+                short(v),
+                esc(c.unit)
+            );
+            base += v;
+        }
+        // Every few labels, so that they do not collide.
+        let every = (n / 10).max(1);
+        if i % every == 0 {
+            let _ = write!(
+                svg,
+                r##"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle" fill="#6b7280">{}</text>"##,
+                x + bar / 2.0,
+                h - 8.0,
+                esc(&c.labels[i])
+            );
+        }
+    }
+    if let Some((name, values)) = &c.line {
+        let lmax = nice(values.iter().flatten().copied().fold(0.0, f64::max));
+        let ly = |v: f64| top + plot_h - v / lmax * plot_h;
+        let points: Vec<String> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| {
+                v.map(|v| format!("{:.1},{:.1}", left + slot * (i as f64 + 0.5), ly(v)))
+            })
+            .collect();
+        if !points.is_empty() {
+            let _ = write!(
+                svg,
+                r##"<polyline points="{}" fill="none" stroke="#111827" stroke-width="2" stroke-dasharray="5 3"><title>{}</title></polyline>"##,
+                points.join(" "),
+                esc(name)
+            );
+            for k in [0, 2, 4] {
+                let v = lmax * f64::from(k) / 4.0;
+                let _ = write!(
+                    svg,
+                    r##"<text x="{}" y="{:.1}" font-size="11" fill="#111827">{}</text>"##,
+                    w - right + 6.0,
+                    ly(v) + 4.0,
+                    short(v)
+                );
+            }
+        }
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+fn short(v: f64) -> String {
+    if v >= 1_000_000.0 {
+        format!("{:.1}M", v / 1_000_000.0)
+    } else if v >= 10_000.0 {
+        format!("{:.0}k", v / 1000.0)
+    } else if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_one_rect_per_positive_value_titles_escaped() {
+        let svg = stacked(&Stacked {
+            title: "Energy <by> model",
+            description: "d",
+            labels: vec!["1".into(), "2".into()],
+            series: vec![("a&b".into(), vec![1.0, 0.0]), ("c".into(), vec![2.0, 3.0])],
+            line: Some(("g/kWh".into(), vec![Some(300.0), None])),
+            unit: "kWh",
+        });
+        assert_eq!(svg.matches("<rect").count(), 3);
+        assert!(svg.contains("<title id=\"chart-title\">Energy &lt;by&gt; model</title>"));
+        assert!(svg.contains("a&amp;b"));
+        assert!(svg.contains("<polyline"));
+        assert_eq!(nice(7.3), 10.0);
+        assert_eq!(nice(0.0), 1.0);
+    }
+}

@@ -1,0 +1,236 @@
+//! The finance pages: every month with its close status, and a closed month's per-tenant
+//! chargeback, site reconciliation and export downloads (admin and finance).
+
+use super::format::{count, energy, grouped};
+use super::{html, Nav, PageError, Session};
+use crate::http::AppState;
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use rust_decimal::Decimal;
+use wattledger_domain::chargeback::{self, Month};
+use wattledger_store::chargeback as store;
+use wattledger_store::Scope;
+
+pub struct MonthRow {
+    pub month: String,
+    pub state: String,
+    pub closed: bool,
+    pub version: String,
+    pub closed_at: String,
+    pub energy: String,
+    pub reopened: i64,
+}
+
+#[derive(Template)]
+#[template(path = "finance.html")]
+struct MonthsPage {
+    nav: Nav,
+    months: Vec<MonthRow>,
+}
+
+fn require_finance(session: &Session) -> Result<(), PageError> {
+    if session.is_finance() {
+        Ok(())
+    } else if session.tenant.is_some() {
+        // A tenant does not learn that the page exists.
+        Err(PageError::NotFound)
+    } else {
+        Err(PageError::Forbidden)
+    }
+}
+
+pub async fn months(
+    State(state): State<AppState>,
+    session: Session,
+) -> Result<Response, PageError> {
+    require_finance(&session)?;
+    let months = store::months(&state.pool)
+        .await?
+        .into_iter()
+        .map(|m| MonthRow {
+            month: Month::of(m.month).to_string(),
+            state: if m.version.is_some() {
+                "Closed"
+            } else {
+                "Open"
+            }
+            .into(),
+            closed: m.version.is_some(),
+            version: m.version.map(|v| format!("v{v}")).unwrap_or_default(),
+            closed_at: m
+                .closed_at
+                .map(|t| {
+                    format!(
+                        "{} by {}",
+                        t.format("%b %-d, %Y"),
+                        m.closed_by.unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default(),
+            energy: energy(m.metered_mj),
+            reopened: m.reopened,
+        })
+        .collect();
+    Ok(html(
+        MonthsPage {
+            nav: Nav::new(&session, "/finance"),
+            months,
+        }
+        .render(),
+    ))
+}
+
+pub struct StatementRow {
+    pub number: String,
+    pub tenant: String,
+    pub tenant_name: String,
+    pub currency: String,
+    pub lines: usize,
+    pub adjustments: usize,
+    pub energy: String,
+    pub billed: String,
+    pub carbon: String,
+    pub tokens: String,
+    pub gpu_hours: String,
+}
+
+pub struct SiteRow {
+    pub site: String,
+    pub metered: String,
+    pub attributed: String,
+    pub unallocated: String,
+    pub adjustments: String,
+    pub balanced: bool,
+}
+
+pub struct ExportRow {
+    pub label: String,
+    pub href: String,
+    pub file_name: String,
+    pub sha256: String,
+}
+
+#[derive(Template)]
+#[template(path = "finance_month.html")]
+struct MonthPage {
+    nav: Nav,
+    month: String,
+    version: u32,
+    closed_at: String,
+    issuer: String,
+    statements: Vec<StatementRow>,
+    totals: Vec<(String, String)>,
+    sites: Vec<SiteRow>,
+    exports: Vec<ExportRow>,
+}
+
+pub async fn month(
+    State(state): State<AppState>,
+    session: Session,
+    Path(month): Path<String>,
+) -> Result<Response, PageError> {
+    require_finance(&session)?;
+    let month: Month = month.parse().map_err(|_| PageError::NotFound)?;
+    let close = store::load(&state.pool, month, &Scope::All)
+        .await?
+        .ok_or(PageError::NotFound)?;
+    let mut totals: std::collections::BTreeMap<String, Decimal> = Default::default();
+    let statements = close
+        .statements
+        .iter()
+        .map(|s| {
+            *totals.entry(s.currency.clone()).or_default() += s.billed_cost;
+            StatementRow {
+                number: s.number.clone(),
+                tenant: s.tenant.clone(),
+                tenant_name: close.directory.tenant_name(&s.tenant),
+                currency: s.currency.clone(),
+                lines: s.lines.len(),
+                adjustments: s.adjustments(month).count(),
+                energy: energy(s.total.energy_mj),
+                billed: grouped(s.billed_cost, 2),
+                carbon: grouped(s.total.carbon_g / Decimal::ONE_THOUSAND, 1),
+                tokens: count(s.total.prompt_tokens + s.total.generated_tokens),
+                gpu_hours: grouped(s.gpu_hours, 1),
+            }
+        })
+        .collect();
+    let sites = close
+        .reconciliation
+        .iter()
+        .map(|r| SiteRow {
+            site: format!("{} ({})", close.directory.site(&r.site).0, r.site),
+            metered: energy(r.metered_mj),
+            attributed: energy(r.attributed_mj),
+            unallocated: energy(r.unallocated_mj),
+            adjustments: energy(r.adjustments_mj),
+            balanced: r.balances(),
+        })
+        .collect();
+    let mut exports = Vec::new();
+    for (format, label) in [
+        ("csv", "Statement CSV"),
+        ("focus", "FOCUS 1.2 CSV"),
+        ("json", "JSON"),
+    ] {
+        if let Some((_, e)) = store::export(&state.pool, month, format).await? {
+            exports.push(ExportRow {
+                label: label.into(),
+                href: format!("/finance/{month}/exports/{format}"),
+                file_name: e.file_name,
+                sha256: e.sha256,
+            });
+        }
+    }
+    Ok(html(
+        MonthPage {
+            nav: Nav::new(&session, "/finance"),
+            month: month.to_string(),
+            version: close.version,
+            closed_at: close.closed_at.format("%b %-d, %Y %H:%M UTC").to_string(),
+            issuer: close.issuer.name.clone(),
+            statements,
+            totals: totals
+                .into_iter()
+                .map(|(c, t)| (c, grouped(t, 2)))
+                .collect(),
+            sites,
+            exports,
+        }
+        .render(),
+    ))
+}
+
+pub async fn download(
+    State(state): State<AppState>,
+    session: Session,
+    Path((month, format)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    require_finance(&session)?;
+    let month: Month = month.parse().map_err(|_| PageError::NotFound)?;
+    if !chargeback::FORMATS.contains(&format.as_str()) {
+        return Err(PageError::NotFound);
+    }
+    let (_, e) = store::export(&state.pool, month, &format)
+        .await?
+        .ok_or(PageError::NotFound)?;
+    let mut r = e.content.into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(if format == "json" {
+            "application/json"
+        } else {
+            "text/csv; charset=utf-8"
+        }),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{}\"", e.file_name)) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&e.sha256) {
+        h.insert("x-checksum-sha256", v);
+    }
+    Ok(r)
+}

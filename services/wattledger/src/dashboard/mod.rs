@@ -1,0 +1,251 @@
+//! The web dashboard: server-rendered pages (askama templates in the repository's
+//! `templates/`) over the same store queries as the API, no JavaScript.
+//!
+//! A login exchanges a username and password (argon2 hash in `users`) for a session: the
+//! same JWT the API takes, in an `HttpOnly; Secure; SameSite=Strict` cookie. Every form
+//! carries a CSRF token derived from the session token (a page from another site can read
+//! neither). A tenant user sees only its own tenant: another tenant's pages are 404, as
+//! pages that do not exist.
+
+mod chart;
+mod finance;
+mod format;
+pub mod login;
+mod tenant;
+
+use crate::auth::Role;
+use crate::http::AppState;
+use askama::Template;
+use axum::extract::{FromRef, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::Router;
+use sha2::Digest;
+use wattledger_store::Scope;
+
+pub const SESSION_COOKIE: &str = "wl_session";
+/// How long a session lasts, seconds.
+pub const SESSION_TTL_S: i64 = 12 * 3600;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(home))
+        .route("/login", get(login::form).post(login::submit))
+        .route("/logout", axum::routing::post(login::logout))
+        .route("/tenants/{key}", get(tenant::overview))
+        .route("/finance", get(finance::months))
+        .route("/finance/{month}", get(finance::month))
+        .route("/finance/{month}/exports/{format}", get(finance::download))
+        .route("/static/app.css", get(css))
+}
+
+/// A signed-in user, from the session cookie.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub username: String,
+    pub role: Role,
+    /// The tenant key of a tenant user.
+    pub tenant: Option<String>,
+    pub scope: Scope,
+    /// The token every form of this session carries.
+    pub csrf: String,
+}
+
+impl Session {
+    pub fn is_finance(&self) -> bool {
+        matches!(self.role, Role::Admin | Role::Finance)
+    }
+}
+
+/// What a page shows in its header: who is signed in and where they can go.
+pub struct Nav {
+    pub username: String,
+    pub role: String,
+    pub csrf: String,
+    pub links: Vec<(String, String, bool)>,
+}
+
+impl Nav {
+    fn new(s: &Session, current: &str) -> Nav {
+        let mut links = Vec::new();
+        if let Some(t) = &s.tenant {
+            links.push((format!("/tenants/{t}"), "Overview".to_owned()));
+        } else {
+            links.push(("/".to_owned(), "Tenants".to_owned()));
+        }
+        if s.is_finance() {
+            links.push(("/finance".to_owned(), "Finance".to_owned()));
+        }
+        Nav {
+            username: s.username.clone(),
+            role: s.role.as_str().to_owned(),
+            csrf: s.csrf.clone(),
+            links: links
+                .into_iter()
+                .map(|(href, label)| {
+                    let here = current == href || (href != "/" && current.starts_with(&href));
+                    (href, label, here)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The CSRF token of a session token: knowing it needs the token, which only the browser's
+/// HttpOnly cookie holds.
+pub fn csrf_for(token: &str) -> String {
+    let digest = sha2::Sha256::digest(format!("wattledger-csrf:{token}").as_bytes());
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
+}
+
+/// Why a page is not shown: sign in first, or a friendly error page.
+#[derive(Debug)]
+pub enum PageError {
+    SignIn,
+    NotFound,
+    Forbidden,
+    BadRequest(String),
+    Internal(String),
+}
+
+impl From<wattledger_store::StoreError> for PageError {
+    fn from(e: wattledger_store::StoreError) -> Self {
+        PageError::Internal(e.to_string())
+    }
+}
+
+impl From<crate::http::error::ApiError> for PageError {
+    fn from(e: crate::http::error::ApiError) -> Self {
+        PageError::Internal(e.to_string())
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    title: String,
+    message: String,
+    status: u16,
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let (status, title, message) = match self {
+            PageError::SignIn => return Redirect::to("/login").into_response(),
+            PageError::NotFound => (
+                StatusCode::NOT_FOUND,
+                "Not found",
+                "There is no such page, or it is not yours to see.".to_owned(),
+            ),
+            PageError::Forbidden => (
+                StatusCode::FORBIDDEN,
+                "Not for this account",
+                "Your role cannot open this page. Ask an administrator if you need it.".to_owned(),
+            ),
+            PageError::BadRequest(m) => (StatusCode::BAD_REQUEST, "That did not work", m),
+            PageError::Internal(detail) => {
+                tracing::error!(%detail, "dashboard page failed");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Something went wrong",
+                    "The page could not be built. It has been logged; try again in a moment."
+                        .to_owned(),
+                )
+            }
+        };
+        let page = ErrorPage {
+            title: title.to_owned(),
+            message,
+            status: status.as_u16(),
+        };
+        (status, html(page.render())).into_response()
+    }
+}
+
+pub fn html(rendered: askama::Result<String>) -> Response {
+    match rendered {
+        Ok(body) => {
+            let mut r = body.into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            // Pages hold figures for one user: never cached, never framed.
+            r.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            r.headers_mut()
+                .insert("x-frame-options", HeaderValue::from_static("DENY"));
+            r.headers_mut().insert(
+                "content-security-policy",
+                HeaderValue::from_static(
+                    "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'",
+                ),
+            );
+            r
+        }
+        Err(e) => PageError::Internal(e.to_string()).into_response(),
+    }
+}
+
+impl<S> FromRequestParts<S> for Session
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = PageError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let state = AppState::from_ref(state);
+        let token = cookie(&parts.headers, SESSION_COOKIE).ok_or(PageError::SignIn)?;
+        let claims = state.keys.verify(&token).map_err(|_| PageError::SignIn)?;
+        if !matches!(
+            claims.role,
+            Role::Admin | Role::Finance | Role::Operator | Role::Tenant
+        ) {
+            return Err(PageError::SignIn);
+        }
+        let scope = match &claims.tenant {
+            Some(key) => Scope::Tenant(state.tenant_id(key).await?.ok_or(PageError::SignIn)?),
+            None => Scope::All,
+        };
+        Ok(Session {
+            username: claims.sub,
+            role: claims.role,
+            tenant: claims.tenant,
+            scope,
+            csrf: csrf_for(&token),
+        })
+    }
+}
+
+/// A tenant user's home is its overview; everyone else picks a tenant.
+async fn home(State(state): State<AppState>, session: Session) -> Result<Response, PageError> {
+    if let Some(t) = &session.tenant {
+        return Ok(Redirect::to(&format!("/tenants/{t}")).into_response());
+    }
+    tenant::index(&state, &session).await
+}
+
+async fn css() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        include_str!("../../../../templates/app.css"),
+    )
+        .into_response()
+}

@@ -1,0 +1,402 @@
+//! The tenant overview: this month's energy, cost, carbon and tokens against budget, energy
+//! by model per day with the carbon intensity it ran at, efficiency per model, the top jobs,
+//! the idle share and the alerts raised. Admin, finance and operators pick any tenant from
+//! the index; a tenant user sees only its own.
+
+use super::chart::{self, Stacked};
+use super::format::{carbon_kg, count, energy, f64_of, grouped, kwh_of_mj, money, pct};
+use super::{html, Nav, PageError, Session};
+use crate::http::AppState;
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
+use rust_decimal::Decimal;
+use std::collections::BTreeMap;
+use wattledger_domain::budget_alerts::runs_out_at;
+use wattledger_store::usage::{self, GroupBy, UsageFilter, UsageRow};
+use wattledger_store::{budgets, Scope};
+
+fn month_start(now: DateTime<Utc>) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0)
+        .single()
+        .unwrap_or(now)
+}
+
+fn costs(r: &UsageRow) -> String {
+    let list: Vec<String> = r
+        .cost_currencies
+        .iter()
+        .flatten()
+        .zip(r.cost_amounts.iter().flatten())
+        .map(|(c, a)| money(*a, c))
+        .collect();
+    if list.is_empty() {
+        "–".into()
+    } else {
+        list.join(" + ")
+    }
+}
+
+pub struct TenantRow {
+    pub key: String,
+    pub energy: String,
+    pub cost: String,
+    pub carbon: String,
+    pub tokens: String,
+}
+
+#[derive(Template)]
+#[template(path = "tenants.html")]
+struct IndexPage {
+    nav: Nav,
+    month: String,
+    tenants: Vec<TenantRow>,
+}
+
+/// Every tenant's month so far (admin, finance, operators).
+pub async fn index(state: &AppState, session: &Session) -> Result<Response, PageError> {
+    let now = Utc::now();
+    let filter = UsageFilter {
+        from: Some(month_start(now)),
+        to: Some(now),
+        ..Default::default()
+    };
+    let mut rows = usage::usage(&state.pool, &Scope::All, &[GroupBy::Tenant], &filter).await?;
+    rows.sort_by_key(|r| std::cmp::Reverse(r.total_mj));
+    let tenants = rows
+        .iter()
+        .map(|r| TenantRow {
+            key: r.tenant.clone().unwrap_or_default(),
+            energy: energy(r.total_mj),
+            cost: costs(r),
+            carbon: carbon_kg(r.carbon_g.unwrap_or_default()),
+            tokens: count(r.prompt_tokens + r.generated_tokens),
+        })
+        .collect();
+    Ok(html(
+        IndexPage {
+            nav: Nav::new(session, "/"),
+            month: now.format("%B %Y").to_string(),
+            tenants,
+        }
+        .render(),
+    ))
+}
+
+pub struct Figure {
+    pub label: String,
+    pub value: String,
+    pub note: String,
+}
+
+pub struct BudgetBar {
+    pub key: String,
+    pub metric: String,
+    pub used: String,
+    pub limit: String,
+    /// 0–100 for `<meter>`.
+    pub pct: String,
+    pub pct_label: String,
+    pub projected: String,
+    pub over: bool,
+    pub hard: bool,
+}
+
+pub struct ModelRow {
+    pub model: String,
+    pub energy: String,
+    pub tokens: String,
+    pub tokens_per_kwh: String,
+    pub g_per_1k: String,
+}
+
+pub struct JobRow {
+    pub key: String,
+    pub model: String,
+    pub energy: String,
+    pub cost: String,
+    pub carbon: String,
+    pub idle: String,
+}
+
+pub struct AlertRow {
+    pub budget: String,
+    pub what: String,
+    pub when: String,
+}
+
+pub struct DayRow {
+    pub day: String,
+    pub cells: Vec<String>,
+    pub total: String,
+    pub intensity: String,
+}
+
+#[derive(Template)]
+#[template(path = "tenant.html")]
+struct OverviewPage {
+    nav: Nav,
+    tenant: String,
+    month: String,
+    figures: Vec<Figure>,
+    budgets: Vec<BudgetBar>,
+    chart_svg: String,
+    legend: Vec<(String, &'static str)>,
+    days: Vec<DayRow>,
+    models: Vec<ModelRow>,
+    jobs: Vec<JobRow>,
+    alerts: Vec<AlertRow>,
+    empty: bool,
+}
+
+pub async fn overview(
+    State(state): State<AppState>,
+    session: Session,
+    Path(key): Path<String>,
+) -> Result<Response, PageError> {
+    // Another tenant's page is not found, exactly like a tenant that does not exist.
+    let id = state.tenant_id(&key).await?.ok_or(PageError::NotFound)?;
+    let scope = session.scope.narrow(id).ok_or(PageError::NotFound)?;
+    let now = Utc::now();
+    let from = month_start(now);
+    let filter = UsageFilter {
+        from: Some(from),
+        to: Some(now),
+        ..Default::default()
+    };
+    let pool = &state.pool;
+    let total = usage::usage(pool, &scope, &[], &filter).await?;
+    let total = total.into_iter().next();
+    let by_model = usage::usage(pool, &scope, &[GroupBy::Model], &filter).await?;
+    let by_day_model = usage::usage(pool, &scope, &[GroupBy::Day, GroupBy::Model], &filter).await?;
+    let by_day = usage::usage(pool, &scope, &[GroupBy::Day], &filter).await?;
+    let mut by_job = usage::usage(pool, &scope, &[GroupBy::Job, GroupBy::Model], &filter).await?;
+    by_job.retain(|r| r.job.is_some());
+    by_job.sort_by_key(|r| std::cmp::Reverse(r.total_mj));
+    by_job.truncate(10);
+
+    let empty = total.as_ref().is_none_or(|t| t.total_mj == 0);
+    let mut figures = Vec::new();
+    if let Some(t) = &total {
+        let tokens = t.prompt_tokens + t.generated_tokens;
+        let kwh = kwh_of_mj(t.total_mj);
+        figures.push(Figure {
+            label: "Energy".into(),
+            value: energy(t.total_mj),
+            note: format!(
+                "idle share {}",
+                pct(Decimal::from(t.idle_mj), Decimal::from(t.total_mj))
+            ),
+        });
+        figures.push(Figure {
+            label: "Cost".into(),
+            value: costs(t),
+            note: "energy at the sites' prices".into(),
+        });
+        let carbon = t.carbon_g.unwrap_or_default();
+        figures.push(Figure {
+            label: "Carbon".into(),
+            value: carbon_kg(carbon),
+            note: format!(
+                "+ {} embodied",
+                carbon_kg(t.embodied_carbon_g.unwrap_or_default())
+            ),
+        });
+        figures.push(Figure {
+            label: "Tokens".into(),
+            value: count(tokens),
+            note: if kwh.is_zero() || tokens == 0 {
+                "no inference tokens".into()
+            } else {
+                format!(
+                    "{} per kWh",
+                    count(
+                        (Decimal::from(tokens) / kwh)
+                            .round()
+                            .try_into()
+                            .unwrap_or(0)
+                    )
+                )
+            },
+        });
+    }
+
+    let budgets_now = budgets::list(pool, &scope, None, now).await?;
+    let mut bars = Vec::new();
+    let mut alerts = Vec::new();
+    for b in &budgets_now {
+        for (metric, u) in b.usages(now) {
+            let unit = match metric {
+                "kwh" => "kWh".to_owned(),
+                "cost" => b.currency.clone().unwrap_or_default(),
+                _ => "kgCO2e".to_owned(),
+            };
+            let p = if u.limit.is_zero() {
+                Decimal::ZERO
+            } else {
+                u.used * Decimal::ONE_HUNDRED / u.limit
+            };
+            bars.push(BudgetBar {
+                key: b.key.clone(),
+                metric: match metric {
+                    "kwh" => "Energy",
+                    "cost" => "Cost",
+                    _ => "Carbon",
+                }
+                .into(),
+                used: format!("{} {unit}", grouped(u.used, 1)),
+                limit: format!("{} {unit}", grouped(u.limit, 0)),
+                pct: grouped(p.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
+                pct_label: format!("{}%", grouped(p, 1)),
+                projected: runs_out_at(&u, now)
+                    .filter(|t| *t < b.period_end)
+                    .map(|t| format!("at this rate, reached {}", t.format("%b %-d")))
+                    .unwrap_or_else(|| "within budget at this rate".into()),
+                over: p >= Decimal::ONE_HUNDRED,
+                hard: b.hard,
+            });
+        }
+        for e in budgets::events(pool, b.id, b.period_start).await? {
+            alerts.push((
+                e.created_at,
+                AlertRow {
+                    budget: b.key.clone(),
+                    what: if e.threshold == "projected" {
+                        format!("{} projected to run out", e.metric)
+                    } else {
+                        format!("{} crossed {}%", e.metric, e.threshold)
+                    },
+                    when: e.created_at.format("%b %-d, %H:%M UTC").to_string(),
+                },
+            ));
+        }
+    }
+    alerts.sort_by_key(|a| std::cmp::Reverse(a.0));
+    let alerts = alerts.into_iter().map(|a| a.1).take(10).collect();
+
+    // Days of the month so far × models, in kWh; carbon intensity per day on the line.
+    let days_n = (now.date_naive() - from.date_naive()).num_days() + 1;
+    let day_keys: Vec<DateTime<Utc>> = (0..days_n).map(|d| from + Duration::days(d)).collect();
+    let mut models: Vec<String> = by_model
+        .iter()
+        .map(|r| r.model.clone().unwrap_or_else(|| "no model".into()))
+        .collect();
+    models.sort();
+    models.dedup();
+    let mut grid: BTreeMap<(String, i64), i64> = BTreeMap::new();
+    for r in &by_day_model {
+        let m = r.model.clone().unwrap_or_else(|| "no model".into());
+        let day = r.period.map(|p| (p - from).num_days()).unwrap_or(0);
+        *grid.entry((m, day)).or_default() += r.total_mj;
+    }
+    let series: Vec<(String, Vec<f64>)> = models
+        .iter()
+        .map(|m| {
+            let v = (0..days_n)
+                .map(|d| f64_of(kwh_of_mj(grid.get(&(m.clone(), d)).copied().unwrap_or(0))))
+                .collect();
+            (m.clone(), v)
+        })
+        .collect();
+    let intensity: BTreeMap<i64, (i64, Decimal)> = by_day
+        .iter()
+        .map(|r| {
+            let day = r.period.map(|p| (p - from).num_days()).unwrap_or(0);
+            (day, (r.total_mj, r.carbon_g.unwrap_or_default()))
+        })
+        .collect();
+    let g_per_kwh = |d: i64| {
+        intensity.get(&d).and_then(|(mj, g)| {
+            let kwh = kwh_of_mj(*mj);
+            (!kwh.is_zero()).then(|| *g / kwh)
+        })
+    };
+    let chart_svg = chart::stacked(&Stacked {
+        title: &format!("{key}: energy per day by model, {}", now.format("%B %Y")),
+        description: "Stacked bars: kWh per day for each model. Dashed line: the average carbon intensity the tenant's energy ran at that day (gCO2e/kWh, right axis). The table below has the same figures.",
+        labels: day_keys.iter().map(|d| d.format("%-d").to_string()).collect(),
+        series: series.clone(),
+        line: Some((
+            "gCO2e per kWh".into(),
+            (0..days_n).map(|d| g_per_kwh(d).map(f64_of)).collect(),
+        )),
+        unit: "kWh",
+    });
+    let legend = models
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.clone(), chart::colour(i)))
+        .collect();
+    let days = (0..days_n)
+        .filter(|d| intensity.contains_key(d))
+        .map(|d| DayRow {
+            day: day_keys[d as usize].format("%a %b %-d").to_string(),
+            cells: models
+                .iter()
+                .map(|m| {
+                    grouped(
+                        kwh_of_mj(grid.get(&(m.clone(), d)).copied().unwrap_or(0)),
+                        1,
+                    )
+                })
+                .collect(),
+            total: grouped(kwh_of_mj(intensity[&d].0), 1),
+            intensity: g_per_kwh(d)
+                .map(|g| grouped(g, 0))
+                .unwrap_or_else(|| "–".into()),
+        })
+        .collect();
+
+    let model_rows = by_model
+        .iter()
+        .map(|r| {
+            let tokens = r.prompt_tokens + r.generated_tokens;
+            let kwh = kwh_of_mj(r.total_mj);
+            let carbon = r.carbon_g.unwrap_or_default() + r.embodied_carbon_g.unwrap_or_default();
+            ModelRow {
+                model: r.model.clone().unwrap_or_else(|| "no model".into()),
+                energy: energy(r.total_mj),
+                tokens: count(tokens),
+                tokens_per_kwh: if tokens == 0 || kwh.is_zero() {
+                    "–".into()
+                } else {
+                    grouped(Decimal::from(tokens) / kwh, 0)
+                },
+                g_per_1k: if tokens == 0 {
+                    "–".into()
+                } else {
+                    grouped(carbon * Decimal::ONE_THOUSAND / Decimal::from(tokens), 3)
+                },
+            }
+        })
+        .collect();
+    let jobs = by_job
+        .iter()
+        .map(|r| JobRow {
+            key: r.job.clone().unwrap_or_default(),
+            model: r.model.clone().unwrap_or_else(|| "–".into()),
+            energy: energy(r.total_mj),
+            cost: costs(r),
+            carbon: carbon_kg(r.carbon_g.unwrap_or_default()),
+            idle: pct(Decimal::from(r.idle_mj), Decimal::from(r.total_mj)),
+        })
+        .collect();
+    Ok(html(
+        OverviewPage {
+            nav: Nav::new(&session, &format!("/tenants/{key}")),
+            tenant: key,
+            month: now.format("%B %Y").to_string(),
+            figures,
+            budgets: bars,
+            chart_svg,
+            legend,
+            days,
+            models: model_rows,
+            jobs,
+            alerts,
+            empty,
+        }
+        .render(),
+    ))
+}

@@ -1,0 +1,381 @@
+//! The dashboard through its router: signing in (argon2 users, the session cookie's
+//! attributes, login CSRF), every page's key figures, tenant scoping (another tenant's pages
+//! are 404), sign-out CSRF, friendly error pages, and accessibility basics in the HTML.
+
+use crate::scenario;
+use reqwest::redirect::Policy;
+use serde_json::json;
+use wattledger::auth::Role;
+use wattledger::dashboard::login::add_user;
+use wattledger_tests::TestApp;
+
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+    session: Option<String>,
+}
+
+struct Page {
+    status: u16,
+    body: String,
+    location: Option<String>,
+    cookies: Vec<String>,
+}
+
+impl Browser {
+    fn new(app: &TestApp) -> Self {
+        Browser {
+            http: reqwest::Client::builder()
+                .redirect(Policy::none())
+                .build()
+                .unwrap(),
+            base: app.base.clone(),
+            session: None,
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder, extra_cookie: Option<&str>) -> Page {
+        let mut cookies: Vec<String> = Vec::new();
+        if let Some(s) = &self.session {
+            cookies.push(format!("wl_session={s}"));
+        }
+        if let Some(c) = extra_cookie {
+            cookies.push(c.to_owned());
+        }
+        let req = if cookies.is_empty() {
+            req
+        } else {
+            req.header("cookie", cookies.join("; "))
+        };
+        let r = req.send().await.unwrap();
+        Page {
+            status: r.status().as_u16(),
+            location: r
+                .headers()
+                .get("location")
+                .map(|v| v.to_str().unwrap().to_owned()),
+            cookies: r
+                .headers()
+                .get_all("set-cookie")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_owned())
+                .collect(),
+            body: r.text().await.unwrap(),
+        }
+    }
+
+    async fn get(&self, path: &str) -> Page {
+        self.send(self.http.get(format!("{}{path}", self.base)), None)
+            .await
+    }
+
+    async fn post(&self, path: &str, form: &[(&str, &str)], cookie: Option<&str>) -> Page {
+        self.send(
+            self.http.post(format!("{}{path}", self.base)).form(form),
+            cookie,
+        )
+        .await
+    }
+
+    /// Signs in through the form, as a browser would: fetch the form, echo its CSRF token.
+    async fn sign_in(&mut self, user: &str, password: &str) -> Page {
+        let form = self.get("/login").await;
+        let csrf = hidden(&form.body, "csrf");
+        let login_cookie = form
+            .cookies
+            .iter()
+            .find(|c| c.starts_with("wl_login="))
+            .unwrap();
+        let login_cookie = login_cookie.split(';').next().unwrap().to_owned();
+        let page = self
+            .post(
+                "/login",
+                &[("username", user), ("password", password), ("csrf", &csrf)],
+                Some(&login_cookie),
+            )
+            .await;
+        if let Some(c) = page.cookies.iter().find(|c| c.starts_with("wl_session=")) {
+            self.session = Some(
+                c.trim_start_matches("wl_session=")
+                    .split(';')
+                    .next()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        page
+    }
+}
+
+fn hidden(html: &str, name: &str) -> String {
+    let at = html
+        .find(&format!("name=\"{name}\" value=\""))
+        .expect("hidden field");
+    let rest = &html[at + name.len() + 15..];
+    rest[..rest.find('"').unwrap()].to_owned()
+}
+
+/// Labels on inputs, headings in order, titles on charts.
+fn accessible(html: &str) {
+    for input in html.split("<input").skip(1) {
+        let tag = &input[..input.find('>').unwrap()];
+        if tag.contains("type=\"hidden\"") {
+            continue;
+        }
+        let id = tag
+            .split("id=\"")
+            .nth(1)
+            .map(|s| &s[..s.find('"').unwrap()])
+            .expect("an input without an id");
+        assert!(
+            html.contains(&format!("<label for=\"{id}\"")),
+            "input {id} has no label"
+        );
+    }
+    let mut last = 0;
+    for (i, _) in html.match_indices("<h") {
+        let level = html[i + 2..].chars().next().and_then(|c| c.to_digit(10));
+        if let Some(level) = level {
+            assert!(level <= last + 1, "heading h{level} after h{last}");
+            last = level;
+        }
+    }
+    assert_eq!(html.matches("<h1").count(), 1, "one h1 per page");
+    for svg in html.split("<svg class=\"chart\"").skip(1) {
+        assert!(
+            svg.starts_with(&svg[..svg.find('>').unwrap()]) && svg.contains("<title"),
+            "a chart without a title"
+        );
+    }
+}
+
+async fn app_with_users() -> TestApp {
+    let app = TestApp::start().await;
+    let mut b = scenario::batches();
+    b.sites[0]["fallback_price"] = json!("0.20");
+    b.sites[0]["fallback_intensity_g"] = json!("300");
+    scenario::push(&app, &b).await;
+    app.attribute().await;
+    for (user, role, tenant) in [
+        ("ada", Role::Admin, None),
+        ("fin", Role::Finance, None),
+        ("alice", Role::Tenant, Some("a")),
+        ("bob", Role::Tenant, Some("b")),
+    ] {
+        add_user(&app.pool, user, role, tenant, "correct horse battery")
+            .await
+            .unwrap();
+    }
+    app
+}
+
+#[tokio::test]
+async fn signing_in_sets_a_strict_session_and_every_form_checks_csrf() {
+    let app = app_with_users().await;
+    let mut browser = Browser::new(&app);
+    let page = browser.get("/").await;
+    assert_eq!(
+        (page.status, page.location.as_deref()),
+        (303, Some("/login"))
+    );
+    let form = browser.get("/login").await;
+    assert_eq!(form.status, 200);
+    accessible(&form.body);
+    assert!(form.cookies[0].contains("HttpOnly") && form.cookies[0].contains("SameSite=Strict"));
+
+    // Without the form's token (another site posting the form): refused.
+    let page = browser
+        .post(
+            "/login",
+            &[
+                ("username", "alice"),
+                ("password", "correct horse battery"),
+                ("csrf", "x"),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(page.status, 403);
+    assert!(page.cookies.iter().all(|c| !c.starts_with("wl_session=")));
+    // A wrong password and an unknown user read the same.
+    let wrong = browser.sign_in("alice", "wrong horse battery").await;
+    let unknown = browser.sign_in("mallory", "correct horse battery").await;
+    assert_eq!((wrong.status, unknown.status), (401, 401));
+    assert!(wrong.body.contains("do not match") && unknown.body.contains("do not match"));
+    assert!(browser.session.is_none());
+
+    let page = browser.sign_in("alice", "correct horse battery").await;
+    assert_eq!((page.status, page.location.as_deref()), (303, Some("/")));
+    let session = page
+        .cookies
+        .iter()
+        .find(|c| c.starts_with("wl_session="))
+        .unwrap();
+    for attr in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/"] {
+        assert!(session.contains(attr), "{attr} missing: {session}");
+    }
+    // The session is the API's own token: a tenant token for a.
+    let claims = app.keys.verify(browser.session.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        (claims.role, claims.tenant.as_deref()),
+        (Role::Tenant, Some("a"))
+    );
+    let home = browser.get("/").await;
+    assert_eq!(home.location.as_deref(), Some("/tenants/a"));
+
+    // Signing out needs the page's token too.
+    let page = browser.post("/logout", &[("csrf", "nope")], None).await;
+    assert_eq!(page.status, 400);
+    let overview = browser.get("/tenants/a").await;
+    let csrf = hidden(&overview.body, "csrf");
+    let page = browser.post("/logout", &[("csrf", &csrf)], None).await;
+    assert_eq!(
+        (page.status, page.location.as_deref()),
+        (303, Some("/login"))
+    );
+    assert!(page
+        .cookies
+        .iter()
+        .any(|c| c.starts_with("wl_session=;") && c.contains("Max-Age=0")));
+}
+
+#[tokio::test]
+async fn a_tenant_sees_its_overview_and_nothing_of_another() {
+    let app = app_with_users().await;
+    let mut alice = Browser::new(&app);
+    alice.sign_in("alice", "correct horse battery").await;
+    let page = alice.get("/tenants/a").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    accessible(&page.body);
+    // The scenario's a: 4.35e9 mJ = 1.2 kWh, 0.24 EUR at 0.20/kWh, 362.5 g = 0.4 kg (1 decimal).
+    for figure in [
+        "1.2 kWh",
+        "0.24 EUR",
+        "0.4 kgCO2e",
+        "1,250",
+        "m-endpoint",
+        "job-train",
+        "<svg class=\"chart\"",
+    ] {
+        assert!(page.body.contains(figure), "{figure} missing");
+    }
+    assert!(!page.body.contains("job-mig"), "b's job on a's page");
+    // Another tenant's page, the tenant index and finance: not found, as a page that is not.
+    for path in [
+        "/tenants/b",
+        "/tenants/nobody",
+        "/finance",
+        "/finance/2026-09",
+    ] {
+        let page = alice.get(path).await;
+        assert_eq!(page.status, 404, "{path}");
+        assert!(page.body.contains("There is no such page"));
+        assert!(!page.body.contains("Tenant B"));
+    }
+
+    let mut ada = Browser::new(&app);
+    ada.sign_in("ada", "correct horse battery").await;
+    let index = ada.get("/").await;
+    assert_eq!(index.status, 200);
+    assert!(
+        index.body.contains("href=\"/tenants/a\"") && index.body.contains("href=\"/tenants/b\"")
+    );
+    let b = ada.get("/tenants/b").await;
+    assert_eq!(b.status, 200);
+    assert!(b.body.contains("job-mig") && !b.body.contains("job-train"));
+    // Without a session, a page sends to the login; a bad cookie too.
+    let mut anon = Browser::new(&app);
+    anon.session = Some("not-a-token".into());
+    assert_eq!(
+        anon.get("/tenants/a").await.location.as_deref(),
+        Some("/login")
+    );
+}
+
+#[tokio::test]
+async fn finance_sees_the_months_the_chargeback_and_downloads_the_exports() {
+    let app = TestApp::start().await;
+    let mut b = scenario::batches_at("2026-09-15T10:00:00Z");
+    b.sites[0]["fallback_price"] = json!("0.20");
+    b.sites[0]["fallback_intensity_g"] = json!("300");
+    scenario::push(&app, &b).await;
+    app.attribute().await;
+    add_user(
+        &app.pool,
+        "fin",
+        Role::Finance,
+        None,
+        "correct horse battery",
+    )
+    .await
+    .unwrap();
+    add_user(
+        &app.pool,
+        "olga",
+        Role::Operator,
+        None,
+        "correct horse battery",
+    )
+    .await
+    .unwrap();
+    let mut fin = Browser::new(&app);
+    fin.sign_in("fin", "correct horse battery").await;
+    let months = fin.get("/finance").await;
+    assert_eq!(months.status, 200);
+    accessible(&months.body);
+    assert!(months.body.contains("2026-09") && months.body.contains("Open"));
+
+    let (status, _) = app
+        .post_raw(
+            &app.token(Role::Finance),
+            "/v1/chargeback/months/2026-09/close",
+            String::new(),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let months = fin.get("/finance").await;
+    assert!(months.body.contains("href=\"/finance/2026-09\"") && months.body.contains("Closed v1"));
+    let month = fin.get("/finance/2026-09").await;
+    assert_eq!(month.status, 200);
+    accessible(&month.body);
+    for figure in [
+        "WL-2026-09-a-EUR-v1",
+        "0.24 EUR",
+        "0.12 EUR",
+        "0.40 EUR",
+        "to the mJ",
+        "FOCUS 1.2 CSV",
+    ] {
+        assert!(month.body.contains(figure), "{figure} missing");
+    }
+    let download = fin.get("/finance/2026-09/exports/focus").await;
+    assert_eq!(download.status, 200);
+    let r = app
+        .http
+        .get(format!(
+            "{}/v1/chargeback/months/2026-09/exports/focus",
+            app.base
+        ))
+        .bearer_auth(app.token(Role::Finance))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        download.body,
+        r.text().await.unwrap(),
+        "the same bytes as the API's"
+    );
+    assert_eq!(
+        fin.get("/finance/2026-10").await.status,
+        404,
+        "an open month has no statements"
+    );
+    assert_eq!(fin.get("/finance/nonsense").await.status, 404);
+
+    // An operator is told the page is not for its role.
+    let mut olga = Browser::new(&app);
+    olga.sign_in("olga", "correct horse battery").await;
+    let page = olga.get("/finance").await;
+    assert_eq!(page.status, 403);
+    assert!(page.body.contains("Your role cannot open this page"));
+}
