@@ -273,8 +273,45 @@ async fn a_tenant_sees_its_overview_and_nothing_of_another() {
         assert!(!page.body.contains("Tenant B"));
     }
 
+    // Its jobs, and its share of the shared endpoint; not b's notebook.
+    let job = alice.get("/jobs/job-train").await;
+    assert_eq!(job.status, 200, "{}", job.body);
+    accessible(&job.body);
+    for figure in [
+        "GPU-0",
+        "Node overhead",
+        "Facility overhead",
+        "Power by hour",
+        "<svg class=\"chart\"",
+    ] {
+        assert!(job.body.contains(figure), "{figure} missing");
+    }
+    let endpoint = alice.get("/jobs/job-endpoint").await;
+    assert_eq!(endpoint.status, 200);
+    assert!(
+        endpoint.body.contains("1,250"),
+        "a's 1,000 + 250 tokens only: {}",
+        endpoint.body
+    );
+    for path in ["/jobs/job-mig", "/jobs/nothing", "/operator"] {
+        assert_eq!(alice.get(path).await.status, 404, "{path}");
+    }
+
     let mut ada = Browser::new(&app);
     ada.sign_in("ada", "correct horse battery").await;
+    let ops = ada.get("/operator").await;
+    assert_eq!(ops.status, 200, "{}", ops.body);
+    accessible(&ops.body);
+    for figure in [
+        "Site 1",
+        "100 kW envelope",
+        "PUE",
+        "g1-mig0",
+        "class=\"depth-1\">g0",
+        "class=\"depth-2\">g1-mig0",
+    ] {
+        assert!(ops.body.contains(figure), "{figure} missing");
+    }
     let index = ada.get("/").await;
     assert_eq!(index.status, 200);
     assert!(

@@ -219,3 +219,75 @@ pub async fn list(
         .fetch_all(pool)
         .await?)
 }
+
+/// One hour of a job's ledger, summed over the tenants `scope` may see.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JobHour {
+    pub hour: DateTime<Utc>,
+    pub gpu_mj: i64,
+    pub node_overhead_mj: i64,
+    pub idle_mj: i64,
+    pub facility_overhead_mj: i64,
+    pub total_mj: i64,
+    pub estimated_mj: i64,
+    pub gpu_ms: i64,
+    pub prompt_tokens: i64,
+    pub generated_tokens: i64,
+    pub cost: Option<rust_decimal::Decimal>,
+    pub carbon_g: Option<rust_decimal::Decimal>,
+    pub embodied_carbon_g: Option<rust_decimal::Decimal>,
+    /// Data-quality flags of any of the hour's rows.
+    pub flags: Vec<String>,
+}
+
+/// A job's ledger hour by hour (its tenant's share only, for a tenant scope).
+pub async fn hours(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResult<Vec<JobHour>> {
+    Ok(sqlx::query_as(
+        "WITH rows AS (
+             SELECT * FROM ledger WHERE job_id = $2 AND ($1::bigint IS NULL OR tenant_id = $1)
+         ), flags AS (
+             SELECT hour, array_agg(DISTINCT f ORDER BY f) AS flags
+             FROM rows, unnest(rows.flags) AS f GROUP BY hour
+         )
+         SELECT r.hour, sum(gpu_mj)::bigint AS gpu_mj,
+                sum(node_overhead_mj)::bigint AS node_overhead_mj, sum(idle_mj)::bigint AS idle_mj,
+                sum(facility_overhead_mj)::bigint AS facility_overhead_mj,
+                sum(total_mj)::bigint AS total_mj, sum(estimated_mj)::bigint AS estimated_mj,
+                sum(gpu_ms)::bigint AS gpu_ms, sum(prompt_tokens)::bigint AS prompt_tokens,
+                sum(generated_tokens)::bigint AS generated_tokens, sum(cost) AS cost,
+                sum(carbon_g) AS carbon_g, sum(embodied_carbon_g) AS embodied_carbon_g,
+                coalesce(f.flags, '{}') AS flags
+         FROM rows r LEFT JOIN flags f ON f.hour = r.hour
+         GROUP BY r.hour, f.flags ORDER BY r.hour",
+    )
+    .bind(scope.tenant())
+    .bind(job_id)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// The GPUs (or MIG instances) a job held.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HeldGpu {
+    pub meter: String,
+    pub gpu_uuid: Option<String>,
+    pub device_model: Option<String>,
+    pub mig_profile: Option<String>,
+    pub share: rust_decimal::Decimal,
+    pub start_at: DateTime<Utc>,
+    pub end_at: Option<DateTime<Utc>>,
+}
+
+pub async fn allocations(pool: &PgPool, job_id: i64) -> StoreResult<Vec<HeldGpu>> {
+    Ok(sqlx::query_as(
+        "SELECT m.key AS meter, coalesce(m.gpu_uuid, p.gpu_uuid) AS gpu_uuid,
+                coalesce(m.device_model, p.device_model) AS device_model, m.mig_profile,
+                a.share, a.start_at, a.end_at
+         FROM allocations a JOIN meters m ON m.id = a.meter_id
+         LEFT JOIN meters p ON p.id = m.parent_id AND m.kind = 'mig'
+         WHERE a.job_id = $1 ORDER BY m.key, a.start_at",
+    )
+    .bind(job_id)
+    .fetch_all(pool)
+    .await?)
+}

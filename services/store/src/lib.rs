@@ -13,6 +13,7 @@ pub mod dirty;
 pub mod error;
 pub mod inventory;
 pub mod jobs;
+pub mod operations;
 pub mod partitions;
 pub mod samples;
 pub mod scope;

@@ -90,7 +90,7 @@ pub fn stacked(c: &Stacked) -> String {
         top + plot_h / 2.0,
         esc(c.unit)
     );
-    for i in 0..n {
+    for i in 0..c.labels.len() {
         let x = left + slot * i as f64 + (slot - bar) / 2.0;
         let mut base = 0.0;
         for (si, (name, values)) in c.series.iter().enumerate() {
@@ -187,6 +187,16 @@ mod tests {
         assert!(svg.contains("a&amp;b"));
         assert!(svg.contains("<polyline"));
         assert_eq!(nice(7.3), 10.0);
+        // No data: an empty frame, not a panic.
+        let empty = stacked(&Stacked {
+            title: "t",
+            description: "d",
+            labels: vec![],
+            series: vec![],
+            line: None,
+            unit: "kWh",
+        });
+        assert_eq!(empty.matches("<rect").count(), 0);
         assert_eq!(nice(0.0), 1.0);
     }
 }

@@ -10,7 +10,9 @@
 mod chart;
 mod finance;
 mod format;
+mod job;
 pub mod login;
+mod operator;
 mod tenant;
 
 use crate::auth::Role;
@@ -35,6 +37,8 @@ pub fn router() -> Router<AppState> {
         .route("/login", get(login::form).post(login::submit))
         .route("/logout", axum::routing::post(login::logout))
         .route("/tenants/{key}", get(tenant::overview))
+        .route("/jobs/{key}", get(job::show))
+        .route("/operator", get(operator::page))
         .route("/finance", get(finance::months))
         .route("/finance/{month}", get(finance::month))
         .route("/finance/{month}/exports/{format}", get(finance::download))
@@ -75,6 +79,9 @@ impl Nav {
         } else {
             links.push(("/".to_owned(), "Tenants".to_owned()));
         }
+        if matches!(s.role, Role::Admin | Role::Operator | Role::Finance) {
+            links.push(("/operator".to_owned(), "Operations".to_owned()));
+        }
         if s.is_finance() {
             links.push(("/finance".to_owned(), "Finance".to_owned()));
         }
@@ -91,6 +98,18 @@ impl Nav {
                 .collect(),
         }
     }
+}
+
+/// A path segment, percent-encoded (job keys hold `:` and `/`).
+pub fn segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// The CSRF token of a session token: knowing it needs the token, which only the browser's

@@ -113,6 +113,7 @@ pub struct ModelRow {
 
 pub struct JobRow {
     pub key: String,
+    pub href: String,
     pub model: String,
     pub energy: String,
     pub cost: String,
@@ -375,6 +376,10 @@ pub async fn overview(
         .iter()
         .map(|r| JobRow {
             key: r.job.clone().unwrap_or_default(),
+            href: format!(
+                "/jobs/{}",
+                super::segment(r.job.as_deref().unwrap_or_default())
+            ),
             model: r.model.clone().unwrap_or_else(|| "–".into()),
             energy: energy(r.total_mj),
             cost: costs(r),

@@ -92,6 +92,8 @@ pub fn app(state: AppState) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .layer(TraceLayer::new_for_http())
+        // A bug in one handler answers 500 instead of dropping the connection.
+        .layer(tower_http::catch_panic::CatchPanicLayer::new())
         .with_state(state)
 }
 

@@ -1,0 +1,90 @@
+//! What operators watch: each site's draw against its envelope and its PUE, ITUE and TUE by
+//! day (from `site_hours`), and the collectors' health per meter (from `samples`).
+
+use crate::StoreResult;
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SiteDay {
+    pub site: String,
+    pub day: DateTime<Utc>,
+    pub site_mj: i64,
+    pub it_mj: i64,
+    pub gpu_mj: i64,
+    pub idle_mj: i64,
+    /// The busiest hour's energy: its average power is the day's peak hourly draw.
+    pub peak_hour_mj: i64,
+    pub allocated_gpu_ms: i64,
+    pub capacity_gpu_ms: i64,
+}
+
+/// Site figures per day in `[from, to)`.
+pub async fn site_days(
+    pool: &PgPool,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<Vec<SiteDay>> {
+    Ok(sqlx::query_as(
+        "SELECT s.key AS site, date_trunc('day', h.hour) AS day,
+                sum(h.site_mj)::bigint AS site_mj, sum(h.it_mj)::bigint AS it_mj,
+                sum(h.gpu_mj)::bigint AS gpu_mj, sum(h.idle_mj)::bigint AS idle_mj,
+                max(h.site_mj)::bigint AS peak_hour_mj,
+                sum(h.allocated_gpu_ms)::bigint AS allocated_gpu_ms,
+                sum(h.capacity_gpu_ms)::bigint AS capacity_gpu_ms
+         FROM site_hours h JOIN sites s ON s.id = h.site_id
+         WHERE h.hour >= $1 AND h.hour < $2
+         GROUP BY s.key, 2 ORDER BY s.key, 2",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// A meter's place in the tree and how its collector has been reporting.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MeterHealth {
+    pub site: String,
+    pub key: String,
+    pub kind: String,
+    pub parent: Option<String>,
+    pub device_model: Option<String>,
+    pub last_sample: Option<DateTime<Utc>>,
+    /// Samples since `since`.
+    pub samples: i64,
+    /// Intervals between them longer than the site's gap limit.
+    pub gaps: i64,
+    /// Energy counters that went backwards (a driver reload, a PDU reboot).
+    pub resets: i64,
+}
+
+/// Every meter with its last sample and, since `since`, its samples, gaps and resets.
+pub async fn meter_health(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Vec<MeterHealth>> {
+    Ok(sqlx::query_as(
+        "WITH recent AS (
+             SELECT meter_id, ts, counter_mj,
+                    ts - lag(ts) OVER w AS step,
+                    counter_mj < lag(counter_mj) OVER w AS reset
+             FROM samples WHERE ts >= $1
+             WINDOW w AS (PARTITION BY meter_id ORDER BY ts)
+         ), per_meter AS (
+             SELECT r.meter_id, count(*) AS samples,
+                    count(*) FILTER (WHERE r.step > make_interval(secs => s.gap_limit_s)) AS gaps,
+                    count(*) FILTER (WHERE r.reset) AS resets
+             FROM recent r JOIN meters m ON m.id = r.meter_id JOIN sites s ON s.id = m.site_id
+             GROUP BY r.meter_id
+         )
+         SELECT s.key AS site, m.key, m.kind, p.key AS parent, m.device_model,
+                (SELECT max(ts) FROM samples x WHERE x.meter_id = m.id) AS last_sample,
+                coalesce(pm.samples, 0) AS samples, coalesce(pm.gaps, 0) AS gaps,
+                coalesce(pm.resets, 0) AS resets
+         FROM meters m JOIN sites s ON s.id = m.site_id
+         LEFT JOIN meters p ON p.id = m.parent_id
+         LEFT JOIN per_meter pm ON pm.meter_id = m.id
+         ORDER BY s.key, m.key",
+    )
+    .bind(since)
+    .fetch_all(pool)
+    .await?)
+}

@@ -1,0 +1,210 @@
+//! A job's page: its power hour by hour split into GPU, node overhead, idle share and
+//! facility overhead, what it cost and emitted, its tokens, the GPUs it held and the
+//! data-quality flags of its hours. A tenant sees its own jobs (and its share of a shared
+//! endpoint); any other is not found.
+
+use super::chart::{self, Stacked};
+use super::format::{carbon_kg, count, energy, f64_of, grouped, kwh_of_mj, pct};
+use super::{html, Nav, PageError, Session};
+use crate::http::AppState;
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use rust_decimal::Decimal;
+use wattledger_store::{jobs, StoreError};
+
+pub struct HourRow {
+    pub hour: String,
+    pub power_kw: String,
+    pub gpu: String,
+    pub node: String,
+    pub idle: String,
+    pub facility: String,
+    pub cost: String,
+    pub carbon: String,
+    pub tokens: String,
+    pub flags: String,
+}
+
+pub struct GpuRow {
+    pub meter: String,
+    pub uuid: String,
+    pub model: String,
+    pub share: String,
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Template)]
+#[template(path = "job.html")]
+struct JobPage {
+    nav: Nav,
+    key: String,
+    name: String,
+    tenant: String,
+    kind: String,
+    model: String,
+    ran: String,
+    figures: Vec<(String, String, String)>,
+    components: Vec<(String, String, String)>,
+    chart_svg: String,
+    hours: Vec<HourRow>,
+    gpus: Vec<GpuRow>,
+    flags: Vec<String>,
+}
+
+const KW_PER_MJ_HOUR: i64 = 3_600_000_000;
+
+pub async fn show(
+    State(state): State<AppState>,
+    session: Session,
+    Path(key): Path<String>,
+) -> Result<Response, PageError> {
+    let job = match jobs::get(&state.pool, &session.scope, &key).await {
+        Ok(j) => j,
+        Err(StoreError::NotFound) => return Err(PageError::NotFound),
+        Err(e) => return Err(e.into()),
+    };
+    let hours = jobs::hours(&state.pool, &session.scope, job.id).await?;
+    let gpus = jobs::allocations(&state.pool, job.id).await?;
+    let sum = |f: fn(&jobs::JobHour) -> i64| hours.iter().map(f).sum::<i64>();
+    let dsum =
+        |f: fn(&jobs::JobHour) -> Option<Decimal>| hours.iter().filter_map(f).sum::<Decimal>();
+    let total = sum(|h| h.total_mj);
+    let tokens = sum(|h| h.prompt_tokens + h.generated_tokens);
+    let currency: Option<String> =
+        sqlx::query_scalar("SELECT currency::text FROM sites s JOIN ledger l ON l.site_id = s.id JOIN jobs j ON j.id = l.job_id WHERE j.id = $1 LIMIT 1")
+            .bind(job.id)
+            .fetch_optional(&state.pool)
+            .await
+            .map_err(|e| PageError::Internal(e.to_string()))?;
+    let figures = vec![
+        (
+            "Energy".into(),
+            energy(total),
+            format!(
+                "{} estimated",
+                pct(Decimal::from(sum(|h| h.estimated_mj)), Decimal::from(total))
+            ),
+        ),
+        (
+            "Cost".into(),
+            format!(
+                "{} {}",
+                grouped(dsum(|h| h.cost), 2),
+                currency.unwrap_or_default()
+            ),
+            "energy at the site's prices".into(),
+        ),
+        (
+            "Carbon".into(),
+            carbon_kg(dsum(|h| h.carbon_g)),
+            format!("+ {} embodied", carbon_kg(dsum(|h| h.embodied_carbon_g))),
+        ),
+        (
+            "Tokens".into(),
+            count(tokens),
+            format!(
+                "{} GPU-hours",
+                grouped(
+                    Decimal::from(sum(|h| h.gpu_ms)) / Decimal::from(3_600_000),
+                    1
+                )
+            ),
+        ),
+    ];
+    let components = [
+        ("GPU", sum(|h| h.gpu_mj)),
+        ("Node overhead", sum(|h| h.node_overhead_mj)),
+        ("Idle share", sum(|h| h.idle_mj)),
+        ("Facility overhead", sum(|h| h.facility_overhead_mj)),
+    ]
+    .into_iter()
+    .map(|(name, mj)| {
+        (
+            name.to_owned(),
+            energy(mj),
+            pct(Decimal::from(mj), Decimal::from(total)),
+        )
+    })
+    .collect();
+    let kw = |mj: i64| f64_of(Decimal::from(mj) / Decimal::from(KW_PER_MJ_HOUR));
+    let chart_svg = chart::stacked(&Stacked {
+        title: &format!("{}: average power per hour by component", job.key),
+        description: "Stacked bars: the job's average power in each hour (kW), split into GPU, node overhead, idle share and facility overhead. The table below has the same figures.",
+        labels: hours.iter().map(|h| h.hour.format("%d %H:00").to_string()).collect(),
+        series: vec![
+            ("GPU".into(), hours.iter().map(|h| kw(h.gpu_mj)).collect()),
+            ("Node overhead".into(), hours.iter().map(|h| kw(h.node_overhead_mj)).collect()),
+            ("Idle share".into(), hours.iter().map(|h| kw(h.idle_mj)).collect()),
+            ("Facility overhead".into(), hours.iter().map(|h| kw(h.facility_overhead_mj)).collect()),
+        ],
+        line: None,
+        unit: "kW",
+    });
+    let mut all_flags: Vec<String> = hours.iter().flat_map(|h| h.flags.clone()).collect();
+    all_flags.sort();
+    all_flags.dedup();
+    let hour_rows = hours
+        .iter()
+        .map(|h| HourRow {
+            hour: h.hour.format("%b %-d %H:00").to_string(),
+            power_kw: grouped(Decimal::from(h.total_mj) / Decimal::from(KW_PER_MJ_HOUR), 2),
+            gpu: grouped(kwh_of_mj(h.gpu_mj), 3),
+            node: grouped(kwh_of_mj(h.node_overhead_mj), 3),
+            idle: grouped(kwh_of_mj(h.idle_mj), 3),
+            facility: grouped(kwh_of_mj(h.facility_overhead_mj), 3),
+            cost: h.cost.map(|c| grouped(c, 4)).unwrap_or_else(|| "–".into()),
+            carbon: h
+                .carbon_g
+                .map(|g| grouped(g, 1))
+                .unwrap_or_else(|| "–".into()),
+            tokens: count(h.prompt_tokens + h.generated_tokens),
+            flags: h.flags.join(", "),
+        })
+        .collect();
+    let gpu_rows = gpus
+        .iter()
+        .map(|g| GpuRow {
+            meter: g.meter.clone(),
+            uuid: g.gpu_uuid.clone().unwrap_or_default(),
+            model: match (&g.device_model, &g.mig_profile) {
+                (Some(d), Some(p)) => format!("{d} · MIG {p}"),
+                (Some(d), None) => d.clone(),
+                (None, Some(p)) => format!("MIG {p}"),
+                (None, None) => "–".into(),
+            },
+            share: grouped(g.share * Decimal::ONE_HUNDRED, 0) + "%",
+            from: g.start_at.format("%b %-d %H:%M").to_string(),
+            to: g
+                .end_at
+                .map(|t| t.format("%b %-d %H:%M").to_string())
+                .unwrap_or_else(|| "running".into()),
+        })
+        .collect();
+    let ran = format!(
+        "{} → {}",
+        job.start_at.format("%b %-d, %Y %H:%M UTC"),
+        job.end_at
+            .map(|t| t.format("%b %-d %H:%M").to_string())
+            .unwrap_or_else(|| "running".into())
+    );
+    Ok(html(
+        JobPage {
+            nav: Nav::new(&session, "/jobs"),
+            key: job.key,
+            name: job.name,
+            tenant: job.tenant,
+            kind: job.kind,
+            model: job.model.unwrap_or_else(|| "–".into()),
+            ran,
+            figures,
+            components,
+            chart_svg,
+            hours: hour_rows,
+            gpus: gpu_rows,
+            flags: all_flags,
+        }
+        .render(),
+    ))
+}

@@ -1,0 +1,226 @@
+//! The operator page: each site's draw against its power envelope, PUE, ITUE and TUE over
+//! the last two weeks, idle energy, and the collectors' health meter by meter in the meter
+//! tree (last sample, gaps and counter resets in the last 24 hours).
+
+use super::chart::{self, Stacked};
+use super::format::{energy, f64_of, grouped, kwh_of_mj, pct};
+use super::{html, Nav, PageError, Session};
+use crate::auth::Role;
+use crate::http::AppState;
+use askama::Template;
+use axum::extract::State;
+use axum::response::Response;
+use chrono::{Duration, DurationRound, Utc};
+use rust_decimal::Decimal;
+use std::collections::BTreeMap;
+use wattledger_store::inventory;
+use wattledger_store::operations::{self, MeterHealth, SiteDay};
+
+const DAYS: i64 = 14;
+/// A meter silent for longer than this is shown as stale.
+const STALE_MIN: i64 = 15;
+
+pub struct DayRow {
+    pub day: String,
+    pub energy: String,
+    pub pue: String,
+    pub itue: String,
+    pub tue: String,
+    pub idle: String,
+    pub allocated: String,
+    pub peak_kw: String,
+}
+
+pub struct MeterRow {
+    pub depth: usize,
+    pub key: String,
+    pub kind: String,
+    pub device: String,
+    pub last: String,
+    pub stale: bool,
+    pub samples: i64,
+    pub gaps: i64,
+    pub resets: i64,
+}
+
+pub struct SiteView {
+    pub key: String,
+    pub name: String,
+    pub envelope_kw: String,
+    pub peak_kw: String,
+    /// 0–100, the peak hourly draw of the last day against the envelope, for `<meter>`.
+    pub peak_pct: String,
+    pub peak_label: String,
+    pub chart_svg: String,
+    pub days: Vec<DayRow>,
+    pub meters: Vec<MeterRow>,
+    pub stale: usize,
+    pub gaps: i64,
+    pub resets: i64,
+}
+
+#[derive(Template)]
+#[template(path = "operator.html")]
+struct OperatorPage {
+    nav: Nav,
+    sites: Vec<SiteView>,
+}
+
+fn ratio(a: i64, b: i64) -> String {
+    if b == 0 {
+        "–".into()
+    } else {
+        grouped(Decimal::from(a) / Decimal::from(b), 3)
+    }
+}
+
+/// Meters in tree order (facility, its nodes, their GPUs, their MIG slices), with depth.
+fn tree(meters: Vec<MeterHealth>) -> Vec<(usize, MeterHealth)> {
+    let mut children: BTreeMap<Option<String>, Vec<MeterHealth>> = BTreeMap::new();
+    for m in meters {
+        children.entry(m.parent.clone()).or_default().push(m);
+    }
+    let mut out = Vec::new();
+    fn walk(
+        parent: Option<String>,
+        depth: usize,
+        children: &mut BTreeMap<Option<String>, Vec<MeterHealth>>,
+        out: &mut Vec<(usize, MeterHealth)>,
+    ) {
+        let Some(mut list) = children.remove(&parent) else {
+            return;
+        };
+        list.sort_by(|a, b| (kind_rank(&a.kind), &a.key).cmp(&(kind_rank(&b.kind), &b.key)));
+        for m in list {
+            let key = m.key.clone();
+            out.push((depth, m));
+            walk(Some(key), depth + 1, children, out);
+        }
+    }
+    walk(None, 0, &mut children, &mut out);
+    // Anything whose parent is at another site or missing still shows, at the end.
+    for (_, rest) in children {
+        out.extend(rest.into_iter().map(|m| (0, m)));
+    }
+    out
+}
+
+fn kind_rank(kind: &str) -> u8 {
+    match kind {
+        "facility" => 0,
+        "node" => 1,
+        "gpu" => 2,
+        _ => 3,
+    }
+}
+
+pub async fn page(State(state): State<AppState>, session: Session) -> Result<Response, PageError> {
+    match session.role {
+        Role::Admin | Role::Operator | Role::Finance => {}
+        _ => return Err(PageError::NotFound),
+    }
+    let now = Utc::now();
+    let today = now.duration_trunc(Duration::days(1)).unwrap_or(now);
+    let from = today - Duration::days(DAYS - 1);
+    let days = operations::site_days(&state.pool, from, now).await?;
+    let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
+    let sites = inventory::list_sites(&state.pool).await?;
+    let mut by_site_days: BTreeMap<String, Vec<SiteDay>> = BTreeMap::new();
+    for d in days {
+        by_site_days.entry(d.site.clone()).or_default().push(d);
+    }
+    let mut by_site_meters: BTreeMap<String, Vec<MeterHealth>> = BTreeMap::new();
+    for m in health {
+        by_site_meters.entry(m.site.clone()).or_default().push(m);
+    }
+    let kw_of_hour = |mj: i64| Decimal::from(mj) / Decimal::from(3_600_000_000i64);
+    let views = sites
+        .iter()
+        .map(|s| {
+            let days = by_site_days.remove(&s.key).unwrap_or_default();
+            let envelope_kw = Decimal::from(s.power_envelope_w) / Decimal::ONE_THOUSAND;
+            let last_peak = days.last().map_or(0, |d| d.peak_hour_mj);
+            let peak = kw_of_hour(last_peak);
+            let peak_share = if envelope_kw.is_zero() {
+                Decimal::ZERO
+            } else {
+                peak * Decimal::ONE_HUNDRED / envelope_kw
+            };
+            let chart_svg = chart::stacked(&Stacked {
+                title: &format!("{}: IT energy and facility overhead per day, with PUE", s.name),
+                description: "Stacked bars: kWh per day of IT equipment and of facility overhead (cooling, power conversion). Dashed line: PUE, facility energy over IT energy (right axis). The table below has the same figures.",
+                labels: days.iter().map(|d| d.day.format("%b %-d").to_string()).collect(),
+                series: vec![
+                    ("IT".into(), days.iter().map(|d| f64_of(kwh_of_mj(d.it_mj))).collect()),
+                    ("Facility overhead".into(), days.iter().map(|d| f64_of(kwh_of_mj(d.site_mj - d.it_mj))).collect()),
+                ],
+                line: Some((
+                    "PUE".into(),
+                    days.iter()
+                        .map(|d| (d.it_mj != 0).then(|| d.site_mj as f64 / d.it_mj as f64))
+                        .collect(),
+                )),
+                unit: "kWh",
+            });
+            let rows = days
+                .iter()
+                .rev()
+                .map(|d| DayRow {
+                    day: d.day.format("%a %b %-d").to_string(),
+                    energy: energy(d.site_mj),
+                    pue: ratio(d.site_mj, d.it_mj),
+                    itue: ratio(d.it_mj, d.gpu_mj),
+                    tue: ratio(d.site_mj, d.gpu_mj),
+                    idle: pct(Decimal::from(d.idle_mj), Decimal::from(d.site_mj)),
+                    allocated: pct(Decimal::from(d.allocated_gpu_ms), Decimal::from(d.capacity_gpu_ms)),
+                    peak_kw: grouped(kw_of_hour(d.peak_hour_mj), 1),
+                })
+                .collect();
+            let meters = tree(by_site_meters.remove(&s.key).unwrap_or_default());
+            let rows_m: Vec<MeterRow> = meters
+                .into_iter()
+                .map(|(depth, m)| {
+                    let age = m.last_sample.map(|t| now - t);
+                    MeterRow {
+                        depth: depth.min(3),
+                        stale: age.is_none_or(|a| a > Duration::minutes(STALE_MIN)),
+                        last: match age {
+                            None => "never".into(),
+                            Some(a) if a < Duration::minutes(2) => format!("{} s ago", a.num_seconds().max(0)),
+                            Some(a) if a < Duration::hours(2) => format!("{} min ago", a.num_minutes()),
+                            Some(a) if a < Duration::days(2) => format!("{} h ago", a.num_hours()),
+                            Some(a) => format!("{} days ago", a.num_days()),
+                        },
+                        key: m.key,
+                        kind: m.kind,
+                        device: m.device_model.unwrap_or_default(),
+                        samples: m.samples,
+                        gaps: m.gaps,
+                        resets: m.resets,
+                    }
+                })
+                .collect();
+            SiteView {
+                key: s.key.clone(),
+                name: s.name.clone(),
+                envelope_kw: grouped(envelope_kw, 0),
+                peak_kw: grouped(peak, 1),
+                peak_pct: grouped(peak_share.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
+                peak_label: format!("{}%", grouped(peak_share, 1)),
+                chart_svg,
+                days: rows,
+                stale: rows_m.iter().filter(|m| m.stale && m.kind != "mig").count(),
+                gaps: rows_m.iter().map(|m| m.gaps).sum(),
+                resets: rows_m.iter().map(|m| m.resets).sum(),
+                meters: rows_m,
+            }
+        })
+        .collect();
+    Ok(html(
+        OperatorPage {
+            nav: Nav::new(&session, "/operator"),
+            sites: views,
+        }
+        .render(),
+    ))
+}
