@@ -3,13 +3,12 @@
 //! bytes stay the same, reopening (admin, audited), tenant scoping, and the FOCUS export of
 //! the demo's month through the FinOps Foundation's validator.
 
-use crate::agent::binary;
 use crate::scenario;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use wattledger::auth::Role;
-use wattledger_tests::{fresh_db, TestApp};
+use wattledger_tests::TestApp;
 
 /// The scenario's hour in September 2026, so that September and October have ended.
 const HOUR: &str = "2026-09-15T10:00:00Z";
@@ -526,29 +525,7 @@ fn validate(file: &Path) -> (bool, Vec<String>) {
 /// which the same file with InvoiceId emptied shows by failing the other half instead.
 #[tokio::test]
 async fn the_demo_months_focus_export_passes_the_focus_validator() {
-    let (_pool, db_url) = fresh_db().await;
-    let dir = std::env::temp_dir().join(format!("wl-demo-focus-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let port = crate::agent::free_port().to_string();
-    let out = Command::new(binary("wattledger"))
-        .args([
-            "--database-url",
-            &db_url,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .arg("--data-dir")
-        .arg(&dir)
-        .args(["demo", "--no-serve"])
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let crate::demo::Demo { dir, stdout, .. } = crate::demo::demo().await;
     let month = wattledger_domain::chargeback::Month::of(chrono::Utc::now()).prev();
     assert!(
         stdout.contains(&format!("Chargeback {month} closed (v1)")),
@@ -597,7 +574,6 @@ async fn the_demo_months_focus_export_passes_the_focus_validator() {
         let (_, failed) = validate(&nulled_path);
         assert_eq!(failed, ["InvoiceId-C-005-C"]);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Splits one RFC 4180 row (no line breaks inside fields).

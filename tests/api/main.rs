@@ -3,9 +3,11 @@
 mod admission;
 mod agent;
 mod auth;
+mod browser;
 mod budgets;
 mod chargeback;
 mod dashboard;
+mod demo;
 mod ingest;
 mod ledger;
 mod openapi;

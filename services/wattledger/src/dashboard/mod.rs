@@ -43,6 +43,7 @@ pub fn router() -> Router<AppState> {
         .route("/finance/{month}", get(finance::month))
         .route("/finance/{month}/exports/{format}", get(finance::download))
         .route("/static/app.css", get(css))
+        .route("/static/favicon.svg", get(favicon))
 }
 
 /// A signed-in user, from the session cookie.
@@ -265,6 +266,17 @@ async fn css() -> Response {
             (header::CACHE_CONTROL, "public, max-age=3600"),
         ],
         include_str!("../../../../templates/app.css"),
+    )
+        .into_response()
+}
+
+async fn favicon() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "public, max-age=86400"),
+        ],
+        include_str!("../../../../templates/favicon.svg"),
     )
         .into_response()
 }

@@ -1,0 +1,322 @@
+//! The dashboard in a real browser: headless Chromium, driven over WebDriver (chromedriver),
+//! signs in through the form on a server holding the demo's data and opens every page. A
+//! console error or a failed request (which Chromium logs as one) fails the test; each page
+//! is saved as a screenshot under `target/screenshots/` (CI's last run, not in git).
+
+use crate::agent::{free_port, server_with, Killed};
+use crate::demo::demo;
+use base64::Engine;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use wattledger::auth::Role;
+use wattledger::dashboard::login::add_user;
+
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+struct Driver {
+    http: reqwest::Client,
+    base: String,
+    session: String,
+    _process: Killed,
+}
+
+impl Driver {
+    async fn start(profile: &std::path::Path) -> Driver {
+        let port = free_port();
+        let process = Killed(
+            Command::new("chromedriver")
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("chromedriver (apt-get install chromium chromium-driver; tests/run does)"),
+        );
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        for _ in 0..100 {
+            if http.get(format!("{base}/status")).send().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The flags the machine notes give for Chromium here: no sandbox as root, and no
+        // background networking (this machine's closed network refuses it).
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            &format!("--user-data-dir={}", profile.display()),
+            "--window-size=1280,1800",
+        ];
+        let r: Value = http
+            .post(format!("{base}/session"))
+            .json(&json!({"capabilities": {"alwaysMatch": {
+                "browserName": "chrome",
+                "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args},
+                "goog:loggingPrefs": {"browser": "ALL"}
+            }}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let session = r["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no WebDriver session: {r}"))
+            .to_owned();
+        Driver {
+            http,
+            base,
+            session,
+            _process: process,
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let r: Value = self
+            .http
+            .request(method, url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(r["value"]["error"].is_null(), "{path}: {r}");
+        r["value"].clone()
+    }
+
+    async fn open(&self, url: &str) {
+        self.call(reqwest::Method::POST, "/url", json!({ "url": url }))
+            .await;
+    }
+
+    async fn url(&self) -> String {
+        self.call(reqwest::Method::GET, "/url", json!({}))
+            .await
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    async fn element(&self, css: &str) -> String {
+        let v = self
+            .call(
+                reqwest::Method::POST,
+                "/element",
+                json!({"using": "css selector", "value": css}),
+            )
+            .await;
+        v[ELEMENT].as_str().unwrap().to_owned()
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self.element(css).await;
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{e}/value"),
+            json!({ "text": text }),
+        )
+        .await;
+    }
+
+    async fn click(&self, css: &str) {
+        let e = self.element(css).await;
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{e}/click"),
+            json!({}),
+        )
+        .await;
+    }
+
+    async fn text(&self) -> String {
+        let body = self.element("body").await;
+        self.call(
+            reqwest::Method::GET,
+            &format!("/element/{body}/text"),
+            json!({}),
+        )
+        .await
+        .as_str()
+        .unwrap()
+        .to_owned()
+    }
+
+    /// Console entries at SEVERE since the last call (errors and failed loads).
+    async fn errors(&self) -> Vec<String> {
+        self.call(reqwest::Method::POST, "/se/log", json!({"type": "browser"}))
+            .await
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    async fn screenshot(&self, path: &std::path::Path) {
+        let png = self
+            .call(reqwest::Method::GET, "/screenshot", json!({}))
+            .await;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().unwrap())
+            .unwrap();
+        assert!(bytes.starts_with(b"\x89PNG"));
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    async fn resize(&self, width: u32, height: u32) {
+        self.call(
+            reqwest::Method::POST,
+            "/window/rect",
+            json!({"width": width, "height": height}),
+        )
+        .await;
+    }
+
+    async fn quit(&self) {
+        let _ = self
+            .http
+            .delete(format!("{}/session/{}", self.base, self.session))
+            .send()
+            .await;
+    }
+}
+
+async fn sign_in(driver: &Driver, site: &str, user: &str) {
+    driver.open(&format!("{site}/login")).await;
+    driver.type_into("#username", user).await;
+    driver.type_into("#password", "browser-test-password").await;
+    driver.click("button[type=submit]").await;
+    for _ in 0..50 {
+        if !driver.url().await.ends_with("/login") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{user} did not get past the login form: {}",
+        driver.text().await
+    );
+}
+
+fn screenshots() -> PathBuf {
+    // target/debug/deps/api-<hash> → target/screenshots
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.ancestors().nth(3).unwrap().join("screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn every_page_loads_in_chromium_without_console_errors() {
+    let demo = demo().await;
+    let pool = wattledger_store::connect(&demo.db_url, 2).await.unwrap();
+    add_user(
+        &pool,
+        "finance",
+        Role::Finance,
+        None,
+        "browser-test-password",
+    )
+    .await
+    .unwrap();
+    add_user(
+        &pool,
+        "acme",
+        Role::Tenant,
+        Some("acme-research"),
+        "browser-test-password",
+    )
+    .await
+    .unwrap();
+    let job: String = sqlx::query_scalar(
+        "SELECT j.key FROM jobs j JOIN tenants t ON t.id = j.tenant_id JOIN ledger l ON l.job_id = j.id
+         WHERE t.key = 'acme-research' AND l.hour >= date_trunc('month', now())
+         GROUP BY j.key ORDER BY sum(l.total_mj) DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let month = wattledger_domain::chargeback::Month::of(chrono::Utc::now()).prev();
+    let port = free_port();
+    let log = demo.dir.join("browser-server.log");
+    let _server = server_with(&demo.db_url, port, &log, &[("WATTLEDGER_WORKER", "false")]);
+    let site = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    for _ in 0..100 {
+        if http.get(format!("{site}/health")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let shots = screenshots();
+    let profile = demo.dir.join("chromium-profile");
+
+    let driver = Driver::start(&profile).await;
+    driver.open(&format!("{site}/")).await;
+    assert!(
+        driver.url().await.ends_with("/login"),
+        "a page without a session shows the login"
+    );
+    driver.screenshot(&shots.join("login.png")).await;
+    sign_in(&driver, &site, "finance").await;
+    let job_path = format!("/jobs/{}", job.replace(':', "%3A").replace('/', "%2F"));
+    let pages = [
+        ("tenants", "/".to_owned(), "acme-research"),
+        (
+            "tenant-overview",
+            "/tenants/acme-research".to_owned(),
+            "Energy per day by model",
+        ),
+        ("job", job_path, "Power by hour"),
+        ("operator", "/operator".to_owned(), "Frankfurt"),
+        ("finance", "/finance".to_owned(), "Closed"),
+        (
+            "finance-month",
+            format!("/finance/{month}"),
+            "Reconciliation",
+        ),
+    ];
+    for (name, path, expect) in &pages {
+        driver.open(&format!("{site}{path}")).await;
+        let text = driver.text().await;
+        assert!(
+            text.contains(expect),
+            "{path}: '{expect}' missing in\n{text}"
+        );
+        driver.screenshot(&shots.join(format!("{name}.png"))).await;
+        let errors = driver.errors().await;
+        assert!(errors.is_empty(), "{path}: console errors {errors:?}");
+    }
+    driver.quit().await;
+
+    // A tenant, on a phone-sized window: its overview, and another tenant's page is not found.
+    let driver = Driver::start(&profile.with_extension("tenant")).await;
+    sign_in(&driver, &site, "acme").await;
+    assert!(driver.url().await.ends_with("/tenants/acme-research"));
+    driver.resize(390, 1600).await;
+    driver.open(&format!("{site}/tenants/acme-research")).await;
+    driver
+        .screenshot(&shots.join("tenant-overview-phone.png"))
+        .await;
+    assert!(driver.errors().await.is_empty());
+    driver.open(&format!("{site}/tenants/nimbus-ai")).await;
+    assert!(driver.text().await.contains("There is no such page"));
+    // The 404 itself is logged as a failed load; nothing else may be.
+    let errors = driver.errors().await;
+    assert!(errors.iter().all(|e| e.contains("404")), "{errors:?}");
+    driver.quit().await;
+}
