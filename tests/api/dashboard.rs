@@ -117,7 +117,11 @@ fn hidden(html: &str, name: &str) -> String {
 
 /// Labels on inputs, headings in order, titles on charts.
 fn accessible(html: &str) {
-    for input in html.split("<input").skip(1) {
+    for input in html
+        .split("<input")
+        .skip(1)
+        .chain(html.split("<select").skip(1))
+    {
         let tag = &input[..input.find('>').unwrap()];
         if tag.contains("type=\"hidden\"") {
             continue;
@@ -126,7 +130,7 @@ fn accessible(html: &str) {
             .split("id=\"")
             .nth(1)
             .map(|s| &s[..s.find('"').unwrap()])
-            .expect("an input without an id");
+            .expect("a field without an id");
         assert!(
             html.contains(&format!("<label for=\"{id}\"")),
             "input {id} has no label"
@@ -415,4 +419,129 @@ async fn finance_sees_the_months_the_chargeback_and_downloads_the_exports() {
     let page = olga.get("/finance").await;
     assert_eq!(page.status, 403);
     assert!(page.body.contains("Your role cannot open this page"));
+}
+
+#[tokio::test]
+async fn an_admin_adds_users_and_the_overview_shows_deferred_savings() {
+    let app = app_with_users().await;
+    let mut ada = Browser::new(&app);
+    ada.sign_in("ada", "correct horse battery").await;
+    let page = ada.get("/admin/users").await;
+    assert_eq!(page.status, 200);
+    accessible(&page.body);
+    assert!(page.body.contains("alice") && page.body.contains("<option value=\"a\">"));
+    let csrf = hidden(&page.body, "csrf");
+    // A generated password, shown once, that signs in.
+    let saved = ada
+        .post(
+            "/admin/users",
+            &[
+                ("csrf", &csrf),
+                ("username", "Carol"),
+                ("role", "tenant"),
+                ("tenant", "b"),
+                ("password", ""),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(saved.status, 200, "{}", saved.body);
+    let notice = saved.body.split("shown this once: ").nth(1).unwrap();
+    let password = &notice[..notice.find('<').unwrap()];
+    let mut carol = Browser::new(&app);
+    assert_eq!(
+        carol.sign_in("carol", password).await.location.as_deref(),
+        Some("/")
+    );
+    assert_eq!(carol.get("/").await.location.as_deref(), Some("/tenants/b"));
+    // Refusals name the problem; without the token nothing is saved.
+    let bad = ada
+        .post(
+            "/admin/users",
+            &[
+                ("csrf", &csrf),
+                ("username", "dave"),
+                ("role", "tenant"),
+                ("tenant", ""),
+                ("password", ""),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(bad.status, 422);
+    assert!(
+        bad.body.contains("--tenant is required") || bad.body.contains("tenant"),
+        "{}",
+        bad.body
+    );
+    let short = ada
+        .post(
+            "/admin/users",
+            &[
+                ("csrf", &csrf),
+                ("username", "erin"),
+                ("role", "finance"),
+                ("password", "short"),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(short.status, 422);
+    assert!(short.body.contains("at least 12 characters"));
+    let forged = ada
+        .post(
+            "/admin/users",
+            &[
+                ("csrf", "forged"),
+                ("username", "mallory"),
+                ("role", "admin"),
+                ("password", ""),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(forged.status, 400);
+    let (n,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM users WHERE username IN ('dave', 'erin', 'mallory')")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(n, 0);
+    let mut alice = Browser::new(&app);
+    alice.sign_in("alice", "correct horse battery").await;
+    assert_eq!(alice.get("/admin/users").await.status, 404);
+    let mut fin = Browser::new(&app);
+    fin.sign_in("fin", "correct horse battery").await;
+    assert_eq!(fin.get("/admin/users").await.status, 403);
+
+    // A job of a's deferred by admission this month, with what it was estimated to save.
+    let before = alice.get("/tenants/a").await;
+    assert!(before.body.contains("No job was deferred this month"));
+    sqlx::query(
+        "INSERT INTO admission_decisions (id, decided_at, tenant_id, source, kind, priority, gpus,
+             decision, site_id, start_at, end_at, request, answer, est_currency)
+         SELECT gen_random_uuid(), now(), t.id, 'slurm', 'training', 'normal', 8, 'defer', s.id,
+                now() + interval '3 hours', now() + interval '9 hours', '{}',
+                '{\"savings\": {\"carbon_marginal_kg\": \"12.5\", \"carbon_average_kg\": \"4.25\", \"cost\": \"3.10\"}}',
+                'EUR'
+         FROM tenants t, sites s WHERE t.key = 'a' AND s.key = 's1'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let after = alice.get("/tenants/a").await;
+    assert!(
+        after.body.contains("1 jobs were deferred"),
+        "{}",
+        after.body
+    );
+    assert!(
+        after.body.contains("12.5 kgCO2e marginal (4.3 average)")
+            && after.body.contains("3.10 EUR")
+    );
+    let b = ada.get("/tenants/b").await;
+    assert!(
+        b.body.contains("No job was deferred this month"),
+        "a's deferral is not b's"
+    );
 }

@@ -386,3 +386,47 @@ pub async fn list_decisions(
     .fetch_all(pool)
     .await?)
 }
+
+/// What a tenant's deferred jobs were estimated to save, at decision time, since `from`.
+#[derive(Debug, Clone, Default, sqlx::FromRow)]
+pub struct DeferredSavings {
+    pub deferred: i64,
+    pub carbon_marginal_kg: Option<Decimal>,
+    pub carbon_average_kg: Option<Decimal>,
+    /// Per currency: the sites' currencies of the deferred jobs.
+    pub costs: Vec<(String, Decimal)>,
+}
+
+pub async fn deferred_savings(
+    pool: &PgPool,
+    tenant_id: i64,
+    from: DateTime<Utc>,
+) -> StoreResult<DeferredSavings> {
+    let (deferred, marginal, average): (i64, Option<Decimal>, Option<Decimal>) = sqlx::query_as(
+        "SELECT count(*), sum((answer #>> '{savings,carbon_marginal_kg}')::numeric),
+                    sum((answer #>> '{savings,carbon_average_kg}')::numeric)
+             FROM admission_decisions
+             WHERE tenant_id = $1 AND decided_at >= $2 AND decision = 'defer'",
+    )
+    .bind(tenant_id)
+    .bind(from)
+    .fetch_one(pool)
+    .await?;
+    let costs: Vec<(String, Decimal)> = sqlx::query_as(
+        "SELECT est_currency, sum((answer #>> '{savings,cost}')::numeric)
+         FROM admission_decisions
+         WHERE tenant_id = $1 AND decided_at >= $2 AND decision = 'defer'
+           AND est_currency IS NOT NULL AND answer #>> '{savings,cost}' IS NOT NULL
+         GROUP BY est_currency ORDER BY est_currency",
+    )
+    .bind(tenant_id)
+    .bind(from)
+    .fetch_all(pool)
+    .await?;
+    Ok(DeferredSavings {
+        deferred,
+        carbon_marginal_kg: marginal,
+        carbon_average_kg: average,
+        costs,
+    })
+}

@@ -67,3 +67,22 @@ pub async fn touch_login(pool: &PgPool, id: i64) -> StoreResult<()> {
         .await?;
     Ok(())
 }
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct UserRow {
+    pub username: String,
+    pub role: String,
+    pub tenant: Option<String>,
+    pub disabled: bool,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub last_login_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+pub async fn list(pool: &PgPool) -> StoreResult<Vec<UserRow>> {
+    Ok(sqlx::query_as(
+        "SELECT u.username, u.role, t.key AS tenant, u.disabled, u.created_at, u.last_login_at
+         FROM users u LEFT JOIN tenants t ON t.id = u.tenant_id ORDER BY u.username",
+    )
+    .fetch_all(pool)
+    .await?)
+}

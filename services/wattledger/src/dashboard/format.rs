@@ -5,7 +5,7 @@ use rust_decimal::Decimal;
 
 /// `1234567.891` with `dp` places → `1,234,567.89`.
 pub fn grouped(d: Decimal, dp: u32) -> String {
-    let mut d = d.round_dp(dp);
+    let mut d = d.round_dp_with_strategy(dp, rust_decimal::RoundingStrategy::MidpointAwayFromZero);
     d.rescale(dp);
     let s = d.abs().to_string();
     let (int, frac) = s.split_once('.').unwrap_or((&s, ""));

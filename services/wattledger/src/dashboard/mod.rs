@@ -14,6 +14,7 @@ mod job;
 pub mod login;
 mod operator;
 mod tenant;
+mod users;
 
 use crate::auth::Role;
 use crate::http::AppState;
@@ -42,6 +43,7 @@ pub fn router() -> Router<AppState> {
         .route("/finance", get(finance::months))
         .route("/finance/{month}", get(finance::month))
         .route("/finance/{month}/exports/{format}", get(finance::download))
+        .route("/admin/users", get(users::page).post(users::create))
         .route("/static/app.css", get(css))
         .route("/static/favicon.svg", get(favicon))
 }
@@ -85,6 +87,9 @@ impl Nav {
         }
         if s.is_finance() {
             links.push(("/finance".to_owned(), "Finance".to_owned()));
+        }
+        if s.role == Role::Admin {
+            links.push(("/admin/users".to_owned(), "Users".to_owned()));
         }
         Nav {
             username: s.username.clone(),

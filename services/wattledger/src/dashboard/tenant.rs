@@ -148,7 +148,15 @@ struct OverviewPage {
     models: Vec<ModelRow>,
     jobs: Vec<JobRow>,
     alerts: Vec<AlertRow>,
+    deferred: Deferred,
     empty: bool,
+}
+
+/// What the tenant's jobs deferred by admission saved, as estimated when deferred.
+pub struct Deferred {
+    pub count: i64,
+    pub carbon: String,
+    pub cost: String,
 }
 
 pub async fn overview(
@@ -178,6 +186,25 @@ pub async fn overview(
     by_job.truncate(10);
 
     let empty = total.as_ref().is_none_or(|t| t.total_mj == 0);
+    let saved = wattledger_store::admission::deferred_savings(pool, id, from).await?;
+    let deferred = Deferred {
+        count: saved.deferred,
+        carbon: format!(
+            "{} kgCO2e marginal ({} average)",
+            grouped(saved.carbon_marginal_kg.unwrap_or_default(), 1),
+            grouped(saved.carbon_average_kg.unwrap_or_default(), 1)
+        ),
+        cost: if saved.costs.is_empty() {
+            "–".into()
+        } else {
+            saved
+                .costs
+                .iter()
+                .map(|(c, a)| money(*a, c))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        },
+    };
     let mut figures = Vec::new();
     if let Some(t) = &total {
         let tokens = t.prompt_tokens + t.generated_tokens;
@@ -400,6 +427,7 @@ pub async fn overview(
             models: model_rows,
             jobs,
             alerts,
+            deferred,
             empty,
         }
         .render(),

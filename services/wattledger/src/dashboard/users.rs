@@ -1,0 +1,166 @@
+//! User administration (admin only): who can sign in, with which role, and a form to add a
+//! user or reset one's password (generated and shown once unless one is typed).
+
+use super::format::grouped;
+use super::{html, Nav, PageError, Session};
+use crate::auth::Role;
+use crate::dashboard::login::{add_user, new_password};
+use crate::http::AppState;
+use askama::Template;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Form;
+use rust_decimal::Decimal;
+use serde::Deserialize;
+use wattledger_store::{inventory, users};
+
+pub struct UserView {
+    pub username: String,
+    pub role: String,
+    pub tenant: String,
+    pub created: String,
+    pub last_login: String,
+    pub disabled: bool,
+}
+
+#[derive(Template)]
+#[template(path = "users.html")]
+struct UsersPage {
+    nav: Nav,
+    users: Vec<UserView>,
+    tenants: Vec<String>,
+    notice: Option<String>,
+    error: Option<String>,
+    count: String,
+}
+
+fn admin_only(session: &Session) -> Result<(), PageError> {
+    match session.role {
+        Role::Admin => Ok(()),
+        Role::Tenant => Err(PageError::NotFound),
+        _ => Err(PageError::Forbidden),
+    }
+}
+
+async fn render(
+    state: &AppState,
+    session: &Session,
+    status: StatusCode,
+    notice: Option<String>,
+    error: Option<String>,
+) -> Result<Response, PageError> {
+    let list = users::list(&state.pool).await?;
+    let tenants = inventory::list_tenants(&state.pool, &wattledger_store::Scope::All)
+        .await?
+        .into_iter()
+        .map(|t| t.key)
+        .collect();
+    let count = grouped(Decimal::from(list.len() as i64), 0);
+    let users = list
+        .into_iter()
+        .map(|u| UserView {
+            username: u.username,
+            role: u.role,
+            tenant: u.tenant.unwrap_or_default(),
+            created: u.created_at.format("%b %-d, %Y").to_string(),
+            last_login: u
+                .last_login_at
+                .map(|t| t.format("%b %-d, %Y %H:%M UTC").to_string())
+                .unwrap_or_else(|| "never".into()),
+            disabled: u.disabled,
+        })
+        .collect();
+    let mut r = html(
+        UsersPage {
+            nav: Nav::new(session, "/admin/users"),
+            users,
+            tenants,
+            notice,
+            error,
+            count,
+        }
+        .render(),
+    );
+    *r.status_mut() = status;
+    Ok(r)
+}
+
+pub async fn page(State(state): State<AppState>, session: Session) -> Result<Response, PageError> {
+    admin_only(&session)?;
+    render(&state, &session, StatusCode::OK, None, None).await
+}
+
+#[derive(Deserialize)]
+pub struct NewUser {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    role: String,
+    #[serde(default)]
+    tenant: String,
+    #[serde(default)]
+    password: String,
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    session: Session,
+    Form(f): Form<NewUser>,
+) -> Result<Response, PageError> {
+    admin_only(&session)?;
+    if f.csrf != session.csrf {
+        return Err(PageError::BadRequest(
+            "The form expired; reload the page and try again.".into(),
+        ));
+    }
+    let role = match f.role.as_str() {
+        "admin" => Role::Admin,
+        "finance" => Role::Finance,
+        "operator" => Role::Operator,
+        "tenant" => Role::Tenant,
+        _ => {
+            return render(
+                &state,
+                &session,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                None,
+                Some("Pick a role.".into()),
+            )
+            .await
+        }
+    };
+    let tenant = (role == Role::Tenant)
+        .then_some(f.tenant.as_str())
+        .filter(|t| !t.is_empty());
+    let typed = !f.password.is_empty();
+    let password = if typed {
+        f.password.clone()
+    } else {
+        new_password().map_err(|e| PageError::Internal(e.to_string()))?
+    };
+    match add_user(&state.pool, &f.username, role, tenant, &password).await {
+        Ok(()) => {
+            let who = f.username.trim().to_lowercase();
+            let notice = if typed {
+                format!("{who} saved with the password you typed.")
+            } else {
+                format!("{who} saved. Their password, shown this once: {password}")
+            };
+            tracing::info!(by = %session.username, user = %who, role = role.as_str(), "dashboard user saved");
+            render(&state, &session, StatusCode::OK, Some(notice), None).await
+        }
+        Err(e) => {
+            render(
+                &state,
+                &session,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                None,
+                Some(format!("{e}.")),
+            )
+            .await
+        }
+    }
+}
