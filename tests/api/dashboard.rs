@@ -318,12 +318,33 @@ async fn a_tenant_sees_its_overview_and_nothing_of_another() {
     }
     let index = ada.get("/").await;
     assert_eq!(index.status, 200);
-    assert!(
-        index.body.contains("href=\"/tenants/a\"") && index.body.contains("href=\"/tenants/b\"")
-    );
+    assert!(index.body.contains("href=\"/tenants/a?") && index.body.contains("href=\"/tenants/b?"));
     let b = ada.get("/tenants/b").await;
     assert_eq!(b.status, 200);
     assert!(b.body.contains("job-mig") && !b.body.contains("job-train"));
+    // Sorted by a heading's link, and over another range (nothing there), or a bad one.
+    let sorted = ada.get("/?sort=tenant.asc").await;
+    let (pa, pb) = (
+        sorted.body.find("/tenants/a?").unwrap(),
+        sorted.body.find("/tenants/b?").unwrap(),
+    );
+    assert!(pa < pb, "a before b by name");
+    assert!(sorted
+        .body
+        .contains("aria-sort=\"ascending\"><a href=\"?from="));
+    let sorted = ada.get("/?sort=tenant.desc").await;
+    assert!(sorted.body.find("/tenants/b?").unwrap() < sorted.body.find("/tenants/a?").unwrap());
+    let october = ada.get("/tenants/a?from=2026-10-01&to=2026-10-31").await;
+    assert_eq!(october.status, 200);
+    assert!(
+        october
+            .body
+            .contains("No energy attributed to a in this range")
+            && october.body.contains("Oct 1 – Oct 31, 2026")
+    );
+    let backwards = ada.get("/tenants/a?from=2026-10-31&to=2026-10-01").await;
+    assert_eq!(backwards.status, 400);
+    assert!(backwards.body.contains("The range starts after it ends"));
     // Without a session, a page sends to the login; a bad cookie too.
     let mut anon = Browser::new(&app);
     anon.session = Some("not-a-token".into());
@@ -516,7 +537,7 @@ async fn an_admin_adds_users_and_the_overview_shows_deferred_savings() {
 
     // A job of a's deferred by admission this month, with what it was estimated to save.
     let before = alice.get("/tenants/a").await;
-    assert!(before.body.contains("No job was deferred this month"));
+    assert!(before.body.contains("No job was deferred in this range"));
     sqlx::query(
         "INSERT INTO admission_decisions (id, decided_at, tenant_id, source, kind, priority, gpus,
              decision, site_id, start_at, end_at, request, answer, est_currency)
@@ -541,7 +562,7 @@ async fn an_admin_adds_users_and_the_overview_shows_deferred_savings() {
     );
     let b = ada.get("/tenants/b").await;
     assert!(
-        b.body.contains("No job was deferred this month"),
+        b.body.contains("No job was deferred in this range"),
         "a's deferral is not b's"
     );
 }

@@ -387,7 +387,7 @@ pub async fn list_decisions(
     .await?)
 }
 
-/// What a tenant's deferred jobs were estimated to save, at decision time, since `from`.
+/// What a tenant's jobs deferred in `[from, to)` were estimated to save, at decision time.
 #[derive(Debug, Clone, Default, sqlx::FromRow)]
 pub struct DeferredSavings {
     pub deferred: i64,
@@ -401,26 +401,29 @@ pub async fn deferred_savings(
     pool: &PgPool,
     tenant_id: i64,
     from: DateTime<Utc>,
+    to: DateTime<Utc>,
 ) -> StoreResult<DeferredSavings> {
     let (deferred, marginal, average): (i64, Option<Decimal>, Option<Decimal>) = sqlx::query_as(
         "SELECT count(*), sum((answer #>> '{savings,carbon_marginal_kg}')::numeric),
                     sum((answer #>> '{savings,carbon_average_kg}')::numeric)
              FROM admission_decisions
-             WHERE tenant_id = $1 AND decided_at >= $2 AND decision = 'defer'",
+             WHERE tenant_id = $1 AND decided_at >= $2 AND decided_at < $3 AND decision = 'defer'",
     )
     .bind(tenant_id)
     .bind(from)
+    .bind(to)
     .fetch_one(pool)
     .await?;
     let costs: Vec<(String, Decimal)> = sqlx::query_as(
         "SELECT est_currency, sum((answer #>> '{savings,cost}')::numeric)
          FROM admission_decisions
-         WHERE tenant_id = $1 AND decided_at >= $2 AND decision = 'defer'
+         WHERE tenant_id = $1 AND decided_at >= $2 AND decided_at < $3 AND decision = 'defer'
            AND est_currency IS NOT NULL AND answer #>> '{savings,cost}' IS NOT NULL
          GROUP BY est_currency ORDER BY est_currency",
     )
     .bind(tenant_id)
     .bind(from)
+    .bind(to)
     .fetch_all(pool)
     .await?;
     Ok(DeferredSavings {

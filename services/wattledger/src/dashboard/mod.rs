@@ -13,6 +13,8 @@ mod format;
 mod job;
 pub mod login;
 mod operator;
+mod range;
+mod table;
 mod tenant;
 mod users;
 
@@ -257,11 +259,15 @@ where
 }
 
 /// A tenant user's home is its overview; everyone else picks a tenant.
-async fn home(State(state): State<AppState>, session: Session) -> Result<Response, PageError> {
+async fn home(
+    State(state): State<AppState>,
+    session: Session,
+    axum::extract::Query(view): axum::extract::Query<tenant::View>,
+) -> Result<Response, PageError> {
     if let Some(t) = &session.tenant {
         return Ok(Redirect::to(&format!("/tenants/{t}")).into_response());
     }
-    tenant::index(&state, &session).await
+    tenant::index(&state, &session, &view).await
 }
 
 async fn css() -> Response {

@@ -5,23 +5,20 @@
 
 use super::chart::{self, Stacked};
 use super::format::{carbon_kg, count, energy, f64_of, grouped, kwh_of_mj, money, pct};
+use super::range::Range;
+use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
 use crate::http::AppState;
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::Response;
-use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
+use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use wattledger_domain::budget_alerts::runs_out_at;
 use wattledger_store::usage::{self, GroupBy, UsageFilter, UsageRow};
 use wattledger_store::{budgets, Scope};
-
-fn month_start(now: DateTime<Utc>) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0)
-        .single()
-        .unwrap_or(now)
-}
 
 fn costs(r: &UsageRow) -> String {
     let list: Vec<String> = r
@@ -46,43 +43,165 @@ pub struct TenantRow {
     pub tokens: String,
 }
 
+/// The page's query: a date range and how each table is sorted.
+#[derive(Debug, Default, Deserialize)]
+pub struct View {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub sort: Option<String>,
+    pub msort: Option<String>,
+}
+
+const TENANT_COLUMNS: [Column; 5] = [
+    Column {
+        key: "tenant",
+        label: "Tenant",
+        numeric: false,
+    },
+    Column {
+        key: "energy",
+        label: "Energy",
+        numeric: true,
+    },
+    Column {
+        key: "cost",
+        label: "Cost",
+        numeric: true,
+    },
+    Column {
+        key: "carbon",
+        label: "Carbon",
+        numeric: true,
+    },
+    Column {
+        key: "tokens",
+        label: "Tokens",
+        numeric: true,
+    },
+];
+
 #[derive(Template)]
 #[template(path = "tenants.html")]
 struct IndexPage {
     nav: Nav,
-    month: String,
+    range: Range,
+    headers: Vec<Header>,
     tenants: Vec<TenantRow>,
 }
 
-/// Every tenant's month so far (admin, finance, operators).
-pub async fn index(state: &AppState, session: &Session) -> Result<Response, PageError> {
-    let now = Utc::now();
+/// The first currency's amount, for sorting by cost.
+fn cost_key(r: &UsageRow) -> Decimal {
+    r.cost_amounts.iter().flatten().copied().sum()
+}
+
+/// Every tenant's energy, cost, carbon and tokens over a range (admin, finance, operators).
+pub async fn index(
+    state: &AppState,
+    session: &Session,
+    view: &View,
+) -> Result<Response, PageError> {
+    let range = Range::parse(view.from.as_deref(), view.to.as_deref(), Utc::now())?;
     let filter = UsageFilter {
-        from: Some(month_start(now)),
-        to: Some(now),
+        from: Some(range.from),
+        to: Some(range.to),
         ..Default::default()
     };
-    let mut rows = usage::usage(&state.pool, &Scope::All, &[GroupBy::Tenant], &filter).await?;
-    rows.sort_by_key(|r| std::cmp::Reverse(r.total_mj));
-    let tenants = rows
+    let rows = usage::usage(&state.pool, &Scope::All, &[GroupBy::Tenant], &filter).await?;
+    let sort = Sort::parse("sort", view.sort.as_deref(), &TENANT_COLUMNS, 1);
+    let mut keyed: Vec<(Vec<Key>, TenantRow)> = rows
         .iter()
-        .map(|r| TenantRow {
-            key: r.tenant.clone().unwrap_or_default(),
-            energy: energy(r.total_mj),
-            cost: costs(r),
-            carbon: carbon_kg(r.carbon_g.unwrap_or_default()),
-            tokens: count(r.prompt_tokens + r.generated_tokens),
+        .map(|r| {
+            let tokens = r.prompt_tokens + r.generated_tokens;
+            (
+                vec![
+                    Key::Text(r.tenant.clone().unwrap_or_default()),
+                    Key::Num(Decimal::from(r.total_mj)),
+                    Key::Num(cost_key(r)),
+                    Key::Num(r.carbon_g.unwrap_or_default()),
+                    Key::Num(Decimal::from(tokens)),
+                ],
+                TenantRow {
+                    key: r.tenant.clone().unwrap_or_default(),
+                    energy: energy(r.total_mj),
+                    cost: costs(r),
+                    carbon: carbon_kg(r.carbon_g.unwrap_or_default()),
+                    tokens: count(tokens),
+                },
+            )
         })
         .collect();
+    sort.apply(&mut keyed);
     Ok(html(
         IndexPage {
             nav: Nav::new(session, "/"),
-            month: now.format("%B %Y").to_string(),
-            tenants,
+            headers: sort.headers(&TENANT_COLUMNS, &range.query()),
+            range,
+            tenants: keyed.into_iter().map(|k| k.1).collect(),
         }
         .render(),
     ))
 }
+
+const MODEL_COLUMNS: [Column; 5] = [
+    Column {
+        key: "model",
+        label: "Model",
+        numeric: false,
+    },
+    Column {
+        key: "energy",
+        label: "Energy",
+        numeric: true,
+    },
+    Column {
+        key: "tokens",
+        label: "Tokens",
+        numeric: true,
+    },
+    Column {
+        key: "tokens_per_kwh",
+        label: "Tokens per kWh",
+        numeric: true,
+    },
+    Column {
+        key: "g_per_1k",
+        label: "gCO2e per 1k tokens",
+        numeric: true,
+    },
+];
+
+const JOB_COLUMNS: [Column; 6] = [
+    Column {
+        key: "job",
+        label: "Job",
+        numeric: false,
+    },
+    Column {
+        key: "model",
+        label: "Model",
+        numeric: false,
+    },
+    Column {
+        key: "energy",
+        label: "Energy",
+        numeric: true,
+    },
+    Column {
+        key: "cost",
+        label: "Cost",
+        numeric: true,
+    },
+    Column {
+        key: "carbon",
+        label: "Carbon",
+        numeric: true,
+    },
+    Column {
+        key: "idle",
+        label: "Idle share",
+        numeric: true,
+    },
+];
 
 pub struct Figure {
     pub label: String,
@@ -139,7 +258,9 @@ pub struct DayRow {
 struct OverviewPage {
     nav: Nav,
     tenant: String,
-    month: String,
+    range: Range,
+    model_headers: Vec<Header>,
+    job_headers: Vec<Header>,
     figures: Vec<Figure>,
     budgets: Vec<BudgetBar>,
     chart_svg: String,
@@ -163,15 +284,17 @@ pub async fn overview(
     State(state): State<AppState>,
     session: Session,
     Path(key): Path<String>,
+    Query(view): Query<View>,
 ) -> Result<Response, PageError> {
     // Another tenant's page is not found, exactly like a tenant that does not exist.
     let id = state.tenant_id(&key).await?.ok_or(PageError::NotFound)?;
     let scope = session.scope.narrow(id).ok_or(PageError::NotFound)?;
     let now = Utc::now();
-    let from = month_start(now);
+    let range = Range::parse(view.from.as_deref(), view.to.as_deref(), now)?;
+    let from = range.from;
     let filter = UsageFilter {
-        from: Some(from),
-        to: Some(now),
+        from: Some(range.from),
+        to: Some(range.to),
         ..Default::default()
     };
     let pool = &state.pool;
@@ -186,7 +309,8 @@ pub async fn overview(
     by_job.truncate(10);
 
     let empty = total.as_ref().is_none_or(|t| t.total_mj == 0);
-    let saved = wattledger_store::admission::deferred_savings(pool, id, from).await?;
+    let saved =
+        wattledger_store::admission::deferred_savings(pool, id, range.from, range.to).await?;
     let deferred = Deferred {
         count: saved.deferred,
         carbon: format!(
@@ -304,7 +428,7 @@ pub async fn overview(
     let alerts = alerts.into_iter().map(|a| a.1).take(10).collect();
 
     // Days of the month so far × models, in kWh; carbon intensity per day on the line.
-    let days_n = (now.date_naive() - from.date_naive()).num_days() + 1;
+    let days_n = range.days();
     let day_keys: Vec<DateTime<Utc>> = (0..days_n).map(|d| from + Duration::days(d)).collect();
     let mut models: Vec<String> = by_model
         .iter()
@@ -341,7 +465,7 @@ pub async fn overview(
         })
     };
     let chart_svg = chart::stacked(&Stacked {
-        title: &format!("{key}: energy per day by model, {}", now.format("%B %Y")),
+        title: &format!("{key}: energy per day by model, {}", range.label),
         description: "Stacked bars: kWh per day for each model. Dashed line: the average carbon intensity the tenant's energy ran at that day (gCO2e/kWh, right axis). The table below has the same figures.",
         labels: day_keys.iter().map(|d| d.format("%-d").to_string()).collect(),
         series: series.clone(),
@@ -376,56 +500,95 @@ pub async fn overview(
         })
         .collect();
 
-    let model_rows = by_model
+    let model_sort = Sort::parse("msort", view.msort.as_deref(), &MODEL_COLUMNS, 1);
+    let mut model_rows: Vec<(Vec<Key>, ModelRow)> = by_model
         .iter()
         .map(|r| {
             let tokens = r.prompt_tokens + r.generated_tokens;
             let kwh = kwh_of_mj(r.total_mj);
             let carbon = r.carbon_g.unwrap_or_default() + r.embodied_carbon_g.unwrap_or_default();
-            ModelRow {
-                model: r.model.clone().unwrap_or_else(|| "no model".into()),
-                energy: energy(r.total_mj),
-                tokens: count(tokens),
-                tokens_per_kwh: if tokens == 0 || kwh.is_zero() {
-                    "–".into()
-                } else {
-                    grouped(Decimal::from(tokens) / kwh, 0)
+            let per_kwh = (tokens != 0 && !kwh.is_zero()).then(|| Decimal::from(tokens) / kwh);
+            let per_1k =
+                (tokens != 0).then(|| carbon * Decimal::ONE_THOUSAND / Decimal::from(tokens));
+            let model = r.model.clone().unwrap_or_else(|| "no model".into());
+            (
+                vec![
+                    Key::Text(model.clone()),
+                    Key::Num(Decimal::from(r.total_mj)),
+                    Key::Num(Decimal::from(tokens)),
+                    Key::Num(per_kwh.unwrap_or_default()),
+                    Key::Num(per_1k.unwrap_or_default()),
+                ],
+                ModelRow {
+                    model,
+                    energy: energy(r.total_mj),
+                    tokens: count(tokens),
+                    tokens_per_kwh: per_kwh.map_or_else(|| "–".into(), |v| grouped(v, 0)),
+                    g_per_1k: per_1k.map_or_else(|| "–".into(), |v| grouped(v, 3)),
                 },
-                g_per_1k: if tokens == 0 {
-                    "–".into()
-                } else {
-                    grouped(carbon * Decimal::ONE_THOUSAND / Decimal::from(tokens), 3)
-                },
-            }
+            )
         })
         .collect();
-    let jobs = by_job
+    model_sort.apply(&mut model_rows);
+    let job_sort = Sort::parse("sort", view.sort.as_deref(), &JOB_COLUMNS, 2);
+    let mut jobs: Vec<(Vec<Key>, JobRow)> = by_job
         .iter()
-        .map(|r| JobRow {
-            key: r.job.clone().unwrap_or_default(),
-            href: format!(
-                "/jobs/{}",
-                super::segment(r.job.as_deref().unwrap_or_default())
-            ),
-            model: r.model.clone().unwrap_or_else(|| "–".into()),
-            energy: energy(r.total_mj),
-            cost: costs(r),
-            carbon: carbon_kg(r.carbon_g.unwrap_or_default()),
-            idle: pct(Decimal::from(r.idle_mj), Decimal::from(r.total_mj)),
+        .map(|r| {
+            let job = r.job.clone().unwrap_or_default();
+            let idle = if r.total_mj == 0 {
+                Decimal::ZERO
+            } else {
+                Decimal::from(r.idle_mj) / Decimal::from(r.total_mj)
+            };
+            (
+                vec![
+                    Key::Text(job.clone()),
+                    Key::Text(r.model.clone().unwrap_or_default()),
+                    Key::Num(Decimal::from(r.total_mj)),
+                    Key::Num(cost_key(r)),
+                    Key::Num(r.carbon_g.unwrap_or_default()),
+                    Key::Num(idle),
+                ],
+                JobRow {
+                    href: format!("/jobs/{}", super::segment(&job)),
+                    key: job,
+                    model: r.model.clone().unwrap_or_else(|| "–".into()),
+                    energy: energy(r.total_mj),
+                    cost: costs(r),
+                    carbon: carbon_kg(r.carbon_g.unwrap_or_default()),
+                    idle: pct(Decimal::from(r.idle_mj), Decimal::from(r.total_mj)),
+                },
+            )
         })
         .collect();
+    job_sort.apply(&mut jobs);
+    let others = |skip: &str| {
+        let mut q = range.query();
+        for (name, value) in [("sort", &view.sort), ("msort", &view.msort)] {
+            if name != skip {
+                if let Some(v) = value {
+                    q.push_str(&format!("&{name}={}", super::segment(v)));
+                }
+            }
+        }
+        q
+    };
+    let model_headers = model_sort.headers(&MODEL_COLUMNS, &others("msort"));
+    let job_headers = job_sort.headers(&JOB_COLUMNS, &others("sort"));
     Ok(html(
         OverviewPage {
             nav: Nav::new(&session, &format!("/tenants/{key}")),
             tenant: key,
-            month: now.format("%B %Y").to_string(),
+            range,
+            model_headers,
+            job_headers,
             figures,
             budgets: bars,
             chart_svg,
             legend,
             days,
-            models: model_rows,
-            jobs,
+            models: model_rows.into_iter().map(|m| m.1).collect(),
+            jobs: jobs.into_iter().map(|j| j.1).collect(),
             alerts,
             deferred,
             empty,

@@ -1,0 +1,106 @@
+//! The date range a page covers: `?from=YYYY-MM-DD&to=YYYY-MM-DD` (UTC days, both included),
+//! this month so far when absent.
+
+use super::PageError;
+use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
+
+pub struct Range {
+    pub from: DateTime<Utc>,
+    /// Exclusive.
+    pub to: DateTime<Utc>,
+    /// As the form shows them.
+    pub from_day: String,
+    pub to_day: String,
+    /// "November 2026 so far", or "Nov 3 – Nov 9, 2026".
+    pub label: String,
+}
+
+impl Range {
+    pub fn parse(
+        from: Option<&str>,
+        to: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<Range, PageError> {
+        let day = |s: Option<&str>, what: &str| -> Result<Option<NaiveDate>, PageError> {
+            match s.map(str::trim).filter(|s| !s.is_empty()) {
+                None => Ok(None),
+                Some(s) => NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                    .map(Some)
+                    .map_err(|_| {
+                        PageError::BadRequest(format!(
+                            "'{}' is not a {what} date: use YYYY-MM-DD.",
+                            s.chars().take(20).collect::<String>()
+                        ))
+                    }),
+            }
+        };
+        let today = now.date_naive();
+        let first = NaiveDate::from_ymd_opt(today.year(), today.month(), 1).unwrap_or(today);
+        let (f, t) = (day(from, "start")?, day(to, "end")?);
+        let defaulted = f.is_none() && t.is_none();
+        let f = f.unwrap_or(first);
+        let t = t.unwrap_or(today);
+        if f > t {
+            return Err(PageError::BadRequest(
+                "The range starts after it ends.".into(),
+            ));
+        }
+        if (t - f).num_days() > 366 {
+            return Err(PageError::BadRequest(
+                "Pick a range of at most a year.".into(),
+            ));
+        }
+        let start = Utc.from_utc_datetime(&f.and_hms_opt(0, 0, 0).unwrap_or_default());
+        let end = (Utc.from_utc_datetime(&t.and_hms_opt(0, 0, 0).unwrap_or_default())
+            + Duration::days(1))
+        .min(now.max(start));
+        let label = if defaulted {
+            format!("{} so far", now.format("%B %Y"))
+        } else {
+            format!("{} – {}", f.format("%b %-d"), t.format("%b %-d, %Y"))
+        };
+        Ok(Range {
+            from: start,
+            to: if end > start {
+                end
+            } else {
+                start + Duration::days(1)
+            },
+            from_day: f.to_string(),
+            to_day: t.to_string(),
+            label,
+        })
+    }
+
+    /// The range as query parameters, for links that keep it.
+    pub fn query(&self) -> String {
+        format!("from={}&to={}", self.from_day, self.to_day)
+    }
+
+    /// Whole days covered (the last one possibly partial).
+    pub fn days(&self) -> i64 {
+        ((self.to - self.from).num_seconds() + 86_399) / 86_400
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_to_this_month_and_refuses_backwards_or_malformed_ranges() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 15, 0, 0).unwrap();
+        let r = Range::parse(None, None, now).unwrap();
+        assert_eq!(
+            (r.from_day.as_str(), r.to_day.as_str(), r.to),
+            ("2026-11-01", "2026-11-22", now)
+        );
+        assert_eq!(r.days(), 22);
+        let r = Range::parse(Some("2026-10-01"), Some("2026-10-31"), now).unwrap();
+        assert_eq!(r.to, Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).unwrap());
+        assert_eq!(r.days(), 31);
+        assert!(Range::parse(Some("2026-10-05"), Some("2026-10-01"), now).is_err());
+        assert!(Range::parse(Some("yesterday"), None, now).is_err());
+        assert!(Range::parse(Some("2024-01-01"), Some("2026-01-01"), now).is_err());
+    }
+}
