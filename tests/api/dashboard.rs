@@ -316,6 +316,14 @@ async fn a_tenant_sees_its_overview_and_nothing_of_another() {
     ] {
         assert!(ops.body.contains(figure), "{figure} missing");
     }
+    // The scenario's day, picked by range: its PUE is the site's static 1.25.
+    let nov2 = ada.get("/operator?from=2026-11-01&to=2026-11-05").await;
+    assert_eq!(nov2.status, 200);
+    assert!(
+        nov2.body.contains("Mon Nov 2") && nov2.body.contains(">1.250<"),
+        "{}",
+        nov2.body
+    );
     let index = ada.get("/").await;
     assert_eq!(index.status, 200);
     assert!(index.body.contains("href=\"/tenants/a?") && index.body.contains("href=\"/tenants/b?"));
@@ -410,6 +418,17 @@ async fn finance_sees_the_months_the_chargeback_and_downloads_the_exports() {
     ] {
         assert!(month.body.contains(figure), "{figure} missing");
     }
+    // Statements sorted by what they bill: a (0.24) before b (0.12), and back.
+    let by_billed = fin.get("/finance/2026-09?sort=billed.desc").await;
+    assert!(
+        by_billed.body.find("WL-2026-09-a-EUR-v1").unwrap()
+            < by_billed.body.find("WL-2026-09-b-EUR-v1").unwrap()
+    );
+    let by_billed = fin.get("/finance/2026-09?sort=billed.asc").await;
+    assert!(
+        by_billed.body.find("WL-2026-09-b-EUR-v1").unwrap()
+            < by_billed.body.find("WL-2026-09-a-EUR-v1").unwrap()
+    );
     let download = fin.get("/finance/2026-09/exports/focus").await;
     assert_eq!(download.status, 200);
     let r = app

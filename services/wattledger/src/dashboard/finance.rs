@@ -2,10 +2,11 @@
 //! chargeback, site reconciliation and export downloads (admin and finance).
 
 use super::format::{count, energy, grouped};
+use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
 use crate::http::AppState;
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use rust_decimal::Decimal;
@@ -112,10 +113,59 @@ pub struct ExportRow {
     pub sha256: String,
 }
 
+const STATEMENT_COLUMNS: [Column; 8] = [
+    Column {
+        key: "tenant",
+        label: "Tenant",
+        numeric: false,
+    },
+    Column {
+        key: "statement",
+        label: "Statement",
+        numeric: false,
+    },
+    Column {
+        key: "lines",
+        label: "Lines",
+        numeric: true,
+    },
+    Column {
+        key: "energy",
+        label: "Energy",
+        numeric: true,
+    },
+    Column {
+        key: "billed",
+        label: "Billed",
+        numeric: true,
+    },
+    Column {
+        key: "carbon",
+        label: "kgCO2e",
+        numeric: true,
+    },
+    Column {
+        key: "tokens",
+        label: "Tokens",
+        numeric: true,
+    },
+    Column {
+        key: "gpu_hours",
+        label: "GPU-hours",
+        numeric: true,
+    },
+];
+
+#[derive(serde::Deserialize)]
+pub struct MonthView {
+    sort: Option<String>,
+}
+
 #[derive(Template)]
 #[template(path = "finance_month.html")]
 struct MonthPage {
     nav: Nav,
+    headers: Vec<Header>,
     month: String,
     version: u32,
     closed_at: String,
@@ -130,6 +180,7 @@ pub async fn month(
     State(state): State<AppState>,
     session: Session,
     Path(month): Path<String>,
+    Query(view): Query<MonthView>,
 ) -> Result<Response, PageError> {
     require_finance(&session)?;
     let month: Month = month.parse().map_err(|_| PageError::NotFound)?;
@@ -137,26 +188,42 @@ pub async fn month(
         .await?
         .ok_or(PageError::NotFound)?;
     let mut totals: std::collections::BTreeMap<String, Decimal> = Default::default();
-    let statements = close
+    let sort = Sort::parse("sort", view.sort.as_deref(), &STATEMENT_COLUMNS, 0);
+    let mut statements: Vec<(Vec<Key>, StatementRow)> = close
         .statements
         .iter()
         .map(|s| {
             *totals.entry(s.currency.clone()).or_default() += s.billed_cost;
-            StatementRow {
-                number: s.number.clone(),
-                tenant: s.tenant.clone(),
-                tenant_name: close.directory.tenant_name(&s.tenant),
-                currency: s.currency.clone(),
-                lines: s.lines.len(),
-                adjustments: s.adjustments(month).count(),
-                energy: energy(s.total.energy_mj),
-                billed: grouped(s.billed_cost, 2),
-                carbon: grouped(s.total.carbon_g / Decimal::ONE_THOUSAND, 1),
-                tokens: count(s.total.prompt_tokens + s.total.generated_tokens),
-                gpu_hours: grouped(s.gpu_hours, 1),
-            }
+            let tokens = s.total.prompt_tokens + s.total.generated_tokens;
+            (
+                vec![
+                    Key::Text(close.directory.tenant_name(&s.tenant)),
+                    Key::Text(s.number.clone()),
+                    Key::Num(Decimal::from(s.lines.len() as i64)),
+                    Key::Num(Decimal::from(s.total.energy_mj)),
+                    Key::Num(s.billed_cost),
+                    Key::Num(s.total.carbon_g),
+                    Key::Num(Decimal::from(tokens)),
+                    Key::Num(s.gpu_hours),
+                ],
+                StatementRow {
+                    number: s.number.clone(),
+                    tenant: s.tenant.clone(),
+                    tenant_name: close.directory.tenant_name(&s.tenant),
+                    currency: s.currency.clone(),
+                    lines: s.lines.len(),
+                    adjustments: s.adjustments(month).count(),
+                    energy: energy(s.total.energy_mj),
+                    billed: grouped(s.billed_cost, 2),
+                    carbon: grouped(s.total.carbon_g / Decimal::ONE_THOUSAND, 1),
+                    tokens: count(tokens),
+                    gpu_hours: grouped(s.gpu_hours, 1),
+                },
+            )
         })
         .collect();
+    sort.apply(&mut statements);
+    let statements = statements.into_iter().map(|s| s.1).collect();
     let sites = close
         .reconciliation
         .iter()
@@ -187,6 +254,7 @@ pub async fn month(
     Ok(html(
         MonthPage {
             nav: Nav::new(&session, "/finance"),
+            headers: sort.headers(&STATEMENT_COLUMNS, ""),
             month: month.to_string(),
             version: close.version,
             closed_at: close.closed_at.format("%b %-d, %Y %H:%M UTC").to_string(),

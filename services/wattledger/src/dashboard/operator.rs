@@ -4,18 +4,20 @@
 
 use super::chart::{self, Stacked};
 use super::format::{energy, f64_of, grouped, kwh_of_mj, pct};
+use super::range::Range;
 use super::{html, Nav, PageError, Session};
 use crate::auth::Role;
 use crate::http::AppState;
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::response::Response;
-use chrono::{Duration, DurationRound, Utc};
+use chrono::{Duration, Utc};
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use wattledger_store::inventory;
 use wattledger_store::operations::{self, MeterHealth, SiteDay};
 
+/// The default range: the last two weeks.
 const DAYS: i64 = 14;
 /// A meter silent for longer than this is shown as stale.
 const STALE_MIN: i64 = 15;
@@ -51,6 +53,8 @@ pub struct SiteView {
     /// 0–100, the peak hourly draw of the last day against the envelope, for `<meter>`.
     pub peak_pct: String,
     pub peak_label: String,
+    /// The last day of the range, whose peak is shown.
+    pub peak_day: String,
     pub chart_svg: String,
     pub days: Vec<DayRow>,
     pub meters: Vec<MeterRow>,
@@ -63,7 +67,14 @@ pub struct SiteView {
 #[template(path = "operator.html")]
 struct OperatorPage {
     nav: Nav,
+    range: Range,
     sites: Vec<SiteView>,
+}
+
+#[derive(serde::Deserialize)]
+pub struct View {
+    from: Option<String>,
+    to: Option<String>,
 }
 
 fn ratio(a: i64, b: i64) -> String {
@@ -114,15 +125,24 @@ fn kind_rank(kind: &str) -> u8 {
     }
 }
 
-pub async fn page(State(state): State<AppState>, session: Session) -> Result<Response, PageError> {
+pub async fn page(
+    State(state): State<AppState>,
+    session: Session,
+    Query(view): Query<View>,
+) -> Result<Response, PageError> {
     match session.role {
         Role::Admin | Role::Operator | Role::Finance => {}
         _ => return Err(PageError::NotFound),
     }
     let now = Utc::now();
-    let today = now.duration_trunc(Duration::days(1)).unwrap_or(now);
-    let from = today - Duration::days(DAYS - 1);
-    let days = operations::site_days(&state.pool, from, now).await?;
+    let range = Range::parse_or(
+        view.from.as_deref(),
+        view.to.as_deref(),
+        now,
+        now.date_naive() - Duration::days(DAYS - 1),
+        &format!("the last {DAYS} days"),
+    )?;
+    let days = operations::site_days(&state.pool, range.from, range.to).await?;
     let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
     let sites = inventory::list_sites(&state.pool).await?;
     let mut by_site_days: BTreeMap<String, Vec<SiteDay>> = BTreeMap::new();
@@ -140,6 +160,7 @@ pub async fn page(State(state): State<AppState>, session: Session) -> Result<Res
             let days = by_site_days.remove(&s.key).unwrap_or_default();
             let envelope_kw = Decimal::from(s.power_envelope_w) / Decimal::ONE_THOUSAND;
             let last_peak = days.last().map_or(0, |d| d.peak_hour_mj);
+            let last_day = days.last().map(|d| d.day.format("%b %-d").to_string()).unwrap_or_default();
             let peak = kw_of_hour(last_peak);
             let peak_share = if envelope_kw.is_zero() {
                 Decimal::ZERO
@@ -207,6 +228,7 @@ pub async fn page(State(state): State<AppState>, session: Session) -> Result<Res
                 peak_kw: grouped(peak, 1),
                 peak_pct: grouped(peak_share.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
                 peak_label: format!("{}%", grouped(peak_share, 1)),
+                peak_day: last_day,
                 chart_svg,
                 days: rows,
                 stale: rows_m.iter().filter(|m| m.stale && m.kind != "mig").count(),
@@ -219,6 +241,7 @@ pub async fn page(State(state): State<AppState>, session: Session) -> Result<Res
     Ok(html(
         OperatorPage {
             nav: Nav::new(&session, "/operator"),
+            range,
             sites: views,
         }
         .render(),

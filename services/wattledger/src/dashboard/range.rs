@@ -21,6 +21,25 @@ impl Range {
         to: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<Range, PageError> {
+        let today = now.date_naive();
+        let first = NaiveDate::from_ymd_opt(today.year(), today.month(), 1).unwrap_or(today);
+        Range::parse_or(
+            from,
+            to,
+            now,
+            first,
+            &format!("{} so far", now.format("%B %Y")),
+        )
+    }
+
+    /// As [`Range::parse`], with another default start (and how to call that range).
+    pub fn parse_or(
+        from: Option<&str>,
+        to: Option<&str>,
+        now: DateTime<Utc>,
+        default_from: NaiveDate,
+        default_label: &str,
+    ) -> Result<Range, PageError> {
         let day = |s: Option<&str>, what: &str| -> Result<Option<NaiveDate>, PageError> {
             match s.map(str::trim).filter(|s| !s.is_empty()) {
                 None => Ok(None),
@@ -35,10 +54,9 @@ impl Range {
             }
         };
         let today = now.date_naive();
-        let first = NaiveDate::from_ymd_opt(today.year(), today.month(), 1).unwrap_or(today);
         let (f, t) = (day(from, "start")?, day(to, "end")?);
         let defaulted = f.is_none() && t.is_none();
-        let f = f.unwrap_or(first);
+        let f = f.unwrap_or(default_from);
         let t = t.unwrap_or(today);
         if f > t {
             return Err(PageError::BadRequest(
@@ -55,7 +73,7 @@ impl Range {
             + Duration::days(1))
         .min(now.max(start));
         let label = if defaulted {
-            format!("{} so far", now.format("%B %Y"))
+            default_label.to_owned()
         } else {
             format!("{} – {}", f.format("%b %-d"), t.format("%b %-d, %Y"))
         };
