@@ -316,6 +316,36 @@ async fn a_tenant_sees_its_overview_and_nothing_of_another() {
     ] {
         assert!(ops.body.contains(figure), "{figure} missing");
     }
+    // Every table sorts by its headings, keeping the page's other parameters.
+    for (path, sorted) in [
+        (
+            "/operator?from=2026-11-01&to=2026-11-05&dsort=pue.asc",
+            "href=\"?from=2026-11-01&#38;to=2026-11-05&#38;dsort=pue.desc\"",
+        ),
+        ("/operator?msort=gaps.desc", "href=\"?from="),
+        ("/jobs/job-train?sort=kw.desc", "href=\"?sort=kw.asc\""),
+        (
+            "/tenants/a?from=2026-11-01&to=2026-11-05&dsort=total.desc",
+            "href=\"?from=2026-11-01&#38;to=2026-11-05&#38;dsort=total.asc\"",
+        ),
+        ("/admin/users?sort=role.asc", "href=\"?sort=role.desc\""),
+    ] {
+        let page = ada.get(path).await;
+        assert_eq!(page.status, 200, "{path}");
+        assert!(
+            page.body.contains(sorted),
+            "{path}: {sorted} missing in {}",
+            page.body
+                .lines()
+                .filter(|l| l.contains("aria-sort"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        assert!(
+            page.body.contains("<details open>") || path.starts_with("/admin"),
+            "{path}: the sorted table is shown"
+        );
+    }
     // The scenario's day, picked by range: its PUE is the site's static 1.25.
     let nov2 = ada.get("/operator?from=2026-11-01&to=2026-11-05").await;
     assert_eq!(nov2.status, 200);
@@ -332,6 +362,9 @@ async fn a_tenant_sees_its_overview_and_nothing_of_another() {
     assert!(b.body.contains("job-mig") && !b.body.contains("job-train"));
     // Sorted by a heading's link, and over another range (nothing there), or a bad one.
     let sorted = ada.get("/?sort=tenant.asc").await;
+    assert!(sorted
+        .body
+        .contains("aria-sort=\"ascending\"><a href=\"?from="));
     let (pa, pb) = (
         sorted.body.find("/tenants/a?").unwrap(),
         sorted.body.find("/tenants/b?").unwrap(),
@@ -417,6 +450,25 @@ async fn finance_sees_the_months_the_chargeback_and_downloads_the_exports() {
         "FOCUS 1.2 CSV",
     ] {
         assert!(month.body.contains(figure), "{figure} missing");
+    }
+    for (path, sorted) in [
+        ("/finance?sort=metered.desc", "href=\"?sort=metered.asc\""),
+        (
+            "/finance/2026-09?rsort=metered.desc&sort=billed.asc",
+            "href=\"?sort=billed.asc&#38;rsort=metered.asc\"",
+        ),
+    ] {
+        let page = fin.get(path).await;
+        assert_eq!(page.status, 200, "{path}");
+        assert!(
+            page.body.contains(sorted),
+            "{path}: {sorted} missing in {}",
+            page.body
+                .lines()
+                .filter(|l| l.contains("aria-sort"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
     // Statements sorted by what they bill: a (0.24) before b (0.12), and back.
     let by_billed = fin.get("/finance/2026-09?sort=billed.desc").await;

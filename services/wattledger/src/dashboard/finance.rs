@@ -24,10 +24,72 @@ pub struct MonthRow {
     pub reopened: i64,
 }
 
+const MONTH_COLUMNS: [Column; 4] = [
+    Column {
+        key: "month",
+        label: "Month",
+        numeric: false,
+    },
+    Column {
+        key: "status",
+        label: "Status",
+        numeric: false,
+    },
+    Column {
+        key: "metered",
+        label: "Metered",
+        numeric: true,
+    },
+    Column {
+        key: "closed",
+        label: "Closed",
+        numeric: true,
+    },
+];
+
+const SITE_COLUMNS: [Column; 6] = [
+    Column {
+        key: "site",
+        label: "Site",
+        numeric: false,
+    },
+    Column {
+        key: "metered",
+        label: "Metered",
+        numeric: true,
+    },
+    Column {
+        key: "attributed",
+        label: "Attributed",
+        numeric: true,
+    },
+    Column {
+        key: "unallocated",
+        label: "Unallocated",
+        numeric: true,
+    },
+    Column {
+        key: "adjustments",
+        label: "Adjustments",
+        numeric: true,
+    },
+    Column {
+        key: "balance",
+        label: "Balance",
+        numeric: false,
+    },
+];
+
+#[derive(serde::Deserialize)]
+pub struct MonthsView {
+    sort: Option<String>,
+}
+
 #[derive(Template)]
 #[template(path = "finance.html")]
 struct MonthsPage {
     nav: Nav,
+    headers: Vec<Header>,
     months: Vec<MonthRow>,
 }
 
@@ -45,39 +107,73 @@ fn require_finance(session: &Session) -> Result<(), PageError> {
 pub async fn months(
     State(state): State<AppState>,
     session: Session,
+    Query(view): Query<MonthsView>,
 ) -> Result<Response, PageError> {
     require_finance(&session)?;
-    let months = store::months(&state.pool)
+    let sort = Sort::parse("sort", view.sort.as_deref(), &MONTH_COLUMNS, 0);
+    // Newest month first unless asked otherwise.
+    let sort = if view.sort.is_none() {
+        Sort {
+            descending: true,
+            ..sort
+        }
+    } else {
+        sort
+    };
+    let mut months: Vec<(Vec<Key>, MonthRow)> = store::months(&state.pool)
         .await?
         .into_iter()
-        .map(|m| MonthRow {
-            month: Month::of(m.month).to_string(),
-            state: if m.version.is_some() {
-                "Closed"
-            } else {
-                "Open"
-            }
-            .into(),
-            closed: m.version.is_some(),
-            version: m.version.map(|v| format!("v{v}")).unwrap_or_default(),
-            closed_at: m
-                .closed_at
-                .map(|t| {
-                    format!(
-                        "{} by {}",
-                        t.format("%b %-d, %Y"),
-                        m.closed_by.unwrap_or_default()
-                    )
-                })
-                .unwrap_or_default(),
-            energy: energy(m.metered_mj),
-            reopened: m.reopened,
+        .map(|m| {
+            let keys = vec![
+                Key::Text(m.month.to_string()),
+                Key::Text(
+                    if m.version.is_some() {
+                        "closed"
+                    } else {
+                        "open"
+                    }
+                    .into(),
+                ),
+                Key::Num(Decimal::from(m.metered_mj)),
+                Key::Num(Decimal::from(m.closed_at.map_or(0, |t| t.timestamp()))),
+            ];
+            (keys, m)
+        })
+        .map(|(keys, m)| {
+            (
+                keys,
+                MonthRow {
+                    month: Month::of(m.month).to_string(),
+                    state: if m.version.is_some() {
+                        "Closed"
+                    } else {
+                        "Open"
+                    }
+                    .into(),
+                    closed: m.version.is_some(),
+                    version: m.version.map(|v| format!("v{v}")).unwrap_or_default(),
+                    closed_at: m
+                        .closed_at
+                        .map(|t| {
+                            format!(
+                                "{} by {}",
+                                t.format("%b %-d, %Y"),
+                                m.closed_by.unwrap_or_default()
+                            )
+                        })
+                        .unwrap_or_default(),
+                    energy: energy(m.metered_mj),
+                    reopened: m.reopened,
+                },
+            )
         })
         .collect();
+    sort.apply(&mut months);
     Ok(html(
         MonthsPage {
             nav: Nav::new(&session, "/finance"),
-            months,
+            headers: sort.headers(&MONTH_COLUMNS, ""),
+            months: months.into_iter().map(|m| m.1).collect(),
         }
         .render(),
     ))
@@ -159,6 +255,7 @@ const STATEMENT_COLUMNS: [Column; 8] = [
 #[derive(serde::Deserialize)]
 pub struct MonthView {
     sort: Option<String>,
+    rsort: Option<String>,
 }
 
 #[derive(Template)]
@@ -166,6 +263,7 @@ pub struct MonthView {
 struct MonthPage {
     nav: Nav,
     headers: Vec<Header>,
+    site_headers: Vec<Header>,
     month: String,
     version: u32,
     closed_at: String,
@@ -224,18 +322,40 @@ pub async fn month(
         .collect();
     sort.apply(&mut statements);
     let statements = statements.into_iter().map(|s| s.1).collect();
-    let sites = close
+    let site_sort = Sort::parse("rsort", view.rsort.as_deref(), &SITE_COLUMNS, 0);
+    let mut sites: Vec<(Vec<Key>, SiteRow)> = close
         .reconciliation
         .iter()
-        .map(|r| SiteRow {
-            site: format!("{} ({})", close.directory.site(&r.site).0, r.site),
-            metered: energy(r.metered_mj),
-            attributed: energy(r.attributed_mj),
-            unallocated: energy(r.unallocated_mj),
-            adjustments: energy(r.adjustments_mj),
-            balanced: r.balances(),
+        .map(|r| {
+            let n = |v: i64| Key::Num(Decimal::from(v));
+            (
+                vec![
+                    Key::Text(r.site.clone()),
+                    n(r.metered_mj),
+                    n(r.attributed_mj),
+                    n(r.unallocated_mj),
+                    n(r.adjustments_mj),
+                    Key::Text(r.balances().to_string()),
+                ],
+                SiteRow {
+                    site: format!("{} ({})", close.directory.site(&r.site).0, r.site),
+                    metered: energy(r.metered_mj),
+                    attributed: energy(r.attributed_mj),
+                    unallocated: energy(r.unallocated_mj),
+                    adjustments: energy(r.adjustments_mj),
+                    balanced: r.balances(),
+                },
+            )
         })
         .collect();
+    site_sort.apply(&mut sites);
+    let sites = sites.into_iter().map(|s| s.1).collect();
+    let keep = |name: &str, value: &Option<String>| {
+        value
+            .as_ref()
+            .map(|v| format!("{name}={}", super::segment(v)))
+            .unwrap_or_default()
+    };
     let mut exports = Vec::new();
     for (format, label) in [
         ("csv", "Statement CSV"),
@@ -254,7 +374,8 @@ pub async fn month(
     Ok(html(
         MonthPage {
             nav: Nav::new(&session, "/finance"),
-            headers: sort.headers(&STATEMENT_COLUMNS, ""),
+            headers: sort.headers(&STATEMENT_COLUMNS, &keep("rsort", &view.rsort)),
+            site_headers: site_sort.headers(&SITE_COLUMNS, &keep("sort", &view.sort)),
             month: month.to_string(),
             version: close.version,
             closed_at: close.closed_at.format("%b %-d, %Y %H:%M UTC").to_string(),

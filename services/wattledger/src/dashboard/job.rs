@@ -5,10 +5,11 @@
 
 use super::chart::{self, Stacked};
 use super::format::{carbon_kg, count, energy, f64_of, grouped, kwh_of_mj, pct};
+use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
 use crate::http::AppState;
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use rust_decimal::Decimal;
 use wattledger_store::{jobs, StoreError};
@@ -35,10 +36,71 @@ pub struct GpuRow {
     pub to: String,
 }
 
+const HOUR_COLUMNS: [Column; 10] = [
+    Column {
+        key: "hour",
+        label: "Hour (UTC)",
+        numeric: false,
+    },
+    Column {
+        key: "kw",
+        label: "kW",
+        numeric: true,
+    },
+    Column {
+        key: "gpu",
+        label: "GPU",
+        numeric: true,
+    },
+    Column {
+        key: "node",
+        label: "Node",
+        numeric: true,
+    },
+    Column {
+        key: "idle",
+        label: "Idle share",
+        numeric: true,
+    },
+    Column {
+        key: "facility",
+        label: "Facility",
+        numeric: true,
+    },
+    Column {
+        key: "cost",
+        label: "Cost",
+        numeric: true,
+    },
+    Column {
+        key: "carbon",
+        label: "gCO2e",
+        numeric: true,
+    },
+    Column {
+        key: "tokens",
+        label: "Tokens",
+        numeric: true,
+    },
+    Column {
+        key: "flags",
+        label: "Flags",
+        numeric: false,
+    },
+];
+
+#[derive(serde::Deserialize)]
+pub struct View {
+    sort: Option<String>,
+}
+
 #[derive(Template)]
 #[template(path = "job.html")]
 struct JobPage {
     nav: Nav,
+    headers: Vec<Header>,
+    /// The table was sorted: show it open.
+    sorted: bool,
     key: String,
     name: String,
     tenant: String,
@@ -59,6 +121,7 @@ pub async fn show(
     State(state): State<AppState>,
     session: Session,
     Path(key): Path<String>,
+    Query(view): Query<View>,
 ) -> Result<Response, PageError> {
     let job = match jobs::get(&state.pool, &session.scope, &key).await {
         Ok(j) => j,
@@ -145,24 +208,53 @@ pub async fn show(
     let mut all_flags: Vec<String> = hours.iter().flat_map(|h| h.flags.clone()).collect();
     all_flags.sort();
     all_flags.dedup();
-    let hour_rows = hours
+    let sort = Sort::parse("sort", view.sort.as_deref(), &HOUR_COLUMNS, 0);
+    // Hours read in time order by default.
+    let sort = if view.sort.is_none() {
+        Sort {
+            descending: false,
+            ..sort
+        }
+    } else {
+        sort
+    };
+    let mut hour_rows: Vec<(Vec<Key>, HourRow)> = hours
         .iter()
-        .map(|h| HourRow {
-            hour: h.hour.format("%b %-d %H:00").to_string(),
-            power_kw: grouped(Decimal::from(h.total_mj) / Decimal::from(KW_PER_MJ_HOUR), 2),
-            gpu: grouped(kwh_of_mj(h.gpu_mj), 3),
-            node: grouped(kwh_of_mj(h.node_overhead_mj), 3),
-            idle: grouped(kwh_of_mj(h.idle_mj), 3),
-            facility: grouped(kwh_of_mj(h.facility_overhead_mj), 3),
-            cost: h.cost.map(|c| grouped(c, 4)).unwrap_or_else(|| "–".into()),
-            carbon: h
-                .carbon_g
-                .map(|g| grouped(g, 1))
-                .unwrap_or_else(|| "–".into()),
-            tokens: count(h.prompt_tokens + h.generated_tokens),
-            flags: h.flags.join(", "),
+        .map(|h| {
+            let n = |v: i64| Key::Num(Decimal::from(v));
+            (
+                vec![
+                    Key::Text(h.hour.to_rfc3339()),
+                    n(h.total_mj),
+                    n(h.gpu_mj),
+                    n(h.node_overhead_mj),
+                    n(h.idle_mj),
+                    n(h.facility_overhead_mj),
+                    Key::Num(h.cost.unwrap_or_default()),
+                    Key::Num(h.carbon_g.unwrap_or_default()),
+                    n(h.prompt_tokens + h.generated_tokens),
+                    Key::Text(h.flags.join(",")),
+                ],
+                HourRow {
+                    hour: h.hour.format("%b %-d %H:00").to_string(),
+                    power_kw: grouped(Decimal::from(h.total_mj) / Decimal::from(KW_PER_MJ_HOUR), 2),
+                    gpu: grouped(kwh_of_mj(h.gpu_mj), 3),
+                    node: grouped(kwh_of_mj(h.node_overhead_mj), 3),
+                    idle: grouped(kwh_of_mj(h.idle_mj), 3),
+                    facility: grouped(kwh_of_mj(h.facility_overhead_mj), 3),
+                    cost: h.cost.map(|c| grouped(c, 4)).unwrap_or_else(|| "–".into()),
+                    carbon: h
+                        .carbon_g
+                        .map(|g| grouped(g, 1))
+                        .unwrap_or_else(|| "–".into()),
+                    tokens: count(h.prompt_tokens + h.generated_tokens),
+                    flags: h.flags.join(", "),
+                },
+            )
         })
         .collect();
+    sort.apply(&mut hour_rows);
+    let hour_rows: Vec<HourRow> = hour_rows.into_iter().map(|r| r.1).collect();
     let gpu_rows = gpus
         .iter()
         .map(|g| GpuRow {
@@ -192,6 +284,8 @@ pub async fn show(
     Ok(html(
         JobPage {
             nav: Nav::new(&session, "/jobs"),
+            headers: sort.headers(&HOUR_COLUMNS, ""),
+            sorted: view.sort.is_some(),
             key: job.key,
             name: job.name,
             tenant: job.tenant,

@@ -5,6 +5,7 @@
 use super::chart::{self, Stacked};
 use super::format::{energy, f64_of, grouped, kwh_of_mj, pct};
 use super::range::Range;
+use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
 use crate::auth::Role;
 use crate::http::AppState;
@@ -63,11 +64,98 @@ pub struct SiteView {
     pub resets: i64,
 }
 
+const DAY_COLUMNS: [Column; 8] = [
+    Column {
+        key: "day",
+        label: "Day",
+        numeric: true,
+    },
+    Column {
+        key: "energy",
+        label: "Energy",
+        numeric: true,
+    },
+    Column {
+        key: "pue",
+        label: "PUE",
+        numeric: true,
+    },
+    Column {
+        key: "itue",
+        label: "ITUE",
+        numeric: true,
+    },
+    Column {
+        key: "tue",
+        label: "TUE",
+        numeric: true,
+    },
+    Column {
+        key: "idle",
+        label: "Idle",
+        numeric: true,
+    },
+    Column {
+        key: "allocated",
+        label: "GPUs allocated",
+        numeric: true,
+    },
+    Column {
+        key: "peak",
+        label: "Peak kW",
+        numeric: true,
+    },
+];
+
+/// The meter column sorts in tree order (facility, nodes, GPUs, MIG slices).
+const METER_COLUMNS: [Column; 7] = [
+    Column {
+        key: "meter",
+        label: "Meter",
+        numeric: false,
+    },
+    Column {
+        key: "kind",
+        label: "Kind",
+        numeric: false,
+    },
+    Column {
+        key: "device",
+        label: "Device",
+        numeric: false,
+    },
+    Column {
+        key: "last",
+        label: "Last sample",
+        numeric: true,
+    },
+    Column {
+        key: "samples",
+        label: "Samples",
+        numeric: true,
+    },
+    Column {
+        key: "gaps",
+        label: "Gaps",
+        numeric: true,
+    },
+    Column {
+        key: "resets",
+        label: "Resets",
+        numeric: true,
+    },
+];
+
 #[derive(Template)]
 #[template(path = "operator.html")]
 struct OperatorPage {
     nav: Nav,
     range: Range,
+    day_headers: Vec<Header>,
+    meter_headers: Vec<Header>,
+    /// Which tables were just sorted, to show them open.
+    days_open: bool,
+    meters_open: bool,
     sites: Vec<SiteView>,
 }
 
@@ -75,6 +163,16 @@ struct OperatorPage {
 pub struct View {
     from: Option<String>,
     to: Option<String>,
+    dsort: Option<String>,
+    msort: Option<String>,
+}
+
+fn ratio_key(a: i64, b: i64) -> Key {
+    Key::Num(if b == 0 {
+        Decimal::ZERO
+    } else {
+        Decimal::from(a) / Decimal::from(b)
+    })
 }
 
 fn ratio(a: i64, b: i64) -> String {
@@ -143,6 +241,17 @@ pub async fn page(
         &format!("the last {DAYS} days"),
     )?;
     let days = operations::site_days(&state.pool, range.from, range.to).await?;
+    let day_sort = Sort::parse("dsort", view.dsort.as_deref(), &DAY_COLUMNS, 0);
+    let meter_sort = Sort::parse("msort", view.msort.as_deref(), &METER_COLUMNS, 0);
+    let meter_sort = if view.msort.is_none() {
+        // Tree order, top down, unless asked otherwise.
+        Sort {
+            descending: false,
+            ..meter_sort
+        }
+    } else {
+        meter_sort
+    };
     let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
     let sites = inventory::list_sites(&state.pool).await?;
     let mut by_site_days: BTreeMap<String, Vec<SiteDay>> = BTreeMap::new();
@@ -183,26 +292,51 @@ pub async fn page(
                 )),
                 unit: "kWh",
             });
-            let rows = days
+            let mut rows: Vec<(Vec<Key>, DayRow)> = days
                 .iter()
-                .rev()
-                .map(|d| DayRow {
-                    day: d.day.format("%a %b %-d").to_string(),
-                    energy: energy(d.site_mj),
-                    pue: ratio(d.site_mj, d.it_mj),
-                    itue: ratio(d.it_mj, d.gpu_mj),
-                    tue: ratio(d.site_mj, d.gpu_mj),
-                    idle: pct(Decimal::from(d.idle_mj), Decimal::from(d.site_mj)),
-                    allocated: pct(Decimal::from(d.allocated_gpu_ms), Decimal::from(d.capacity_gpu_ms)),
-                    peak_kw: grouped(kw_of_hour(d.peak_hour_mj), 1),
+                .map(|d| {
+                    (
+                        vec![
+                            Key::Num(Decimal::from(d.day.timestamp())),
+                            Key::Num(Decimal::from(d.site_mj)),
+                            ratio_key(d.site_mj, d.it_mj),
+                            ratio_key(d.it_mj, d.gpu_mj),
+                            ratio_key(d.site_mj, d.gpu_mj),
+                            ratio_key(d.idle_mj, d.site_mj),
+                            ratio_key(d.allocated_gpu_ms, d.capacity_gpu_ms),
+                            Key::Num(Decimal::from(d.peak_hour_mj)),
+                        ],
+                        DayRow {
+                            day: d.day.format("%a %b %-d").to_string(),
+                            energy: energy(d.site_mj),
+                            pue: ratio(d.site_mj, d.it_mj),
+                            itue: ratio(d.it_mj, d.gpu_mj),
+                            tue: ratio(d.site_mj, d.gpu_mj),
+                            idle: pct(Decimal::from(d.idle_mj), Decimal::from(d.site_mj)),
+                            allocated: pct(Decimal::from(d.allocated_gpu_ms), Decimal::from(d.capacity_gpu_ms)),
+                            peak_kw: grouped(kw_of_hour(d.peak_hour_mj), 1),
+                        },
+                    )
                 })
                 .collect();
+            day_sort.apply(&mut rows);
+            let rows: Vec<DayRow> = rows.into_iter().map(|r| r.1).collect();
             let meters = tree(by_site_meters.remove(&s.key).unwrap_or_default());
-            let rows_m: Vec<MeterRow> = meters
+            let mut keyed_m: Vec<(Vec<Key>, MeterRow)> = meters
                 .into_iter()
-                .map(|(depth, m)| {
+                .enumerate()
+                .map(|(position, (depth, m))| {
                     let age = m.last_sample.map(|t| now - t);
-                    MeterRow {
+                    let keys = vec![
+                        Key::Num(Decimal::from(position as i64)),
+                        Key::Text(m.kind.clone()),
+                        Key::Text(m.device_model.clone().unwrap_or_default()),
+                        Key::Num(Decimal::from(m.last_sample.map_or(0, |t| t.timestamp()))),
+                        Key::Num(Decimal::from(m.samples)),
+                        Key::Num(Decimal::from(m.gaps)),
+                        Key::Num(Decimal::from(m.resets)),
+                    ];
+                    let row = MeterRow {
                         depth: depth.min(3),
                         stale: age.is_none_or(|a| a > Duration::minutes(STALE_MIN)),
                         last: match age {
@@ -218,9 +352,12 @@ pub async fn page(
                         samples: m.samples,
                         gaps: m.gaps,
                         resets: m.resets,
-                    }
+                    };
+                    (keys, row)
                 })
                 .collect();
+            meter_sort.apply(&mut keyed_m);
+            let rows_m: Vec<MeterRow> = keyed_m.into_iter().map(|r| r.1).collect();
             SiteView {
                 key: s.key.clone(),
                 name: s.name.clone(),
@@ -238,9 +375,22 @@ pub async fn page(
             }
         })
         .collect();
+    let others = |skip: &str| {
+        let mut q = range.query();
+        for (name, value) in [("dsort", &view.dsort), ("msort", &view.msort)] {
+            if let (true, Some(v)) = (name != skip, value) {
+                q.push_str(&format!("&{name}={}", super::segment(v)));
+            }
+        }
+        q
+    };
     Ok(html(
         OperatorPage {
             nav: Nav::new(&session, "/operator"),
+            day_headers: day_sort.headers(&DAY_COLUMNS, &others("dsort")),
+            meter_headers: meter_sort.headers(&METER_COLUMNS, &others("msort")),
+            days_open: view.dsort.is_some(),
+            meters_open: view.msort.is_some(),
             range,
             sites: views,
         }

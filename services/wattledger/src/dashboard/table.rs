@@ -30,7 +30,7 @@ pub struct Column {
 
 /// A header cell as the template shows it.
 pub struct Header {
-    pub label: &'static str,
+    pub label: String,
     pub href: String,
     /// `ascending`, `descending` or `none` (ARIA).
     pub sort: &'static str,
@@ -92,7 +92,7 @@ impl Sort {
                 let value = format!("{}.{}", c.key, if descending { "desc" } else { "asc" });
                 let sep = if others.is_empty() { "" } else { "&" };
                 Header {
-                    label: c.label,
+                    label: c.label.to_owned(),
                     href: format!("?{others}{sep}{}={value}", self.param),
                     sort: match (current, self.descending) {
                         (false, _) => "none",

@@ -50,6 +50,7 @@ pub struct View {
     pub to: Option<String>,
     pub sort: Option<String>,
     pub msort: Option<String>,
+    pub dsort: Option<String>,
 }
 
 const TENANT_COLUMNS: [Column; 5] = [
@@ -170,6 +171,11 @@ const MODEL_COLUMNS: [Column; 5] = [
     },
 ];
 
+/// Sort keys of the day table's model columns, by position.
+const MODEL_KEYS: [&str; 12] = [
+    "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9", "m10", "m11", "m12",
+];
+
 const JOB_COLUMNS: [Column; 6] = [
     Column {
         key: "job",
@@ -261,6 +267,9 @@ struct OverviewPage {
     range: Range,
     model_headers: Vec<Header>,
     job_headers: Vec<Header>,
+    day_headers: Vec<Header>,
+    /// The day table was just sorted: show it open.
+    days_open: bool,
     figures: Vec<Figure>,
     budgets: Vec<BudgetBar>,
     chart_svg: String,
@@ -480,26 +489,75 @@ pub async fn overview(
         .enumerate()
         .map(|(i, m)| (m.clone(), chart::colour(i)))
         .collect();
-    let days = (0..days_n)
+    // The day table: its columns are the page's models, so its sort keys are by position.
+    let day_columns: Vec<Column> = std::iter::once(Column {
+        key: "day",
+        label: "Day",
+        numeric: false,
+    })
+    .chain(models.iter().enumerate().map(|(i, _)| Column {
+        key: MODEL_KEYS.get(i).copied().unwrap_or("m"),
+        label: "",
+        numeric: true,
+    }))
+    .chain([
+        Column {
+            key: "total",
+            label: "Total kWh",
+            numeric: true,
+        },
+        Column {
+            key: "intensity",
+            label: "gCO2e/kWh",
+            numeric: true,
+        },
+    ])
+    .collect();
+    let day_sort = Sort::parse("dsort", view.dsort.as_deref(), &day_columns, 0);
+    let mut days: Vec<(Vec<Key>, DayRow)> = (0..days_n)
         .filter(|d| intensity.contains_key(d))
-        .map(|d| DayRow {
-            day: day_keys[d as usize].format("%a %b %-d").to_string(),
-            cells: models
-                .iter()
-                .map(|m| {
-                    grouped(
-                        kwh_of_mj(grid.get(&(m.clone(), d)).copied().unwrap_or(0)),
-                        1,
-                    )
-                })
-                .collect(),
-            total: grouped(kwh_of_mj(intensity[&d].0), 1),
-            intensity: g_per_kwh(d)
-                .map(|g| grouped(g, 0))
-                .unwrap_or_else(|| "–".into()),
+        .map(|d| {
+            let cell = |m: &String| grid.get(&(m.clone(), d)).copied().unwrap_or(0);
+            let keys = std::iter::once(Key::Text(day_keys[d as usize].to_rfc3339()))
+                .chain(models.iter().map(|m| Key::Num(Decimal::from(cell(m)))))
+                .chain([
+                    Key::Num(Decimal::from(intensity[&d].0)),
+                    Key::Num(g_per_kwh(d).unwrap_or_default()),
+                ])
+                .collect();
+            let row = DayRow {
+                day: day_keys[d as usize].format("%a %b %-d").to_string(),
+                cells: models
+                    .iter()
+                    .map(|m| grouped(kwh_of_mj(cell(m)), 1))
+                    .collect(),
+                total: grouped(kwh_of_mj(intensity[&d].0), 1),
+                intensity: g_per_kwh(d)
+                    .map(|g| grouped(g, 0))
+                    .unwrap_or_else(|| "–".into()),
+            };
+            (keys, row)
         })
         .collect();
-
+    day_sort.apply(&mut days);
+    let days: Vec<DayRow> = days.into_iter().map(|d| d.1).collect();
+    let keep = |skip: &str| {
+        let mut q = range.query();
+        for (name, value) in [
+            ("sort", &view.sort),
+            ("msort", &view.msort),
+            ("dsort", &view.dsort),
+        ] {
+            if let (true, Some(v)) = (name != skip, value) {
+                q.push_str(&format!("&{name}={}", super::segment(v)));
+            }
+        }
+        q
+    };
+    let mut day_headers = day_sort.headers(&day_columns, &keep("dsort"));
+    for (h, m) in day_headers.iter_mut().skip(1).zip(&models) {
+        h.label = m.clone();
+    }
     let model_sort = Sort::parse("msort", view.msort.as_deref(), &MODEL_COLUMNS, 1);
     let mut model_rows: Vec<(Vec<Key>, ModelRow)> = by_model
         .iter()
@@ -562,19 +620,8 @@ pub async fn overview(
         })
         .collect();
     job_sort.apply(&mut jobs);
-    let others = |skip: &str| {
-        let mut q = range.query();
-        for (name, value) in [("sort", &view.sort), ("msort", &view.msort)] {
-            if name != skip {
-                if let Some(v) = value {
-                    q.push_str(&format!("&{name}={}", super::segment(v)));
-                }
-            }
-        }
-        q
-    };
-    let model_headers = model_sort.headers(&MODEL_COLUMNS, &others("msort"));
-    let job_headers = job_sort.headers(&JOB_COLUMNS, &others("sort"));
+    let model_headers = model_sort.headers(&MODEL_COLUMNS, &keep("msort"));
+    let job_headers = job_sort.headers(&JOB_COLUMNS, &keep("sort"));
     Ok(html(
         OverviewPage {
             nav: Nav::new(&session, &format!("/tenants/{key}")),
@@ -582,6 +629,8 @@ pub async fn overview(
             range,
             model_headers,
             job_headers,
+            day_headers,
+            days_open: view.dsort.is_some(),
             figures,
             budgets: bars,
             chart_svg,

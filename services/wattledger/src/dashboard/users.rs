@@ -2,12 +2,13 @@
 //! user or reset one's password (generated and shown once unless one is typed).
 
 use super::format::grouped;
+use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
 use crate::auth::Role;
 use crate::dashboard::login::{add_user, new_password};
 use crate::http::AppState;
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Form;
@@ -24,10 +25,44 @@ pub struct UserView {
     pub disabled: bool,
 }
 
+const USER_COLUMNS: [Column; 5] = [
+    Column {
+        key: "user",
+        label: "User",
+        numeric: false,
+    },
+    Column {
+        key: "role",
+        label: "Role",
+        numeric: false,
+    },
+    Column {
+        key: "tenant",
+        label: "Tenant",
+        numeric: false,
+    },
+    Column {
+        key: "created",
+        label: "Created",
+        numeric: true,
+    },
+    Column {
+        key: "last_login",
+        label: "Last sign-in",
+        numeric: true,
+    },
+];
+
+#[derive(serde::Deserialize, Default)]
+pub struct View {
+    sort: Option<String>,
+}
+
 #[derive(Template)]
 #[template(path = "users.html")]
 struct UsersPage {
     nav: Nav,
+    headers: Vec<Header>,
     users: Vec<UserView>,
     tenants: Vec<String>,
     notice: Option<String>,
@@ -46,6 +81,7 @@ fn admin_only(session: &Session) -> Result<(), PageError> {
 async fn render(
     state: &AppState,
     session: &Session,
+    view: &View,
     status: StatusCode,
     notice: Option<String>,
     error: Option<String>,
@@ -57,23 +93,37 @@ async fn render(
         .map(|t| t.key)
         .collect();
     let count = grouped(Decimal::from(list.len() as i64), 0);
-    let users = list
+    let sort = Sort::parse("sort", view.sort.as_deref(), &USER_COLUMNS, 0);
+    let mut keyed: Vec<(Vec<Key>, UserView)> = list
         .into_iter()
-        .map(|u| UserView {
-            username: u.username,
-            role: u.role,
-            tenant: u.tenant.unwrap_or_default(),
-            created: u.created_at.format("%b %-d, %Y").to_string(),
-            last_login: u
-                .last_login_at
-                .map(|t| t.format("%b %-d, %Y %H:%M UTC").to_string())
-                .unwrap_or_else(|| "never".into()),
-            disabled: u.disabled,
+        .map(|u| {
+            let keys = vec![
+                Key::Text(u.username.clone()),
+                Key::Text(u.role.clone()),
+                Key::Text(u.tenant.clone().unwrap_or_default()),
+                Key::Num(Decimal::from(u.created_at.timestamp())),
+                Key::Num(Decimal::from(u.last_login_at.map_or(0, |t| t.timestamp()))),
+            ];
+            let row = UserView {
+                username: u.username,
+                role: u.role,
+                tenant: u.tenant.unwrap_or_default(),
+                created: u.created_at.format("%b %-d, %Y").to_string(),
+                last_login: u
+                    .last_login_at
+                    .map(|t| t.format("%b %-d, %Y %H:%M UTC").to_string())
+                    .unwrap_or_else(|| "never".into()),
+                disabled: u.disabled,
+            };
+            (keys, row)
         })
         .collect();
+    sort.apply(&mut keyed);
+    let users = keyed.into_iter().map(|k| k.1).collect();
     let mut r = html(
         UsersPage {
             nav: Nav::new(session, "/admin/users"),
+            headers: sort.headers(&USER_COLUMNS, ""),
             users,
             tenants,
             notice,
@@ -86,9 +136,13 @@ async fn render(
     Ok(r)
 }
 
-pub async fn page(State(state): State<AppState>, session: Session) -> Result<Response, PageError> {
+pub async fn page(
+    State(state): State<AppState>,
+    session: Session,
+    Query(view): Query<View>,
+) -> Result<Response, PageError> {
     admin_only(&session)?;
-    render(&state, &session, StatusCode::OK, None, None).await
+    render(&state, &session, &view, StatusCode::OK, None, None).await
 }
 
 #[derive(Deserialize)]
@@ -125,6 +179,7 @@ pub async fn create(
             return render(
                 &state,
                 &session,
+                &View::default(),
                 StatusCode::UNPROCESSABLE_ENTITY,
                 None,
                 Some("Pick a role.".into()),
@@ -150,12 +205,21 @@ pub async fn create(
                 format!("{who} saved. Their password, shown this once: {password}")
             };
             tracing::info!(by = %session.username, user = %who, role = role.as_str(), "dashboard user saved");
-            render(&state, &session, StatusCode::OK, Some(notice), None).await
+            render(
+                &state,
+                &session,
+                &View::default(),
+                StatusCode::OK,
+                Some(notice),
+                None,
+            )
+            .await
         }
         Err(e) => {
             render(
                 &state,
                 &session,
+                &View::default(),
                 StatusCode::UNPROCESSABLE_ENTITY,
                 None,
                 Some(format!("{e}.")),
