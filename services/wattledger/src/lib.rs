@@ -70,7 +70,8 @@ pub fn signing_key(config: &Config) -> anyhow::Result<auth::Keys> {
     Ok(auth::Keys::new(secret.as_bytes())?)
 }
 
-fn random_hex(bytes: usize) -> anyhow::Result<String> {
+/// `bytes` random bytes as lowercase hex.
+pub fn random_hex(bytes: usize) -> anyhow::Result<String> {
     Ok(random_bytes(bytes)?
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -7,8 +7,7 @@ use super::{html, Nav, PageError, Session};
 use crate::http::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use rust_decimal::Decimal;
 use wattledger_domain::chargeback::{self, Month};
 use wattledger_store::chargeback as store;
@@ -405,21 +404,5 @@ pub async fn download(
     let (_, e) = store::export(&state.pool, month, &format)
         .await?
         .ok_or(PageError::NotFound)?;
-    let mut r = e.content.into_response();
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(if format == "json" {
-            "application/json"
-        } else {
-            "text/csv; charset=utf-8"
-        }),
-    );
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{}\"", e.file_name)) {
-        h.insert(header::CONTENT_DISPOSITION, v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&e.sha256) {
-        h.insert("x-checksum-sha256", v);
-    }
-    Ok(r)
+    Ok(crate::http::chargeback::export_file(e))
 }

@@ -110,9 +110,7 @@ fn set_cookie(r: &mut Response, value: String) {
 }
 
 fn login_page(status: StatusCode, username: &str, error: Option<String>) -> Response {
-    let csrf = crate::random_bytes(16)
-        .map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>())
-        .unwrap_or_default();
+    let csrf = crate::random_hex(16).unwrap_or_default();
     let page = LoginPage {
         csrf: csrf.clone(),
         username: username.to_owned(),

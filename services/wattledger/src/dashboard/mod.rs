@@ -27,7 +27,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
-use sha2::Digest;
 use wattledger_store::Scope;
 
 pub const SESSION_COOKIE: &str = "wl_session";
@@ -123,8 +122,10 @@ pub fn segment(s: &str) -> String {
 /// The CSRF token of a session token: knowing it needs the token, which only the browser's
 /// HttpOnly cookie holds.
 pub fn csrf_for(token: &str) -> String {
-    let digest = sha2::Sha256::digest(format!("wattledger-csrf:{token}").as_bytes());
-    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    let mut hex =
+        wattledger_domain::chargeback::sha256_hex(format!("wattledger-csrf:{token}").as_bytes());
+    hex.truncate(32);
+    hex
 }
 
 pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {

@@ -522,12 +522,18 @@ pub async fn export(
     let (_, e) = store::export(&state.pool, month, &format)
         .await?
         .ok_or(ApiError::NotFound)?;
-    let content_type = if format == "json" {
+    Ok(export_file(e))
+}
+
+/// An export as a download: its content type, file name and checksum (the dashboard serves
+/// the same).
+pub(crate) fn export_file(e: chargeback::Export) -> Response {
+    let content_type = if e.format == "json" {
         "application/json"
     } else {
         "text/csv; charset=utf-8"
     };
-    Ok(file(e.content, content_type, &e.file_name, Some(&e.sha256)))
+    file(e.content, content_type, &e.file_name, Some(&e.sha256))
 }
 
 fn file(body: Vec<u8>, content_type: &'static str, name: &str, sha256: Option<&str>) -> Response {
