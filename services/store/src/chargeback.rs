@@ -169,13 +169,18 @@ pub async fn close(
     .await?;
 
     // This month's usage, and what changed in closed months since they were billed.
-    let mut entries = ledger_entries(&mut tx, month.start(), month.end()).await?;
+    // Every earlier month with ledger rows is closed (checked above), so one pass over the
+    // ledger from the first closed month reads this month's usage and what the closed months
+    // hold now.
     let closed: Vec<NaiveDate> = in_force.into_iter().filter(|m| *m < first).collect();
-    let mut current = Vec::new();
-    for m in &closed {
-        let m = Month::of(*m);
-        current.extend(ledger_entries(&mut tx, m.start(), m.end()).await?);
-    }
+    let from = closed
+        .first()
+        .map_or(month.start(), |m| Month::of(*m).start());
+    let (mut entries, current): (Vec<Entry>, Vec<Entry>) =
+        ledger_entries(&mut tx, from, month.end())
+            .await?
+            .into_iter()
+            .partition(|(k, _)| k.period == month);
     let billed = billed_entries(&mut tx, &closed).await?;
     entries.extend(statement::adjustments(&current, &billed));
     let statements = statement::statements(month, version as u32, entries);
@@ -219,6 +224,13 @@ struct EntryRow {
     class: String,
     model: Option<String>,
     period: NaiveDate,
+    #[sqlx(flatten)]
+    amounts: AmountsRow,
+}
+
+/// The amount columns a ledger aggregate and a statement line share.
+#[derive(sqlx::FromRow)]
+struct AmountsRow {
     energy_mj: i64,
     energy_cost: Decimal,
     gpu_time_cost: Decimal,
@@ -227,6 +239,21 @@ struct EntryRow {
     prompt_tokens: i64,
     generated_tokens: i64,
     gpu_ms: i64,
+}
+
+impl From<AmountsRow> for Amounts {
+    fn from(r: AmountsRow) -> Amounts {
+        Amounts {
+            energy_mj: r.energy_mj,
+            energy_cost: r.energy_cost,
+            gpu_time_cost: r.gpu_time_cost,
+            carbon_g: r.carbon_g,
+            embodied_g: r.embodied_g,
+            prompt_tokens: r.prompt_tokens,
+            generated_tokens: r.generated_tokens,
+            gpu_ms: r.gpu_ms,
+        }
+    }
 }
 
 impl EntryRow {
@@ -240,16 +267,7 @@ impl EntryRow {
                 model: self.model,
                 period: Month::of(self.period),
             },
-            Amounts {
-                energy_mj: self.energy_mj,
-                energy_cost: self.energy_cost,
-                gpu_time_cost: self.gpu_time_cost,
-                carbon_g: self.carbon_g,
-                embodied_g: self.embodied_g,
-                prompt_tokens: self.prompt_tokens,
-                generated_tokens: self.generated_tokens,
-                gpu_ms: self.gpu_ms,
-            },
+            self.amounts.into(),
         )
     }
 }
@@ -585,14 +603,8 @@ struct LineRow {
     site_key: String,
     model_key: Option<String>,
     class: String,
-    energy_mj: i64,
-    energy_cost: Decimal,
-    gpu_time_cost: Decimal,
-    carbon_g: Decimal,
-    embodied_g: Decimal,
-    prompt_tokens: i64,
-    generated_tokens: i64,
-    gpu_ms: i64,
+    #[sqlx(flatten)]
+    amounts: AmountsRow,
     billed_energy_cost: Decimal,
     billed_gpu_time_cost: Decimal,
     energy_kwh: Decimal,
@@ -664,16 +676,7 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
         let Some(s) = by_id.get_mut(&l.statement_id) else {
             continue;
         };
-        let amounts = Amounts {
-            energy_mj: l.energy_mj,
-            energy_cost: l.energy_cost,
-            gpu_time_cost: l.gpu_time_cost,
-            carbon_g: l.carbon_g,
-            embodied_g: l.embodied_g,
-            prompt_tokens: l.prompt_tokens,
-            generated_tokens: l.generated_tokens,
-            gpu_ms: l.gpu_ms,
-        };
+        let amounts: Amounts = l.amounts.into();
         s.total = s.total + amounts;
         s.lines.push(Line {
             no: l.line_no as u32,

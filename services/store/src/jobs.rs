@@ -238,13 +238,16 @@ pub struct JobHour {
     pub embodied_carbon_g: Option<rust_decimal::Decimal>,
     /// Data-quality flags of any of the hour's rows.
     pub flags: Vec<String>,
+    /// The site's billing currency (a job runs at one site).
+    pub currency: String,
 }
 
 /// A job's ledger hour by hour (its tenant's share only, for a tenant scope).
 pub async fn hours(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResult<Vec<JobHour>> {
     Ok(sqlx::query_as(
         "WITH rows AS (
-             SELECT * FROM ledger WHERE job_id = $2 AND ($1::bigint IS NULL OR tenant_id = $1)
+             SELECT l.*, s.currency::text AS currency FROM ledger l JOIN sites s ON s.id = l.site_id
+             WHERE l.job_id = $2 AND ($1::bigint IS NULL OR l.tenant_id = $1)
          ), flags AS (
              SELECT hour, array_agg(DISTINCT f ORDER BY f) AS flags
              FROM rows, unnest(rows.flags) AS f GROUP BY hour
@@ -256,7 +259,7 @@ pub async fn hours(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResult<Vec
                 sum(gpu_ms)::bigint AS gpu_ms, sum(prompt_tokens)::bigint AS prompt_tokens,
                 sum(generated_tokens)::bigint AS generated_tokens, sum(cost) AS cost,
                 sum(carbon_g) AS carbon_g, sum(embodied_carbon_g) AS embodied_carbon_g,
-                coalesce(f.flags, '{}') AS flags
+                coalesce(f.flags, '{}') AS flags, min(r.currency) AS currency
          FROM rows r LEFT JOIN flags f ON f.hour = r.hour
          GROUP BY r.hour, f.flags ORDER BY r.hour",
     )

@@ -135,12 +135,10 @@ pub async fn show(
         |f: fn(&jobs::JobHour) -> Option<Decimal>| hours.iter().filter_map(f).sum::<Decimal>();
     let total = sum(|h| h.total_mj);
     let tokens = sum(|h| h.prompt_tokens + h.generated_tokens);
-    let currency: Option<String> =
-        sqlx::query_scalar("SELECT currency::text FROM sites s JOIN ledger l ON l.site_id = s.id JOIN jobs j ON j.id = l.job_id WHERE j.id = $1 LIMIT 1")
-            .bind(job.id)
-            .fetch_optional(&state.pool)
-            .await
-            .map_err(|e| PageError::Internal(e.to_string()))?;
+    let currency = hours
+        .first()
+        .map(|h| h.currency.clone())
+        .unwrap_or_default();
     let figures = vec![
         (
             "Energy".into(),
@@ -152,11 +150,7 @@ pub async fn show(
         ),
         (
             "Cost".into(),
-            format!(
-                "{} {}",
-                grouped(dsum(|h| h.cost), 2),
-                currency.unwrap_or_default()
-            ),
+            format!("{} {}", grouped(dsum(|h| h.cost), 2), currency),
             "energy at the site's prices".into(),
         ),
         (
