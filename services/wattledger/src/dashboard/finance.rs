@@ -24,59 +24,19 @@ pub struct MonthRow {
 }
 
 const MONTH_COLUMNS: [Column; 4] = [
-    Column {
-        key: "month",
-        label: "Month",
-        numeric: false,
-    },
-    Column {
-        key: "status",
-        label: "Status",
-        numeric: false,
-    },
-    Column {
-        key: "metered",
-        label: "Metered",
-        numeric: true,
-    },
-    Column {
-        key: "closed",
-        label: "Closed",
-        numeric: true,
-    },
+    Column::text("month", "Month"),
+    Column::text("status", "Status"),
+    Column::num("metered", "Metered"),
+    Column::num("closed", "Closed"),
 ];
 
 const SITE_COLUMNS: [Column; 6] = [
-    Column {
-        key: "site",
-        label: "Site",
-        numeric: false,
-    },
-    Column {
-        key: "metered",
-        label: "Metered",
-        numeric: true,
-    },
-    Column {
-        key: "attributed",
-        label: "Attributed",
-        numeric: true,
-    },
-    Column {
-        key: "unallocated",
-        label: "Unallocated",
-        numeric: true,
-    },
-    Column {
-        key: "adjustments",
-        label: "Adjustments",
-        numeric: true,
-    },
-    Column {
-        key: "balance",
-        label: "Balance",
-        numeric: false,
-    },
+    Column::text("site", "Site"),
+    Column::num("metered", "Metered"),
+    Column::num("attributed", "Attributed"),
+    Column::num("unallocated", "Unallocated"),
+    Column::num("adjustments", "Adjustments"),
+    Column::text("balance", "Balance"),
 ];
 
 #[derive(serde::Deserialize)]
@@ -209,46 +169,14 @@ pub struct ExportRow {
 }
 
 const STATEMENT_COLUMNS: [Column; 8] = [
-    Column {
-        key: "tenant",
-        label: "Tenant",
-        numeric: false,
-    },
-    Column {
-        key: "statement",
-        label: "Statement",
-        numeric: false,
-    },
-    Column {
-        key: "lines",
-        label: "Lines",
-        numeric: true,
-    },
-    Column {
-        key: "energy",
-        label: "Energy",
-        numeric: true,
-    },
-    Column {
-        key: "billed",
-        label: "Billed",
-        numeric: true,
-    },
-    Column {
-        key: "carbon",
-        label: "kgCO2e",
-        numeric: true,
-    },
-    Column {
-        key: "tokens",
-        label: "Tokens",
-        numeric: true,
-    },
-    Column {
-        key: "gpu_hours",
-        label: "GPU-hours",
-        numeric: true,
-    },
+    Column::text("tenant", "Tenant"),
+    Column::text("statement", "Statement"),
+    Column::num("lines", "Lines"),
+    Column::num("energy", "Energy"),
+    Column::num("billed", "Billed"),
+    Column::num("carbon", "kgCO2e"),
+    Column::num("tokens", "Tokens"),
+    Column::num("gpu_hours", "GPU-hours"),
 ];
 
 #[derive(serde::Deserialize)]

@@ -37,56 +37,16 @@ pub struct GpuRow {
 }
 
 const HOUR_COLUMNS: [Column; 10] = [
-    Column {
-        key: "hour",
-        label: "Hour (UTC)",
-        numeric: false,
-    },
-    Column {
-        key: "kw",
-        label: "kW",
-        numeric: true,
-    },
-    Column {
-        key: "gpu",
-        label: "GPU",
-        numeric: true,
-    },
-    Column {
-        key: "node",
-        label: "Node",
-        numeric: true,
-    },
-    Column {
-        key: "idle",
-        label: "Idle share",
-        numeric: true,
-    },
-    Column {
-        key: "facility",
-        label: "Facility",
-        numeric: true,
-    },
-    Column {
-        key: "cost",
-        label: "Cost",
-        numeric: true,
-    },
-    Column {
-        key: "carbon",
-        label: "gCO2e",
-        numeric: true,
-    },
-    Column {
-        key: "tokens",
-        label: "Tokens",
-        numeric: true,
-    },
-    Column {
-        key: "flags",
-        label: "Flags",
-        numeric: false,
-    },
+    Column::text("hour", "Hour (UTC)"),
+    Column::num("kw", "kW"),
+    Column::num("gpu", "GPU"),
+    Column::num("node", "Node"),
+    Column::num("idle", "Idle share"),
+    Column::num("facility", "Facility"),
+    Column::num("cost", "Cost"),
+    Column::num("carbon", "gCO2e"),
+    Column::num("tokens", "Tokens"),
+    Column::text("flags", "Flags"),
 ];
 
 #[derive(serde::Deserialize)]

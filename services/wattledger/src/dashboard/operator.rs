@@ -65,85 +65,25 @@ pub struct SiteView {
 }
 
 const DAY_COLUMNS: [Column; 8] = [
-    Column {
-        key: "day",
-        label: "Day",
-        numeric: true,
-    },
-    Column {
-        key: "energy",
-        label: "Energy",
-        numeric: true,
-    },
-    Column {
-        key: "pue",
-        label: "PUE",
-        numeric: true,
-    },
-    Column {
-        key: "itue",
-        label: "ITUE",
-        numeric: true,
-    },
-    Column {
-        key: "tue",
-        label: "TUE",
-        numeric: true,
-    },
-    Column {
-        key: "idle",
-        label: "Idle",
-        numeric: true,
-    },
-    Column {
-        key: "allocated",
-        label: "GPUs allocated",
-        numeric: true,
-    },
-    Column {
-        key: "peak",
-        label: "Peak kW",
-        numeric: true,
-    },
+    Column::num("day", "Day"),
+    Column::num("energy", "Energy"),
+    Column::num("pue", "PUE"),
+    Column::num("itue", "ITUE"),
+    Column::num("tue", "TUE"),
+    Column::num("idle", "Idle"),
+    Column::num("allocated", "GPUs allocated"),
+    Column::num("peak", "Peak kW"),
 ];
 
 /// The meter column sorts in tree order (facility, nodes, GPUs, MIG slices).
 const METER_COLUMNS: [Column; 7] = [
-    Column {
-        key: "meter",
-        label: "Meter",
-        numeric: false,
-    },
-    Column {
-        key: "kind",
-        label: "Kind",
-        numeric: false,
-    },
-    Column {
-        key: "device",
-        label: "Device",
-        numeric: false,
-    },
-    Column {
-        key: "last",
-        label: "Last sample",
-        numeric: true,
-    },
-    Column {
-        key: "samples",
-        label: "Samples",
-        numeric: true,
-    },
-    Column {
-        key: "gaps",
-        label: "Gaps",
-        numeric: true,
-    },
-    Column {
-        key: "resets",
-        label: "Resets",
-        numeric: true,
-    },
+    Column::text("meter", "Meter"),
+    Column::text("kind", "Kind"),
+    Column::text("device", "Device"),
+    Column::num("last", "Last sample"),
+    Column::num("samples", "Samples"),
+    Column::num("gaps", "Gaps"),
+    Column::num("resets", "Resets"),
 ];
 
 #[derive(Template)]

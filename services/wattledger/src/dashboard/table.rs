@@ -28,6 +28,26 @@ pub struct Column {
     pub numeric: bool,
 }
 
+impl Column {
+    /// A column of words: sorts A to Z first.
+    pub const fn text(key: &'static str, label: &'static str) -> Column {
+        Column {
+            key,
+            label,
+            numeric: false,
+        }
+    }
+
+    /// A column of figures: sorts biggest first.
+    pub const fn num(key: &'static str, label: &'static str) -> Column {
+        Column {
+            key,
+            label,
+            numeric: true,
+        }
+    }
+}
+
 /// A header cell as the template shows it.
 pub struct Header {
     pub label: String,
@@ -111,16 +131,8 @@ mod tests {
     use super::*;
 
     const COLS: [Column; 2] = [
-        Column {
-            key: "name",
-            label: "Name",
-            numeric: false,
-        },
-        Column {
-            key: "energy",
-            label: "Energy",
-            numeric: true,
-        },
+        Column::text("name", "Name"),
+        Column::num("energy", "Energy"),
     ];
 
     #[test]

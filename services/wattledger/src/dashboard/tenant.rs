@@ -54,31 +54,11 @@ pub struct View {
 }
 
 const TENANT_COLUMNS: [Column; 5] = [
-    Column {
-        key: "tenant",
-        label: "Tenant",
-        numeric: false,
-    },
-    Column {
-        key: "energy",
-        label: "Energy",
-        numeric: true,
-    },
-    Column {
-        key: "cost",
-        label: "Cost",
-        numeric: true,
-    },
-    Column {
-        key: "carbon",
-        label: "Carbon",
-        numeric: true,
-    },
-    Column {
-        key: "tokens",
-        label: "Tokens",
-        numeric: true,
-    },
+    Column::text("tenant", "Tenant"),
+    Column::num("energy", "Energy"),
+    Column::num("cost", "Cost"),
+    Column::num("carbon", "Carbon"),
+    Column::num("tokens", "Tokens"),
 ];
 
 #[derive(Template)]
@@ -144,31 +124,11 @@ pub async fn index(
 }
 
 const MODEL_COLUMNS: [Column; 5] = [
-    Column {
-        key: "model",
-        label: "Model",
-        numeric: false,
-    },
-    Column {
-        key: "energy",
-        label: "Energy",
-        numeric: true,
-    },
-    Column {
-        key: "tokens",
-        label: "Tokens",
-        numeric: true,
-    },
-    Column {
-        key: "tokens_per_kwh",
-        label: "Tokens per kWh",
-        numeric: true,
-    },
-    Column {
-        key: "g_per_1k",
-        label: "gCO2e per 1k tokens",
-        numeric: true,
-    },
+    Column::text("model", "Model"),
+    Column::num("energy", "Energy"),
+    Column::num("tokens", "Tokens"),
+    Column::num("tokens_per_kwh", "Tokens per kWh"),
+    Column::num("g_per_1k", "gCO2e per 1k tokens"),
 ];
 
 /// Sort keys of the day table's model columns, by position.
@@ -177,36 +137,12 @@ const MODEL_KEYS: [&str; 12] = [
 ];
 
 const JOB_COLUMNS: [Column; 6] = [
-    Column {
-        key: "job",
-        label: "Job",
-        numeric: false,
-    },
-    Column {
-        key: "model",
-        label: "Model",
-        numeric: false,
-    },
-    Column {
-        key: "energy",
-        label: "Energy",
-        numeric: true,
-    },
-    Column {
-        key: "cost",
-        label: "Cost",
-        numeric: true,
-    },
-    Column {
-        key: "carbon",
-        label: "Carbon",
-        numeric: true,
-    },
-    Column {
-        key: "idle",
-        label: "Idle share",
-        numeric: true,
-    },
+    Column::text("job", "Job"),
+    Column::text("model", "Model"),
+    Column::num("energy", "Energy"),
+    Column::num("cost", "Cost"),
+    Column::num("carbon", "Carbon"),
+    Column::num("idle", "Idle share"),
 ];
 
 pub struct Figure {
@@ -490,29 +426,16 @@ pub async fn overview(
         .map(|(i, m)| (m.clone(), chart::colour(i)))
         .collect();
     // The day table: its columns are the page's models, so its sort keys are by position.
-    let day_columns: Vec<Column> = std::iter::once(Column {
-        key: "day",
-        label: "Day",
-        numeric: false,
-    })
-    .chain(models.iter().enumerate().map(|(i, _)| Column {
-        key: MODEL_KEYS.get(i).copied().unwrap_or("m"),
-        label: "",
-        numeric: true,
-    }))
-    .chain([
-        Column {
-            key: "total",
-            label: "Total kWh",
-            numeric: true,
-        },
-        Column {
-            key: "intensity",
-            label: "gCO2e/kWh",
-            numeric: true,
-        },
-    ])
-    .collect();
+    let day_columns: Vec<Column> = std::iter::once(Column::text("day", "Day"))
+        // Labelled with the model names once the headers are made.
+        .chain(
+            (0..models.len()).map(|i| Column::num(MODEL_KEYS.get(i).copied().unwrap_or("m"), "")),
+        )
+        .chain([
+            Column::num("total", "Total kWh"),
+            Column::num("intensity", "gCO2e/kWh"),
+        ])
+        .collect();
     let day_sort = Sort::parse("dsort", view.dsort.as_deref(), &day_columns, 0);
     let mut days: Vec<(Vec<Key>, DayRow)> = (0..days_n)
         .filter(|d| intensity.contains_key(d))

@@ -26,31 +26,11 @@ pub struct UserView {
 }
 
 const USER_COLUMNS: [Column; 5] = [
-    Column {
-        key: "user",
-        label: "User",
-        numeric: false,
-    },
-    Column {
-        key: "role",
-        label: "Role",
-        numeric: false,
-    },
-    Column {
-        key: "tenant",
-        label: "Tenant",
-        numeric: false,
-    },
-    Column {
-        key: "created",
-        label: "Created",
-        numeric: true,
-    },
-    Column {
-        key: "last_login",
-        label: "Last sign-in",
-        numeric: true,
-    },
+    Column::text("user", "User"),
+    Column::text("role", "Role"),
+    Column::text("tenant", "Tenant"),
+    Column::num("created", "Created"),
+    Column::num("last_login", "Last sign-in"),
 ];
 
 #[derive(serde::Deserialize, Default)]
