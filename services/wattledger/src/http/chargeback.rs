@@ -290,7 +290,9 @@ fn parse_month(s: &str) -> ApiResult<Month> {
 }
 
 fn conflict(e: CloseError) -> ApiError {
-    let code = match &e {
+    let message = e.to_string();
+    let code = match e {
+        CloseError::Store(s) => return ApiError::Store(s),
         CloseError::NotEnded(_) => "month_not_ended",
         CloseError::AlreadyClosed(_) => "month_closed",
         CloseError::EarlierOpen(_) => "earlier_month_open",
@@ -299,17 +301,8 @@ fn conflict(e: CloseError) -> ApiError {
         CloseError::Unbalanced(_) => "unbalanced",
         CloseError::NotClosed(_) => "month_not_closed",
         CloseError::LaterClosed { .. } => "later_month_closed",
-        CloseError::Store(_) => {
-            return match e {
-                CloseError::Store(s) => ApiError::Store(s),
-                _ => unreachable!(),
-            }
-        }
     };
-    ApiError::Conflict {
-        code,
-        message: e.to_string(),
-    }
+    ApiError::Conflict { code, message }
 }
 
 /// Every month with metered energy or a close, newest first, with its close status.
