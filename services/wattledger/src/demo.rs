@@ -572,17 +572,16 @@ pub fn close_summary(close: &Close) -> String {
         let adjustments = s.adjustments(close.month).count();
         let _ = writeln!(
             out,
-            "  {:<16} {:>4} {:>6} {:>12.1} {:>12} {:>10.1}{}",
+            "  {:<16} {:>4} {:>6} {:>12.1} {:>12} {:>10}{}",
             s.tenant,
             s.currency,
             s.lines.len(),
             kwh(s.total.energy_mj),
             s.billed_cost.to_string(),
-            (s.total.carbon_g / rust_decimal::Decimal::ONE_THOUSAND)
-                .round_dp(1)
-                .to_string()
-                .parse::<f64>()
-                .unwrap_or(0.0),
+            wattledger_domain::chargeback::csv::fixed(
+                s.total.carbon_g / rust_decimal::Decimal::ONE_THOUSAND,
+                1
+            ),
             if adjustments > 0 {
                 format!("  ({adjustments} adjustment lines)")
             } else {
