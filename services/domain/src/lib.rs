@@ -9,6 +9,7 @@ pub mod budget_alerts;
 pub mod chargeback;
 pub mod costing;
 pub mod energy;
+pub mod input;
 pub mod metrics;
 pub mod quality;
 pub mod signals;

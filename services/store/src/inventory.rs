@@ -280,20 +280,8 @@ pub async fn ids_by_key<'e>(
     keys: &[String],
 ) -> StoreResult<HashMap<String, i64>> {
     let sql = format!("SELECT key, id FROM {} WHERE key = ANY($1)", table.name());
-    let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
-        .bind(storable(keys))
-        .fetch_all(db)
-        .await?;
+    let rows: Vec<(String, i64)> = sqlx::query_as(&sql).bind(keys).fetch_all(db).await?;
     Ok(rows.into_iter().collect())
-}
-
-/// Keys that could be stored at all: PostgreSQL text cannot hold NUL, so a key with one is
-/// simply not found (lookups run on raw input, before validation reports it).
-fn storable(keys: &[String]) -> Vec<&str> {
-    keys.iter()
-        .map(String::as_str)
-        .filter(|k| !k.contains('\0'))
-        .collect()
 }
 
 /// The inventory tables addressed by key. A closed set, so table names are never user input.
@@ -323,7 +311,7 @@ pub async fn meters_by_key<'e>(
 ) -> StoreResult<HashMap<String, MeterRef>> {
     let rows: Vec<(String, i64, i64, String, Option<i64>)> =
         sqlx::query_as("SELECT key, id, site_id, kind, parent_id FROM meters WHERE key = ANY($1)")
-            .bind(storable(keys))
+            .bind(keys)
             .fetch_all(db)
             .await?;
     Ok(rows
@@ -354,7 +342,7 @@ pub async fn meters_by_key_or_uuid<'e>(
         "SELECT key, gpu_uuid, id, site_id, kind, parent_id FROM meters \
          WHERE key = ANY($1) OR gpu_uuid = ANY($1)",
     )
-    .bind(storable(names))
+    .bind(names)
     .fetch_all(db)
     .await?;
     let mut by_key = HashMap::new();

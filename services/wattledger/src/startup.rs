@@ -40,9 +40,7 @@ pub async fn serve(
     )
     .await;
     let router = app(AppState::new(pool, keys, config, admission));
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    crate::http::serve::serve(listener, router, shutdown).await?;
     let _ = stop_tx.send(true);
     let _ = admission_task.await;
     let _ = dispatcher.await;

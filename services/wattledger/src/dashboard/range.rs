@@ -3,6 +3,7 @@
 
 use super::PageError;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
+use wattledger_domain::input::{self, InputError};
 
 pub struct Range {
     pub from: DateTime<Utc>,
@@ -43,14 +44,15 @@ impl Range {
         let day = |s: Option<&str>, what: &str| -> Result<Option<NaiveDate>, PageError> {
             match s.map(str::trim).filter(|s| !s.is_empty()) {
                 None => Ok(None),
-                Some(s) => NaiveDate::parse_from_str(s, "%Y-%m-%d")
-                    .map(Some)
-                    .map_err(|_| {
-                        PageError::BadRequest(format!(
-                            "'{}' is not a {what} date: use YYYY-MM-DD.",
-                            s.chars().take(20).collect::<String>()
-                        ))
-                    }),
+                Some(s) => input::parse_date(s).map(Some).map_err(|e| {
+                    let shown: String = s.chars().filter(|c| !c.is_control()).take(20).collect();
+                    PageError::BadRequest(match e {
+                        InputError::TimeRange => {
+                            format!("The {what} date '{shown}' is outside 2000 to 2099.")
+                        }
+                        _ => format!("'{shown}' is not a {what} date: use YYYY-MM-DD."),
+                    })
+                }),
             }
         };
         let today = now.date_naive();
@@ -120,5 +122,9 @@ mod tests {
         assert!(Range::parse(Some("2026-10-05"), Some("2026-10-01"), now).is_err());
         assert!(Range::parse(Some("yesterday"), None, now).is_err());
         assert!(Range::parse(Some("2024-01-01"), Some("2026-01-01"), now).is_err());
+        // The largest dates a calendar (or chrono) knows are refused, not overflowed.
+        assert!(Range::parse(Some("262143-12-31"), None, now).is_err());
+        assert!(Range::parse(Some("2026-11-01"), Some("+262143-12-31"), now).is_err());
+        assert!(Range::parse(Some("1900-01-01"), Some("1900-01-02"), now).is_err());
     }
 }

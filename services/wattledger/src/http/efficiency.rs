@@ -16,6 +16,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use utoipa::{IntoParams, ToSchema};
+use wattledger_domain::input;
 use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::inventory::{self, KeyedTable};
@@ -26,8 +27,10 @@ use wattledger_store::Scope;
 #[into_params(parameter_in = Query)]
 pub struct EfficiencyParams {
     /// Start (RFC 3339, inclusive); default 24 hours before `to`.
+    #[serde(default, deserialize_with = "input::de::opt_time")]
     pub from: Option<DateTime<Utc>>,
     /// End (RFC 3339, exclusive); default now.
+    #[serde(default, deserialize_with = "input::de::opt_time")]
     pub to: Option<DateTime<Utc>>,
     /// Site key; default every site.
     pub site: Option<String>,

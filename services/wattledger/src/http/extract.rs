@@ -82,8 +82,7 @@ pub struct RawBatch(pub Bytes);
 impl Batch {
     /// Parses `{"records": [...]}`, enforcing the record limit.
     pub fn parse(bytes: &[u8], max_records: usize) -> Result<Batch, ApiError> {
-        let value: Value = serde_json::from_slice(bytes)
-            .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
+        let value = super::json::parse(bytes)?;
         let Value::Object(mut body) = value else {
             return Err(ApiError::BadRequest(
                 "the body must be an object: {\"records\": [...]}".into(),
@@ -143,6 +142,11 @@ where
                 }
                 _ => ApiError::BadRequest(e.body_text()),
             })?;
+        // Every body, typed fast paths included, meets the NUL rule here; the strict parse
+        // runs only when the cheap scan finds the escape, to say where it is.
+        if super::json::may_hold_nul(&bytes) {
+            super::json::parse(&bytes)?;
+        }
         Ok(RawBatch(bytes))
     }
 }

@@ -2,11 +2,12 @@
 //! field instead of stopping at the first, so a refused batch lists all that is wrong.
 
 use super::error::FieldError;
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::str::FromStr;
+use wattledger_domain::input;
 
 /// Longest key accepted (tenant, site, meter, job keys).
 const MAX_KEY_LEN: usize = 256;
@@ -53,17 +54,17 @@ impl<'a> Record<'a> {
         v
     }
 
+    /// A string passing the text rule ([`input::text`]): no NUL or control characters, at
+    /// most `max_len` bytes.
     pub fn opt_str(&mut self, field: &str, max_len: usize) -> Option<String> {
         match self.get(field)? {
-            Value::String(s) if s.chars().any(char::is_control) => {
-                self.error(field, "must not contain control characters");
-                None
-            }
-            Value::String(s) if s.len() > max_len => {
-                self.error(field, format!("must be at most {max_len} bytes"));
-                None
-            }
-            Value::String(s) => Some(s.clone()),
+            Value::String(s) => match input::text(s, max_len) {
+                Ok(s) => Some(s.to_owned()),
+                Err(e) => {
+                    self.error(field, e.to_string());
+                    None
+                }
+            },
             _ => {
                 self.error(field, "must be a string");
                 None
@@ -147,12 +148,38 @@ impl<'a> Record<'a> {
         }
     }
 
-    pub fn decimal(&mut self, field: &str) -> Option<Decimal> {
-        let v = self.opt_decimal(field);
+    /// A decimal that fits a `numeric(_, scale)` column within `[min, max]` ([`input::decimal`]):
+    /// a finer value would be rounded by the database, and could round to a value its checks
+    /// refuse.
+    pub fn opt_decimal_in(
+        &mut self,
+        field: &str,
+        scale: u32,
+        min: Decimal,
+        max: Decimal,
+    ) -> Option<Decimal> {
+        let d = self.opt_decimal(field)?;
+        match input::decimal(d, scale, min, max) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.error(field, e.to_string());
+                None
+            }
+        }
+    }
+
+    pub fn decimal_in(
+        &mut self,
+        field: &str,
+        scale: u32,
+        min: Decimal,
+        max: Decimal,
+    ) -> Option<Decimal> {
+        let v = self.opt_decimal_in(field, scale, min, max);
         self.required(field, v)
     }
 
-    /// An RFC 3339 time, from 2000 up to `latest`.
+    /// An RFC 3339 time within the bounds of [`input::time`] and no later than `latest`.
     pub fn opt_time(&mut self, field: &str, latest: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let s = match self.get(field)? {
             Value::String(s) => s.clone(),
@@ -161,18 +188,13 @@ impl<'a> Record<'a> {
                 return None;
             }
         };
-        let ts = match DateTime::parse_from_rfc3339(&s) {
-            Ok(t) => t.with_timezone(&Utc),
+        let ts = match input::parse_time(&s) {
+            Ok(t) => t,
             Err(e) => {
-                self.error(field, format!("must be an RFC 3339 time: {e}"));
+                self.error(field, e.to_string());
                 return None;
             }
         };
-        let earliest = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single()?;
-        if ts < earliest {
-            self.error(field, "is before 2000-01-01");
-            return None;
-        }
         if ts > latest {
             self.error(field, "is in the future beyond the allowed clock skew");
             return None;

@@ -150,27 +150,24 @@ pub async fn sites(
             if envelope.is_some_and(|w| w <= 0) {
                 r.error("power_envelope_w", "must be positive");
             }
-            let pue = r.decimal("static_pue");
-            if pue.is_some_and(|p| p < Decimal::ONE || p > Decimal::from(5)) {
-                r.error("static_pue", "must be between 1 and 5");
-            }
+            let pue = r.decimal_in("static_pue", 4, Decimal::ONE, Decimal::from(5));
             let policy = r.one_of("idle_policy", &["platform", "proportional"]);
             let platform_id = r.known("platform_tenant", &tenants, "tenant");
-            let node_w = r.opt_decimal("node_static_overhead_w").unwrap_or_default();
-            if node_w < Decimal::ZERO || node_w > Decimal::from(1_000_000) {
-                r.error("node_static_overhead_w", "must be between 0 and 1000000");
-            }
+            let node_w = r
+                .opt_decimal_in(
+                    "node_static_overhead_w",
+                    3,
+                    Decimal::ZERO,
+                    Decimal::from(1_000_000),
+                )
+                .unwrap_or_default();
             let gap = r.opt_i64("gap_limit_s").unwrap_or(600);
             if !(60..=86_400).contains(&gap) {
                 r.error("gap_limit_s", "must be between 60 and 86400");
             }
             let price_region = r.opt_str("price_region", 64);
             let rate = |r: &mut crate::http::validate::Record, f: &str| {
-                let v = r.opt_decimal(f);
-                if v.is_some_and(|v| v < Decimal::ZERO || v >= Decimal::from(100_000_000_000i64)) {
-                    r.error(f, "must be between 0 and 1e11");
-                }
-                v
+                r.opt_decimal_in(f, 9, Decimal::ZERO, Decimal::from(99_999_999_999i64))
             };
             let fallback_price = rate(r, "fallback_price");
             let fallback_intensity_g = rate(r, "fallback_intensity_g");
@@ -214,11 +211,8 @@ pub async fn models(
             let key = r.key("key");
             let name = r.opt_str("name", 256);
             let weight = |r: &mut Record, field: &str, default: i64| {
-                let w = r.opt_decimal(field).unwrap_or(Decimal::from(default));
-                if w < Decimal::ZERO || w > Decimal::from(1000) {
-                    r.error(field, "must be between 0 and 1000");
-                }
-                w
+                r.opt_decimal_in(field, 4, Decimal::ZERO, Decimal::from(1000))
+                    .unwrap_or(Decimal::from(default))
             };
             let prefill_weight = weight(r, "prefill_weight", 1);
             let decode_weight = weight(r, "decode_weight", 4);
@@ -281,19 +275,13 @@ pub async fn device_models(
         ],
         |r| {
             let key = r.key("key");
-            let kg = r.decimal("embodied_kg");
-            if kg.is_some_and(|k| k < Decimal::ZERO || k >= Decimal::from(1_000_000_000)) {
-                r.error("embodied_kg", "must be between 0 and 1e9");
-            }
+            let kg = r.decimal_in("embodied_kg", 3, Decimal::ZERO, Decimal::from(999_999_999));
             let hours = r.opt_i64("lifetime_hours").unwrap_or(43_800);
             if !(1..=1_000_000).contains(&hours) {
                 r.error("lifetime_hours", "must be between 1 and 1000000");
             }
             let source = r.opt_str("source", 512);
-            let rate = r.opt_decimal("gpu_hour_rate");
-            if rate.is_some_and(|v| v < Decimal::ZERO || v >= Decimal::from(1_000_000)) {
-                r.error("gpu_hour_rate", "must be between 0 and 1e6");
-            }
+            let rate = r.opt_decimal_in("gpu_hour_rate", 6, Decimal::ZERO, Decimal::from(999_999));
             let currency = r.opt_str("currency", 8);
             if currency
                 .as_ref()

@@ -102,8 +102,9 @@ fn latest(state: &AppState) -> DateTime<Utc> {
     Utc::now() + Duration::seconds(state.config.max_clock_skew_s)
 }
 
+/// No bound but the input rule's own: scheduled ends, forecasts.
 fn far_future() -> DateTime<Utc> {
-    DateTime::<Utc>::MAX_UTC - Duration::days(1)
+    wattledger_domain::input::latest()
 }
 
 /// Reads every record of a batch with `read`, which sees only `fields`; refuses the whole

@@ -56,7 +56,7 @@ pub async fn signals_batch(
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Collector, Role::Admin])?;
     let latest = Utc::now() + Duration::days(MAX_AHEAD_DAYS);
-    let limit = Decimal::from(100_000_000_000i64);
+    let limit = Decimal::from(99_999_999_999i64);
     let rows = read_all(
         &batch,
         &[
@@ -110,13 +110,9 @@ pub async fn signals_batch(
                     r.error("end_at", "a point spans at most 31 days");
                 }
             }
-            let value = r.decimal("value");
-            if let Some(v) = value {
-                if v.abs() >= limit {
-                    r.error("value", "is out of range");
-                } else if v.is_sign_negative() && signal.as_deref() == Some("carbon") {
-                    r.error("value", "carbon intensity must not be negative");
-                }
+            let value = r.decimal_in("value", 9, -limit, limit);
+            if value.is_some_and(|v| v.is_sign_negative()) && signal.as_deref() == Some("carbon") {
+                r.error("value", "carbon intensity must not be negative");
             }
             let estimated = r.opt_bool("estimated").unwrap_or(false);
             Some(SignalRow {

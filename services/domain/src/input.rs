@@ -1,0 +1,200 @@
+//! The rules every value from outside passes before it is used: text, times, dates and
+//! decimals.
+//!
+//! One rule per kind of input, applied alike by the API's extractors, the ingest validator,
+//! the admission question, the Kubernetes webhook and the dashboard's forms, so no door
+//! accepts what another refuses, and nothing reaches PostgreSQL that it cannot store (a NUL
+//! byte, a year past its calendar, a decimal finer than its column) or that chrono cannot
+//! add a duration to without overflowing.
+
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use rust_decimal::Decimal;
+
+/// The earliest time accepted anywhere: no meter of this product read before it.
+pub const EARLIEST_YEAR: i32 = 2000;
+/// Times are before the start of this year: far enough for forecasts, budgets and
+/// deadlines, near enough that any duration of the domain can be added without overflow.
+pub const LATEST_YEAR: i32 = 2100;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("must not contain a NUL byte")]
+    Nul,
+    #[error("must not contain control characters")]
+    Control,
+    #[error("must be at most {0} bytes")]
+    TooLong(usize),
+    #[error("must be an RFC 3339 time (e.g. 2026-11-02T10:00:00Z)")]
+    NotTime,
+    #[error("must be a date as YYYY-MM-DD")]
+    NotDate,
+    #[error("must be between 2000-01-01 and 2100-01-01")]
+    TimeRange,
+    #[error("must have at most {0} decimal places")]
+    Precision(u32),
+    #[error("must be between {min} and {max}")]
+    Range { min: Decimal, max: Decimal },
+}
+
+/// Text: at most `max_bytes` bytes of UTF-8 without control characters (C0, DEL, C1: a
+/// NUL cannot be stored, and tabs, line breaks and escapes have no place in a key, a name
+/// or a one-line description, where they would forge log lines or spreadsheet cells).
+pub fn text(s: &str, max_bytes: usize) -> Result<&str, InputError> {
+    if s.contains('\0') {
+        return Err(InputError::Nul);
+    }
+    if s.chars().any(char::is_control) {
+        return Err(InputError::Control);
+    }
+    if s.len() > max_bytes {
+        return Err(InputError::TooLong(max_bytes));
+    }
+    Ok(s)
+}
+
+/// The first instant accepted.
+pub fn earliest() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(EARLIEST_YEAR, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// The first instant no longer accepted.
+pub fn latest() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(LATEST_YEAR, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// A time in `[2000-01-01, 2100-01-01)`.
+pub fn time(t: DateTime<Utc>) -> Result<DateTime<Utc>, InputError> {
+    if t < earliest() || t >= latest() {
+        return Err(InputError::TimeRange);
+    }
+    Ok(t)
+}
+
+/// An RFC 3339 time (four-digit years only: chrono's lenient parser takes `+262142-…`),
+/// within the bounds of [`time`].
+pub fn parse_time(s: &str) -> Result<DateTime<Utc>, InputError> {
+    let t = DateTime::parse_from_rfc3339(s.trim()).map_err(|_| InputError::NotTime)?;
+    time(t.with_timezone(&Utc))
+}
+
+/// A calendar day (`YYYY-MM-DD`, the dashboard's ranges) within the bounds of [`time`].
+pub fn parse_date(s: &str) -> Result<NaiveDate, InputError> {
+    let s = s.trim();
+    // `%Y` alone would take five- and six-digit years.
+    if s.len() != 10 {
+        return Err(InputError::NotDate);
+    }
+    let d = NaiveDate::parse_from_str(s, "%Y-%m-%d").map_err(|_| InputError::NotDate)?;
+    let first = NaiveDate::from_ymd_opt(EARLIEST_YEAR, 1, 1).unwrap_or(NaiveDate::MIN);
+    let end = NaiveDate::from_ymd_opt(LATEST_YEAR, 1, 1).unwrap_or(NaiveDate::MAX);
+    if d < first || d >= end {
+        return Err(InputError::TimeRange);
+    }
+    Ok(d)
+}
+
+/// A decimal that fits a `numeric(p, scale)` column: at most `scale` places (after dropping
+/// trailing zeros) and within `[min, max]`. A finer value would be rounded by the database,
+/// so what was stored would not be what was sent.
+pub fn decimal(d: Decimal, scale: u32, min: Decimal, max: Decimal) -> Result<Decimal, InputError> {
+    let d = d.normalize();
+    if d.scale() > scale {
+        return Err(InputError::Precision(scale));
+    }
+    if d < min || d > max {
+        return Err(InputError::Range { min, max });
+    }
+    Ok(d)
+}
+
+/// serde helpers that apply these rules while deserialising (query strings, typed bodies).
+pub mod de {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer};
+
+    /// An optional RFC 3339 time within bounds.
+    pub fn opt_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(s) => super::parse_time(&s)
+                .map(Some)
+                .map_err(|e| serde::de::Error::custom(format!("'{}' {e}", clip(&s)))),
+        }
+    }
+
+    /// Quoted input in an error message, shortened and without control characters.
+    fn clip(s: &str) -> String {
+        s.chars()
+            .filter(|c| !c.is_control())
+            .take(40)
+            .collect::<String>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    #[test]
+    fn text_refuses_nul_control_and_length() {
+        assert_eq!(text("llama-3.1-70b", 64), Ok("llama-3.1-70b"));
+        assert_eq!(text("a\0b", 64), Err(InputError::Nul));
+        assert_eq!(text("a\tb", 64), Err(InputError::Control));
+        assert_eq!(text("a\u{9b}b", 64), Err(InputError::Control));
+        assert_eq!(text("a\u{7f}", 64), Err(InputError::Control));
+        assert_eq!(text("é", 1), Err(InputError::TooLong(1)));
+        assert_eq!(text("Zürich – 東京", 64), Ok("Zürich – 東京"));
+    }
+
+    #[test]
+    fn times_outside_the_bounds_are_refused_whatever_chrono_accepts() {
+        assert!(parse_time("2026-11-02T10:00:00Z").is_ok());
+        assert!(parse_time("2026-11-02T11:00:00+01:00").is_ok());
+        assert_eq!(
+            parse_time("1999-12-31T23:59:59Z"),
+            Err(InputError::TimeRange)
+        );
+        assert_eq!(
+            parse_time("2100-01-01T00:00:00Z"),
+            Err(InputError::TimeRange)
+        );
+        assert!(parse_time("2099-12-31T23:59:59Z").is_ok());
+        // chrono's FromStr takes these; the rule does not.
+        assert!("+262142-12-31T23:59:59Z".parse::<DateTime<Utc>>().is_ok());
+        assert!(parse_time("+262142-12-31T23:59:59Z").is_err());
+        assert!(parse_time("-5000-01-01T00:00:00Z").is_err());
+        assert_eq!(parse_time("yesterday"), Err(InputError::NotTime));
+    }
+
+    #[test]
+    fn dates_are_four_digit_years_within_the_bounds() {
+        assert!(parse_date("2026-11-02").is_ok());
+        assert_eq!(parse_date("262143-12-31"), Err(InputError::NotDate));
+        assert_eq!(parse_date("1970-01-01"), Err(InputError::TimeRange));
+        assert_eq!(parse_date("2026-13-01"), Err(InputError::NotDate));
+    }
+
+    #[test]
+    fn decimals_finer_than_the_column_or_out_of_range_are_refused() {
+        let d = |s: &str| Decimal::from_str(s).unwrap();
+        let (min, max) = (d("0.000001"), d("99999999999999.999999"));
+        assert_eq!(decimal(d("12.500000"), 6, min, max), Ok(d("12.5")));
+        assert_eq!(
+            decimal(Decimal::from_scientific("1e-28").unwrap(), 6, min, max),
+            Err(InputError::Precision(6))
+        );
+        assert_eq!(
+            decimal(d("0.0000001"), 6, min, max),
+            Err(InputError::Precision(6))
+        );
+        assert!(matches!(
+            decimal(d("0"), 6, min, max),
+            Err(InputError::Range { .. })
+        ));
+    }
+}
