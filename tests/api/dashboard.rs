@@ -218,12 +218,11 @@ async fn signing_in_sets_a_strict_session_and_every_form_checks_csrf() {
     for attr in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/"] {
         assert!(session.contains(attr), "{attr} missing: {session}");
     }
-    // The session is the API's own token: a tenant token for a.
-    let claims = app.keys.verify(browser.session.as_ref().unwrap()).unwrap();
-    assert_eq!(
-        (claims.role, claims.tenant.as_deref()),
-        (Role::Tenant, Some("a"))
-    );
+    // The session is a random token naming a session kept by the server, not a credential
+    // the API would take.
+    let token = browser.session.clone().unwrap();
+    assert!(token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert!(app.keys.verify(&token).is_err());
     let home = browser.get("/").await;
     assert_eq!(home.location.as_deref(), Some("/tenants/a"));
 
@@ -241,6 +240,12 @@ async fn signing_in_sets_a_strict_session_and_every_form_checks_csrf() {
         .cookies
         .iter()
         .any(|c| c.starts_with("wl_session=;") && c.contains("Max-Age=0")));
+    // The cookie, kept by someone who copied it, is worth nothing after sign-out.
+    let page = browser.get("/tenants/a").await;
+    assert_eq!(
+        (page.status, page.location.as_deref()),
+        (303, Some("/login"))
+    );
 }
 
 #[tokio::test]

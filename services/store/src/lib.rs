@@ -17,6 +17,7 @@ pub mod operations;
 pub mod partitions;
 pub mod samples;
 pub mod scope;
+pub mod sessions;
 pub mod signals;
 pub mod tokens;
 pub mod usage;

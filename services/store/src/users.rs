@@ -15,7 +15,8 @@ pub struct User {
 }
 
 /// Creates or replaces (by username) a user; `tenant` is a tenant key. `None` if the tenant
-/// does not exist.
+/// does not exist. Replacing a user (a new password, role or tenant) ends its sessions in the
+/// same transaction: whoever was signed in with the old ones must sign in again.
 pub async fn upsert(
     pool: &PgPool,
     username: &str,
@@ -23,10 +24,11 @@ pub async fn upsert(
     role: &str,
     tenant: Option<&str>,
 ) -> StoreResult<Option<i64>> {
+    let mut tx = pool.begin().await?;
     let tenant_id: Option<i64> = match tenant {
         Some(key) => match sqlx::query_scalar("SELECT id FROM tenants WHERE key = $1")
             .bind(key)
-            .fetch_optional(pool)
+            .fetch_optional(&mut *tx)
             .await?
         {
             Some(id) => Some(id),
@@ -34,20 +36,21 @@ pub async fn upsert(
         },
         None => None,
     };
-    Ok(Some(
-        sqlx::query_scalar(
-            "INSERT INTO users (username, password_hash, role, tenant_id) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (username) DO UPDATE SET password_hash = EXCLUDED.password_hash,
-                 role = EXCLUDED.role, tenant_id = EXCLUDED.tenant_id, disabled = false
-             RETURNING id",
-        )
-        .bind(username)
-        .bind(password_hash)
-        .bind(role)
-        .bind(tenant_id)
-        .fetch_one(pool)
-        .await?,
-    ))
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO users (username, password_hash, role, tenant_id) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (username) DO UPDATE SET password_hash = EXCLUDED.password_hash,
+             role = EXCLUDED.role, tenant_id = EXCLUDED.tenant_id, disabled = false
+         RETURNING id",
+    )
+    .bind(username)
+    .bind(password_hash)
+    .bind(role)
+    .bind(tenant_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    crate::sessions::end_all(&mut *tx, id).await?;
+    tx.commit().await?;
+    Ok(Some(id))
 }
 
 pub async fn find(pool: &PgPool, username: &str) -> StoreResult<Option<User>> {
@@ -58,14 +61,6 @@ pub async fn find(pool: &PgPool, username: &str) -> StoreResult<Option<User>> {
     .bind(username)
     .fetch_optional(pool)
     .await?)
-}
-
-pub async fn touch_login(pool: &PgPool, id: i64) -> StoreResult<()> {
-    sqlx::query("UPDATE users SET last_login_at = now() WHERE id = $1")
-        .bind(id)
-        .execute(pool)
-        .await?;
-    Ok(())
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]

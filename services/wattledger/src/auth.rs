@@ -1,4 +1,5 @@
-//! API tokens: HS256 JWTs with `exp`, `aud` and `iss` required and the algorithm pinned.
+//! API tokens: HS256 JWTs with `exp`, `aud` and `iss` required, `nbf` and `iat` honoured,
+//! and the algorithm pinned.
 //!
 //! HS256 rather than an asymmetric algorithm because the verifier is the issuer, and an
 //! asymmetric verify per request would dominate the API's cost (DESIGN.md, performance).
@@ -9,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 pub const ISSUER: &str = "wattledger";
 pub const AUDIENCE: &str = "wattledger-api";
-/// Clock leeway when checking `exp`, in seconds.
+/// Clock leeway when checking `exp`, `nbf` and `iat`, in seconds.
 const LEEWAY_S: u64 = 30;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -47,6 +48,9 @@ pub struct Claims {
     pub aud: String,
     pub iat: i64,
     pub exp: i64,
+    /// Not before: a token may be minted to start later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +59,8 @@ pub enum AuthError {
     WeakKey,
     #[error("a tenant token needs a tenant, and only a tenant token may have one")]
     TenantClaim,
+    #[error("invalid token: issued in the future")]
+    IssuedInFuture,
     #[error("invalid token: {0}")]
     Invalid(#[from] jsonwebtoken::errors::Error),
 }
@@ -75,6 +81,7 @@ impl Keys {
         validation.set_audience(&[AUDIENCE]);
         validation.set_issuer(&[ISSUER]);
         validation.set_required_spec_claims(&["exp", "aud", "iss", "sub"]);
+        validation.validate_nbf = true;
         validation.leeway = LEEWAY_S;
         Ok(Keys {
             encoding: EncodingKey::from_secret(secret),
@@ -103,6 +110,7 @@ impl Keys {
             aud: AUDIENCE.to_owned(),
             iat: now,
             exp: now + ttl_s,
+            nbf: None,
         };
         Ok(jsonwebtoken::encode(
             &Header::new(Algorithm::HS256),
@@ -112,10 +120,14 @@ impl Keys {
     }
 
     /// Verifies signature, algorithm (HS256 only: `none` and others are refused), `exp`,
-    /// `aud` and `iss`.
+    /// `nbf`, `aud` and `iss`, and that it was not issued in the future (`iat`): a token that
+    /// says it was minted an hour from now was not minted by a clock this server trusts.
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)?;
         let c = data.claims;
+        if c.iat > Utc::now().timestamp() + LEEWAY_S as i64 {
+            return Err(AuthError::IssuedInFuture);
+        }
         if (c.role == Role::Tenant) != c.tenant.is_some() {
             return Err(AuthError::TenantClaim);
         }
@@ -136,6 +148,43 @@ mod tests {
         assert_eq!(k.verify(&t).unwrap().role, Role::Operator);
         assert!(k.mint("x", Role::Tenant, None, 60).is_err());
         assert!(Keys::new(b"short").is_err());
+    }
+
+    /// A token signed with the right key but claims chosen by the test.
+    fn forge(k: &[u8], claims: serde_json::Value) -> String {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(k),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn not_yet_valid_and_future_issued_tokens_are_refused() {
+        let k = Keys::new(KEY).unwrap();
+        let now = Utc::now().timestamp();
+        let claims = |iat: i64, nbf: Option<i64>| {
+            let mut c = serde_json::json!({"sub": "ops", "role": "admin", "iss": ISSUER,
+                "aud": AUDIENCE, "iat": iat, "exp": now + 7200});
+            if let Some(n) = nbf {
+                c["nbf"] = n.into();
+            }
+            c
+        };
+        assert!(k.verify(&forge(KEY, claims(now, None))).is_ok());
+        assert!(k.verify(&forge(KEY, claims(now, Some(now - 60)))).is_ok());
+        // Within the leeway, a clock a little ahead is forgiven.
+        assert!(k
+            .verify(&forge(KEY, claims(now + 10, Some(now + 10))))
+            .is_ok());
+        assert!(k
+            .verify(&forge(KEY, claims(now, Some(now + 3600))))
+            .is_err());
+        assert!(matches!(
+            k.verify(&forge(KEY, claims(now + 3600, None))),
+            Err(AuthError::IssuedInFuture)
+        ));
     }
 
     #[test]

@@ -1,17 +1,22 @@
-//! Signing in and out: argon2id password hashes, the session cookie, and a login CSRF token
-//! (a random cookie the form must echo, so another site cannot sign a browser in).
+//! Signing in and out: argon2id password hashes, server-side sessions behind the cookie, a
+//! login CSRF token (a random cookie the form must echo, so another site cannot sign a
+//! browser in), and growing delays after failed attempts, per name typed and per client
+//! address, answered alike whether the name exists or not.
 
-use super::{cookie, html, PageError, Session, SESSION_COOKIE, SESSION_TTL_S};
+use super::{cookie, html, session_key, Form, PageError, Session, SESSION_COOKIE, SESSION_TTL_S};
 use crate::auth::Role;
 use crate::http::AppState;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
+use chrono::Duration;
 use serde::Deserialize;
+use std::net::{IpAddr, SocketAddr};
+use wattledger_store::sessions::{self, FailureKey};
 use wattledger_store::users;
 
 const LOGIN_CSRF_COOKIE: &str = "wl_login";
@@ -129,6 +134,46 @@ pub async fn form() -> Response {
     login_page(StatusCode::OK, "", None)
 }
 
+/// Failed sign-ins in a row answered at once, per name typed; past them, each failure blocks
+/// sign-in for that name for twice as long as the one before (1 s, 2 s, 4 s, … 15 min).
+const FREE_FAILURES_PER_USER: i32 = 5;
+/// The same per client address, looser: colleagues behind one NAT mistype too.
+const FREE_FAILURES_PER_ADDRESS: i32 = 20;
+const LONGEST_BLOCK_S: i64 = 900;
+/// Failures older than this are forgotten: the count starts again.
+const QUIET: Duration = Duration::minutes(15);
+
+/// How long sign-in stays blocked after `failures` failures in a row, `free` of them free.
+fn block_after(failures: i32, free: i32) -> Option<Duration> {
+    let over = failures - free;
+    (over > 0).then(|| Duration::seconds((1i64 << (over - 1).min(20)).min(LONGEST_BLOCK_S)))
+}
+
+/// The client's address as the throttle counts it: an IPv4 address, or an IPv6 /64 (one
+/// machine is given a whole /64 and may pick any address in it).
+pub struct ClientAddr(Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let ip = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        Ok(ClientAddr(ip.map(|ip| match ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => v4.to_string(),
+                None => {
+                    let s = v6.segments();
+                    format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+                }
+            },
+        })))
+    }
+}
+
 #[derive(Deserialize)]
 pub struct LoginForm {
     #[serde(default)]
@@ -142,6 +187,7 @@ pub struct LoginForm {
 pub async fn submit(
     State(state): State<AppState>,
     headers: HeaderMap,
+    ClientAddr(addr): ClientAddr,
     Form(f): Form<LoginForm>,
 ) -> Result<Response, PageError> {
     let expected = cookie(&headers, LOGIN_CSRF_COOKIE).unwrap_or_default();
@@ -153,6 +199,27 @@ pub async fn submit(
         ));
     }
     let username = f.username.trim().to_lowercase();
+    let mut keys = vec![FailureKey::User(&username)];
+    if let Some(a) = &addr {
+        keys.push(FailureKey::Address(a));
+    }
+    // Blocked: refused before the password is even looked at, the same for every name.
+    if let Some(until) = sessions::blocked_until(&state.pool, &keys).await? {
+        let wait = (until - chrono::Utc::now()).num_seconds().max(1);
+        tracing::info!(username = %username, address = ?addr, wait_s = wait, "dashboard sign-in throttled");
+        let mut r = login_page(
+            StatusCode::TOO_MANY_REQUESTS,
+            &username,
+            Some(format!(
+                "Too many failed sign-ins. Try again in {wait} second{}.",
+                if wait == 1 { "" } else { "s" }
+            )),
+        );
+        if let Ok(v) = HeaderValue::from_str(&wait.to_string()) {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return Ok(r);
+    }
     let user = users::find(&state.pool, &username).await?;
     let ok = match &user {
         Some(u) => verify_password(&f.password, &u.password_hash) && !u.disabled,
@@ -162,24 +229,29 @@ pub async fn submit(
         }
     };
     let (Some(user), true) = (user, ok) else {
-        tracing::info!(username = %username, "dashboard sign-in refused");
+        for key in &keys {
+            let free = match key {
+                FailureKey::User(_) => FREE_FAILURES_PER_USER,
+                FailureKey::Address(_) => FREE_FAILURES_PER_ADDRESS,
+            };
+            sessions::record_failure(&state.pool, *key, QUIET, |n| block_after(n, free)).await?;
+        }
+        tracing::info!(username = %username, address = ?addr, "dashboard sign-in refused");
         return Ok(login_page(
             StatusCode::UNAUTHORIZED,
             &username,
             Some("That username and password do not match.".into()),
         ));
     };
-    let role = match user.role.as_str() {
-        "admin" => Role::Admin,
-        "finance" => Role::Finance,
-        "operator" => Role::Operator,
-        _ => Role::Tenant,
-    };
-    let token = state
-        .keys
-        .mint(&user.username, role, user.tenant.as_deref(), SESSION_TTL_S)
-        .map_err(|e| PageError::Internal(e.to_string()))?;
-    users::touch_login(&state.pool, user.id).await?;
+    sessions::clear_failures(&state.pool, FailureKey::User(&username)).await?;
+    let token = crate::random_hex(32).map_err(|e| PageError::Internal(e.to_string()))?;
+    sessions::start(
+        &state.pool,
+        user.id,
+        &session_key(&token),
+        Duration::seconds(SESSION_TTL_S),
+    )
+    .await?;
     let mut r = Redirect::to("/").into_response();
     set_cookie(
         &mut r,
@@ -198,12 +270,17 @@ pub struct LogoutForm {
     csrf: String,
 }
 
-pub async fn logout(session: Session, Form(f): Form<LogoutForm>) -> Result<Response, PageError> {
+pub async fn logout(
+    State(state): State<AppState>,
+    session: Session,
+    Form(f): Form<LogoutForm>,
+) -> Result<Response, PageError> {
     if f.csrf != session.csrf {
         return Err(PageError::BadRequest(
             "The form expired; reload the page and sign out again.".into(),
         ));
     }
+    sessions::end(&state.pool, &session.token_key).await?;
     let mut r = Redirect::to("/login").into_response();
     set_cookie(
         &mut r,
@@ -226,5 +303,17 @@ mod tests {
         assert!(!verify_password("correct horse!", &a));
         assert!(!verify_password("x", "not a hash"));
         assert_eq!(super::super::csrf_for("t").len(), 32);
+    }
+
+    #[test]
+    fn failures_past_the_free_ones_block_for_doubling_times_up_to_a_cap() {
+        assert_eq!(block_after(5, 5), None);
+        assert_eq!(block_after(6, 5), Some(Duration::seconds(1)));
+        assert_eq!(block_after(7, 5), Some(Duration::seconds(2)));
+        assert_eq!(block_after(10, 5), Some(Duration::seconds(16)));
+        assert_eq!(block_after(15, 5), Some(Duration::seconds(512)));
+        assert_eq!(block_after(16, 5), Some(Duration::seconds(900)));
+        assert_eq!(block_after(i32::MAX, 5), Some(Duration::seconds(900)));
+        assert_eq!(block_after(20, 20), None);
     }
 }

@@ -1,11 +1,12 @@
 //! The web dashboard: server-rendered pages (askama templates in the repository's
 //! `templates/`) over the same store queries as the API, no JavaScript.
 //!
-//! A login exchanges a username and password (argon2 hash in `users`) for a session: the
-//! same JWT the API takes, in an `HttpOnly; Secure; SameSite=Strict` cookie. Every form
-//! carries a CSRF token derived from the session token (a page from another site can read
-//! neither). A tenant user sees only its own tenant: another tenant's pages are 404, as
-//! pages that do not exist.
+//! A login exchanges a username and password (argon2 hash in `users`) for a session kept in
+//! the database: the cookie (`HttpOnly; Secure; SameSite=Strict`) holds a random token whose
+//! SHA-256 names the session, so signing out, a password reset or a change of role ends it at
+//! once. Every form carries a CSRF token derived from the session token (a page from another
+//! site can read neither). A tenant user sees only its own tenant: another tenant's pages
+//! are 404, as pages that do not exist.
 
 mod chart;
 mod finance;
@@ -49,6 +50,12 @@ pub fn router() -> Router<AppState> {
         .route("/static/favicon.svg", get(favicon))
 }
 
+/// The session's key in the database: the SHA-256 of the cookie's token (a copy of the
+/// table signs nobody in).
+pub fn session_key(token: &str) -> String {
+    wattledger_domain::chargeback::sha256_hex(token.as_bytes())
+}
+
 /// A signed-in user, from the session cookie.
 #[derive(Debug, Clone)]
 pub struct Session {
@@ -59,6 +66,8 @@ pub struct Session {
     pub scope: Scope,
     /// The token every form of this session carries.
     pub csrf: String,
+    /// The session's key in the database, to end it.
+    pub token_key: String,
 }
 
 impl Session {
@@ -146,6 +155,8 @@ pub enum PageError {
     NotFound,
     Forbidden,
     BadRequest(String),
+    /// The declared body is over the limit (bytes).
+    TooLarge(usize),
     Internal(String),
 }
 
@@ -184,6 +195,11 @@ impl IntoResponse for PageError {
                 "Your role cannot open this page. Ask an administrator if you need it.".to_owned(),
             ),
             PageError::BadRequest(m) => (StatusCode::BAD_REQUEST, "That did not work", m),
+            PageError::TooLarge(limit) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Too large",
+                format!("The request is larger than the {limit} bytes this server accepts."),
+            ),
             PageError::Internal(detail) => {
                 tracing::error!(%detail, "dashboard page failed");
                 (
@@ -211,17 +227,8 @@ pub fn html(rendered: askama::Result<String>) -> Response {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/html; charset=utf-8"),
             );
-            // Pages hold figures for one user: never cached, never framed.
-            r.headers_mut()
-                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-            r.headers_mut()
-                .insert("x-frame-options", HeaderValue::from_static("DENY"));
-            r.headers_mut().insert(
-                "content-security-policy",
-                HeaderValue::from_static(
-                    "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'",
-                ),
-            );
+            // Never cached, never framed, a strict policy: http::guard adds those to every
+            // response, pages included.
             r
         }
         Err(e) => PageError::Internal(e.to_string()).into_response(),
@@ -238,24 +245,78 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let state = AppState::from_ref(state);
         let token = cookie(&parts.headers, SESSION_COOKIE).ok_or(PageError::SignIn)?;
-        let claims = state.keys.verify(&token).map_err(|_| PageError::SignIn)?;
-        if !matches!(
-            claims.role,
-            Role::Admin | Role::Finance | Role::Operator | Role::Tenant
-        ) {
+        // Our tokens are 64 hex digits; anything else is not worth a query.
+        if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(PageError::SignIn);
         }
-        let scope = match &claims.tenant {
-            Some(key) => Scope::Tenant(state.tenant_id(key).await?.ok_or(PageError::SignIn)?),
-            None => Scope::All,
+        let user = wattledger_store::sessions::find(&state.pool, &session_key(&token))
+            .await?
+            .ok_or(PageError::SignIn)?;
+        let role = match user.role.as_str() {
+            "admin" => Role::Admin,
+            "finance" => Role::Finance,
+            "operator" => Role::Operator,
+            "tenant" => Role::Tenant,
+            _ => return Err(PageError::SignIn),
+        };
+        let scope = match (role, user.tenant_id) {
+            (Role::Tenant, Some(id)) => Scope::Tenant(id),
+            (Role::Tenant, None) => return Err(PageError::SignIn),
+            _ => Scope::All,
         };
         Ok(Session {
-            username: claims.sub,
-            role: claims.role,
-            tenant: claims.tenant,
+            username: user.username,
+            role,
+            tenant: user.tenant,
             scope,
             csrf: csrf_for(&token),
+            token_key: session_key(&token),
         })
+    }
+}
+
+/// Longest value a dashboard form field may hold (a password included).
+const MAX_FORM_FIELD: usize = 1024;
+
+/// A form body (`application/x-www-form-urlencoded`) whose every name and value passed the
+/// one text rule (`wattledger_domain::input::text`); what does not is a friendly 400.
+pub struct Form<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for Form<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned,
+{
+    type Rejection = PageError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, PageError> {
+        let unreadable = || {
+            PageError::BadRequest(
+                "The form could not be read; reload the page and try again.".into(),
+            )
+        };
+        let is_form = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+        if !is_form {
+            return Err(unreadable());
+        }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|_| unreadable())?;
+        for (name, value) in form_urlencoded::parse(&bytes) {
+            if let Err(e) = wattledger_domain::input::text(&name, 64)
+                .and_then(|_| wattledger_domain::input::text(&value, MAX_FORM_FIELD))
+            {
+                let name: String = name.chars().filter(|c| !c.is_control()).take(32).collect();
+                return Err(PageError::BadRequest(format!("The field '{name}' {e}.")));
+            }
+        }
+        serde_urlencoded::from_bytes(&bytes)
+            .map(Form)
+            .map_err(|_| unreadable())
     }
 }
 

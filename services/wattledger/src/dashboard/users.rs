@@ -3,7 +3,7 @@
 
 use super::format::grouped;
 use super::table::{Column, Header, Key, Sort};
-use super::{html, Nav, PageError, Session};
+use super::{html, Form, Nav, PageError, Session};
 use crate::auth::Role;
 use crate::dashboard::login::{add_user, new_password};
 use crate::http::AppState;
@@ -11,7 +11,6 @@ use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::Form;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 use wattledger_store::{inventory, users};

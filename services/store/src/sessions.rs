@@ -1,0 +1,160 @@
+//! Dashboard sessions (server-side, by the SHA-256 of the cookie's token) and the record of
+//! failed sign-ins that the dashboard's growing delays read.
+
+use crate::StoreResult;
+use chrono::{DateTime, Duration, Utc};
+use sqlx::{PgExecutor, PgPool};
+
+/// The user a live session belongs to, as the users table says now.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SessionUser {
+    pub user_id: i64,
+    pub username: String,
+    pub role: String,
+    /// The tenant key of a tenant user.
+    pub tenant: Option<String>,
+    pub tenant_id: Option<i64>,
+}
+
+/// Starts a session of `user_id` lasting `ttl`; sessions that have expired go at the same
+/// time, so the table holds only live ones.
+pub async fn start(
+    pool: &PgPool,
+    user_id: i64,
+    token_sha256: &str,
+    ttl: Duration,
+) -> StoreResult<()> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("DELETE FROM dashboard_sessions WHERE expires_at < now()")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO dashboard_sessions (token_sha256, user_id, expires_at)
+         VALUES ($1, $2, now() + $3)",
+    )
+    .bind(token_sha256)
+    .bind(user_id)
+    .bind(ttl)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE users SET last_login_at = now() WHERE id = $1")
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The live session with this token: not expired, its user not disabled.
+pub async fn find(pool: &PgPool, token_sha256: &str) -> StoreResult<Option<SessionUser>> {
+    Ok(sqlx::query_as(
+        "SELECT u.id AS user_id, u.username, u.role, t.key AS tenant, u.tenant_id
+         FROM dashboard_sessions s JOIN users u ON u.id = s.user_id
+         LEFT JOIN tenants t ON t.id = u.tenant_id
+         WHERE s.token_sha256 = $1 AND s.expires_at > now() AND NOT u.disabled",
+    )
+    .bind(token_sha256)
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// Ends one session (signing out).
+pub async fn end(pool: &PgPool, token_sha256: &str) -> StoreResult<()> {
+    sqlx::query("DELETE FROM dashboard_sessions WHERE token_sha256 = $1")
+        .bind(token_sha256)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Ends every session of a user (a new password, role or tenant, or disabling).
+pub async fn end_all(db: impl PgExecutor<'_>, user_id: i64) -> StoreResult<u64> {
+    Ok(
+        sqlx::query("DELETE FROM dashboard_sessions WHERE user_id = $1")
+            .bind(user_id)
+            .execute(db)
+            .await?
+            .rows_affected(),
+    )
+}
+
+/// What failed sign-ins are counted by: the name typed, and the client's address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKey<'a> {
+    User(&'a str),
+    Address(&'a str),
+}
+
+impl FailureKey<'_> {
+    fn parts(&self) -> (&'static str, &str) {
+        match self {
+            FailureKey::User(k) => ("user", k),
+            FailureKey::Address(k) => ("address", k),
+        }
+    }
+}
+
+/// Until when sign-in is refused for any of `keys`, if it is now.
+pub async fn blocked_until(
+    pool: &PgPool,
+    keys: &[FailureKey<'_>],
+) -> StoreResult<Option<DateTime<Utc>>> {
+    let (kinds, names): (Vec<&str>, Vec<&str>) = keys.iter().map(FailureKey::parts).unzip();
+    Ok(sqlx::query_scalar(
+        "SELECT max(f.blocked_until) FROM login_failures f
+         JOIN UNNEST($1::text[], $2::text[]) AS k(kind, key) USING (kind, key)
+         WHERE f.blocked_until > now()",
+    )
+    .bind(&kinds)
+    .bind(&names)
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Counts a failed sign-in against `key` and returns the failures in a row, counting from
+/// the first after a quiet `window`; `block` says how long that many failures block.
+pub async fn record_failure(
+    pool: &PgPool,
+    key: FailureKey<'_>,
+    window: Duration,
+    block: impl FnOnce(i32) -> Option<Duration>,
+) -> StoreResult<i32> {
+    let (kind, name) = key.parts();
+    let mut tx = pool.begin().await?;
+    let failures: i32 = sqlx::query_scalar(
+        "INSERT INTO login_failures (kind, key, failures, last_failure_at) VALUES ($1, $2, 1, now())
+         ON CONFLICT (kind, key) DO UPDATE SET
+             failures = CASE WHEN login_failures.last_failure_at < now() - $3
+                             THEN 1 ELSE login_failures.failures + 1 END,
+             last_failure_at = now()
+         RETURNING failures",
+    )
+    .bind(kind)
+    .bind(name)
+    .bind(window)
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Some(d) = block(failures) {
+        sqlx::query(
+            "UPDATE login_failures SET blocked_until = now() + $3 WHERE kind = $1 AND key = $2",
+        )
+        .bind(kind)
+        .bind(name)
+        .bind(d)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(failures)
+}
+
+/// Forgets the failures of `key` (a successful sign-in of that user).
+pub async fn clear_failures(pool: &PgPool, key: FailureKey<'_>) -> StoreResult<()> {
+    let (kind, name) = key.parts();
+    sqlx::query("DELETE FROM login_failures WHERE kind = $1 AND key = $2")
+        .bind(kind)
+        .bind(name)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
