@@ -137,6 +137,7 @@ pub struct ReservationRow {
 /// reload).
 pub async fn reservations(
     pool: &PgPool,
+    scope: &Scope,
     ends_after: DateTime<Utc>,
     decided_after: Option<DateTime<Utc>>,
 ) -> StoreResult<Vec<ReservationRow>> {
@@ -147,10 +148,12 @@ pub async fn reservations(
          FROM admission_decisions d
          LEFT JOIN models m ON m.key = d.model
          WHERE d.decision <> 'reject' AND d.end_at > $1
-           AND ($2::timestamptz IS NULL OR d.decided_at > $2)",
+           AND ($2::timestamptz IS NULL OR d.decided_at > $2)
+           AND ($3::bigint IS NULL OR d.tenant_id = $3)",
     )
     .bind(ends_after)
     .bind(decided_after)
+    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }
@@ -165,20 +168,24 @@ pub struct PolicyRow {
     pub budget_bypass_priorities: Vec<String>,
 }
 
-pub async fn policies(pool: &PgPool) -> StoreResult<Vec<PolicyRow>> {
+pub async fn policies(pool: &PgPool, scope: &Scope) -> StoreResult<Vec<PolicyRow>> {
     Ok(sqlx::query_as(
         "SELECT tenant_id, threshold_pct, carbon_weight, basis, bypass_priorities,
-                budget_bypass_priorities FROM admission_policies",
+                budget_bypass_priorities FROM admission_policies
+         WHERE ($1::bigint IS NULL OR tenant_id = $1)",
     )
+    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }
 
 /// Tenants by key.
-pub async fn tenants(pool: &PgPool) -> StoreResult<HashMap<String, i64>> {
-    let rows: Vec<(String, i64)> = sqlx::query_as("SELECT key, id FROM tenants")
-        .fetch_all(pool)
-        .await?;
+pub async fn tenants(pool: &PgPool, scope: &Scope) -> StoreResult<HashMap<String, i64>> {
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT key, id FROM tenants WHERE ($1::bigint IS NULL OR id = $1)")
+            .bind(scope.tenant())
+            .fetch_all(pool)
+            .await?;
     Ok(rows.into_iter().collect())
 }
 
@@ -192,16 +199,21 @@ pub struct LearnedDraw {
     pub gpu_draw_w: i64,
 }
 
-pub async fn learned_draw(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Vec<LearnedDraw>> {
+pub async fn learned_draw(
+    pool: &PgPool,
+    scope: &Scope,
+    since: DateTime<Utc>,
+) -> StoreResult<Vec<LearnedDraw>> {
     Ok(sqlx::query_as(
         "SELECT l.tenant_id, m.key AS model, j.kind,
                 (sum(l.gpu_mj + l.node_overhead_mj) * 1000 / sum(l.gpu_ms))::bigint AS gpu_draw_w
          FROM ledger l JOIN jobs j ON j.id = l.job_id LEFT JOIN models m ON m.id = l.model_id
-         WHERE l.hour >= $1
+         WHERE l.hour >= $1 AND ($2::bigint IS NULL OR l.tenant_id = $2)
          GROUP BY GROUPING SETS ((l.tenant_id, m.key, j.kind), (l.tenant_id, j.kind))
          HAVING sum(l.gpu_ms) > 0",
     )
     .bind(since)
+    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }
@@ -282,6 +294,45 @@ pub async fn insert_decisions(pool: &PgPool, rows: &[NewDecision]) -> StoreResul
     });
     q.push(" ON CONFLICT (id) DO NOTHING");
     Ok(q.build().execute(pool).await?.rows_affected())
+}
+
+/// Keeps a decision the database would not store, as escaped JSON text, with the reason.
+pub async fn dead_letter_decision(
+    pool: &PgPool,
+    row: &NewDecision,
+    error: &str,
+) -> StoreResult<()> {
+    // serde_json escapes every control character, NUL included: the text is storable
+    // whatever the decision held.
+    let record = serde_json::json!({
+        "id": row.id, "decided_at": row.decided_at, "tenant_id": row.tenant_id,
+        "source": row.source, "job_name": row.job_name, "job_key": row.job_key,
+        "kind": row.kind, "priority": row.priority, "gpus": row.gpus,
+        "decision": row.decision, "site_id": row.site_id, "model": row.model,
+        "request": row.request, "answer": row.answer,
+    })
+    .to_string();
+    let error: String = error.chars().filter(|c| *c != '\0').collect();
+    sqlx::query(
+        "INSERT INTO admission_dead_letters (decision_id, decided_at, record, error)
+         VALUES ($1, $2, $3, $4) ON CONFLICT (decision_id) DO NOTHING",
+    )
+    .bind(row.id)
+    .bind(row.decided_at)
+    .bind(record)
+    .bind(error)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Decisions kept as dead letters.
+pub async fn dead_letters(pool: &PgPool) -> StoreResult<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM admission_dead_letters")
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 /// Joins decisions to the jobs they became: by job key where the scheduler knew it at
@@ -399,7 +450,7 @@ pub struct DeferredSavings {
 
 pub async fn deferred_savings(
     pool: &PgPool,
-    tenant_id: i64,
+    scope: &Scope,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<DeferredSavings> {
@@ -407,9 +458,10 @@ pub async fn deferred_savings(
         "SELECT count(*), sum((answer #>> '{savings,carbon_marginal_kg}')::numeric),
                     sum((answer #>> '{savings,carbon_average_kg}')::numeric)
              FROM admission_decisions
-             WHERE tenant_id = $1 AND decided_at >= $2 AND decided_at < $3 AND decision = 'defer'",
+             WHERE ($1::bigint IS NULL OR tenant_id = $1) AND decided_at >= $2 AND decided_at < $3
+               AND decision = 'defer'",
     )
-    .bind(tenant_id)
+    .bind(scope.tenant())
     .bind(from)
     .bind(to)
     .fetch_one(pool)
@@ -417,11 +469,12 @@ pub async fn deferred_savings(
     let costs: Vec<(String, Decimal)> = sqlx::query_as(
         "SELECT est_currency, sum((answer #>> '{savings,cost}')::numeric)
          FROM admission_decisions
-         WHERE tenant_id = $1 AND decided_at >= $2 AND decided_at < $3 AND decision = 'defer'
+         WHERE ($1::bigint IS NULL OR tenant_id = $1) AND decided_at >= $2 AND decided_at < $3
+           AND decision = 'defer'
            AND est_currency IS NOT NULL AND answer #>> '{savings,cost}' IS NOT NULL
          GROUP BY est_currency ORDER BY est_currency",
     )
-    .bind(tenant_id)
+    .bind(scope.tenant())
     .bind(from)
     .bind(to)
     .fetch_all(pool)

@@ -12,3 +12,17 @@ pub enum StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+impl StoreError {
+    /// The database refused the data itself (a value it cannot hold, a broken constraint:
+    /// SQLSTATE classes 22 and 23), as opposed to being unreachable: sending the same again
+    /// fails again.
+    pub fn is_refused_data(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(e)) => e
+                .code()
+                .is_some_and(|c| c.starts_with("22") || c.starts_with("23")),
+            _ => false,
+        }
+    }
+}

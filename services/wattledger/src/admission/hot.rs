@@ -10,17 +10,22 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, watch, Notify};
+// parking_lot's lock does not poison: a bug that panics in one decision must not turn every
+// later question into a 500.
+use parking_lot::RwLock;
 use utoipa::ToSchema;
 use uuid::Uuid;
 use wattledger_domain::admission::budget::{Budget, JobAmounts, Metric, Remaining};
 use wattledger_domain::admission::envelope::{Reservation, Reserved};
 use wattledger_domain::admission::forecast::{Forecast, Point};
 use wattledger_domain::admission::{decide, Estimate, Job, Policy, Site, Verdict};
+use wattledger_domain::input;
 use wattledger_store::admission as store;
-use wattledger_store::StoreResult;
+use wattledger_store::{Scope, StoreResult};
 
 /// Forecasts are loaded this far ahead (and the envelope searched as far).
 const HORIZON_DAYS: i64 = 7;
@@ -71,10 +76,10 @@ pub struct Ask {
     #[serde(default)]
     pub power_per_gpu_w: Option<i64>,
     /// Default: now.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "input::de::opt_time")]
     pub earliest_start: Option<DateTime<Utc>>,
     /// Must have finished by then. Without a deadline the job is not flexible.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "input::de::opt_time")]
     pub deadline: Option<DateTime<Utc>>,
     #[serde(default = "default_priority")]
     pub priority: String,
@@ -226,8 +231,22 @@ struct Slow {
 pub struct Admission {
     hot: RwLock<Hot>,
     tx: mpsc::Sender<writer::Decided>,
+    writer: Arc<writer::WriterStats>,
     poke: Notify,
     default_gpu_w: u32,
+}
+
+/// How the decision writer is doing.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct WriterHealth {
+    /// Decisions answered and waiting to be stored.
+    pub queued: u64,
+    /// Decisions stored since this process started.
+    pub stored: u64,
+    /// Decisions the database refused, kept as dead letters, since this process started.
+    pub dead_lettered: u64,
+    /// The database is away; the writer is retrying.
+    pub retrying: bool,
 }
 
 impl Admission {
@@ -240,13 +259,15 @@ impl Admission {
         stop: watch::Receiver<bool>,
     ) -> (Arc<Admission>, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(WRITER_QUEUE);
+        let stats = Arc::new(writer::WriterStats::default());
         let admission = Arc::new(Admission {
             hot: RwLock::new(Hot::default()),
             tx,
+            writer: Arc::clone(&stats),
             poke: Notify::new(),
             default_gpu_w,
         });
-        let writer = tokio::spawn(writer::run(pool.clone(), rx));
+        let writer = tokio::spawn(writer::run(pool.clone(), rx, stats));
         let first = match load_slow(&pool, Utc::now()).await {
             Ok(s) => {
                 let s = Arc::new(s);
@@ -268,6 +289,21 @@ impl Admission {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(10), writer).await;
         });
         (admission, task)
+    }
+
+    /// The decision writer's counts.
+    pub fn writer_health(&self) -> WriterHealth {
+        WriterHealth {
+            queued: (WRITER_QUEUE - self.tx.capacity()) as u64,
+            stored: self.writer.stored.load(Ordering::Relaxed),
+            dead_lettered: self.writer.dead_lettered.load(Ordering::Relaxed),
+            retrying: self.writer.retrying.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether the state has loaded: until it has, questions are answered 503.
+    pub fn ready(&self) -> bool {
+        self.hot.read().ready
     }
 
     /// Reload sites, budgets, policies and forecasts now (this replica changed one).
@@ -327,14 +363,15 @@ impl Admission {
         if let Err(e) = store::join_decisions(pool).await {
             tracing::warn!(error = %e, "admission: could not join decisions to jobs");
         }
-        let tenants = store::tenants(pool).await?;
-        let reservations = store::reservations(pool, now - RESERVATIONS_KEPT, None).await?;
+        let tenants = store::tenants(pool, &Scope::All).await?;
+        let reservations =
+            store::reservations(pool, &Scope::All, now - RESERVATIONS_KEPT, None).await?;
         // Building from hundreds of thousands of reservations takes a while: off the
         // runtime, so requests keep being answered on the state as it was.
         let slow = Arc::clone(slow);
         let mut fresh =
             tokio::task::spawn_blocking(move || build(&slow, &tenants, &reservations, now)).await?;
-        let mut hot = self.hot.write().expect("admission state");
+        let mut hot = self.hot.write();
         let pending = std::mem::take(&mut hot.pending);
         for p in pending {
             if fresh.known.contains(&p.id) || p.made.elapsed().as_secs() > PENDING_MAX_S {
@@ -360,9 +397,10 @@ impl Admission {
         pool: &PgPool,
         now: DateTime<Utc>,
     ) -> Result<(), RefreshError> {
-        let since = self.hot.read().expect("admission state").looked_at - LOOK_OVERLAP;
-        let rows = store::reservations(pool, now - RESERVATIONS_KEPT, Some(since)).await?;
-        let mut hot = self.hot.write().expect("admission state");
+        let since = self.hot.read().looked_at - LOOK_OVERLAP;
+        let rows =
+            store::reservations(pool, &Scope::All, now - RESERVATIONS_KEPT, Some(since)).await?;
+        let mut hot = self.hot.write();
         let stored: HashSet<Uuid> = rows.iter().map(|r| r.id).collect();
         // This replica's own decisions, now stored, need no carrying over.
         hot.pending.retain(|p| !stored.contains(&p.id));
@@ -394,7 +432,7 @@ impl Admission {
         // reserves takes the state for itself, and decides again if another reservation or a
         // refresh changed the state meanwhile.
         let (mut p, seen) = {
-            let hot = self.hot.read().expect("admission state");
+            let hot = self.hot.read();
             (
                 hot.prepare(ask, bad.clone(), now, self.default_gpu_w)?,
                 hot.generation,
@@ -409,7 +447,7 @@ impl Admission {
         let id = Uuid::now_v7();
         let mut site_id = None;
         if !dry_run && p.reserves().is_some() {
-            let mut hot = self.hot.write().expect("admission state");
+            let mut hot = self.hot.write();
             if hot.generation != seen {
                 p = hot.prepare(ask, bad, now, self.default_gpu_w)?;
             }
@@ -526,9 +564,46 @@ impl Prepared {
     }
 }
 
-/// What can be checked on the question alone.
+/// Longest text of each field of a question, in bytes.
+const TEXT_LIMITS: [(&str, usize); 7] = [
+    ("tenant", 256),
+    ("job_name", 512),
+    ("job_key", 256),
+    ("gpu_model", 128),
+    ("model", 256),
+    ("priority", 64),
+    ("sites", 256),
+];
+
+/// What can be checked on the question alone. Every text passes the one input rule: a NUL
+/// would be answered but could never be stored, and the decision must be stored.
 fn validate(ask: &Ask, now: DateTime<Utc>) -> Vec<(&'static str, String)> {
     let mut bad: Vec<(&'static str, String)> = Vec::new();
+    let texts = [
+        ("tenant", Some(&ask.tenant)),
+        ("job_name", Some(&ask.job_name)),
+        ("job_key", ask.job_key.as_ref()),
+        ("gpu_model", ask.gpu_model.as_ref()),
+        ("model", ask.model.as_ref()),
+        ("priority", Some(&ask.priority)),
+    ];
+    for (field, value) in texts
+        .into_iter()
+        .chain(ask.sites.iter().map(|s| ("sites", Some(s))))
+    {
+        let max = TEXT_LIMITS
+            .iter()
+            .find(|(f, _)| *f == field)
+            .map_or(256, |(_, n)| *n);
+        if let Some(Err(e)) = value.map(|v| input::text(v, max)) {
+            if !bad.iter().any(|(f, _)| *f == field) {
+                bad.push((field, e.to_string()));
+            }
+        }
+    }
+    if ask.sites.len() > 64 {
+        bad.push(("sites", "at most 64 sites".into()));
+    }
     if ask.gpus < 1 || ask.gpus > 100_000 {
         bad.push(("gpus", "must be between 1 and 100000".into()));
     }
@@ -750,15 +825,14 @@ async fn load_slow(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Slow> {
         .await?,
         // Every budget over its period containing now (a custom one: its own range); a
         // question counts against those its job's start falls in.
-        budgets: wattledger_store::budgets::list(pool, &wattledger_store::Scope::All, None, now)
-            .await?,
+        budgets: wattledger_store::budgets::list(pool, &Scope::All, None, now).await?,
         models: Arc::new(models.into_iter().collect()),
-        policies: store::policies(pool)
+        policies: store::policies(pool, &Scope::All)
             .await?
             .into_iter()
             .map(|p| (p.tenant_id, p))
             .collect(),
-        learned: store::learned_draw(pool, now - Duration::days(LEARN_DAYS)).await?,
+        learned: store::learned_draw(pool, &Scope::All, now - Duration::days(LEARN_DAYS)).await?,
         typical: store::typical_draw(pool).await?,
     })
 }

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
+use wattledger_domain::input;
 use wattledger_store::admission::{self as store, DecisionFilter};
 
 pub fn router() -> Router<AppState> {
@@ -44,8 +45,8 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
     match serde_json::from_slice::<Ask>(bytes) {
         Ok(a) => Ok(a),
         Err(e) => {
-            let value: Value = serde_json::from_slice(bytes)
-                .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
+            // Duplicate keys and NULs are named by the strict parse.
+            let value = super::json::parse(bytes)?;
             let Value::Object(map) = value else {
                 return Err(ApiError::BadRequest(
                     "the body must be a JSON object".into(),
@@ -69,9 +70,7 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
                 let ok = if ints.contains(&k.as_str()) {
                     v.is_i64() || (v.is_null() && k == "power_per_gpu_w")
                 } else if times.contains(&k.as_str()) {
-                    v.is_null()
-                        || v.as_str()
-                            .is_some_and(|s| s.parse::<DateTime<Utc>>().is_ok())
+                    v.is_null() || v.as_str().is_some_and(|s| input::parse_time(s).is_ok())
                 } else if strings.contains(&k.as_str()) {
                     v.is_string()
                         || (v.is_null() && !matches!(k.as_str(), "tenant" | "kind" | "priority"))
@@ -87,7 +86,7 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
                     let want = if ints.contains(&k.as_str()) {
                         "an integer"
                     } else if times.contains(&k.as_str()) {
-                        "an RFC 3339 time"
+                        "an RFC 3339 time between 2000-01-01 and 2100-01-01"
                     } else if k == "sites" {
                         "an array of site keys"
                     } else if bools.contains(&k.as_str()) {
@@ -140,7 +139,9 @@ pub struct DecisionParams {
     pub decision: Option<String>,
     /// Tenant key (admin, finance, operator, scheduler only; a tenant sees its own).
     pub tenant: Option<String>,
+    #[serde(default, deserialize_with = "input::de::opt_time")]
     pub from: Option<DateTime<Utc>>,
+    #[serde(default, deserialize_with = "input::de::opt_time")]
     pub to: Option<DateTime<Utc>>,
     /// The `next` cursor of the previous page.
     pub before: Option<String>,
@@ -274,6 +275,22 @@ pub mod annotations {
     pub const SITES: &str = "wattledger.io/sites";
 }
 
+/// Most GPUs one pod may ask for (as a question to `POST /v1/admission` may).
+const MAX_POD_GPUS: i64 = 100_000;
+
+/// One container's GPU limit: a whole number from 0 to [`MAX_POD_GPUS`] (Kubernetes writes
+/// quantities as numbers or strings; the pod's author writes them, so nothing is assumed).
+fn gpu_limit(name: &str, v: &Value) -> Result<i64, String> {
+    let n = v
+        .as_i64()
+        .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        .ok_or_else(|| format!("{name}: not a whole number"))?;
+    if !(0..=MAX_POD_GPUS).contains(&n) {
+        return Err(format!("{name}: {n} is not between 0 and {MAX_POD_GPUS}"));
+    }
+    Ok(n)
+}
+
 /// A pod's question, from its spec and annotations; `None` for a pod without GPUs.
 fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
     let pod = &req["object"];
@@ -289,7 +306,7 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
         let Some(cs) = pod["spec"][group].as_array() else {
             continue;
         };
-        let mut in_group = 0;
+        let mut in_group: i64 = 0;
         for c in cs {
             let limits = &c["resources"]["limits"];
             let Some(map) = limits.as_object() else {
@@ -297,15 +314,17 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
             };
             for (name, v) in map {
                 if name == "nvidia.com/gpu" || name.starts_with("nvidia.com/mig-") {
-                    let n = v
-                        .as_i64()
-                        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-                        .ok_or_else(|| format!("{name}: not a whole number"))?;
-                    if group == "initContainers" {
-                        in_group = in_group.max(n);
+                    let n = gpu_limit(name, v)?;
+                    in_group = if group == "initContainers" {
+                        in_group.max(n)
                     } else {
-                        in_group += n;
-                    }
+                        in_group
+                            .checked_add(n)
+                            .filter(|t| *t <= MAX_POD_GPUS)
+                            .ok_or_else(|| {
+                                format!("the pod's GPU limits add up to more than {MAX_POD_GPUS}")
+                            })?
+                    };
                 }
             }
         }
@@ -334,10 +353,9 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
             .unwrap_or(3600),
     };
     let deadline = match ann(annotations::DEADLINE) {
-        Some(d) => Some(
-            d.parse::<DateTime<Utc>>()
-                .map_err(|_| format!("{}: '{d}' is not an RFC 3339 time", annotations::DEADLINE))?,
-        ),
+        Some(d) => {
+            Some(input::parse_time(&d).map_err(|e| format!("{}: {e}", annotations::DEADLINE))?)
+        }
         None => None,
     };
     Ok(Some(Ask {
@@ -372,7 +390,8 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
     }))
 }
 
-/// `90m`, `2h`, `1h30m`, `45s`, `3600`.
+/// `90m`, `2h`, `1h30m`, `45s`, `3600`; `None` for anything else, overflow included (the
+/// question's own check then bounds it to 90 days).
 fn parse_duration(s: &str) -> Option<i64> {
     let s = s.trim();
     if let Ok(n) = s.parse::<i64>() {
@@ -385,13 +404,14 @@ fn parse_duration(s: &str) -> Option<i64> {
         } else {
             let n: i64 = num.parse().ok()?;
             num.clear();
-            total += n * match c {
+            let unit = match c {
                 'd' => 86_400,
                 'h' => 3600,
                 'm' => 60,
                 's' => 1,
                 _ => return None,
             };
+            total = total.checked_add(n.checked_mul(unit)?)?;
         }
     }
     num.is_empty().then_some(total)
@@ -489,6 +509,33 @@ mod tests {
         assert_eq!(parse_duration("90"), Some(90));
         assert_eq!(parse_duration("1h30"), None);
         assert_eq!(parse_duration("1x"), None);
+        assert_eq!(parse_duration("9999999999999999d"), None);
+        assert_eq!(parse_duration("99999999999999999999"), None);
+    }
+
+    #[test]
+    fn hostile_gpu_limits_are_refused() {
+        let pod = |limits: Vec<Value>| {
+            let containers: Vec<Value> = limits
+                .into_iter()
+                .map(|l| json!({"resources": {"limits": {"nvidia.com/gpu": l}}}))
+                .collect();
+            json!({"namespace": "x", "name": "p", "object": {"spec": {"containers": containers}}})
+        };
+        let refused = |limits: Vec<Value>| pod_ask(&pod(limits)).unwrap_err();
+        assert!(refused(vec![json!(-4)]).contains("-4 is not between 0"));
+        assert!(refused(vec![json!(8), json!(-8)]).contains("-8"));
+        assert!(refused(vec![json!(i64::MAX), json!(i64::MAX)]).contains("not between"));
+        assert!(refused(vec![json!(100_000), json!(1)]).contains("add up to more than"));
+        assert!(refused(vec![json!("2.5")]).contains("not a whole number"));
+        assert_eq!(
+            pod_ask(&pod(vec![json!("2"), json!(2)]))
+                .unwrap()
+                .unwrap()
+                .gpus,
+            4
+        );
+        assert!(pod_ask(&pod(vec![json!(0)])).unwrap().is_none());
     }
 
     #[test]

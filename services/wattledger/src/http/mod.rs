@@ -6,9 +6,12 @@ pub mod chargeback;
 pub mod efficiency;
 pub mod error;
 pub mod extract;
+pub mod guard;
 pub mod ingest;
+pub mod json;
 pub mod openapi;
 pub mod prometheus;
+pub mod serve;
 pub mod usage;
 mod validate;
 pub mod webhooks;
@@ -21,10 +24,11 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use error::{ApiError, ApiResult};
+use parking_lot::RwLock;
 use serde::Serialize;
 use sqlx::PgPool;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use tower_http::trace::TraceLayer;
 use utoipa::ToSchema;
 use wattledger_store::inventory::{self, KeyedTable};
@@ -56,23 +60,24 @@ impl AppState {
     }
 
     pub async fn tenant_id(&self, key: &str) -> ApiResult<Option<i64>> {
-        if let Some(id) = self.tenants.read().ok().and_then(|m| m.get(key).copied()) {
+        if let Some(id) = self.tenants.read().get(key).copied() {
             return Ok(Some(id));
         }
         let ids = inventory::ids_by_key(&self.pool, KeyedTable::Tenants, &[key.to_owned()]).await?;
         let id = ids.get(key).copied();
-        if let (Some(id), Ok(mut m)) = (id, self.tenants.write()) {
-            m.insert(key.to_owned(), id);
+        if let Some(id) = id {
+            self.tenants.write().insert(key.to_owned(), id);
         }
         Ok(id)
     }
 
     pub fn forget_tenants(&self) {
-        if let Ok(mut m) = self.tenants.write() {
-            m.clear();
-        }
+        self.tenants.write().clear();
     }
 }
+
+/// How long a request's body may take to arrive once its headers have.
+const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The whole application router.
 pub fn app(state: AppState) -> Router {
@@ -91,42 +96,100 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::dashboard::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
+        // A client that declares a body and sends it slowly (or never) is not waited for.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_READ_TIMEOUT,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::requests,
+        ))
         .layer(TraceLayer::new_for_http())
         // A bug in one handler answers 500 instead of dropping the connection.
         .layer(tower_http::catch_panic::CatchPanicLayer::new())
+        .layer(axum::middleware::from_fn(guard::responses))
         .with_state(state)
 }
 
-async fn not_found() -> ApiError {
-    ApiError::NotFound
+/// An unknown path: the API's JSON error, or for a browser the dashboard's page.
+async fn not_found(uri: axum::http::Uri) -> axum::response::Response {
+    if guard::is_api(uri.path()) {
+        ApiError::NotFound.into_response()
+    } else {
+        crate::dashboard::PageError::NotFound.into_response()
+    }
 }
+
+/// How long `/health` waits for the database before saying it is away.
+const HEALTH_DB_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Serialize, ToSchema)]
 pub struct Health {
-    /// `ok`, or `degraded` when the database does not answer.
+    /// `ok`; `degraded` when the server serves but something needs a look (admission
+    /// decisions refused by the database, or waiting for it); `unavailable` when the
+    /// database does not answer (503).
     pub status: String,
     pub database: bool,
+    /// Why the status is not `ok`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
     /// Hours waiting for attribution.
     pub dirty_hours: Option<i64>,
+    /// The admission decision writer.
+    pub admission: crate::admission::hot::WriterHealth,
     pub version: String,
 }
 
-/// Liveness and readiness.
+/// Liveness and readiness, within a second whatever the database does.
 #[utoipa::path(get, path = "/health", tag = "service",
     responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
-    let dirty = wattledger_store::dirty::count(&state.pool).await.ok();
-    let ok = dirty.is_some();
+    let dirty = tokio::time::timeout(
+        HEALTH_DB_TIMEOUT,
+        wattledger_store::dirty::count(&state.pool),
+    )
+    .await;
+    let mut reasons = Vec::new();
+    let dirty = match dirty {
+        Ok(Ok(n)) => Some(n),
+        Ok(Err(e)) => {
+            reasons.push(format!("the database refused a query: {e}"));
+            None
+        }
+        Err(_) => {
+            reasons.push(format!(
+                "the database did not answer within {} ms",
+                HEALTH_DB_TIMEOUT.as_millis()
+            ));
+            None
+        }
+    };
+    let writer = state.admission.writer_health();
+    if writer.dead_lettered > 0 {
+        reasons.push(format!(
+            "{} admission decision(s) could not be stored and were kept as dead letters (admission_dead_letters)",
+            writer.dead_lettered
+        ));
+    }
+    if writer.retrying {
+        reasons.push(format!(
+            "{} admission decision(s) wait for the database",
+            writer.queued
+        ));
+    }
+    let database = dirty.is_some();
+    let (code, status) = match (database, reasons.is_empty()) {
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        (true, false) => (StatusCode::OK, "degraded"),
+        (true, true) => (StatusCode::OK, "ok"),
+    };
     let body = Health {
-        status: if ok { "ok" } else { "degraded" }.into(),
-        database: ok,
+        status: status.into(),
+        database,
+        reasons,
         dirty_hours: dirty,
+        admission: writer,
         version: env!("CARGO_PKG_VERSION").into(),
     };
-    let status = if ok {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, Json(body))
+    (code, Json(body))
 }

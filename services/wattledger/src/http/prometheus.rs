@@ -9,6 +9,7 @@
 use super::error::ApiResult;
 use super::extract::Caller;
 use super::AppState;
+use crate::admission::hot::WriterHealth;
 use crate::auth::Role;
 use axum::extract::State;
 use axum::http::header;
@@ -35,7 +36,7 @@ pub async fn get_metrics(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        render(&sites, &backlog),
+        render(&sites, &backlog, &state.admission.writer_health()),
     ))
 }
 
@@ -77,7 +78,7 @@ fn num(d: Decimal) -> String {
 }
 
 /// The exposition text for these sites and this backlog.
-pub fn render(sites: &[LatestHour], backlog: &Backlog) -> String {
+pub fn render(sites: &[LatestHour], backlog: &Backlog, writer: &WriterHealth) -> String {
     let site_family = |name, kind, help, value: &dyn Fn(&LatestHour) -> Option<String>| Family {
         name,
         kind,
@@ -131,6 +132,24 @@ pub fn render(sites: &[LatestHour], backlog: &Backlog) -> String {
                 .map(|t| (vec![], t.timestamp().to_string()))
                 .into_iter()
                 .collect(),
+        },
+        Family {
+            name: "wattledger_admission_decisions_stored_total",
+            kind: "counter",
+            help: "Admission decisions this process stored.",
+            samples: vec![(vec![], writer.stored.to_string())],
+        },
+        Family {
+            name: "wattledger_admission_decisions_dead_lettered_total",
+            kind: "counter",
+            help: "Admission decisions the database refused, kept in admission_dead_letters.",
+            samples: vec![(vec![], writer.dead_lettered.to_string())],
+        },
+        Family {
+            name: "wattledger_admission_decisions_queued",
+            kind: "gauge",
+            help: "Admission decisions answered and waiting to be stored.",
+            samples: vec![(vec![], writer.queued.to_string())],
         },
         site_family(
             "wattledger_site_energy_joules_total",
@@ -241,7 +260,14 @@ mod tests {
                 oldest_mark_age_s: None,
                 last_run_finished: None,
             },
+            &WriterHealth {
+                queued: 0,
+                stored: 12,
+                dead_lettered: 1,
+                retrying: false,
+            },
         );
+        assert!(text.contains("wattledger_admission_decisions_dead_lettered_total 1\n"));
         assert_eq!(
             text.matches("# TYPE wattledger_site_pue_ratio gauge")
                 .count(),
