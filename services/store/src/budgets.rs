@@ -206,15 +206,20 @@ pub struct EventRow {
 
 pub async fn events(
     pool: &PgPool,
+    scope: &Scope,
     budget_id: i64,
     period_start: DateTime<Utc>,
 ) -> StoreResult<Vec<EventRow>> {
     Ok(sqlx::query_as(
-        "SELECT id, metric, threshold, used, limit_value, projected_at, created_at
-         FROM budget_events WHERE budget_id = $1 AND period_start = $2 ORDER BY created_at, id",
+        "SELECT e.id, e.metric, e.threshold, e.used, e.limit_value, e.projected_at, e.created_at
+         FROM budget_events e JOIN budgets b ON b.id = e.budget_id
+         WHERE e.budget_id = $1 AND e.period_start = $2
+           AND ($3::bigint IS NULL OR b.tenant_id = $3)
+         ORDER BY e.created_at, e.id",
     )
     .bind(budget_id)
     .bind(period_start)
+    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }

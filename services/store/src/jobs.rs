@@ -181,9 +181,6 @@ const JOB_SELECT: &str = "
 /// One job by key, if `scope` may see it: its own tenant's, or one that served the tenant
 /// tokens (a shared endpoint shows a tenant only its own share).
 pub async fn get(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<JobRow> {
-    if key.contains('\0') {
-        return Err(StoreError::NotFound);
-    }
     let sql = format!(
         "{JOB_SELECT} WHERE j.key = $2 AND ($1::bigint IS NULL OR j.tenant_id = $1
             OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))
@@ -195,6 +192,19 @@ pub async fn get(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<JobRow>
         .fetch_optional(pool)
         .await?
         .ok_or(StoreError::NotFound)
+}
+
+/// The id of the job `key` if `scope` may see it (its tenant's, or one that served the
+/// tenant): another tenant's job and a job that does not exist look the same.
+pub async fn visible_id(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<Option<i64>> {
+    Ok(sqlx::query_scalar(
+        "SELECT j.id FROM jobs j WHERE j.key = $2 AND ($1::bigint IS NULL OR j.tenant_id = $1
+             OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))",
+    )
+    .bind(scope.tenant())
+    .bind(key)
+    .fetch_optional(pool)
+    .await?)
 }
 
 /// Jobs visible to `scope` that ran in `[from, to)`, biggest energy first.
@@ -281,16 +291,21 @@ pub struct HeldGpu {
     pub end_at: Option<DateTime<Utc>>,
 }
 
-pub async fn allocations(pool: &PgPool, job_id: i64) -> StoreResult<Vec<HeldGpu>> {
+/// The GPUs a job `scope` may see held (a shared endpoint's, for a tenant it served).
+pub async fn allocations(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResult<Vec<HeldGpu>> {
     Ok(sqlx::query_as(
         "SELECT m.key AS meter, coalesce(m.gpu_uuid, p.gpu_uuid) AS gpu_uuid,
                 coalesce(m.device_model, p.device_model) AS device_model, m.mig_profile,
                 a.share, a.start_at, a.end_at
          FROM allocations a JOIN meters m ON m.id = a.meter_id
+         JOIN jobs j ON j.id = a.job_id
          LEFT JOIN meters p ON p.id = m.parent_id AND m.kind = 'mig'
-         WHERE a.job_id = $1 ORDER BY m.key, a.start_at",
+         WHERE a.job_id = $1 AND ($2::bigint IS NULL OR j.tenant_id = $2
+             OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $2))
+         ORDER BY m.key, a.start_at",
     )
     .bind(job_id)
+    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }

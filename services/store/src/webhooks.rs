@@ -75,51 +75,74 @@ pub async fn get(pool: &PgPool, id: Uuid, scope: &Scope) -> StoreResult<Option<E
     .await?)
 }
 
-/// Enables or disables an endpoint; enabling clears the reason it was disabled.
+/// `NotFound` unless exactly one row in scope was changed.
+fn one_row(affected: u64) -> StoreResult<()> {
+    if affected == 1 {
+        Ok(())
+    } else {
+        Err(crate::StoreError::NotFound)
+    }
+}
+
+/// Enables or disables an endpoint `scope` may see; enabling clears the reason it was
+/// disabled. Another tenant's endpoint is not found, as a missing one is.
 pub async fn set_enabled(
     pool: &PgPool,
     id: Uuid,
+    scope: &Scope,
     enabled: bool,
     reason: Option<&str>,
 ) -> StoreResult<()> {
-    sqlx::query(
-        "UPDATE webhook_endpoints SET enabled = $2, disabled_reason = $3, updated_at = now()
-         WHERE id = $1",
+    one_row(
+        sqlx::query(
+            "UPDATE webhook_endpoints SET enabled = $2, disabled_reason = $3, updated_at = now()
+             WHERE id = $1 AND ($4::bigint IS NULL OR tenant_id = $4)",
+        )
+        .bind(id)
+        .bind(enabled)
+        .bind(reason)
+        .bind(scope.tenant())
+        .execute(pool)
+        .await?
+        .rows_affected(),
     )
-    .bind(id)
-    .bind(enabled)
-    .bind(reason)
-    .execute(pool)
-    .await?;
-    Ok(())
 }
 
-pub async fn delete(pool: &PgPool, id: Uuid) -> StoreResult<()> {
-    sqlx::query("DELETE FROM webhook_endpoints WHERE id = $1")
+pub async fn delete(pool: &PgPool, id: Uuid, scope: &Scope) -> StoreResult<()> {
+    one_row(
+        sqlx::query(
+            "DELETE FROM webhook_endpoints WHERE id = $1 AND ($2::bigint IS NULL OR tenant_id = $2)",
+        )
         .bind(id)
+        .bind(scope.tenant())
         .execute(pool)
-        .await?;
-    Ok(())
+        .await?
+        .rows_affected(),
+    )
 }
 
 /// A new secret signs from now; the old one signs beside it until `overlap_until`.
 pub async fn rotate(
     pool: &PgPool,
     id: Uuid,
+    scope: &Scope,
     secret: &str,
     overlap_until: DateTime<Utc>,
 ) -> StoreResult<()> {
-    sqlx::query(
-        "UPDATE webhook_endpoints SET previous_secret = secret, previous_until = $3, secret = $2,
-                updated_at = now()
-         WHERE id = $1",
+    one_row(
+        sqlx::query(
+            "UPDATE webhook_endpoints SET previous_secret = secret, previous_until = $3, secret = $2,
+                    updated_at = now()
+             WHERE id = $1 AND ($4::bigint IS NULL OR tenant_id = $4)",
+        )
+        .bind(id)
+        .bind(secret)
+        .bind(overlap_until)
+        .bind(scope.tenant())
+        .execute(pool)
+        .await?
+        .rows_affected(),
     )
-    .bind(id)
-    .bind(secret)
-    .bind(overlap_until)
-    .execute(pool)
-    .await?;
-    Ok(())
 }
 
 /// A message due for delivery, with what signing and sending it needs.
@@ -232,8 +255,14 @@ pub struct MessageView {
     pub history: serde_json::Value,
 }
 
-/// An endpoint's messages, newest first, each with its attempts.
-pub async fn messages(pool: &PgPool, endpoint: Uuid, limit: i64) -> StoreResult<Vec<MessageView>> {
+/// An endpoint's messages, newest first, each with its attempts (none for an endpoint out of
+/// `scope`).
+pub async fn messages(
+    pool: &PgPool,
+    endpoint: Uuid,
+    scope: &Scope,
+    limit: i64,
+) -> StoreResult<Vec<MessageView>> {
     Ok(sqlx::query_as(
         "SELECT m.id, m.endpoint_id, m.event_type, m.state, m.attempts, m.next_attempt_at,
                 m.created_at, m.delivered_at,
@@ -241,23 +270,33 @@ pub async fn messages(pool: &PgPool, endpoint: Uuid, limit: i64) -> StoreResult<
                               'started_at', a.started_at, 'status', a.status,
                               'latency_ms', a.latency_ms, 'error', a.error) ORDER BY a.attempt)
                           FROM webhook_attempts a WHERE a.message_id = m.id), '[]') AS history
-         FROM webhook_messages m WHERE m.endpoint_id = $1
+         FROM webhook_messages m JOIN webhook_endpoints e ON e.id = m.endpoint_id
+         WHERE m.endpoint_id = $1 AND ($3::bigint IS NULL OR e.tenant_id = $3)
          ORDER BY m.created_at DESC, m.id LIMIT $2",
     )
     .bind(endpoint)
     .bind(limit)
+    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }
 
 /// Sends a dead (or delivered) message again, as the same message: same id, same body.
-pub async fn redeliver(pool: &PgPool, endpoint: Uuid, message: &str) -> StoreResult<bool> {
+pub async fn redeliver(
+    pool: &PgPool,
+    endpoint: Uuid,
+    scope: &Scope,
+    message: &str,
+) -> StoreResult<bool> {
     Ok(sqlx::query(
-        "UPDATE webhook_messages SET state = 'pending', next_attempt_at = now()
-         WHERE id = $1 AND endpoint_id = $2",
+        "UPDATE webhook_messages m SET state = 'pending', next_attempt_at = now()
+         FROM webhook_endpoints e
+         WHERE m.id = $1 AND m.endpoint_id = $2 AND e.id = m.endpoint_id
+           AND ($3::bigint IS NULL OR e.tenant_id = $3)",
     )
     .bind(message)
     .bind(endpoint)
+    .bind(scope.tenant())
     .execute(pool)
     .await?
     .rows_affected()

@@ -275,9 +275,13 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
             let mut exports: Vec<Export> = Vec::new();
             let mut version = 1;
             for f in formats {
-                let (v, e) = store::export(&pool, month, f).await?.with_context(|| {
-                    format!("{month} is not closed: `wattledger chargeback close {month}` first")
-                })?;
+                let (v, e) = store::export(&pool, &wattledger_store::Scope::All, month, f)
+                    .await?
+                    .with_context(|| {
+                        format!(
+                            "{month} is not closed: `wattledger chargeback close {month}` first"
+                        )
+                    })?;
                 version = v;
                 exports.push(e);
             }

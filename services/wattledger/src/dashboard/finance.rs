@@ -289,7 +289,7 @@ pub async fn month(
         ("focus", "FOCUS 1.2 CSV"),
         ("json", "JSON"),
     ] {
-        if let Some((_, e)) = store::export(&state.pool, month, format).await? {
+        if let Some((_, e)) = store::export(&state.pool, &session.scope, month, format).await? {
             exports.push(ExportRow {
                 label: label.into(),
                 href: format!("/finance/{month}/exports/{format}"),
@@ -329,7 +329,7 @@ pub async fn download(
     if !chargeback::FORMATS.contains(&format.as_str()) {
         return Err(PageError::NotFound);
     }
-    let (_, e) = store::export(&state.pool, month, &format)
+    let (_, e) = store::export(&state.pool, &session.scope, month, &format)
         .await?
         .ok_or(PageError::NotFound)?;
     Ok(crate::http::chargeback::export_file(e))

@@ -89,7 +89,7 @@ pub async fn show(
         Err(e) => return Err(e.into()),
     };
     let hours = jobs::hours(&state.pool, &session.scope, job.id).await?;
-    let gpus = jobs::allocations(&state.pool, job.id).await?;
+    let gpus = jobs::allocations(&state.pool, &session.scope, job.id).await?;
     let sum = |f: fn(&jobs::JobHour) -> i64| hours.iter().map(f).sum::<i64>();
     let dsum =
         |f: fn(&jobs::JobHour) -> Option<Decimal>| hours.iter().filter_map(f).sum::<Decimal>();

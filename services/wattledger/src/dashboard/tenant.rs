@@ -255,7 +255,7 @@ pub async fn overview(
 
     let empty = total.as_ref().is_none_or(|t| t.total_mj == 0);
     let saved =
-        wattledger_store::admission::deferred_savings(pool, id, range.from, range.to).await?;
+        wattledger_store::admission::deferred_savings(pool, &scope, range.from, range.to).await?;
     let deferred = Deferred {
         count: saved.deferred,
         carbon: format!(
@@ -354,7 +354,7 @@ pub async fn overview(
                 hard: b.hard,
             });
         }
-        for e in budgets::events(pool, b.id, b.period_start).await? {
+        for e in budgets::events(pool, &scope, b.id, b.period_start).await? {
             alerts.push((
                 e.created_at,
                 AlertRow {

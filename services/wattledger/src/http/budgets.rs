@@ -17,8 +17,10 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 use wattledger_domain::budget_alerts::runs_out_at;
+use wattledger_domain::input;
 use wattledger_store::budgets::{self as store, BudgetSpec, BudgetState};
 use wattledger_store::inventory::{ids_by_key, KeyedTable};
+use wattledger_store::Scope;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -76,7 +78,12 @@ pub struct BudgetView {
     pub alerts: Vec<AlertView>,
 }
 
-async fn view(state: &AppState, b: BudgetState, now: DateTime<Utc>) -> ApiResult<BudgetView> {
+async fn view(
+    state: &AppState,
+    scope: &Scope,
+    b: BudgetState,
+    now: DateTime<Utc>,
+) -> ApiResult<BudgetView> {
     let metrics = b
         .usages(now)
         .into_iter()
@@ -89,7 +96,7 @@ async fn view(state: &AppState, b: BudgetState, now: DateTime<Utc>) -> ApiResult
             projected_exhausted_at: runs_out_at(&u, now).filter(|t| *t < b.period_end),
         })
         .collect();
-    let alerts = store::events(&state.pool, b.id, b.period_start)
+    let alerts = store::events(&state.pool, scope, b.id, b.period_start)
         .await?
         .into_iter()
         .map(|e| AlertView {
@@ -127,7 +134,7 @@ pub async fn list(
     let now = Utc::now();
     let mut out = Vec::new();
     for b in store::list(&state.pool, &caller.scope, None, now).await? {
-        out.push(view(&state, b, now).await?);
+        out.push(view(&state, &caller.scope, b, now).await?);
     }
     Ok(Json(out))
 }
@@ -153,7 +160,7 @@ async fn one(state: &AppState, caller: &Caller, key: &str) -> ApiResult<BudgetVi
         .into_iter()
         .next()
         .ok_or(ApiError::NotFound)?;
-    view(state, b, now).await
+    view(state, &caller.scope, b, now).await
 }
 
 const FIELDS: [&str; 11] = [
@@ -189,14 +196,12 @@ pub async fn put(
     RawBatch(body): RawBatch,
 ) -> ApiResult<(StatusCode, Json<BudgetView>)> {
     caller.require(&WRITERS)?;
-    let value: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
+    let value: Value = super::json::parse(&body)?;
     let mut r = Record::new(0, &value, &FIELDS);
-    if key.is_empty() || key.len() > 128 || key.chars().any(char::is_control) {
-        r.error(
-            "key",
-            "must be 1 to 128 characters without control characters",
-        );
+    match input::text(&key, 128) {
+        Ok(k) if !k.trim().is_empty() => {}
+        Ok(_) => r.error("key", "must not be empty"),
+        Err(e) => r.error("key", e.to_string()),
     }
     let tenant_key = r.key("tenant");
     let model_key = r.opt_key("model");
@@ -217,13 +222,14 @@ pub async fn put(
         ),
         _ => {}
     }
+    // The columns are numeric(20, 6): a millionth is the finest limit that is stored as sent.
     let limit = |r: &mut Record, field: &str| {
-        let d = r.opt_decimal(field);
-        if d.is_some_and(|d| d <= Decimal::ZERO || d > Decimal::from(1_000_000_000_000i64)) {
-            r.error(field, "must be above 0 and at most 1e12");
-            return None;
-        }
-        d
+        r.opt_decimal_in(
+            field,
+            6,
+            Decimal::new(1, 6),
+            Decimal::from(1_000_000_000_000i64),
+        )
     };
     let limit_kwh = limit(&mut r, "limit_kwh");
     let limit_cost = limit(&mut r, "limit_cost");

@@ -234,7 +234,7 @@ async fn close_view(state: &AppState, close: &Close, scope: &Scope) -> ApiResult
     let mut audit = Vec::new();
     if finance {
         for format in chargeback::FORMATS {
-            if let Some((_, e)) = store::export(&state.pool, close.month, format).await? {
+            if let Some((_, e)) = store::export(&state.pool, scope, close.month, format).await? {
                 exports.push(ExportView {
                     format: format.into(),
                     url: format!("/v1/chargeback/months/{}/exports/{format}", close.month),
@@ -512,7 +512,7 @@ pub async fn export(
     if !chargeback::FORMATS.contains(&format.as_str()) {
         return Err(ApiError::NotFound);
     }
-    let (_, e) = store::export(&state.pool, month, &format)
+    let (_, e) = store::export(&state.pool, &caller.scope, month, &format)
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(export_file(e))

@@ -12,6 +12,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
+use wattledger_domain::input;
 use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::inventory::{self, KeyedTable};
@@ -33,8 +34,10 @@ const READERS: &[Role] = &[Role::Finance, Role::Operator, Role::Tenant];
 #[into_params(parameter_in = Query)]
 pub struct UsageParams {
     /// Start of the range (RFC 3339, inclusive); default 30 days before `to`.
+    #[serde(default, deserialize_with = "input::de::opt_time")]
     pub from: Option<DateTime<Utc>>,
     /// End of the range (RFC 3339, exclusive); default now.
+    #[serde(default, deserialize_with = "input::de::opt_time")]
     pub to: Option<DateTime<Utc>>,
     /// Comma-separated: any of `tenant`, `job`, `model`, `site`, `day`, `hour`.
     pub group_by: Option<String>,
@@ -209,7 +212,15 @@ pub async fn get_usage(
         from: Some(from),
         to: Some(to),
         site_id: id_of(&state, KeyedTable::Sites, &p.site).await?,
-        job_id: id_of(&state, KeyedTable::Jobs, &p.job).await?,
+        // A job the caller may not see answers as one that does not exist.
+        job_id: match &p.job {
+            None => None,
+            Some(key) => Some(
+                jobs::visible_id(&state.pool, &scope, key)
+                    .await?
+                    .ok_or(ApiError::NotFound)?,
+            ),
+        },
         model_id: id_of(&state, KeyedTable::Models, &p.model).await?,
     };
     let rows = usage::usage(&state.pool, &scope, &group_by, &filter).await?;
@@ -393,7 +404,9 @@ pub async fn get_job(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct JobListParams {
+    #[serde(default, deserialize_with = "input::de::opt_time")]
     pub from: Option<DateTime<Utc>>,
+    #[serde(default, deserialize_with = "input::de::opt_time")]
     pub to: Option<DateTime<Utc>>,
     /// At most this many jobs (1 to 1000, default 100), biggest energy first.
     pub limit: Option<u16>,

@@ -253,7 +253,7 @@ pub async fn update(
     let e = visible(&state, &caller, &id).await?;
     let b: UpdateEndpointBody = parse_body(&body)?;
     let reason = (!b.enabled).then_some("disabled through the API");
-    store::set_enabled(&state.pool, e.id, b.enabled, reason).await?;
+    store::set_enabled(&state.pool, e.id, &caller.scope, b.enabled, reason).await?;
     Ok(Json(
         store::get(&state.pool, e.id, &caller.scope)
             .await?
@@ -273,7 +273,7 @@ pub async fn remove(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let e = visible(&state, &caller, &id).await?;
-    store::delete(&state.pool, e.id).await?;
+    store::delete(&state.pool, e.id, &caller.scope).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -318,6 +318,7 @@ pub async fn rotate(
     store::rotate(
         &state.pool,
         e.id,
+        &caller.scope,
         &secret,
         Utc::now() + Duration::seconds(overlap),
     )
@@ -381,7 +382,7 @@ pub async fn messages(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<MessageView>>> {
     let e = visible(&state, &caller, &id).await?;
-    let rows = store::messages(&state.pool, e.id, 200).await?;
+    let rows = store::messages(&state.pool, e.id, &caller.scope, 200).await?;
     Ok(Json(
         rows.into_iter()
             .map(|m| MessageView {
@@ -413,7 +414,7 @@ pub async fn redeliver(
 ) -> ApiResult<(StatusCode, Json<Queued>)> {
     caller.require(&[Role::Admin])?;
     let e = visible(&state, &caller, &id).await?;
-    if !store::redeliver(&state.pool, e.id, &message).await? {
+    if !store::redeliver(&state.pool, e.id, &caller.scope, &message).await? {
         return Err(ApiError::NotFound);
     }
     Ok((
