@@ -48,8 +48,8 @@ pub fn render(close: &Close) -> String {
                 [
                     s.number.clone(),
                     close.month.to_string(),
-                    s.tenant.clone(),
-                    tenant_name.clone(),
+                    text(&s.tenant),
+                    text(&tenant_name),
                     s.currency.clone(),
                     l.no.to_string(),
                     if l.is_adjustment(close.month) {
@@ -59,10 +59,10 @@ pub fn render(close: &Close) -> String {
                     }
                     .to_owned(),
                     l.key.period.to_string(),
-                    l.key.site.clone(),
-                    site_name,
-                    region,
-                    l.key.model.clone().unwrap_or_default(),
+                    text(&l.key.site),
+                    text(&site_name),
+                    text(&region),
+                    text(l.key.model.as_deref().unwrap_or_default()),
                     l.key.class.as_str().to_owned(),
                     l.key.class.allocation_method().to_owned(),
                     l.amounts.energy_mj.to_string(),
@@ -80,6 +80,19 @@ pub fn render(close: &Close) -> String {
         }
     }
     out
+}
+
+/// A cell of text someone outside finance chose (tenant, site, region and model names,
+/// written by tenants, schedulers and collectors), neutralised as OWASP's CSV injection
+/// guidance says: a cell that begins with `=`, `+`, `-`, `@`, a tab or a carriage return is
+/// read by spreadsheets as a formula, so it is prefixed with `'`, which they show as text.
+/// Numbers never go through here: a credit's `-12.34` stays a number.
+pub fn text(s: &str) -> String {
+    if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{s}")
+    } else {
+        s.to_owned()
+    }
 }
 
 /// A decimal at exactly `dp` places (rounded half away from zero if it had more).
@@ -126,5 +139,22 @@ mod tests {
         assert_eq!(fixed("1.5".parse().unwrap(), 2), "1.50");
         assert_eq!(fixed("-0.004".parse().unwrap(), 2), "0.00");
         assert_eq!(fixed("2.345".parse().unwrap(), 2), "2.35");
+    }
+
+    #[test]
+    fn text_that_a_spreadsheet_would_run_is_neutralised() {
+        for hostile in [
+            "=HYPERLINK(\"http://x\")",
+            "+1+1",
+            "-2+3",
+            "@SUM(A1)",
+            "\tx",
+            "\rx",
+        ] {
+            assert_eq!(text(hostile), format!("'{hostile}"));
+        }
+        assert_eq!(text("acme-research"), "acme-research");
+        assert_eq!(text("llama=3"), "llama=3");
+        assert_eq!(text(""), "");
     }
 }

@@ -13,7 +13,7 @@
 //! null when invoiced") unconditionally, so every dataset fails one of them; the test that
 //! runs it accepts exactly that one and proves the other half fails on the same rows nulled.
 
-use super::csv::{fixed, row};
+use super::csv::{fixed, row, text};
 use super::statement::minor_units;
 use super::{Close, LineClass};
 use chrono::{DateTime, Utc};
@@ -76,7 +76,9 @@ pub fn render(close: &Close) -> String {
             let (site_name, region) = close.directory.site(&l.key.site);
             let correction = l.is_adjustment(close.month);
             let charge = (l.key.period.start(), l.key.period.end());
-            let model = l.key.model.clone().unwrap_or_default();
+            let model = text(l.key.model.as_deref().unwrap_or_default());
+            let (tenant, account, issuer) = (text(&s.tenant), text(&account), text(&issuer));
+            let (site, site_name, region) = (text(&l.key.site), text(&site_name), text(&region));
             let what = match (l.key.class, &l.key.model) {
                 (LineClass::IdleShare, _) => "idle capacity share".to_owned(),
                 (LineClass::Platform, _) => "unallocated idle capacity".to_owned(),
@@ -88,7 +90,7 @@ pub fn render(close: &Close) -> String {
                     let cost = fixed(cost, dp);
                     let mut f = vec![
                         cost.clone(),
-                        s.tenant.clone(),
+                        tenant.clone(),
                         account.clone(),
                         s.currency.clone(),
                         time(billing.1),
@@ -119,14 +121,14 @@ pub fn render(close: &Close) -> String {
                         unit.to_owned(),
                         issuer.clone(),
                         issuer.clone(),
-                        l.key.site.clone(),
+                        site.clone(),
                         site_name.clone(),
                         "AI and Machine Learning".to_owned(),
                         service(l.key.class).0.to_owned(),
                         service(l.key.class).1.to_owned(),
                         l.no.to_string(),
                         region.clone(),
-                        l.key.site.clone(),
+                        site.clone(),
                         model.clone(),
                         l.key.class.as_str().to_owned(),
                         l.key.class.allocation_method().to_owned(),

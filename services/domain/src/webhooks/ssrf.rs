@@ -151,6 +151,8 @@ fn class_v4(ip: Ipv4Addr) -> Option<Class> {
         _ if ip == Ipv4Addr::new(169, 254, 169, 254) => Class::Metadata,
         // Alibaba Cloud's metadata service sits in the shared (CGNAT) range.
         _ if ip == Ipv4Addr::new(100, 100, 100, 200) => Class::Metadata,
+        // Azure's wire server (platform agent, DNS, health): public-looking, inside Azure.
+        _ if ip == Ipv4Addr::new(168, 63, 129, 16) => Class::Metadata,
         (0, _, _) => Class::Unspecified,
         (127, _, _) => Class::Loopback,
         (10, _, _) | (192, 168, _) => Class::Private,
@@ -159,6 +161,8 @@ fn class_v4(ip: Ipv4Addr) -> Option<Class> {
         (100, 64..=127, _) => Class::Private,
         (169, 254, _) => Class::LinkLocal,
         (192, 0, 0) | (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => Class::Reserved,
+        // The 6to4 relay anycast prefix: a tunnel into someone's network.
+        (192, 88, 99) => Class::Reserved,
         (198, 18..=19, _) => Class::Reserved,
         (224..=239, _, _) => Class::Multicast,
         (240..=255, _, _) => Class::Reserved,
@@ -169,10 +173,14 @@ fn class_v4(ip: Ipv4Addr) -> Option<Class> {
 fn class_v6(ip: Ipv6Addr) -> Option<Class> {
     let s = ip.segments();
     // IPv4 written inside IPv6 is judged as that IPv4 address: mapped (::ffff:a.b.c.d),
-    // compatible (::a.b.c.d), NAT64 (64:ff9b::/96) and 6to4 (2002:AABB:CCDD::/48).
+    // translated (::ffff:0:a.b.c.d, RFC 2765), compatible (::a.b.c.d), NAT64 (64:ff9b::/96)
+    // and 6to4 (2002:AABB:CCDD::/48).
     let embedded = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
     if let Some(v4) = ip.to_ipv4_mapped() {
         return class_v4(v4);
+    }
+    if s[..6] == [0, 0, 0, 0, 0xffff, 0] {
+        return class_v4(embedded(s[6], s[7]));
     }
     if s[..6] == [0; 6] && ip != Ipv6Addr::UNSPECIFIED && ip != Ipv6Addr::LOCALHOST {
         return class_v4(embedded(s[6], s[7]));
@@ -183,6 +191,10 @@ fn class_v6(ip: Ipv6Addr) -> Option<Class> {
     if s[0] == 0x2002 {
         return class_v4(embedded(s[1], s[2]));
     }
+    // NAT64 for local use (RFC 8215): the operator's own translator, into its own network.
+    if s[..3] == [0x64, 0xff9b, 1] {
+        return Some(Class::Private);
+    }
     Some(match s[0] {
         _ if ip == Ipv6Addr::LOCALHOST => Class::Loopback,
         _ if ip == Ipv6Addr::UNSPECIFIED => Class::Unspecified,
@@ -190,9 +202,18 @@ fn class_v6(ip: Ipv6Addr) -> Option<Class> {
         _ if ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) => Class::Metadata,
         0xfc00..=0xfdff => Class::Private,
         0xfe80..=0xfebf => Class::LinkLocal,
+        // Site-local (fec0::/10): deprecated, still routed inside some networks.
+        0xfec0..=0xfeff => Class::Private,
         0xff00..=0xffff => Class::Multicast,
-        // Documentation (2001:db8::/32).
+        // Teredo (2001::/32): a tunnel whose far end hides an IPv4 address of any kind.
+        0x2001 if s[1] == 0 => Class::Reserved,
+        // Documentation (2001:db8::/32, 3fff::/20), benchmarking (2001:2::/48), ORCHID
+        // (2001:10::/28, 2001:20::/28), discard-only (100::/64).
         0x2001 if s[1] == 0x0db8 => Class::Reserved,
+        0x2001 if s[1] == 2 && s[2] == 0 => Class::Reserved,
+        0x2001 if (0x10..=0x2f).contains(&s[1]) => Class::Reserved,
+        0x3fff if s[1] < 0x1000 => Class::Reserved,
+        0x0100 if s[1..4] == [0, 0, 0] => Class::Reserved,
         _ => return None,
     })
 }
@@ -239,6 +260,17 @@ mod tests {
             "https://100.64.0.1/",
             "https://100.100.100.200/",
             "https://224.0.0.1/",
+            // Azure's wire server, Teredo, NAT64 local use, IPv4-translated, site-local.
+            "https://168.63.129.16/",
+            "https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/",
+            "https://[64:ff9b:1::7f00:1]/",
+            "https://[::ffff:0:127.0.0.1]/",
+            "https://[::ffff:0:a9fe:a9fe]/",
+            "https://[fec0::1]/",
+            "https://[2001:db8::1]/",
+            "https://[2001:10::1]/",
+            "https://[100::1]/",
+            "https://192.88.99.1/",
             "http://hooks.example.com/",
             "ftp://hooks.example.com/",
             "https://user:pass@hooks.example.com/",
