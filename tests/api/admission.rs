@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use wattledger::auth::Role;
 use wattledger_tests::TestApp;
 
-async fn setup() -> TestApp {
+pub(crate) async fn setup() -> TestApp {
     let app = TestApp::start().await;
     scenario::push_inventory(&app, &scenario::batches()).await;
     // Admission reloads on the inventory change; wait until it knows the tenant and site.
@@ -23,7 +23,7 @@ async fn setup() -> TestApp {
     panic!("admission never learned the inventory");
 }
 
-async fn ask(app: &TestApp, body: Value) -> (u16, Value) {
+pub(crate) async fn ask(app: &TestApp, body: Value) -> (u16, Value) {
     app.post_raw(
         &app.token(Role::Scheduler),
         "/v1/admission",

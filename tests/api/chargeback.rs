@@ -22,7 +22,11 @@ async fn september(app: &TestApp) {
     app.attribute().await;
 }
 
-async fn bytes(app: &TestApp, token: &str, path: &str) -> (u16, Vec<u8>, Option<String>) {
+pub(crate) async fn bytes(
+    app: &TestApp,
+    token: &str,
+    path: &str,
+) -> (u16, Vec<u8>, Option<String>) {
     let r = app
         .http
         .get(format!("{}{path}", app.base))
@@ -497,9 +501,9 @@ async fn tenants_read_only_their_own_statements_finance_reads_all() {
 /// Rules of focus-validator 2.2.1 (model 1.2.0.1) that no dataset can pass: the two halves of
 /// InvoiceId's conditional nullability are both enforced without their condition, so every
 /// dataset fails one (FOCUS_Spec#2394 is the umbrella for this class of validator defect).
-const VALIDATOR_DEFECT: &str = "InvoiceId-C-004-C";
+pub(crate) const VALIDATOR_DEFECT: &str = "InvoiceId-C-004-C";
 
-fn validate(file: &Path) -> (bool, Vec<String>) {
+pub(crate) fn validate(file: &Path) -> (bool, Vec<String>) {
     let tool = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/focus-validate");
     let out = Command::new(tool)
         .arg(file)
@@ -577,7 +581,7 @@ async fn the_demo_months_focus_export_passes_the_focus_validator() {
 }
 
 /// Splits one RFC 4180 row (no line breaks inside fields).
-fn split_csv(line: &str) -> Vec<String> {
+pub(crate) fn split_csv(line: &str) -> Vec<String> {
     let mut fields = vec![String::new()];
     let mut quoted = false;
     let mut chars = line.chars().peekable();

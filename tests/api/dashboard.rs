@@ -9,21 +9,22 @@ use wattledger::auth::Role;
 use wattledger::dashboard::login::add_user;
 use wattledger_tests::TestApp;
 
-struct Browser {
+pub(crate) struct Browser {
     http: reqwest::Client,
     base: String,
-    session: Option<String>,
+    pub(crate) session: Option<String>,
 }
 
-struct Page {
-    status: u16,
-    body: String,
-    location: Option<String>,
-    cookies: Vec<String>,
+pub(crate) struct Page {
+    pub(crate) status: u16,
+    pub(crate) body: String,
+    pub(crate) location: Option<String>,
+    pub(crate) cookies: Vec<String>,
+    pub(crate) headers: reqwest::header::HeaderMap,
 }
 
 impl Browser {
-    fn new(app: &TestApp) -> Self {
+    pub(crate) fn new(app: &TestApp) -> Self {
         Browser {
             http: reqwest::Client::builder()
                 .redirect(Policy::none())
@@ -49,6 +50,7 @@ impl Browser {
         };
         let r = req.send().await.unwrap();
         Page {
+            headers: r.headers().clone(),
             status: r.status().as_u16(),
             location: r
                 .headers()
@@ -64,12 +66,17 @@ impl Browser {
         }
     }
 
-    async fn get(&self, path: &str) -> Page {
+    pub(crate) async fn get(&self, path: &str) -> Page {
         self.send(self.http.get(format!("{}{path}", self.base)), None)
             .await
     }
 
-    async fn post(&self, path: &str, form: &[(&str, &str)], cookie: Option<&str>) -> Page {
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        form: &[(&str, &str)],
+        cookie: Option<&str>,
+    ) -> Page {
         self.send(
             self.http.post(format!("{}{path}", self.base)).form(form),
             cookie,
@@ -78,7 +85,7 @@ impl Browser {
     }
 
     /// Signs in through the form, as a browser would: fetch the form, echo its CSRF token.
-    async fn sign_in(&mut self, user: &str, password: &str) -> Page {
+    pub(crate) async fn sign_in(&mut self, user: &str, password: &str) -> Page {
         let form = self.get("/login").await;
         let csrf = hidden(&form.body, "csrf");
         let login_cookie = form
@@ -107,7 +114,7 @@ impl Browser {
     }
 }
 
-fn hidden(html: &str, name: &str) -> String {
+pub(crate) fn hidden(html: &str, name: &str) -> String {
     let at = html
         .find(&format!("name=\"{name}\" value=\""))
         .expect("hidden field");
@@ -153,7 +160,7 @@ fn accessible(html: &str) {
     }
 }
 
-async fn app_with_users() -> TestApp {
+pub(crate) async fn app_with_users() -> TestApp {
     let app = TestApp::start().await;
     let mut b = scenario::batches();
     b.sites[0]["fallback_price"] = json!("0.20");

@@ -13,6 +13,7 @@ mod ledger;
 mod openapi;
 mod prometheus;
 mod scenario;
+mod security;
 mod signals;
 mod slurm_admission;
 mod webhooks;

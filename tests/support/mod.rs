@@ -142,6 +142,13 @@ impl TestApp {
         }
     }
 
+    /// The app on a pool the caller made (through a proxy that can stall, say), for the
+    /// database `db_url`.
+    pub async fn start_on(pool: PgPool, db_url: String) -> Self {
+        let config = Config::for_tests(db_url.clone(), SECRET.into());
+        Self::serve(pool, db_url, config).await
+    }
+
     /// A second server on the same database, as another replica behind a load balancer.
     pub async fn replica(&self) -> Self {
         let config = Config::for_tests(self.db_url.clone(), SECRET.into());

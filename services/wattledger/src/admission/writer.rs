@@ -48,7 +48,6 @@ pub struct WriterStats {
 }
 
 pub async fn run(pool: PgPool, mut rx: mpsc::Receiver<Decided>, stats: Arc<WriterStats>) {
-    let mut backoff = Backoff::default();
     loop {
         let mut decided = Vec::new();
         // Every sender gone: the server is stopping and all is written.
@@ -71,12 +70,15 @@ pub async fn run(pool: PgPool, mut rx: mpsc::Receiver<Decided>, stats: Arc<Write
                 continue;
             }
         };
-        store(&pool, &batch, &stats, &mut backoff).await;
+        write_batch(&pool, &batch, &stats).await;
     }
 }
 
-/// Writes a batch whole, or, when the database refuses some of it, row by row.
-async fn store(pool: &PgPool, batch: &[NewDecision], stats: &WriterStats, backoff: &mut Backoff) {
+/// Writes a batch whole, or, when the database refuses some of it, row by row, keeping each
+/// refused row as a dead letter. Returns once every row is stored or dead-lettered (while
+/// the database is away, it waits).
+pub async fn write_batch(pool: &PgPool, batch: &[NewDecision], stats: &WriterStats) {
+    let backoff = &mut Backoff::default();
     match insert_until_answered(pool, batch, stats, backoff).await {
         Ok(()) => {
             stats

@@ -3,7 +3,7 @@
 //! `POST /v1/admission/kubernetes` (a validating admission webhook speaking AdmissionReview v1).
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
-use super::extract::{Caller, Query, RawBatch};
+use super::extract::{Caller, Query, RawBatch, RawJson};
 use super::AppState;
 use crate::admission::{Answer, Ask, AskError};
 use crate::auth::Role;
@@ -430,7 +430,7 @@ fn parse_duration(s: &str) -> Option<i64> {
 pub async fn kubernetes(
     State(state): State<AppState>,
     caller: Caller,
-    RawBatch(body): RawBatch,
+    RawJson(body): RawJson,
 ) -> ApiResult<Json<Value>> {
     caller.require(&[Role::Scheduler])?;
     let review: Value = serde_json::from_slice(&body)

@@ -234,7 +234,10 @@ pub async fn put(
     let limit_kwh = limit(&mut r, "limit_kwh");
     let limit_cost = limit(&mut r, "limit_cost");
     let limit_carbon_kg = limit(&mut r, "limit_carbon_kg");
-    if limit_kwh.is_none() && limit_cost.is_none() && limit_carbon_kg.is_none() {
+    // A limit that was refused already says what is wrong; the rules between fields below
+    // would only repeat it.
+    let refused_limit = r.errors.iter().any(|e| e.field.starts_with("limit_"));
+    if limit_kwh.is_none() && limit_cost.is_none() && limit_carbon_kg.is_none() && !refused_limit {
         r.error(
             "limit_kwh",
             "at least one of limit_kwh, limit_cost, limit_carbon_kg is required",
@@ -244,7 +247,8 @@ pub async fn put(
     match (&limit_cost, &currency) {
         (Some(_), Some(c)) if c.len() == 3 && c.chars().all(|c| c.is_ascii_uppercase()) => {}
         (Some(_), _) => r.error("currency", "a cost limit needs an ISO 4217 currency (EUR)"),
-        (None, Some(_)) => r.error("currency", "only with limit_cost"),
+        (None, Some(_)) if !refused_limit => r.error("currency", "only with limit_cost"),
+        (None, Some(_)) => {}
         (None, None) => {}
     }
     let hard = r.opt_bool("hard").unwrap_or(false);

@@ -74,10 +74,16 @@ where
 #[derive(Debug)]
 pub struct Batch(pub Vec<Value>);
 
-/// The raw bytes of a JSON body (content type and size checked), for endpoints with a typed
-/// fast path that falls back to [`Batch::parse`].
+/// The raw bytes of a JSON body (content type and size checked, and no NUL in any string),
+/// for endpoints with a typed fast path that falls back to [`Batch::parse`].
 #[derive(Debug)]
 pub struct RawBatch(pub Bytes);
+
+/// The raw bytes of a JSON body, content type and size checked only: for a document that is
+/// someone else's (a Kubernetes AdmissionReview carries a whole pod), whose fields the handler
+/// reads and checks one by one.
+#[derive(Debug)]
+pub struct RawJson(pub Bytes);
 
 impl Batch {
     /// Parses `{"records": [...]}`, enforcing the record limit.
@@ -121,6 +127,24 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let RawJson(bytes) = RawJson::from_request(req, state).await?;
+        // Every body, typed fast paths included, meets the NUL rule here; the strict parse
+        // runs only when the cheap scan finds the escape, to say where it is.
+        if super::json::may_hold_nul(&bytes) {
+            super::json::parse(&bytes)?;
+        }
+        Ok(RawBatch(bytes))
+    }
+}
+
+impl<S> FromRequest<S> for RawJson
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let state = AppState::from_ref(state);
         let is_json = req
             .headers()
@@ -142,12 +166,7 @@ where
                 }
                 _ => ApiError::BadRequest(e.body_text()),
             })?;
-        // Every body, typed fast paths included, meets the NUL rule here; the strict parse
-        // runs only when the cheap scan finds the escape, to say where it is.
-        if super::json::may_hold_nul(&bytes) {
-            super::json::parse(&bytes)?;
-        }
-        Ok(RawBatch(bytes))
+        Ok(RawJson(bytes))
     }
 }
 
