@@ -201,6 +201,8 @@ struct Scratch {
     in_step: Vec<bool>,
     touched: Vec<usize>,
     node_jobs: Vec<usize>,
+    /// The node's GPUs' energy in the step, after estimates are held to the node's meter.
+    gpu_e: Vec<i64>,
 }
 
 /// Attributes one site-hour. Pure and deterministic: the same input gives the same rows.
@@ -239,11 +241,12 @@ pub fn attribute(input: &SiteHour) -> Attributed {
 
         for node in &input.nodes {
             s.node_jobs.clear();
+            hold_estimates_to_node(node, step, &mut s.gpu_e);
             let mut gpu_sum = 0i64;
             let mut gpus_estimated = false;
             let mut gpus_measured = false;
-            for gpu in &node.gpus {
-                let e = gpu.energy.mj[step];
+            for (g, gpu) in node.gpus.iter().enumerate() {
+                let e = s.gpu_e[g];
                 let q = gpu.energy.quality[step];
                 step_quality |= q;
                 gpus_estimated |= q.is_estimated();
@@ -337,8 +340,13 @@ pub fn attribute(input: &SiteHour) -> Attributed {
                 node_q |= Quality::NEGATIVE_OVERHEAD;
                 overhead = 0;
             }
+            // Measured node energy minus an estimated GPU's is an estimated overhead: whoever
+            // shares it is told so, though their own readings were fine.
+            if gpus_estimated && overhead != 0 {
+                node_q |= Quality::OVERHEAD_ESTIMATED;
+            }
             step_quality |= node_q;
-            let overhead_est = node_q.is_estimated() || gpus_estimated;
+            let overhead_est = node_q.is_estimated();
             site_it += gpu_sum + overhead;
             s.weights.clear();
             for &j in &s.node_jobs {
@@ -439,7 +447,14 @@ pub fn attribute(input: &SiteHour) -> Attributed {
     if spread_idle {
         let idle_parts = split(idle.idle, &job_it);
         let fac_parts = split(idle.facility, &job_it);
-        let est_parts = split(idle.estimated, &job_it);
+        // By what each row received, not by the same weights split again: two independent
+        // roundings could give a row more estimated energy than energy.
+        let received: Vec<u128> = idle_parts
+            .iter()
+            .zip(&fac_parts)
+            .map(|(i, f)| (i + f).max(0) as u128)
+            .collect();
+        let est_parts = split(idle.estimated, &received);
         let emb_parts = split(idle.embodied, &job_it);
         let time_parts = split(idle.time_price, &job_it);
         for (k, row) in rows.iter_mut().enumerate() {
@@ -449,7 +464,7 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             row.estimated_mj += est_parts[k];
             row.embodied_ng += emb_parts[k];
             row.time_price_pico += time_parts[k];
-            if idle_parts[k] != 0 || fac_parts[k] != 0 {
+            if idle_parts[k] != 0 || fac_parts[k] != 0 || est_parts[k] != 0 {
                 row.quality |= idle.quality;
             }
         }
@@ -477,6 +492,45 @@ pub fn attribute(input: &SiteHour) -> Attributed {
         rows.is_empty() || rows.iter().map(|r| r.embodied_ng).sum::<i64>() == totals.embodied_ng
     );
     Attributed { rows, totals }
+}
+
+/// The node's GPUs' energy in `step` into `out`. A counter reset's estimate (the only GPU
+/// energy that is not a reading) may not claim more than the node's own meter measured in
+/// the step: the excess over the node comes off the estimated GPUs, so the node's energy,
+/// and with it the site's, stays what the meters said.
+fn hold_estimates_to_node(node: &Node, step: usize, out: &mut Vec<i64>) {
+    out.clear();
+    out.extend(node.gpus.iter().map(|g| g.energy.mj[step]));
+    let Some(meter) = node.energy.as_ref() else {
+        return;
+    };
+    if meter.quality[step].contains(Quality::MISSING) {
+        return;
+    }
+    let excess = out.iter().sum::<i64>() - meter.mj[step];
+    if excess <= 0 {
+        return;
+    }
+    let weights: Vec<u128> = node
+        .gpus
+        .iter()
+        .zip(out.iter())
+        .map(|(g, &e)| {
+            if g.energy.quality[step].contains(Quality::RESET_ESTIMATED) {
+                e.max(0) as u128
+            } else {
+                0
+            }
+        })
+        .collect();
+    let estimated: i64 = weights.iter().map(|&w| w as i64).sum();
+    if estimated == 0 {
+        return;
+    }
+    let cut = split(excess.min(estimated), &weights);
+    for (e, c) in out.iter_mut().zip(cut) {
+        *e -= c;
+    }
 }
 
 fn static_overhead(it_mj: i64, pue_overhead: Decimal) -> i64 {
@@ -536,7 +590,12 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
     let node = split(acc.node, &weights);
     let idle = split(acc.idle, &weights);
     let facility = split(acc.facility, &weights);
-    let estimated = split(acc.estimated, &weights);
+    // Split by each tenant's share of the energy as it came out, so no rounding gives a row
+    // more estimated energy than energy.
+    let totals: Vec<u128> = (0..weights.len())
+        .map(|k| (gpu[k] + node[k] + idle[k] + facility[k]).max(0) as u128)
+        .collect();
+    let estimated = split(acc.estimated, &totals);
     let gpu_ms = split(acc.gpu_ms, &weights);
     let embodied = split(acc.embodied, &weights);
     let time_price = split(acc.time_price, &weights);

@@ -8,7 +8,10 @@
 //! Statements round to cents later, again by largest remainder.
 //!
 //! A step no signal covers takes the site's fallback rate and says so; with no fallback the
-//! hour has no amount (NULL in the ledger, flagged), never a silent zero.
+//! hour has no amount (NULL in the ledger, flagged), never a silent zero, and neither has an
+//! hour no rate covers at all, even if it drew nothing (a zero there would add up with real
+//! amounts into a figure that looks measured). Each row also carries how much of its energy
+//! was priced at the fallback rather than a signal, so a reader can tell the two apart.
 
 use crate::energy::StepGrid;
 use crate::split::split;
@@ -36,8 +39,12 @@ pub struct Priced {
     pub fallback_steps: usize,
     /// Steps whose rate was an estimate or a forecast.
     pub estimated_steps: usize,
-    /// Steps with no rate at all.
+    /// Steps with energy and no rate at all.
     pub missing_steps: usize,
+    /// Steps a signal or the fallback covered.
+    pub covered_steps: usize,
+    /// Site energy of the steps priced at the fallback.
+    pub fallback_mj: i64,
 }
 
 /// Prices a site-hour. `rates` are in order of precedence (actuals before forecasts, newest
@@ -56,6 +63,8 @@ pub fn price_hour(
         fallback_steps: 0,
         estimated_steps: 0,
         missing_steps: 0,
+        covered_steps: 0,
+        fallback_mj: 0,
     };
     for (i, &mj) in site_mj_by_step.iter().enumerate() {
         let t = grid.step_start(i);
@@ -67,6 +76,7 @@ pub fn price_hour(
             }
             (None, Some(f)) => {
                 out.fallback_steps += 1;
+                out.fallback_mj += mj;
                 f
             }
             (None, None) => {
@@ -77,9 +87,10 @@ pub fn price_hour(
                 continue;
             }
         };
+        out.covered_steps += 1;
         amount += Decimal::from(mj) * value;
     }
-    if out.missing_steps == 0 {
+    if out.missing_steps == 0 && out.covered_steps > 0 {
         // mJ × rate/kWh ÷ 3.6e9 mJ/kWh, in units of 10^-scale, rounded half away from zero.
         let units = (amount * Decimal::from(10i64.pow(scale)) / Decimal::from(MJ_PER_KWH))
             .round_dp_with_strategy(0, rust_decimal::RoundingStrategy::MidpointAwayFromZero);
@@ -130,6 +141,11 @@ pub struct RowAmounts {
     /// GPU time at the devices' GPU-hour rates (the rest of a fully loaded cost); `None`
     /// when no device at the site has a rate in its currency.
     pub gpu_time_cost: Option<Decimal>,
+    /// The row's share of the energy priced at the site's fallback price, and counted at its
+    /// fallback carbon intensity, rather than by a signal (in proportion to its energy, as its
+    /// amounts are); 0 where a signal covered the hour or no amount was given.
+    pub price_fallback_mj: i64,
+    pub carbon_fallback_mj: i64,
 }
 
 /// What attribution gives per row: energy, embodied carbon (ng), GPU-time price (1e-12).
@@ -172,46 +188,70 @@ pub fn hour_amounts(
 ) -> HourAmounts {
     let row_mj = rows.mj;
     let mut flags = Vec::new();
-    let mut amount = |rates: &[Rate], fallback, scale, names: Option<[&'static str; 3]>| {
-        let p = price_hour(grid, site_mj_by_step, rates, fallback, scale);
-        if let Some([fell_back, missing, estimated]) = names {
+    let mut amount =
+        |rates: &[Rate], fallback, scale, [fell_back, missing, estimated]: [&'static str; 3]| {
+            let p = price_hour(grid, site_mj_by_step, rates, fallback, scale);
             if p.fallback_steps > 0 {
                 flags.push(fell_back);
             }
-            if p.missing_steps > 0 {
+            if p.units.is_none() {
                 flags.push(missing);
             }
             if p.estimated_steps > 0 {
                 flags.push(estimated);
             }
-        }
-        let parts = p.units.map(|u| split_by_energy(u, row_mj));
-        move |i: usize| parts.as_ref().map(|v| to_decimal(v[i], scale))
-    };
+            let parts = p.units.map(|u| split_by_energy(u, row_mj));
+            let fallback_parts = match p.units {
+                Some(_) if p.fallback_mj != 0 => split_by_energy(p.fallback_mj, row_mj),
+                _ => vec![0; row_mj.len()],
+            };
+            move |i: usize| {
+                (
+                    parts.as_ref().map(|v| to_decimal(v[i], scale)),
+                    fallback_parts[i],
+                )
+            }
+        };
     let cost = amount(
         &rates.price,
         rates.price_fallback,
         COST_SCALE,
-        Some(["price_fallback", "price_missing", "price_estimated"]),
+        ["price_fallback", "price_missing", "price_estimated"],
     );
     let carbon = amount(
         &rates.carbon,
         rates.carbon_fallback,
         CARBON_SCALE,
-        Some(["carbon_fallback", "carbon_missing", "carbon_estimated"]),
+        ["carbon_fallback", "carbon_missing", "carbon_estimated"],
     );
-    let marginal = amount(&rates.marginal, None, CARBON_SCALE, None);
+    // Marginal intensity has no fallback: without a signal it is missing, and says so.
+    let marginal = amount(
+        &rates.marginal,
+        None,
+        CARBON_SCALE,
+        [
+            "carbon_marginal_fallback",
+            "carbon_marginal_missing",
+            "carbon_marginal_estimated",
+        ],
+    );
     // ng → mg and 1e-12 → 1e-6 currency: ÷ 1e6 once per site-hour, rows by largest remainder.
     let embodied = rescale(rows.embodied_ng, CARBON_SCALE);
     let gpu_time = rescale(rows.time_price_pico, COST_SCALE);
     HourAmounts {
         rows: (0..row_mj.len())
-            .map(|i| RowAmounts {
-                cost: cost(i),
-                carbon_g: carbon(i),
-                carbon_marginal_g: marginal(i),
-                embodied_g: embodied.as_ref().map(|v| v[i]),
-                gpu_time_cost: gpu_time.as_ref().map(|v| v[i]),
+            .map(|i| {
+                let (cost, price_fallback_mj) = cost(i);
+                let (carbon_g, carbon_fallback_mj) = carbon(i);
+                RowAmounts {
+                    cost,
+                    carbon_g,
+                    carbon_marginal_g: marginal(i).0,
+                    embodied_g: embodied.as_ref().map(|v| v[i]),
+                    gpu_time_cost: gpu_time.as_ref().map(|v| v[i]),
+                    price_fallback_mj,
+                    carbon_fallback_mj,
+                }
             })
             .collect(),
         flags,
@@ -312,7 +352,7 @@ mod tests {
             },
             &rates,
         );
-        assert_eq!(h.flags, ["price_fallback"]);
+        assert_eq!(h.flags, ["price_fallback", "carbon_marginal_missing"]);
         // Site: 1.5 kWh × 0.30 + 1.5 kWh × 0.20 = 0.75, split 2:1.
         assert_eq!(h.rows[0].cost, Some(d("0.500000")));
         assert_eq!(h.rows[1].cost, Some(d("0.250000")));
@@ -321,6 +361,15 @@ mod tests {
         assert_eq!(
             h.rows[0].carbon_marginal_g, None,
             "no MOER signal: no marginal carbon"
+        );
+        // Half the site's energy was priced at the fallback: each row's half, by energy.
+        assert_eq!(
+            (h.rows[0].price_fallback_mj, h.rows[1].price_fallback_mj),
+            (MJ_PER_KWH, MJ_PER_KWH / 2)
+        );
+        assert_eq!(
+            (h.rows[0].carbon_fallback_mj, h.rows[1].carbon_fallback_mj),
+            (0, 0)
         );
         let none = hour_amounts(
             grid(),
@@ -336,8 +385,39 @@ mod tests {
             (none.rows[0].embodied_g, none.rows[0].gpu_time_cost),
             (None, None)
         );
-        assert_eq!(none.flags, ["price_missing", "carbon_missing"]);
+        assert_eq!(
+            none.flags,
+            ["price_missing", "carbon_missing", "carbon_marginal_missing"]
+        );
         assert_eq!(none.rows[0].cost, None);
+    }
+
+    #[test]
+    fn an_hour_no_signal_covers_has_no_amount_even_when_it_drew_nothing() {
+        // A dark hour before the marginal signal began: its marginal carbon is unknown, not
+        // zero (zeros added to real amounts made a 2-day demo report 0 g of marginal carbon).
+        let dark = vec![0; 60];
+        let p = price_hour(grid(), &dark, &[], None, 3);
+        assert_eq!((p.units, p.missing_steps, p.covered_steps), (None, 0, 0));
+        // A signal covering the dark hour prices it at zero: that zero is measured.
+        let p = price_hour(grid(), &dark, &[rate(0, 60, "400")], None, 3);
+        assert_eq!(p.units, Some(0));
+        let h = hour_amounts(
+            grid(),
+            &dark,
+            &RowInputs {
+                mj: &[0],
+                embodied_ng: &[0],
+                time_price_pico: &[0],
+            },
+            &SiteRates {
+                carbon: vec![rate(0, 60, "400")],
+                ..SiteRates::default()
+            },
+        );
+        assert_eq!(h.rows[0].carbon_g, Some(d("0.000")));
+        assert_eq!(h.rows[0].carbon_marginal_g, None);
+        assert!(h.flags.contains(&"carbon_marginal_missing"));
     }
 
     #[test]

@@ -23,14 +23,23 @@ impl Quality {
     pub const FACILITY_FALLBACK: Quality = Quality(1 << 4);
     /// The node had no meter reading; its overhead comes from the static node model.
     pub const NODE_MODEL: Quality = Quality(1 << 5);
+    /// A counter reset inside the step lost the energy counted before it; the step's energy
+    /// was estimated from the meter's power readings or its neighbouring steps.
+    pub const RESET_ESTIMATED: Quality = Quality(1 << 6);
+    /// The row's share of node (or facility) overhead was derived from another meter's
+    /// estimated reading (a gap or reset on a GPU it shares the node with): its own readings
+    /// were fine, the split of the overhead was not measured.
+    pub const OVERHEAD_ESTIMATED: Quality = Quality(1 << 7);
 
-    const NAMES: [(Quality, &'static str); 6] = [
+    const NAMES: [(Quality, &'static str); 8] = [
         (Quality::RESET, "counter_reset"),
         (Quality::GAP, "gap"),
         (Quality::MISSING, "missing"),
         (Quality::NEGATIVE_OVERHEAD, "negative_overhead"),
         (Quality::FACILITY_FALLBACK, "facility_fallback"),
         (Quality::NODE_MODEL, "node_model"),
+        (Quality::RESET_ESTIMATED, "reset_estimated"),
+        (Quality::OVERHEAD_ESTIMATED, "overhead_estimated"),
     ];
 
     pub fn contains(self, other: Quality) -> bool {
@@ -43,7 +52,12 @@ impl Quality {
 
     /// Energy drawn from a step with these flags is an estimate, not a measurement.
     pub fn is_estimated(self) -> bool {
-        self.0 & (Quality::GAP.0 | Quality::FACILITY_FALLBACK.0 | Quality::NODE_MODEL.0) != 0
+        const ESTIMATED: u16 = Quality::GAP.0
+            | Quality::FACILITY_FALLBACK.0
+            | Quality::NODE_MODEL.0
+            | Quality::RESET_ESTIMATED.0
+            | Quality::OVERHEAD_ESTIMATED.0;
+        self.0 & ESTIMATED != 0
     }
 
     pub fn bits(self) -> u16 {

@@ -288,6 +288,11 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 proptest::collection::vec(proptest::bool::weighted(0.1), steps),
                 nodes * gpus,
             );
+            // Some measured steps came across a gap: their energy is placed, but estimated.
+            let gpu_gap = proptest::collection::vec(
+                proptest::collection::vec(proptest::bool::weighted(0.1), steps),
+                nodes * gpus,
+            );
             let node_extra = proptest::collection::vec(steps_strategy(steps, 0, 9_000_000), nodes);
             let fac_extra = steps_strategy(steps, 0, 40_000_000);
             // Per GPU up to 3 allocations: (job, start, len, share).
@@ -300,7 +305,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             let tenants = proptest::collection::vec(1i64..4, jobs);
             (
                 Just((jobs, nodes, gpus, facility, proportional)),
-                (gpu_energy, gpu_missing),
+                (gpu_energy, gpu_missing, gpu_gap),
                 node_extra,
                 fac_extra,
                 allocs,
@@ -311,7 +316,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         .prop_map(
             move |(
                 (jobs, nodes, gpus, facility, proportional),
-                (gpu_e, gpu_miss),
+                (gpu_e, gpu_miss, gpu_gap),
                 node_x,
                 fac_x,
                 allocs,
@@ -346,6 +351,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                         // The node meter measured what the GPU drew even where the GPU's own
                         // data is missing; that energy shows up as node overhead.
                         let miss = &gpu_miss[n * gpus + g];
+                        let gap = &gpu_gap[n * gpus + g];
                         gpu_list.push(Gpu {
                             // Some devices with an embodied rate, so the debug assertion
                             // (Σ rows = site total) is exercised on random hours.
@@ -359,7 +365,12 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                                     .collect(),
                                 quality: miss
                                     .iter()
-                                    .map(|m| if *m { Quality::MISSING } else { Quality::EMPTY })
+                                    .zip(gap)
+                                    .map(|(m, g)| match (m, g) {
+                                        (true, _) => Quality::MISSING,
+                                        (false, true) => Quality::GAP,
+                                        (false, false) => Quality::EMPTY,
+                                    })
                                     .collect(),
                             },
                             allocations,
@@ -434,6 +445,16 @@ proptest! {
         for r in &out.rows {
             prop_assert!(r.gpu_mj >= 0 && r.node_overhead_mj >= 0 && r.idle_mj >= 0 && r.facility_overhead_mj >= 0);
             prop_assert!(r.estimated_mj <= r.total_mj());
+        }
+    }
+
+    /// Estimated energy is never shown without saying why: every row with some carries a
+    /// flag that means "estimated".
+    #[test]
+    fn every_row_with_estimated_energy_says_so(s in scenario()) {
+        let out = attribute(&s.hour);
+        for r in &out.rows {
+            prop_assert!(r.estimated_mj == 0 || r.quality.is_estimated(), "{:?}", r);
         }
     }
 
@@ -514,4 +535,44 @@ fn a_node_with_no_data_gets_no_invented_energy() {
     // Estimated per minute: the modelled 90 MJ of node overhead, plus the jobs' facility share
     // in those steps (43.5 MJ × 165/174 = 41.25 MJ); the measured GPU energy is not.
     assert_eq!(out.totals.estimated_mj, 60 * 131_250_000);
+}
+
+#[test]
+fn a_share_of_overhead_measured_against_another_gpus_estimate_is_flagged() {
+    // The MIG GPU (B's) crossed a gap in minute 10: its energy there is an estimate, so the
+    // node overhead everybody on the node shares in that minute is too. A's training GPU
+    // read fine; A's row still says its overhead share was estimated.
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    hour.nodes[0].gpus[1].energy.quality[10] = Quality::GAP;
+    let out = attribute(&hour);
+    let a_train = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
+    assert!(a_train.estimated_mj > 0);
+    assert!(
+        a_train.quality.contains(Quality::OVERHEAD_ESTIMATED),
+        "{a_train:?}"
+    );
+    assert!(!a_train.quality.contains(Quality::GAP));
+    let b_mig = out.rows.iter().find(|r| r.job == Some(1)).unwrap();
+    assert!(b_mig.quality.contains(Quality::GAP));
+}
+
+#[test]
+fn a_reset_estimate_cannot_claim_more_than_its_node_measured() {
+    // A's GPU reads an estimate of 95 MJ in minute 5 (a reset); the node measured 96 MJ with
+    // 42 MJ on its other GPUs: the estimate is held to 54 MJ (GPUs 96 MJ that minute, 84 the
+    // others), and the site keeps its meters' energy (96 MJ × 1.25 a minute).
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    let gpu = &mut hour.nodes[0].gpus[0].energy;
+    gpu.mj[5] = 95_000_000;
+    gpu.quality[5] = Quality::RESET | Quality::RESET_ESTIMATED;
+    let out = attribute(&hour);
+    assert_eq!(out.totals.site_mj, 60 * 120_000_000);
+    assert_eq!(out.totals.gpu_mj, 59 * 84_000_000 + 96_000_000);
+    assert!(out.totals.quality.contains(Quality::RESET_ESTIMATED));
+    assert!(!out.totals.quality.contains(Quality::NEGATIVE_OVERHEAD));
+    // A measured GPU over its node is the meters' own disagreement: flagged, not corrected.
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    hour.nodes[0].gpus[0].energy.mj[5] = 95_000_000;
+    let out = attribute(&hour);
+    assert!(out.totals.quality.contains(Quality::NEGATIVE_OVERHEAD));
 }
