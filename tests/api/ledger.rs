@@ -139,7 +139,7 @@ async fn late_data_marks_the_hour_dirty_and_changes_the_answer() {
 }
 
 #[tokio::test]
-async fn a_counter_reset_is_counted_from_zero_and_flagged() {
+async fn a_counter_reset_is_estimated_from_its_neighbours_and_flagged() {
     let app = TestApp::start().await;
     let mut b = scenario::batches();
     // g0's driver reloads at minute 30: its counter restarts from 0 and counts 42 MJ/min.
@@ -153,16 +153,31 @@ async fn a_counter_reset_is_counted_from_zero_and_flagged() {
     }
     scenario::push(&app, &b).await;
     app.attribute().await;
-    // Minute 29→30 reads 0 after the reset: that step counts the new value, 0 mJ, so the
-    // job loses exactly one minute of GPU energy and the row says why.
-    let (gpu_mj, flags): (i64, Vec<String>) =
-        sqlx::query_as("SELECT gpu_mj, flags FROM ledger l JOIN jobs j ON j.id = l.job_id WHERE j.key = 'job-train' AND hour = $1")
+    // Minute 29→30 reads 0 after the reset: what the counter had counted in that minute is
+    // lost. The minutes on either side drew 42 MJ, so the minute is estimated at 42 MJ: the
+    // job keeps the minute it held the GPU (52,500 J with its facility share went to the
+    // platform before), the site its meters' energy, and the row says why.
+    let (gpu_mj, estimated_mj, flags): (i64, i64, Vec<String>) =
+        sqlx::query_as("SELECT gpu_mj, estimated_mj, flags FROM ledger l JOIN jobs j ON j.id = l.job_id WHERE j.key = 'job-train' AND hour = $1")
             .bind(DateTime::parse_from_rfc3339(HOUR).unwrap().to_utc())
             .fetch_one(&app.pool)
             .await
             .unwrap();
-    assert_eq!(gpu_mj, 59 * 42_000_000);
+    assert_eq!(gpu_mj, 60 * 42_000_000);
     assert!(flags.contains(&"counter_reset".to_owned()), "{flags:?}");
+    assert!(flags.contains(&"reset_estimated".to_owned()), "{flags:?}");
+    // Estimated: the minute's GPU energy, the node overhead measured against it (A's share
+    // 6.72 MJ) and their facility share: 48.72 MJ × 1.25.
+    assert_eq!(estimated_mj, 60_900_000);
+    let totals = scenario::tenant_totals(&app, &app.token(Role::Finance)).await;
+    assert_eq!(
+        totals,
+        vec![
+            ("a".into(), EXPECTED_A),
+            ("b".into(), EXPECTED_B),
+            ("platform".into(), EXPECTED_PLATFORM)
+        ]
+    );
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ mod ingest;
 mod ledger;
 mod openapi;
 mod prometheus;
+mod quality;
 mod scenario;
 mod security;
 mod signals;

@@ -216,11 +216,11 @@ async fn load(
          UNION ALL
          SELECT m.id, p.ts, p.counter_mj, p.power_mw FROM unnest($1::bigint[]) AS m(id)
          CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw FROM samples s
-                             WHERE s.meter_id = m.id AND s.ts < $2 ORDER BY ts DESC LIMIT 1) p
+                             WHERE s.meter_id = m.id AND s.ts < $2 ORDER BY ts DESC LIMIT 2) p
          UNION ALL
          SELECT m.id, n.ts, n.counter_mj, n.power_mw FROM unnest($1::bigint[]) AS m(id)
          CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw FROM samples s
-                             WHERE s.meter_id = m.id AND s.ts >= $3 ORDER BY ts LIMIT 1) n",
+                             WHERE s.meter_id = m.id AND s.ts >= $3 ORDER BY ts LIMIT 2) n",
     )
     .bind(&metered)
     .bind(from)
@@ -340,11 +340,12 @@ impl Window {
         let Some(all) = self.samples.get(&meter) else {
             return MeterSteps::missing(grid.steps);
         };
-        // The hour's samples plus one on each side.
+        // The hour's samples plus two on each side: one for the interval across each edge,
+        // and one more for its neighbour, which a counter reset's estimate reads.
         let lo = all
             .partition_point(|s| s.ts_ms < grid.start_ms)
-            .saturating_sub(1);
-        let hi = (all.partition_point(|s| s.ts_ms < grid.end_ms()) + 1).min(all.len());
+            .saturating_sub(2);
+        let hi = (all.partition_point(|s| s.ts_ms < grid.end_ms()) + 2).min(all.len());
         meter_steps(&all[lo..hi], grid, self.gap_limit_ms)
     }
 
@@ -485,6 +486,8 @@ async fn write(
             c.marginal.push(a.carbon_marginal_g);
             c.embodied.push(a.embodied_g);
             c.gpu_time_cost.push(a.gpu_time_cost);
+            c.price_fallback.push(a.price_fallback_mj);
+            c.carbon_fallback.push(a.carbon_fallback_mj);
             c.hour.push(*hour);
             c.tenant.push(r.tenant);
             c.job.push(r.job.map(|j| window.job_ids[j]));
@@ -508,16 +511,18 @@ async fn write(
         "INSERT INTO ledger (hour, site_id, tenant_id, job_id, model_id, gpu_mj, node_overhead_mj,
                              idle_mj, facility_overhead_mj, total_mj, estimated_mj, prompt_tokens,
                              generated_tokens, gpu_ms, flags, cost, carbon_g, carbon_marginal_g,
-                             embodied_carbon_g, gpu_time_cost)
+                             embodied_carbon_g, gpu_time_cost, price_fallback_mj,
+                             carbon_fallback_mj)
          SELECT hour, $1, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
                 coalesce(string_to_array(nullif(flags, ''), ','), '{}'), cost, carbon, marginal,
-                embodied, gpu_time
+                embodied, gpu_time, price_fb, carbon_fb
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
                      $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
                      $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::numeric[],
-                     $17::numeric[], $18::numeric[], $19::numeric[], $20::numeric[])
+                     $17::numeric[], $18::numeric[], $19::numeric[], $20::numeric[],
+                     $21::bigint[], $22::bigint[])
               AS t(hour, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
-                   flags, cost, carbon, marginal, embodied, gpu_time)",
+                   flags, cost, carbon, marginal, embodied, gpu_time, price_fb, carbon_fb)",
     )
     .bind(claim.site_id)
     .bind(&c.hour)
@@ -539,6 +544,8 @@ async fn write(
     .bind(&c.marginal)
     .bind(&c.embodied)
     .bind(&c.gpu_time_cost)
+    .bind(&c.price_fallback)
+    .bind(&c.carbon_fallback)
     .execute(&mut *tx)
     .await?;
 
@@ -630,6 +637,8 @@ struct LedgerColumns {
     marginal: Vec<Option<Decimal>>,
     embodied: Vec<Option<Decimal>>,
     gpu_time_cost: Vec<Option<Decimal>>,
+    price_fallback: Vec<i64>,
+    carbon_fallback: Vec<i64>,
 }
 
 /// Truncates a time to its UTC hour.

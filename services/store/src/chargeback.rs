@@ -151,7 +151,10 @@ pub async fn close(
     }
     let (rows, mj): (i64, Option<Decimal>) = sqlx::query_as(
         "SELECT count(*), sum(total_mj)::numeric FROM ledger
-         WHERE hour >= $1 AND hour < $2 AND (cost IS NULL OR carbon_g IS NULL)",
+         WHERE hour >= $1 AND hour < $2 AND (cost IS NULL OR carbon_g IS NULL)
+           -- Energy with no amount cannot be billed; no energy (GPU time held in a dark
+           -- hour) costs nothing whatever the rate, known or not.
+           AND total_mj <> 0",
     )
     .bind(month.start())
     .bind(month.end())

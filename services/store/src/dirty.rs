@@ -10,8 +10,10 @@ use sqlx::{Postgres, Transaction};
 // A single change dirties at most 45 days around it: a counter gap longer than that still
 // has its energy spread, but recomputing the far end needs `wattledger attribute --from`.
 
-/// Marks the hours a sample batch changes: for each meter, from the hour of the sample before
-/// the batch (its delta now ends elsewhere) to the hour of the sample after it.
+/// Marks the hours a sample batch changes: for each meter, from the hour of the second sample
+/// before the batch to the hour of the second sample after it. The intervals next to the
+/// batch's own change their ends; the ones beyond those may change their estimate (a counter
+/// reset is estimated from its neighbouring intervals).
 pub async fn mark_for_samples(
     tx: &mut Transaction<'_, Postgres>,
     meter_ids: &[i64],
@@ -27,10 +29,12 @@ pub async fn mark_for_samples(
                     least(coalesce(n.ts, b.hi), b.hi + interval '45 days') AS hi
              FROM batch b
              JOIN meters m ON m.id = b.meter_id
-             LEFT JOIN LATERAL (SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts < b.lo
-                                ORDER BY ts DESC LIMIT 1) p ON true
-             LEFT JOIN LATERAL (SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts > b.hi
-                                ORDER BY ts LIMIT 1) n ON true
+             LEFT JOIN LATERAL (SELECT min(ts) AS ts FROM (
+                                    SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts < b.lo
+                                    ORDER BY ts DESC LIMIT 2) x) p ON true
+             LEFT JOIN LATERAL (SELECT max(ts) AS ts FROM (
+                                    SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts > b.hi
+                                    ORDER BY ts LIMIT 2) x) n ON true
          ), hours AS (
              SELECT DISTINCT site_id, h AS hour FROM spans,
                  generate_series(date_trunc('hour', lo), date_trunc('hour', hi), interval '1 hour') h

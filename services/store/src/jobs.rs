@@ -1,5 +1,6 @@
 //! Jobs and their GPU allocations, upserted by stable scheduler key.
 
+use crate::usage::{Coverage, COVERAGE_SUMS};
 use crate::{dirty, Scope, StoreError, StoreResult};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
@@ -27,10 +28,21 @@ pub struct AllocationRecord {
     pub end_at: Option<DateTime<Utc>>,
 }
 
+/// What an upsert changed: jobs inserted or changed, allocations inserted or changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Upserted {
+    pub jobs: u64,
+    pub allocations: u64,
+}
+
 /// Upserts jobs and their allocations in one transaction, and marks dirty every hour that
 /// an allocation covers now or covered before the change.
 #[tracing::instrument(skip_all, fields(n = records.len()))]
-pub async fn upsert(pool: &PgPool, records: &[JobRecord], now: DateTime<Utc>) -> StoreResult<u64> {
+pub async fn upsert(
+    pool: &PgPool,
+    records: &[JobRecord],
+    now: DateTime<Utc>,
+) -> StoreResult<Upserted> {
     let mut tx = pool.begin().await?;
     let ids: Vec<(i64, bool)> = sqlx::query_as(
         "INSERT INTO jobs (key, name, tenant_id, model_id, kind, priority, submit_at, start_at, end_at)
@@ -117,6 +129,7 @@ pub async fn upsert(pool: &PgPool, records: &[JobRecord], now: DateTime<Utc>) ->
         .fetch_all(&mut *tx)
         .await?;
 
+    let changed_allocations = changed.len() as u64;
     // Jobs whose own fields changed (tenant, model) re-dirty all their allocations.
     let changed_job_ids: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
     let job_spans: Vec<(i64, DateTime<Utc>, Option<DateTime<Utc>>)> =
@@ -147,10 +160,13 @@ pub async fn upsert(pool: &PgPool, records: &[JobRecord], now: DateTime<Utc>) ->
         dirty::mark_for_intervals(&mut tx, &m, &from, &to).await?;
     }
     tx.commit().await?;
-    Ok(changed_jobs + m.len() as u64)
+    Ok(Upserted {
+        jobs: changed_jobs,
+        allocations: changed_allocations,
+    })
 }
 
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobRow {
     pub id: i64,
     pub key: String,
@@ -165,26 +181,34 @@ pub struct JobRow {
     pub total_mj: i64,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
+    /// What the job's figures rest on (its tenant's share only, for a tenant scope).
+    #[sqlx(flatten)]
+    pub coverage: Coverage,
 }
 
-const JOB_SELECT: &str = "
-    SELECT j.id, j.key, j.name, t.key AS tenant, m.key AS model, j.kind, j.priority,
-           j.submit_at, j.start_at, j.end_at,
-           coalesce(sum(l.total_mj) FILTER (WHERE $1::bigint IS NULL OR l.tenant_id = $1), 0)::bigint AS total_mj,
-           coalesce(sum(l.prompt_tokens) FILTER (WHERE $1::bigint IS NULL OR l.tenant_id = $1), 0)::bigint AS prompt_tokens,
-           coalesce(sum(l.generated_tokens) FILTER (WHERE $1::bigint IS NULL OR l.tenant_id = $1), 0)::bigint AS generated_tokens
-    FROM jobs j
-    JOIN tenants t ON t.id = j.tenant_id
-    LEFT JOIN models m ON m.id = j.model_id
-    LEFT JOIN ledger l ON l.job_id = j.id";
+/// A job with its ledger rows summed: only the scope's tenant's rows for a tenant scope.
+fn job_select() -> String {
+    format!(
+        "SELECT j.id, j.key, j.name, t.key AS tenant, m.key AS model, j.kind, j.priority,
+                j.submit_at, j.start_at, j.end_at,
+                coalesce(sum(l.total_mj), 0)::bigint AS total_mj,
+                coalesce(sum(l.prompt_tokens), 0)::bigint AS prompt_tokens,
+                coalesce(sum(l.generated_tokens), 0)::bigint AS generated_tokens, {COVERAGE_SUMS}
+         FROM jobs j
+         JOIN tenants t ON t.id = j.tenant_id
+         LEFT JOIN models m ON m.id = j.model_id
+         LEFT JOIN ledger l ON l.job_id = j.id AND ($1::bigint IS NULL OR l.tenant_id = $1)"
+    )
+}
 
 /// One job by key, if `scope` may see it: its own tenant's, or one that served the tenant
 /// tokens (a shared endpoint shows a tenant only its own share).
 pub async fn get(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<JobRow> {
     let sql = format!(
-        "{JOB_SELECT} WHERE j.key = $2 AND ($1::bigint IS NULL OR j.tenant_id = $1
+        "{} WHERE j.key = $2 AND ($1::bigint IS NULL OR j.tenant_id = $1
             OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))
-         GROUP BY j.id, t.key, m.key"
+         GROUP BY j.id, t.key, m.key",
+        job_select()
     );
     sqlx::query_as(&sql)
         .bind(scope.tenant())
@@ -216,10 +240,11 @@ pub async fn list(
     limit: i64,
 ) -> StoreResult<Vec<JobRow>> {
     let sql = format!(
-        "{JOB_SELECT} WHERE j.start_at < $3 AND (j.end_at IS NULL OR j.end_at >= $2)
+        "{} WHERE j.start_at < $3 AND (j.end_at IS NULL OR j.end_at >= $2)
             AND ($1::bigint IS NULL OR j.tenant_id = $1
                  OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))
-         GROUP BY j.id, t.key, m.key ORDER BY total_mj DESC, j.key LIMIT $4"
+         GROUP BY j.id, t.key, m.key ORDER BY total_mj DESC, j.key LIMIT $4",
+        job_select()
     );
     Ok(sqlx::query_as(&sql)
         .bind(scope.tenant())

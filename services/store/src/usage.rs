@@ -50,6 +50,35 @@ pub struct UsageFilter {
     pub model_id: Option<i64>,
 }
 
+/// What a sum of ledger rows rests on: how much of its energy was estimated; priced by a
+/// signal, at the fallback, or not at all; counted for carbon likewise; covered by a marginal
+/// signal; and the union of the rows' data-quality flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct Coverage {
+    pub estimated_mj: i64,
+    /// Energy of the rows that have a cost (signal or fallback), and the part of it priced
+    /// at the fallback.
+    pub priced_mj: i64,
+    pub price_fallback_mj: i64,
+    /// The same for operational carbon.
+    pub carbon_mj: i64,
+    pub carbon_fallback_mj: i64,
+    /// Energy of the rows that have marginal carbon (a MOER signal; there is no fallback).
+    pub marginal_mj: i64,
+    pub flags: Vec<String>,
+}
+
+/// The select list of [`Coverage`] over ledger rows `l`, for a grouped query.
+pub const COVERAGE_SUMS: &str = "
+    coalesce(sum(l.estimated_mj), 0)::bigint AS estimated_mj,
+    coalesce(sum(l.total_mj) FILTER (WHERE l.cost IS NOT NULL), 0)::bigint AS priced_mj,
+    coalesce(sum(l.price_fallback_mj), 0)::bigint AS price_fallback_mj,
+    coalesce(sum(l.total_mj) FILTER (WHERE l.carbon_g IS NOT NULL), 0)::bigint AS carbon_mj,
+    coalesce(sum(l.carbon_fallback_mj), 0)::bigint AS carbon_fallback_mj,
+    coalesce(sum(l.total_mj) FILTER (WHERE l.carbon_marginal_g IS NOT NULL), 0)::bigint
+        AS marginal_mj,
+    coalesce(flags_union_agg(l.flags), '{}') AS flags";
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct UsageRow {
     pub tenant: Option<String>,
@@ -62,20 +91,17 @@ pub struct UsageRow {
     pub node_overhead_mj: i64,
     pub idle_mj: i64,
     pub facility_overhead_mj: i64,
-    pub estimated_mj: i64,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
     pub gpu_ms: i64,
+    #[sqlx(flatten)]
+    pub coverage: Coverage,
     /// Operational carbon (location-based, average intensity) of the rows that have it.
     pub carbon_g: Option<Decimal>,
     /// Carbon at the marginal (MOER) intensity, of the rows that have it.
     pub carbon_marginal_g: Option<Decimal>,
     /// Embodied carbon (SCI's M) of the GPU time held, of the rows that have it.
     pub embodied_carbon_g: Option<Decimal>,
-    /// Energy of the rows that have a cost, and of those that have carbon: what the
-    /// amounts cover (the rest had no signal and no fallback).
-    pub priced_mj: i64,
-    pub carbon_mj: i64,
     /// Cost per currency (a tenant using sites in two currencies has two), in step.
     pub cost_currencies: Option<Vec<String>>,
     pub cost_amounts: Option<Vec<Decimal>>,
@@ -119,14 +145,12 @@ pub async fn usage(
                     sum(l.total_mj) AS total_mj, sum(l.gpu_mj) AS gpu_mj,
                     sum(l.node_overhead_mj) AS node_overhead_mj, sum(l.idle_mj) AS idle_mj,
                     sum(l.facility_overhead_mj) AS facility_overhead_mj,
-                    sum(l.estimated_mj) AS estimated_mj, sum(l.prompt_tokens) AS prompt_tokens,
+                    sum(l.prompt_tokens) AS prompt_tokens,
                     sum(l.generated_tokens) AS generated_tokens, sum(l.gpu_ms) AS gpu_ms,
                     sum(l.cost) AS cost, sum(l.gpu_time_cost) AS gpu_time_cost,
                     sum(l.carbon_g) AS carbon_g,
                     sum(l.carbon_marginal_g) AS carbon_marginal_g,
-                    sum(l.embodied_carbon_g) AS embodied_carbon_g,
-                    coalesce(sum(l.total_mj) FILTER (WHERE l.cost IS NOT NULL), 0) AS priced_mj,
-                    coalesce(sum(l.total_mj) FILTER (WHERE l.carbon_g IS NOT NULL), 0) AS carbon_mj
+                    sum(l.embodied_carbon_g) AS embodied_carbon_g, {COVERAGE_SUMS}
              FROM ledger l
              JOIN tenants t ON t.id = l.tenant_id
              JOIN sites s ON s.id = l.site_id
@@ -147,6 +171,10 @@ pub async fn usage(
                 coalesce(sum(idle_mj), 0)::bigint AS idle_mj,
                 coalesce(sum(facility_overhead_mj), 0)::bigint AS facility_overhead_mj,
                 coalesce(sum(estimated_mj), 0)::bigint AS estimated_mj,
+                coalesce(sum(price_fallback_mj), 0)::bigint AS price_fallback_mj,
+                coalesce(sum(carbon_fallback_mj), 0)::bigint AS carbon_fallback_mj,
+                coalesce(sum(marginal_mj), 0)::bigint AS marginal_mj,
+                coalesce(flags_union_agg(flags), '{{}}') AS flags,
                 coalesce(sum(prompt_tokens), 0)::bigint AS prompt_tokens,
                 coalesce(sum(generated_tokens), 0)::bigint AS generated_tokens,
                 coalesce(sum(gpu_ms), 0)::bigint AS gpu_ms,

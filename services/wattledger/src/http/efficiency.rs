@@ -147,7 +147,7 @@ pub async fn get_efficiency(
             });
             let eff = effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
             let carbon_g = l.and_then(|l| l.carbon_g);
-            let carbon_mj = l.map_or(0, |l| l.carbon_mj);
+            let carbon_mj = l.map_or(0, |l| l.coverage.carbon_mj);
             EfficiencyRow {
                 kwh: kwh(s.site_mj).round_dp(6).normalize(),
                 it_kwh: kwh(s.it_mj).round_dp(6).normalize(),

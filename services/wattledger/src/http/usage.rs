@@ -75,9 +75,10 @@ pub struct UsageRowOut {
     pub node_overhead_mj: i64,
     pub idle_mj: i64,
     pub facility_overhead_mj: i64,
-    /// Share of the energy that came from estimated steps (gaps, fallbacks).
-    #[schema(value_type = Option<String>)]
-    pub estimated_fraction: Option<Decimal>,
+    /// What these figures rest on: flags and the shares of measured, estimated,
+    /// signal-priced and fallback-priced energy.
+    #[serde(flatten)]
+    pub quality: DataQuality,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
     pub tokens: i64,
@@ -99,15 +100,11 @@ pub struct UsageRowOut {
     /// Operational carbon, location-based (average grid intensity), g CO2e.
     #[schema(value_type = Option<String>)]
     pub carbon_g: Option<Decimal>,
-    /// Carbon at the marginal (MOER) intensity, g CO2e: for decisions and what-ifs.
+    /// Carbon at the marginal (MOER) intensity, g CO2e, of the energy a marginal signal
+    /// covered (`carbon_marginal_fraction`): for decisions and what-ifs. Absent where no
+    /// signal covered any of it (flagged `carbon_marginal_missing`), never 0 for unknown.
     #[schema(value_type = Option<String>)]
     pub carbon_marginal_g: Option<Decimal>,
-    /// Share of the energy the cost covers, and the carbon covers (the rest had no signal
-    /// and no fallback, and is flagged in the ledger).
-    #[schema(value_type = Option<String>)]
-    pub priced_fraction: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub carbon_fraction: Option<Decimal>,
     /// Embodied carbon (SCI's M) of the GPU time held, g CO2e (known device models only).
     #[schema(value_type = Option<String>)]
     pub embodied_carbon_g: Option<Decimal>,
@@ -123,6 +120,58 @@ pub struct UsageRowOut {
     /// Energy cost plus GPU time at the device models' GPU-hour rates, per currency.
     #[schema(value_type = BTreeMap<String, String>)]
     pub fully_loaded_cost: BTreeMap<String, Decimal>,
+}
+
+/// What a row's figures rest on. Every fraction is a share of the row's total energy (absent
+/// when it has none); a cost or carbon figure covers only the `priced_fraction` or
+/// `carbon_fraction` of it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DataQuality {
+    /// Data-quality flags of any ledger row summed here, sorted: meters (`counter_reset`,
+    /// `reset_estimated`, `gap`, `missing`, `negative_overhead`, `node_model`,
+    /// `facility_fallback`, `overhead_estimated`) and signals (`price_fallback`,
+    /// `price_missing`, `price_estimated`, `carbon_fallback`, `carbon_missing`,
+    /// `carbon_estimated`, `carbon_marginal_missing`, `carbon_marginal_estimated`).
+    pub flags: Vec<String>,
+    /// Share of the energy that was estimated rather than read (gaps, counter resets, the
+    /// static node model, the facility fallback, an overhead split on an estimate).
+    #[schema(value_type = Option<String>)]
+    pub estimated_fraction: Option<Decimal>,
+    /// Share of the energy the cost covers (the rest had no price at all, `price_missing`),
+    /// and how it splits into priced by a price signal and at the site's fallback price.
+    #[schema(value_type = Option<String>)]
+    pub priced_fraction: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub price_signal_fraction: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub price_fallback_fraction: Option<Decimal>,
+    /// The same for operational carbon: covered, by an intensity signal, at the fallback.
+    #[schema(value_type = Option<String>)]
+    pub carbon_fraction: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub carbon_signal_fraction: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub carbon_fallback_fraction: Option<Decimal>,
+    /// Share of the energy a marginal (MOER) signal covered.
+    #[schema(value_type = Option<String>)]
+    pub carbon_marginal_fraction: Option<Decimal>,
+}
+
+impl DataQuality {
+    pub fn of(total_mj: i64, c: &usage::Coverage) -> DataQuality {
+        let share = |mj: i64| ratio(mj, total_mj);
+        DataQuality {
+            flags: c.flags.clone(),
+            estimated_fraction: share(c.estimated_mj),
+            priced_fraction: share(c.priced_mj),
+            price_signal_fraction: share(c.priced_mj - c.price_fallback_mj),
+            price_fallback_fraction: share(c.price_fallback_mj),
+            carbon_fraction: share(c.carbon_mj),
+            carbon_signal_fraction: share(c.carbon_mj - c.carbon_fallback_mj),
+            carbon_fallback_fraction: share(c.carbon_fallback_mj),
+            carbon_marginal_fraction: share(c.marginal_mj),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -273,7 +322,7 @@ pub async fn get_usage(
                     node_overhead_mj: r.node_overhead_mj,
                     idle_mj: r.idle_mj,
                     facility_overhead_mj: r.facility_overhead_mj,
-                    estimated_fraction: ratio(r.estimated_mj, r.total_mj),
+                    quality: DataQuality::of(r.total_mj, &r.coverage),
                     prompt_tokens: r.prompt_tokens,
                     generated_tokens: r.generated_tokens,
                     tokens,
@@ -305,8 +354,7 @@ pub async fn get_usage(
                         }
                         _ => None,
                     },
-                    priced_fraction: ratio(r.priced_mj, r.total_mj),
-                    carbon_fraction: ratio(r.carbon_mj, r.total_mj),
+
                     g_co2e_per_1k_tokens: r.carbon_g.filter(|_| tokens > 0).map(|g| {
                         (g * Decimal::from(1000) / Decimal::from(tokens))
                             .round_dp(3)
@@ -363,11 +411,15 @@ pub struct JobOut {
     pub total_mj: i64,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
+    /// What the job's figures rest on (the caller's share of it).
+    #[serde(flatten)]
+    pub quality: DataQuality,
 }
 
 impl From<jobs::JobRow> for JobOut {
     fn from(j: jobs::JobRow) -> Self {
         JobOut {
+            quality: DataQuality::of(j.total_mj, &j.coverage),
             kwh: kwh(j.total_mj).round_dp(6),
             key: j.key,
             name: j.name,
