@@ -330,3 +330,36 @@ async fn an_allocation_may_name_its_gpu_by_uuid() {
         ]
     );
 }
+
+#[tokio::test]
+async fn job_ingest_counts_jobs_and_allocations_apart() {
+    // Two jobs with one GPU each: two jobs and two allocations written (it said 6).
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let jobs = json!([
+        {"key": "j1", "tenant": "a", "kind": "batch", "start_at": scenario::at(0),
+         "allocations": [{"meter": "g0"}]},
+        {"key": "j2", "tenant": "b", "kind": "batch", "start_at": scenario::at(0),
+         "allocations": [{"meter": "g2"}]}
+    ]);
+    let scheduler = app.token(Role::Scheduler);
+    let (status, body) = app.ingest(&scheduler, "jobs", jobs.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (&body["received"], &body["written"], &body["duplicates"]),
+        (&json!(2), &json!(2), &json!(0))
+    );
+    assert_eq!(
+        body["allocations"],
+        json!({"received": 2, "written": 2, "duplicates": 0})
+    );
+    let (_, body) = app.ingest(&scheduler, "jobs", jobs).await;
+    assert_eq!(
+        (&body["written"], &body["duplicates"]),
+        (&json!(0), &json!(2))
+    );
+    assert_eq!(
+        body["allocations"],
+        json!({"received": 2, "written": 0, "duplicates": 2})
+    );
+}

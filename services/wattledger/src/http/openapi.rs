@@ -23,8 +23,9 @@ use utoipa::{Modify, OpenApi};
         chargeback::list, chargeback::show, chargeback::close, chargeback::reopen,
         chargeback::statement, chargeback::export,
     ),
-    components(schemas(error::ErrorBody, error::ErrorDetail, error::FieldError)),
-    modifiers(&Bearer),
+    components(schemas(error::ErrorBody, error::ErrorDetail, error::FieldError,
+        ingest::IngestOutcome, ingest::ConflictOut, ingest::Counts)),
+    modifiers(&Bearer, &UrlText, &OperationIds),
     tags((name = "ingest", description = "Collectors and schedulers push data"),
          (name = "query", description = "Usage, jobs and inventory"),
          (name = "admission", description = "Schedulers ask before starting a job"),
@@ -49,6 +50,68 @@ impl Modify for Bearer {
                     .build(),
             ),
         );
+    }
+}
+
+/// Every operation may answer 400: its path and query pass the one text rule before any
+/// handler (http::guard), whatever the operation.
+struct UrlText;
+
+impl Modify for UrlText {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let response = ResponseBuilder::new()
+            .description("The path or a query parameter holds text the input rule refuses (a NUL or control character).")
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                op.responses
+                    .responses
+                    .entry("400".into())
+                    .or_insert_with(|| response.clone().into());
+            }
+        }
+    }
+}
+
+/// Operation ids are the handlers' names, which repeat across resources (`list`, `show`):
+/// each becomes `<tag>_<name>`, unique as OpenAPI requires and readable in generated clients.
+struct OperationIds;
+
+impl Modify for OperationIds {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let tag = op.tags.as_ref().and_then(|t| t.first()).cloned();
+                if let (Some(tag), Some(id)) = (tag, op.operation_id.as_mut()) {
+                    *id = format!("{tag}_{id}");
+                }
+            }
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Job ingest: jobs with the GPUs (or MIG instances) they held.
 
 use super::{far_future, IngestResponses, Records};
-use super::{latest, read_all, reject_repeats, IngestOutcome};
+use super::{latest, read_all, reject_repeats, Counts, IngestOutcome};
 use crate::auth::Role;
 use crate::http::error::ApiResult;
 use crate::http::extract::{Batch, Caller};
@@ -184,5 +184,9 @@ pub async fn jobs_batch(
     )?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = jobs::upsert(&state.pool, &records, Utc::now()).await?;
-    Ok(Json(IngestOutcome::upserted(records.len(), written)))
+    let allocations = records.iter().map(|r| r.allocations.len()).sum();
+    Ok(Json(IngestOutcome {
+        allocations: Some(Counts::of(allocations, written.allocations)),
+        ..IngestOutcome::upserted(records.len(), written.jobs)
+    }))
 }

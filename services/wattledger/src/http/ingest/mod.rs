@@ -71,6 +71,28 @@ pub struct IngestOutcome {
     pub duplicates: u64,
     /// Records already stored with other values: the stored ones stand.
     pub conflicts: Vec<ConflictOut>,
+    /// For jobs: the allocations they carried, counted the same way (a job's `written`
+    /// counts the job alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocations: Option<Counts>,
+}
+
+/// Records received, written (inserted or changed), and already stored unchanged.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Counts {
+    pub received: usize,
+    pub written: u64,
+    pub duplicates: u64,
+}
+
+impl Counts {
+    pub fn of(received: usize, written: u64) -> Counts {
+        Counts {
+            received,
+            written,
+            duplicates: received as u64 - written.min(received as u64),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -81,11 +103,13 @@ pub struct ConflictOut {
 
 impl IngestOutcome {
     fn upserted(received: usize, written: u64) -> Self {
+        let c = Counts::of(received, written);
         IngestOutcome {
-            received,
-            written,
-            duplicates: received as u64 - written.min(received as u64),
+            received: c.received,
+            written: c.written,
+            duplicates: c.duplicates,
             conflicts: Vec::new(),
+            allocations: None,
         }
     }
 }

@@ -198,5 +198,6 @@ async fn store_samples(
                 ),
             })
             .collect(),
+        allocations: None,
     }))
 }

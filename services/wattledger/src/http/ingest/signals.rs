@@ -166,5 +166,6 @@ pub async fn signals_batch(
         written: outcome.written,
         duplicates: outcome.duplicates,
         conflicts: Vec::new(),
+        allocations: None,
     }))
 }

@@ -113,5 +113,6 @@ pub async fn tokens_batch(
                 reason: "already stored with other counts; the stored record stands".into(),
             })
             .collect(),
+        allocations: None,
     }))
 }
