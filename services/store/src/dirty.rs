@@ -96,6 +96,16 @@ pub async fn mark_range(
     Ok(done.rows_affected())
 }
 
+/// Dirty hours up to and including the hour of `until`, claimed by a worker or not.
+pub async fn count_until(pool: &sqlx::PgPool, until: DateTime<Utc>) -> StoreResult<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM dirty_hours WHERE hour <= $1")
+            .bind(until)
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
 pub async fn count(pool: &sqlx::PgPool) -> StoreResult<i64> {
     Ok(sqlx::query_scalar("SELECT count(*) FROM dirty_hours")
         .fetch_one(pool)

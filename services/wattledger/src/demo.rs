@@ -147,10 +147,16 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let base = format!("http://{addr}");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // The demo attributes what it seeds itself, with a progress bar, and starts the worker
+    // that keeps up with the live node once that is done: a second worker racing it would
+    // hold hours the summary then missed.
     let server = tokio::spawn(startup::serve(
         pool.clone(),
         keys.clone(),
-        config.clone(),
+        Config {
+            worker: false,
+            ..config.clone()
+        },
         listener,
         async {
             let _ = stop_rx.await;
@@ -227,7 +233,8 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     let pending = wattledger_store::dirty::count(&pool).await? as u64;
     let mut p = Progress::new("attribution", pending);
     let t0 = std::time::Instant::now();
-    let stats = worker::drain(&pool, |s| p.set(s.hours)).await?;
+    // Every hour up to the simulated end is final before anything is printed or served.
+    let stats = worker::drain_until(&pool, to, |s| p.set(s.hours)).await?;
     p.finish();
     let attribution_s = t0.elapsed().as_secs_f64();
 
@@ -254,6 +261,10 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         server.await??;
         return Ok(());
     }
+    let (worker_stop, worker_stopped) = tokio::sync::watch::channel(false);
+    let worker = config
+        .worker
+        .then(|| tokio::spawn(worker::run(pool.clone(), worker_stopped)));
     let _agent = match live_node(&client, &keys, &config.data_dir, &pool).await {
         Ok(agent) => agent,
         Err(e) => {
@@ -276,7 +287,11 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     println!("Try:\n  curl -H \"Authorization: Bearer $TOKEN\" '{base}/v1/usage?group_by=tenant'");
     startup::shutdown_signal().await;
     let _ = stop_tx.send(());
+    let _ = worker_stop.send(true);
     server.await??;
+    if let Some(w) = worker {
+        let _ = w.await;
+    }
     Ok(())
 }
 
@@ -514,8 +529,8 @@ async fn close_months(pool: &sqlx::PgPool, config: &Config, target: Month) -> an
     let mut months: Vec<Month> = wattledger_store::chargeback::months(pool)
         .await?
         .into_iter()
-        // A month with ledger rows but no metered energy (jobs that began before the
-        // simulated meters did) still bills their GPU time: it closes too, first.
+        // Months close in order: any earlier month with data (a --days range reaching back
+        // further than last month) closes first.
         .filter(|m| m.version.is_none())
         .map(|m| Month::of(m.month))
         .filter(|m| *m <= target)
@@ -524,7 +539,6 @@ async fn close_months(pool: &sqlx::PgPool, config: &Config, target: Month) -> an
     for month in months {
         let closed = crate::chargeback::close(pool, config, month, "demo-finance", |_| {}).await?;
         if month < target {
-            // Before the simulated meters: the GPU time of jobs already running then.
             let mj: i64 = closed
                 .close
                 .reconciliation
@@ -693,22 +707,35 @@ async fn seed_budgets(client: &Client, args: &DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The simulated range's complete hours: the summary's range, which later data (the live
+/// node's, in the hour under way) does not change.
+pub fn summary_range(from: DateTime<Utc>, to: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+    (
+        wattledger_store::attribution::hour_of(from),
+        wattledger_store::attribution::hour_of(to),
+    )
+}
+
 pub async fn summary(
     pool: &sqlx::PgPool,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> anyhow::Result<()> {
+    let (from, to) = summary_range(from, to);
     let filter = UsageFilter {
-        from: Some(from - Duration::hours(1)),
-        to: Some(to + Duration::hours(1)),
+        from: Some(from),
+        to: Some(to),
         ..Default::default()
     };
     let tenants = usage::usage(pool, &Scope::All, &[GroupBy::Tenant], &filter).await?;
     let total: i64 = tenants.iter().map(|r| r.total_mj).sum();
+    let iso = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     println!(
-        "Energy per tenant ({} to {})",
-        from.format("%Y-%m-%d"),
-        to.format("%Y-%m-%d")
+        "Energy per tenant, {} to {} UTC (complete hours; the API gives the same figures:\n  GET /v1/usage?group_by=tenant&from={}&to={} )",
+        from.format("%Y-%m-%d %H:%M"),
+        to.format("%Y-%m-%d %H:%M"),
+        iso(from),
+        iso(to)
     );
     println!(
         "  {:<16} {:>12} {:>7} {:>10} {:>10}  energy cost",

@@ -26,6 +26,38 @@ pub async fn drain(
     Ok(total)
 }
 
+/// Attributes until no hour up to `until` is dirty, including hours another worker holds
+/// (another replica, or this server's own worker): what is summed after this returns is
+/// final up to `until`.
+pub async fn drain_until(
+    pool: &sqlx::PgPool,
+    until: chrono::DateTime<chrono::Utc>,
+    mut progress: impl FnMut(&RunStats),
+) -> StoreResult<RunStats> {
+    let mut total = RunStats::default();
+    loop {
+        let s = drain(pool, |s| {
+            let mut t = total;
+            t.hours += s.hours;
+            t.rows += s.rows;
+            t.gpu_steps += s.gpu_steps;
+            t.alerts += s.alerts;
+            progress(&t);
+        })
+        .await?;
+        total.hours += s.hours;
+        total.rows += s.rows;
+        total.gpu_steps += s.gpu_steps;
+        total.alerts += s.alerts;
+        if wattledger_store::dirty::count_until(pool, until).await? == 0 {
+            return Ok(total);
+        }
+        // Someone else holds the rest under a lease: wait for them (or for the lease to
+        // lapse, when this process takes them over).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Runs until `shutdown` turns true, polling for dirty hours.
 pub async fn run(pool: sqlx::PgPool, mut shutdown: watch::Receiver<bool>) {
     loop {

@@ -394,6 +394,11 @@ impl Simulation {
         }
         // Keep jobs that overlap the window, clipped to it for what we report.
         jobs.retain(|j| j.end > from && j.start < to);
+        // Jobs already running when the simulated meters begin start, for the ledger, with
+        // them: GPU time before any meter read would bill a month of no energy.
+        for j in &mut jobs {
+            j.start = j.start.max(from);
+        }
         let mut timeline = vec![Vec::new(); self.gpus.len()];
         for (i, j) in jobs.iter().enumerate() {
             for (g, _) in &j.gpus {
