@@ -31,7 +31,8 @@ async fn finance_writes_budgets_tenants_read_theirs_and_admission_enforces_them(
         .await;
     assert_eq!(status, 403, "tenants read budgets, they do not set them");
 
-    // Every problem at once, each with its field.
+    // Every problem at once, each with its field (a refused limit is not also reported as
+    // "no limit given").
     let (status, bad) = app
         .put(
             &finance,
@@ -55,7 +56,6 @@ async fn finance_writes_budgets_tenants_read_theirs_and_admission_enforces_them(
             "colour",
             "ends_at",
             "limit_cost",
-            "limit_kwh",
             "tenant",
             "thresholds_pct"
         ],

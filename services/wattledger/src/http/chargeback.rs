@@ -411,9 +411,15 @@ pub async fn reopen(
 ) -> ApiResult<Json<Reopened>> {
     caller.require(&[])?;
     let month = parse_month(&month)?;
-    let b: ReopenBody = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::Validation(vec![FieldError::new(0, "body", e.to_string())]))?;
+    let b: ReopenBody = serde_json::from_slice(&body).map_err(|e| super::json::typed_error(&e))?;
     let reason = b.reason.trim();
+    if let Err(e) = wattledger_domain::input::text(reason, 4000) {
+        return Err(ApiError::Validation(vec![FieldError::new(
+            0,
+            "reason",
+            e.to_string(),
+        )]));
+    }
     if reason.is_empty() || reason.chars().count() > 1000 {
         return Err(ApiError::Validation(vec![FieldError::new(
             0,

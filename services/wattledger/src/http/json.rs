@@ -51,7 +51,7 @@ pub fn parse(bytes: &[u8]) -> Result<Value, ApiError> {
 /// Whether the raw body may hold a NUL: JSON can only carry one as the escape `\u0000`. A
 /// cheap scan that lets the typed fast paths skip the strict parse.
 pub fn may_hold_nul(bytes: &[u8]) -> bool {
-    bytes.windows(6).any(|w| w == b"\\u0000")
+    memchr::memmem::find(bytes, b"\\u0000").is_some()
 }
 
 /// A body's problem as a field error: `records[i].x.y` is record `i`'s field `x.y`.

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 use uuid::Uuid;
+use wattledger_domain::input;
 use wattledger_domain::webhooks::Secret;
 use wattledger_store::budget_alerts::{PROJECTED_EXCEED, THRESHOLD_CROSSED};
 use wattledger_store::webhooks::{self as store, Endpoint, NewEndpoint};
@@ -106,8 +107,7 @@ pub struct EndpointWithSecret {
 }
 
 fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::Validation(vec![FieldError::new(0, "body", e.to_string())]))
+    serde_json::from_slice(bytes).map_err(|e| super::json::typed_error(&e))
 }
 
 fn parse_id(id: &str) -> ApiResult<Uuid> {
@@ -166,11 +166,19 @@ pub async fn create(
         }
     };
     let mut bad = check_event_types(&b.event_types);
-    if let Err(why) = crate::webhooks::checked(&b.url, state.config.webhook_allow).await {
-        bad.push(FieldError::new(0, "url", why));
+    for (field, value, max) in [
+        ("description", Some(&b.description), 500),
+        ("url", Some(&b.url), 2048),
+        ("tenant", b.tenant.as_ref(), 256),
+    ] {
+        if let Some(Err(e)) = value.map(|v| input::text(v, max)) {
+            bad.push(FieldError::new(0, field, e.to_string()));
+        }
     }
-    if b.description.len() > 500 {
-        bad.push(FieldError::new(0, "description", "at most 500 characters"));
+    if bad.iter().all(|e| e.field != "url") {
+        if let Err(why) = crate::webhooks::checked(&b.url, state.config.webhook_allow).await {
+            bad.push(FieldError::new(0, "url", why));
+        }
     }
     if let Some(given) = &b.secret {
         if let Err(e) = Secret::parse(given) {
