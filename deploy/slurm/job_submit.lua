@@ -82,7 +82,7 @@ end
 
 local function comment_value(comment, key)
     if not comment then return nil end
-    return comment:match("wattledger:" .. key .. "=([^%s,;]+)")
+    return comment:match("wattledger:" .. key .. "=([^%s%c,;]+)")
 end
 
 -- "wattledger:deadline=2026-11-23T06:00:00Z", or relative to now: "=+6h", "=+90m", "=+2d".
@@ -192,7 +192,9 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     local minutes = set(job_desc.time_limit) or cfg.default_minutes
     local req = {
         tenant = string.lower(account),
-        job_name = job_desc.name or "",
+        -- wattledger refuses control characters in any text (a tab would otherwise make a
+        -- fail-open cluster admit the job unasked): a name keeps its words, not its tabs.
+        job_name = string.sub(string.gsub(job_desc.name or "", "%c", " "), 1, 512),
         gpus = gpus,
         duration_s = minutes * 60,
         kind = comment_value(comment, "kind") or "batch",

@@ -1,5 +1,6 @@
 //! Server configuration from flags and environment (`WATTLEDGER_*`, `DATABASE_URL`).
 
+use crate::http::client_addr::TrustedProxies;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use wattledger_domain::webhooks::Reach;
@@ -103,6 +104,12 @@ pub struct Config {
         default_value = "GPU Platform"
     )]
     pub issuer: String,
+    /// Reverse proxies in front of the server (IPs or networks, comma-separated): the client
+    /// address they forward in X-Forwarded-For is believed, for the sign-in throttle.
+    /// Without them, every client behind a proxy counts as the proxy.
+    #[arg(long, global = true, env = "WATTLEDGER_TRUSTED_PROXIES", default_value = "",
+          value_parser = parse_proxies)]
+    pub trusted_proxies: TrustedProxies,
     /// Run the attribution worker inside the server.
     #[arg(long, global = true, env = "WATTLEDGER_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
     pub worker: bool,
@@ -110,6 +117,10 @@ pub struct Config {
 
 fn parse_reach(s: &str) -> Result<Reach, String> {
     Reach::parse(s)
+}
+
+fn parse_proxies(s: &str) -> Result<TrustedProxies, String> {
+    TrustedProxies::parse(s)
 }
 
 impl Config {
@@ -134,6 +145,7 @@ impl Config {
             webhook_poll_ms: 200,
             export_dir: None,
             issuer: "GPU Platform".into(),
+            trusted_proxies: TrustedProxies::default(),
             worker: false,
         }
     }

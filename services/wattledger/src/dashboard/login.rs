@@ -5,17 +5,16 @@
 
 use super::{cookie, html, session_key, Form, PageError, Session, SESSION_COOKIE, SESSION_TTL_S};
 use crate::auth::Role;
+use crate::http::client_addr::ClientAddr;
 use crate::http::AppState;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use askama::Template;
-use axum::extract::{ConnectInfo, FromRequestParts, State};
-use axum::http::request::Parts;
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::Duration;
 use serde::Deserialize;
-use std::net::{IpAddr, SocketAddr};
 use wattledger_store::sessions::{self, FailureKey};
 use wattledger_store::users;
 
@@ -147,31 +146,6 @@ const QUIET: Duration = Duration::minutes(15);
 fn block_after(failures: i32, free: i32) -> Option<Duration> {
     let over = failures - free;
     (over > 0).then(|| Duration::seconds((1i64 << (over - 1).min(20)).min(LONGEST_BLOCK_S)))
-}
-
-/// The client's address as the throttle counts it: an IPv4 address, or an IPv6 /64 (one
-/// machine is given a whole /64 and may pick any address in it).
-pub struct ClientAddr(Option<String>);
-
-impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let ip = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip());
-        Ok(ClientAddr(ip.map(|ip| match ip {
-            IpAddr::V4(v4) => v4.to_string(),
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => v4.to_string(),
-                None => {
-                    let s = v6.segments();
-                    format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-                }
-            },
-        })))
-    }
 }
 
 #[derive(Deserialize)]

@@ -3,6 +3,7 @@
 pub mod admission;
 pub mod budgets;
 pub mod chargeback;
+pub mod client_addr;
 pub mod efficiency;
 pub mod error;
 pub mod extract;
