@@ -13,6 +13,8 @@ pub(crate) struct Browser {
     http: reqwest::Client,
     base: String,
     pub(crate) session: Option<String>,
+    /// Sent as `X-Forwarded-For`, as a reverse proxy would.
+    pub(crate) forwarded_for: Option<String>,
 }
 
 pub(crate) struct Page {
@@ -32,6 +34,7 @@ impl Browser {
                 .unwrap(),
             base: app.base.clone(),
             session: None,
+            forwarded_for: None,
         }
     }
 
@@ -47,6 +50,10 @@ impl Browser {
             req
         } else {
             req.header("cookie", cookies.join("; "))
+        };
+        let req = match &self.forwarded_for {
+            Some(ip) => req.header("x-forwarded-for", ip),
+            None => req,
         };
         let r = req.send().await.unwrap();
         Page {

@@ -467,6 +467,72 @@ async fn password_guessing_is_slowed_alike_for_known_and_unknown_names() {
     assert_eq!(page.status, 303, "{}", page.body);
 }
 
+/// Item 6 behind a reverse proxy: the per-address count follows the client the operator's
+/// proxy names, not the proxy itself, and only for a proxy the operator trusts.
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_address_throttle_counts_each_client() {
+    use wattledger::http::client_addr::TrustedProxies;
+    let app =
+        TestApp::start_with(|c| c.trusted_proxies = TrustedProxies::parse("127.0.0.1").unwrap())
+            .await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    wattledger::dashboard::login::add_user(
+        &app.pool,
+        "ada",
+        Role::Admin,
+        None,
+        "correct horse battery",
+    )
+    .await
+    .unwrap();
+    // 21 failures from one client, under 21 names (no name reaches its own limit).
+    let mut mallory = Browser::new(&app);
+    mallory.forwarded_for = Some("203.0.113.66".into());
+    let mut last = 0;
+    for k in 0..21 {
+        last = mallory
+            .sign_in(&format!("guess{k}"), "nope nope nope")
+            .await
+            .status;
+    }
+    assert_eq!(last, 401);
+    assert_eq!(
+        mallory.sign_in("guess99", "nope nope nope").await.status,
+        429
+    );
+    // Another client through the same proxy signs in.
+    let mut ada = Browser::new(&app);
+    ada.forwarded_for = Some("198.51.100.20".into());
+    assert_eq!(
+        ada.sign_in("ada", "correct horse battery").await.status,
+        303
+    );
+    // Without the proxy setting, the header is the client's own word and is not believed.
+    let app = TestApp::start().await;
+    wattledger::dashboard::login::add_user(
+        &app.pool,
+        "ada",
+        Role::Admin,
+        None,
+        "correct horse battery",
+    )
+    .await
+    .unwrap();
+    let mut mallory = Browser::new(&app);
+    for k in 0..21 {
+        mallory.forwarded_for = Some(format!("203.0.113.{k}"));
+        mallory
+            .sign_in(&format!("guess{k}"), "nope nope nope")
+            .await;
+    }
+    let mut ada = Browser::new(&app);
+    ada.forwarded_for = Some("198.51.100.20".into());
+    assert_eq!(
+        ada.sign_in("ada", "correct horse battery").await.status,
+        429
+    );
+}
+
 fn forged(claims: Value) -> String {
     jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),
