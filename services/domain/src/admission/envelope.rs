@@ -38,8 +38,9 @@ pub struct Reserved {
 fn minute_floor(t: DateTime<Utc>) -> i64 {
     t.timestamp().div_euclid(60)
 }
+/// Counts sub-second parts: an end at 20:13:00.3 reaches into the minute from 20:13.
 fn minute_ceil(t: DateTime<Utc>) -> i64 {
-    -(-t.timestamp()).div_euclid(60)
+    -(-t.timestamp_millis()).div_euclid(60_000)
 }
 fn at_minute(m: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(m * 60, 0).unwrap_or_default()
@@ -243,6 +244,23 @@ mod tests {
         assert_eq!(res.at(t(0)), 5);
         assert_eq!(res.at(t(1)), 0);
         assert_eq!(rounded(s, Duration::seconds(60)), (t(0), t(2)));
+    }
+
+    /// A job admitted at 18:13:00.3 for two hours still runs at 20:13:00.1: its minute
+    /// from 20:13 is reserved (the next job waits until 20:14, not 0.3 s too early).
+    #[test]
+    fn a_fraction_of_a_second_rounds_out_too() {
+        let s = t(0) + Duration::milliseconds(300);
+        assert_eq!(rounded(s, Duration::minutes(120)), (t(0), t(121)));
+        let res: Reserved = [Reservation {
+            start: s,
+            end: s + Duration::minutes(120),
+            draw_w: 5,
+        }]
+        .into_iter()
+        .collect();
+        assert_eq!(res.at(t(120)), 5);
+        assert_eq!(res.at(t(121)), 0);
     }
 
     #[test]
