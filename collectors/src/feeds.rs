@@ -77,6 +77,7 @@ impl Feeds {
                     ts: now,
                     counter_mj,
                     power_w: power,
+                    peak_w: None,
                 });
             }
         }

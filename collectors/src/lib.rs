@@ -5,6 +5,7 @@
 //! - `collect/`: the I/O edge of each source (fetch, parse, turn readings into records);
 //! - `feeds.rs`: PDU outlets summed into one counter per node meter;
 //! - `pods.rs`: Kubernetes pods on GPUs as jobs that open, move and close;
+//! - `steps.rs`: fast readings reduced to one record per meter per step;
 //! - `records.rs`: the ingest API's record types; `units.rs`: register units to W and mJ;
 //! - `agent/`: configuration, spool, push, metrics and the run loop.
 
@@ -15,6 +16,7 @@ pub mod pods;
 pub mod prom;
 pub mod records;
 pub mod sources;
+pub mod steps;
 pub mod units;
 
 #[cfg(test)]

@@ -46,7 +46,9 @@ impl Meter {
     }
 }
 
-/// One reading of a meter: an energy counter in mJ and/or power in W.
+/// One reading of a meter: an energy counter in mJ and/or power in W. A step record
+/// (`crate::steps`) is one at a step boundary: the counter there, and the mean (`power_w`)
+/// and peak (`peak_w`) of the power readings of the step that ends there.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     pub meter: String,
@@ -56,6 +58,8 @@ pub struct Sample {
     pub counter_mj: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_w: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_w: Option<f64>,
 }
 
 /// A share of a GPU (or MIG instance) a job held.
@@ -274,6 +278,7 @@ mod tests {
                 .to_utc(),
             counter_mj: Some(5),
             power_w: None,
+            peak_w: None,
         }]);
         assert_eq!(
             serde_json::to_string(&b).unwrap(),

@@ -150,8 +150,29 @@ pub(crate) async fn wait_healthy(base: &str) {
 
 #[tokio::test]
 async fn the_agent_loses_and_duplicates_nothing_across_server_and_agent_kills() {
+    end_to_end(Send::Raw).await;
+}
+
+/// The default: one record per GPU per step (1 s here, against readings every 200 ms), the
+/// counter interpolated at each boundary, the step's mean and peak power beside it.
+#[tokio::test]
+async fn step_records_carry_every_joule_across_server_and_agent_kills() {
+    end_to_end(Send::Steps).await;
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Send {
+    Raw,
+    Steps,
+}
+
+async fn end_to_end(send: Send) {
     let (pool, db_url) = fresh_db().await;
-    let dir = std::env::temp_dir().join(format!("wl-agent-e2e-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "wl-agent-e2e-{}-{}",
+        std::process::id(),
+        send as u8
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
 
@@ -220,6 +241,11 @@ async fn the_agent_loses_and_duplicates_nothing_across_server_and_agent_kills() 
 
     let token = keys.mint("agent", Role::Collector, None, 600).unwrap();
     let config = dir.join("agent.toml");
+    let (step, raw) = match send {
+        Send::Raw => (60, true),
+        Send::Steps => (1, false),
+    };
+    let started = std::time::Instant::now();
     std::fs::write(
         &config,
         format!(
@@ -229,6 +255,7 @@ token = "{token}"
 site = "s1"
 node = "n1"
 spool_dir = "{spool}"
+step_s = {step}
 
 [[meters]]
 key = "n1"
@@ -237,6 +264,7 @@ kind = "node"
 [[dcgm]]
 url = "{fake_base}/dcgm"
 interval_s = 0.2
+raw = {raw}
 
 [[tokens]]
 url = "{fake_base}/vllm"
@@ -302,31 +330,60 @@ interval_s = 0.2
         "the server outage was seen by the agent:\n{log}"
     );
 
-    // Samples: every value read and spooled arrived once. The one read the SIGKILL may have
-    // caught between the scrape and the fsync is the only one allowed missing; its energy is
-    // still counted, since the next counter reading covers it.
-    let held: Vec<i64> = sqlx::query_scalar(
-        "SELECT counter_mj FROM samples s JOIN meters m ON m.id = s.meter_id WHERE m.key = 'n1-gpu0' ORDER BY ts",
+    type Row = (chrono::DateTime<chrono::Utc>, i64, Option<i64>, Option<i64>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT ts, counter_mj, power_mw, peak_mw FROM samples s JOIN meters m ON m.id = s.meter_id
+          WHERE m.key = 'n1-gpu0' ORDER BY ts",
     )
     .fetch_all(&pool)
     .await
     .unwrap();
+    let held: Vec<i64> = rows.iter().map(|r| r.1).collect();
     let served: std::collections::BTreeSet<i64> =
         fake.lock().unwrap().served_energy.iter().copied().collect();
-    // One row per reading, in order; only scrapes after the freeze repeat a value.
-    assert!(held
-        .windows(2)
-        .all(|w| w[0] < w[1] || (w[0] == last_energy && w[1] == last_energy)));
-    assert!(held.iter().all(|v| served.contains(v)));
-    let missing = served.iter().filter(|v| !held.contains(v)).count();
-    assert!(missing <= 1, "{missing} readings lost of {}", served.len());
-    assert!(held.len() > 20, "only {} readings arrived", held.len());
-    eprintln!(
-        "agent e2e: {} readings served, {} held, {missing} lost to the SIGKILL; {} prompt tokens",
-        served.len(),
-        held.len(),
-        last_prompt - first_prompt
-    );
+    if send == Send::Raw {
+        // Samples: every value read and spooled arrived once. The one read the SIGKILL may
+        // have caught between the scrape and the fsync is the only one allowed missing; its
+        // energy is still counted, since the next counter reading covers it.
+        // One row per reading, in order; only scrapes after the freeze repeat a value.
+        assert!(held
+            .windows(2)
+            .all(|w| w[0] < w[1] || (w[0] == last_energy && w[1] == last_energy)));
+        assert!(held.iter().all(|v| served.contains(v)));
+        let missing = served.iter().filter(|v| !held.contains(v)).count();
+        assert!(missing <= 1, "{missing} readings lost of {}", served.len());
+        assert!(held.len() > 20, "only {} readings arrived", held.len());
+        eprintln!(
+            "agent e2e: {} readings served, {} held, {missing} lost to the SIGKILL; {} prompt tokens",
+            served.len(),
+            held.len(),
+            last_prompt - first_prompt
+        );
+    } else {
+        // Step records: on whole seconds, at most one a second (five readings each), the
+        // counter never going back, ending on the frozen counter; the mean and the peak of a
+        // step's readings (250 W) beside every record after the first of a run.
+        let seconds = started.elapsed().as_secs() as usize;
+        assert!(rows.iter().all(|r| r.0.timestamp_subsec_millis() == 0));
+        assert!(rows.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+        assert!(
+            rows.len() > 5 && rows.len() <= seconds + 1,
+            "{} records in {seconds} s from {} readings",
+            rows.len(),
+            served.len()
+        );
+        assert_eq!(held.last(), Some(&last_energy));
+        let with_peak = rows.iter().filter(|r| r.3 == Some(250_000)).count();
+        assert!(rows.iter().all(|r| r.3.is_none() || r.3 == Some(250_000)));
+        assert!(rows.iter().all(|r| r.2 == r.3));
+        assert!(with_peak + 3 >= rows.len(), "{with_peak} of {}", rows.len());
+        eprintln!(
+            "agent e2e (steps): {} readings served, {} step records held; {} prompt tokens",
+            served.len(),
+            held.len(),
+            last_prompt - first_prompt
+        );
+    }
 
     // Tokens: no interval lost or counted twice across the agent's restart.
     let token_rows: Vec<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> =

@@ -363,3 +363,54 @@ async fn job_ingest_counts_jobs_and_allocations_apart() {
         json!({"received": 2, "written": 0, "duplicates": 2})
     );
 }
+
+/// Step records: the step's peak beside its mean, checked like any power reading and never
+/// below the mean; a resend with another peak is a conflict, not a silent overwrite.
+#[tokio::test]
+async fn step_records_keep_their_peak_and_a_peak_below_the_mean_is_refused() {
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let collector = app.token(Role::Collector);
+    let (status, body) = app
+        .ingest(
+            &collector,
+            "samples",
+            json!([
+                {"meter": "g0", "ts": scenario::at(1), "counter_mj": 1, "power_w": 300, "peak_w": 250},
+                {"meter": "g0", "ts": scenario::at(2), "counter_mj": 2, "peak_w": 2e7},
+                {"meter": "g0", "ts": scenario::at(3), "counter_mj": 3, "power_w": 300, "peak_w": -1}
+            ]),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        errors(&body),
+        vec![
+            (0, "peak_w".into()),
+            (1, "peak_w".into()),
+            (2, "peak_w".into())
+        ]
+    );
+    let step = json!([
+        {"meter": "g0", "ts": scenario::at(1), "counter_mj": 60000, "power_w": 310.5, "peak_w": 702.25}
+    ]);
+    let (status, body) = app.ingest(&collector, "samples", step.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let stored: (Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT power_mw, peak_mw FROM samples")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, (Some(310_500), Some(702_250)));
+    let (_, body) = app.ingest(&collector, "samples", step).await;
+    assert_eq!(body["duplicates"], 1, "{body}");
+    let (_, body) = app
+        .ingest(
+            &collector,
+            "samples",
+            json!([{"meter": "g0", "ts": scenario::at(1), "counter_mj": 60000, "power_w": 310.5, "peak_w": 800}]),
+        )
+        .await;
+    assert_eq!(body["conflicts"][0]["index"], 0, "{body}");
+    assert_eq!(count(&app, "sample_conflicts").await, 1);
+}

@@ -59,6 +59,11 @@ pub struct AgentConfig {
     pub request_timeout_s: f64,
     /// PEM CA bundle for the server's TLS certificate, beside the system roots.
     pub ca_file: Option<PathBuf>,
+    /// Meter readings are sent as one record per meter per step of this many seconds,
+    /// aligned to UTC (a divisor of 3600): the energy counter at each step boundary with the
+    /// step's mean and peak power. A source with `raw = true` sends every reading instead.
+    #[serde(default = "default_step_s")]
+    pub step_s: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -77,6 +82,9 @@ fn default_spool_max_mib() -> u64 {
 }
 fn default_push_max_records() -> usize {
     5000
+}
+fn default_step_s() -> u32 {
+    60
 }
 fn default_request_timeout_s() -> f64 {
     30.0
@@ -168,6 +176,12 @@ impl Config {
                 "agent.spool_max_mib, push_max_records and request_timeout_s must be positive"
                     .into(),
             );
+        }
+        if a.step_s == 0 || 3600 % a.step_s != 0 {
+            return bad(format!(
+                "agent.step_s = {}: must divide an hour (1, 2, 5, 10, 15, 30, 60, 120, 300, …, 3600)",
+                a.step_s
+            ));
         }
         for m in &self.meters {
             if !["facility", "node"].contains(&m.kind.as_str()) {

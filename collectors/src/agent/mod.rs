@@ -7,3 +7,4 @@ pub mod metrics;
 pub mod push;
 pub mod run;
 pub mod spool;
+pub mod stepped;

@@ -7,6 +7,7 @@ use super::dead_letter::DeadLetter;
 use super::metrics::Metrics;
 use super::push::Pusher;
 use super::spool::{Entry, SourceState, Spool, SpoolError};
+use super::stepped::Stepped;
 use crate::collect::{self, Source, SourceError};
 use crate::records::{Batch, Meter};
 use chrono::Utc;
@@ -38,22 +39,27 @@ pub fn sources(config: &Config) -> Result<Vec<Box<dyn Source>>, AgentError> {
     };
     let site = &config.agent.site;
     let node = config.agent.node.clone().unwrap_or_default();
+    // Meter sources send step records unless they are configured raw.
+    let meter = |raw: bool, source: Box<dyn Source>| -> Box<dyn Source> {
+        if raw {
+            source
+        } else {
+            Box::new(Stepped::new(source, config.agent.step_s))
+        }
+    };
     let mut out: Vec<Box<dyn Source>> = Vec::new();
     for c in &config.nvml {
-        out.push(Box::new(collect::nvml::NvmlSource::new(
-            c.clone(),
-            site,
-            &node,
-        )));
+        out.push(meter(
+            c.raw,
+            Box::new(collect::nvml::NvmlSource::new(c.clone(), site, &node)),
+        ));
     }
     for c in &config.dcgm {
         let http = client(None, c.interval_s)?;
-        out.push(Box::new(collect::dcgm::DcgmSource::new(
-            c.clone(),
-            site,
-            &node,
-            http,
-        )));
+        out.push(meter(
+            c.raw,
+            Box::new(collect::dcgm::DcgmSource::new(c.clone(), site, &node, http)),
+        ));
     }
     for c in &config.tokens {
         let http = client(None, c.interval_s)?;
@@ -64,22 +70,22 @@ pub fn sources(config: &Config) -> Result<Vec<Box<dyn Source>>, AgentError> {
     }
     for c in &config.redfish {
         let http = client(c.ca_file.as_deref(), c.interval_s)?;
-        out.push(Box::new(collect::redfish::RedfishSource::new(
-            c.clone(),
-            http,
-        )));
+        out.push(meter(
+            c.raw,
+            Box::new(collect::redfish::RedfishSource::new(c.clone(), http)),
+        ));
     }
     for c in &config.snmp {
         let source = collect::snmp::SnmpSource::new(c.clone())
             .map_err(|e| AgentError::Config(super::config::ConfigError::Invalid(e)))?;
-        out.push(Box::new(source));
+        out.push(meter(c.raw, Box::new(source)));
     }
     for c in &config.exporter {
         let http = client(None, c.interval_s)?;
-        out.push(Box::new(collect::exporter::ExporterSource::new(
-            c.clone(),
-            http,
-        )));
+        out.push(meter(
+            c.raw,
+            Box::new(collect::exporter::ExporterSource::new(c.clone(), http)),
+        ));
     }
     for c in &config.slurm {
         out.push(Box::new(collect::slurm::SlurmSource::new(c.clone())));

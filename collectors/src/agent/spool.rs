@@ -414,6 +414,7 @@ mod tests {
                 ts: DateTime::from_timestamp(n, 0).unwrap(),
                 counter_mj: Some(n),
                 power_w: None,
+                peak_w: None,
             }]),
             state: None,
         }

@@ -18,6 +18,9 @@ pub struct DcgmConfig {
     pub url: String,
     #[serde(default = "default_interval")]
     pub interval_s: f64,
+    /// Send every reading as read instead of one record per meter per step (`agent.step_s`).
+    #[serde(default)]
+    pub raw: bool,
     #[serde(default = "default_gpu_meter")]
     pub gpu_meter: String,
     #[serde(default = "default_mig_meter")]
@@ -128,6 +131,7 @@ impl DcgmSource {
                     ts: now,
                     counter_mj: r.energy_mj,
                     power_w: r.power_w,
+                    peak_w: None,
                 });
             }
         }

@@ -18,6 +18,9 @@ pub struct ExporterConfig {
     pub url: String,
     #[serde(default = "default_interval")]
     pub interval_s: f64,
+    /// Send every reading as read instead of one record per meter per step (`agent.step_s`).
+    #[serde(default)]
+    pub raw: bool,
     pub map: Vec<Mapping>,
 }
 
@@ -115,6 +118,7 @@ pub fn samples(
             ts: now,
             counter_mj: None,
             power_w: None,
+            peak_w: None,
         });
         if u.is_energy() {
             sample.counter_mj = u.millijoules(s.value);

@@ -20,6 +20,9 @@ pub struct NvmlConfig {
     pub name: Option<String>,
     #[serde(default = "default_interval")]
     pub interval_s: f64,
+    /// Send every reading as read instead of one record per meter per step (`agent.step_s`).
+    #[serde(default)]
+    pub raw: bool,
     #[serde(default = "super::dcgm::default_gpu_meter")]
     pub gpu_meter: String,
     /// MIG instance meters. NVML's safe API gives no GPU-instance id, so `{gi}` here is the
@@ -113,6 +116,7 @@ pub fn records(
                 ts: now,
                 counter_mj,
                 power_w,
+                peak_w: None,
             });
         }
     }

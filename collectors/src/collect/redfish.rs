@@ -31,6 +31,9 @@ pub struct RedfishConfig {
     pub ca_file: Option<PathBuf>,
     #[serde(default = "default_interval")]
     pub interval_s: f64,
+    /// Send every reading as read instead of one record per meter per step (`agent.step_s`).
+    #[serde(default)]
+    pub raw: bool,
 }
 
 fn default_interval() -> f64 {

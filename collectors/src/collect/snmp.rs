@@ -37,6 +37,9 @@ pub struct SnmpConfig {
     pub outlets: BTreeMap<String, String>,
     #[serde(default = "default_interval")]
     pub interval_s: f64,
+    /// Send every reading as read instead of one record per meter per step (`agent.step_s`).
+    #[serde(default)]
+    pub raw: bool,
     #[serde(default = "default_timeout")]
     pub timeout_s: f64,
     #[serde(default = "default_retries")]

@@ -13,7 +13,10 @@ pub struct SampleRow {
     pub meter_id: i64,
     pub ts: DateTime<Utc>,
     pub counter_mj: Option<i64>,
+    /// Instantaneous power; a step record's mean over its step.
     pub power_mw: Option<i64>,
+    /// A step record's peak power over its step.
+    pub peak_mw: Option<i64>,
 }
 
 /// A sent sample whose (meter, ts) was already stored with other values.
@@ -23,6 +26,7 @@ pub struct Conflict {
     pub index: usize,
     pub stored_counter_mj: Option<i64>,
     pub stored_power_mw: Option<i64>,
+    pub stored_peak_mw: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -76,32 +80,37 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     }
     let counters: Vec<Option<i64>> = rows.iter().map(|r| r.counter_mj).collect();
     let powers: Vec<Option<i64>> = rows.iter().map(|r| r.power_mw).collect();
+    let peaks: Vec<Option<i64>> = rows.iter().map(|r| r.peak_mw).collect();
 
     // The CTE's snapshot does not see its own inserts, so the join finds exactly the rows
     // that were there before: duplicates and conflicts.
-    let existing: Vec<(i32, Option<i64>, Option<i64>, bool)> = sqlx::query_as(
+    type Existing = (i32, Option<i64>, Option<i64>, Option<i64>, bool);
+    let existing: Vec<Existing> = sqlx::query_as(
         "WITH input AS (
-             SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
-                 WITH ORDINALITY AS t(meter_id, ts, counter_mj, power_mw, idx)
+             SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[],
+                                  $5::bigint[])
+                 WITH ORDINALITY AS t(meter_id, ts, counter_mj, power_mw, peak_mw, idx)
          ), ins AS (
-             INSERT INTO samples (meter_id, ts, counter_mj, power_mw)
-             SELECT meter_id, ts, counter_mj, power_mw FROM input
+             INSERT INTO samples (meter_id, ts, counter_mj, power_mw, peak_mw)
+             SELECT meter_id, ts, counter_mj, power_mw, peak_mw FROM input
              ON CONFLICT (meter_id, ts) DO NOTHING
          )
-         SELECT (i.idx - 1)::int, s.counter_mj, s.power_mw,
+         SELECT (i.idx - 1)::int, s.counter_mj, s.power_mw, s.peak_mw,
                 (s.counter_mj IS NOT DISTINCT FROM i.counter_mj
-                 AND s.power_mw IS NOT DISTINCT FROM i.power_mw) AS same
+                 AND s.power_mw IS NOT DISTINCT FROM i.power_mw
+                 AND s.peak_mw IS NOT DISTINCT FROM i.peak_mw) AS same
          FROM input i JOIN samples s ON s.meter_id = i.meter_id AND s.ts = i.ts",
     )
     .bind(&meter_ids)
     .bind(&ts)
     .bind(&counters)
     .bind(&powers)
+    .bind(&peaks)
     .fetch_all(&mut *tx)
     .await?;
 
     let mut outcome = InsertOutcome::default();
-    for (idx, stored_counter, stored_power, same) in existing {
+    for (idx, stored_counter, stored_power, stored_peak, same) in existing {
         if same {
             outcome.duplicates += 1;
         } else {
@@ -109,6 +118,7 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
                 index: idx as usize,
                 stored_counter_mj: stored_counter,
                 stored_power_mw: stored_power,
+                stored_peak_mw: stored_peak,
             });
         }
     }
@@ -117,9 +127,10 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
         let c = &outcome.conflicts;
         sqlx::query(
             "INSERT INTO sample_conflicts (meter_id, ts, stored_counter_mj, stored_power_mw,
-                                           sent_counter_mj, sent_power_mw)
+                                           sent_counter_mj, sent_power_mw, stored_peak_mw,
+                                           sent_peak_mw)
              SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[],
-                                  $5::bigint[], $6::bigint[])",
+                                  $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])",
         )
         .bind(c.iter().map(|c| rows[c.index].meter_id).collect::<Vec<_>>())
         .bind(c.iter().map(|c| rows[c.index].ts).collect::<Vec<_>>())
@@ -131,6 +142,8 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
                 .collect::<Vec<_>>(),
         )
         .bind(c.iter().map(|c| rows[c.index].power_mw).collect::<Vec<_>>())
+        .bind(c.iter().map(|c| c.stored_peak_mw).collect::<Vec<_>>())
+        .bind(c.iter().map(|c| rows[c.index].peak_mw).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
     }
@@ -144,7 +157,9 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
 /// COPY of validated rows in PostgreSQL's binary format: no text to format or parse.
 async fn copy(tx: &mut Transaction<'_, Postgres>, rows: &[SampleRow]) -> Result<(), sqlx::Error> {
     let mut copy = tx
-        .copy_in_raw("COPY samples (meter_id, ts, counter_mj, power_mw) FROM STDIN (FORMAT binary)")
+        .copy_in_raw(
+            "COPY samples (meter_id, ts, counter_mj, power_mw, peak_mw) FROM STDIN (FORMAT binary)",
+        )
         .await?;
     copy.send(binary_copy(rows)).await?;
     copy.finish().await?;
@@ -157,7 +172,7 @@ const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 /// The binary COPY stream: signature, flags and header extension, then per row a field
 /// count and each field as (length, big-endian value) or length -1 for NULL, then -1.
 fn binary_copy(rows: &[SampleRow]) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(19 + rows.len() * 46 + 2);
+    let mut buf = Vec::with_capacity(19 + rows.len() * 58 + 2);
     buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
     buf.extend_from_slice(&0i32.to_be_bytes());
     buf.extend_from_slice(&0i32.to_be_bytes());
@@ -169,11 +184,12 @@ fn binary_copy(rows: &[SampleRow]) -> Vec<u8> {
         None => buf.extend_from_slice(&(-1i32).to_be_bytes()),
     };
     for r in rows {
-        buf.extend_from_slice(&4i16.to_be_bytes());
+        buf.extend_from_slice(&5i16.to_be_bytes());
         int8(&mut buf, Some(r.meter_id));
         int8(&mut buf, Some(r.ts.timestamp_micros() - PG_EPOCH_OFFSET_US));
         int8(&mut buf, r.counter_mj);
         int8(&mut buf, r.power_mw);
+        int8(&mut buf, r.peak_mw);
     }
     buf.extend_from_slice(&(-1i16).to_be_bytes());
     buf
@@ -192,10 +208,11 @@ mod tests {
             ts,
             counter_mj: None,
             power_mw: Some(5),
+            peak_mw: None,
         }]);
         assert_eq!(&buf[..11], b"PGCOPY\n\xff\r\n\0");
         let row = &buf[19..];
-        assert_eq!(&row[..2], &4i16.to_be_bytes());
+        assert_eq!(&row[..2], &5i16.to_be_bytes());
         assert_eq!(&row[6..14], &7i64.to_be_bytes());
         // One second after PostgreSQL's epoch.
         assert_eq!(&row[18..26], &1_000_000i64.to_be_bytes());

@@ -16,6 +16,10 @@ use utoipa::ToSchema;
 use wattledger_store::inventory;
 use wattledger_store::samples::{self, SampleRow};
 /// One reading: an energy counter (mJ since some origin) and/or a power reading (W).
+///
+/// A step record (what the agent sends by default) is a reading at a step boundary: the
+/// counter there, `power_w` the mean and `peak_w` the peak of the power readings of the step
+/// that ends at `ts`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct SampleIn {
@@ -23,7 +27,18 @@ pub struct SampleIn {
     /// RFC 3339.
     ts: DateTime<Utc>,
     counter_mj: Option<i64>,
+    /// 0 to 10,000,000 W.
     power_w: Option<f64>,
+    /// 0 to 10,000,000 W, not below `power_w`.
+    peak_w: Option<f64>,
+}
+
+/// The most a meter may plausibly report, in W.
+const MAX_W: f64 = 10_000_000.0;
+
+/// Readings arrive as W (floats, the edge of the float world); the ledger keeps integer mW.
+fn milliwatts(w: f64) -> Option<i64> {
+    (w.is_finite() && (0.0..=MAX_W).contains(&w)).then(|| (w * 1000.0).round() as i64)
 }
 
 #[utoipa::path(post, path = "/v1/ingest/samples", tag = "ingest",
@@ -51,50 +66,58 @@ pub async fn samples_batch(
     let Batch(batch) = Batch::parse(&bytes, state.config.max_batch_records)?;
     let keys = distinct(batch.iter().filter_map(|v| v.get("meter")?.as_str()));
     let meters = inventory::meters_by_key(&state.pool, &keys).await?;
-    let rows = read_all(&batch, &["meter", "ts", "counter_mj", "power_w"], |r| {
-        let meter = r.key("meter").and_then(|k| match meters.get(&k) {
-            None => {
-                r.error("meter", "unknown meter");
-                None
+    let rows = read_all(
+        &batch,
+        &["meter", "ts", "counter_mj", "power_w", "peak_w"],
+        |r| {
+            let meter = r.key("meter").and_then(|k| match meters.get(&k) {
+                None => {
+                    r.error("meter", "unknown meter");
+                    None
+                }
+                Some(m) if m.kind == "mig" => {
+                    r.error(
+                        "meter",
+                        "a MIG instance has no energy counter; send its GPU's samples",
+                    );
+                    None
+                }
+                Some(m) => Some(m.id),
+            });
+            let ts = r.time("ts", latest);
+            let counter = r.opt_i64("counter_mj");
+            if counter.is_some_and(|c| c < 0) {
+                r.error("counter_mj", "must not be negative");
             }
-            Some(m) if m.kind == "mig" => {
-                r.error(
-                    "meter",
-                    "a MIG instance has no energy counter; send its GPU's samples",
-                );
-                None
+            let mut watts = |field: &'static str| match r.opt_f64(field) {
+                Some(p) if p < 0.0 => {
+                    r.error(field, "must not be negative");
+                    None
+                }
+                Some(p) if p > MAX_W => {
+                    r.error(field, "is above 10 MW: not a plausible meter reading");
+                    None
+                }
+                Some(p) => milliwatts(p),
+                None => None,
+            };
+            let power_mw = watts("power_w");
+            let peak_mw = watts("peak_w");
+            if peak_mw < power_mw && peak_mw.is_some() {
+                r.error("peak_w", "is below power_w, the step's mean");
             }
-            Some(m) => Some(m.id),
-        });
-        let ts = r.time("ts", latest);
-        let counter = r.opt_i64("counter_mj");
-        if counter.is_some_and(|c| c < 0) {
-            r.error("counter_mj", "must not be negative");
-        }
-        let power = r.opt_f64("power_w");
-        let power_mw = match power {
-            Some(p) if p < 0.0 => {
-                r.error("power_w", "must not be negative");
-                None
+            if counter.is_none() && power_mw.is_none() && r.errors.is_empty() {
+                r.error("counter_mj", "a sample needs counter_mj or power_w");
             }
-            Some(p) if p > 10_000_000.0 => {
-                r.error("power_w", "is above 10 MW: not a plausible meter reading");
-                None
-            }
-            // The edge of the float world: readings arrive as W, the ledger keeps integer mW.
-            Some(p) => Some((p * 1000.0).round() as i64),
-            None => None,
-        };
-        if counter.is_none() && power.is_none() && r.errors.is_empty() {
-            r.error("counter_mj", "a sample needs counter_mj or power_w");
-        }
-        meter.zip(ts).map(|(meter_id, ts)| SampleRow {
-            meter_id,
-            ts,
-            counter_mj: counter,
-            power_mw,
-        })
-    })?;
+            meter.zip(ts).map(|(meter_id, ts)| SampleRow {
+                meter_id,
+                ts,
+                counter_mj: counter,
+                power_mw,
+                peak_mw,
+            })
+        },
+    )?;
     store_samples(&state, batch.len(), rows).await
 }
 
@@ -114,6 +137,7 @@ struct StrictSample<'a> {
     ts: std::borrow::Cow<'a, str>,
     counter_mj: Option<i64>,
     power_w: Option<f64>,
+    peak_w: Option<f64>,
 }
 
 /// Typed records to rows if every one is valid; `None` sends the batch to the slow path.
@@ -130,18 +154,19 @@ fn fast_samples(
         .map(|r| {
             let meter = meters.get(r.meter.as_ref()).filter(|m| m.kind != "mig")?;
             let ts = DateTime::parse_from_rfc3339(&r.ts).ok()?.to_utc();
-            let power_ok = r
-                .power_w
-                .is_none_or(|p| p.is_finite() && (0.0..=10_000_000.0).contains(&p));
+            let power_mw = r.power_w.map(milliwatts);
+            let peak_mw = r.peak_w.map(milliwatts);
             let ok = (earliest..=latest).contains(&ts)
                 && r.counter_mj.is_none_or(|c| c >= 0)
-                && power_ok
+                && power_mw.is_none_or(|p| p.is_some())
+                && peak_mw.is_none_or(|p| p.is_some() && p >= power_mw.flatten())
                 && (r.counter_mj.is_some() || r.power_w.is_some());
             ok.then(|| SampleRow {
                 meter_id: meter.id,
                 ts,
                 counter_mj: r.counter_mj,
-                power_mw: r.power_w.map(|p| (p * 1000.0).round() as i64),
+                power_mw: power_mw.flatten(),
+                peak_mw: peak_mw.flatten(),
             })
         })
         .collect()
@@ -193,8 +218,8 @@ async fn store_samples(
             .map(|c| ConflictOut {
                 index: positions[c.index],
                 reason: format!(
-                    "already stored with counter_mj={:?} power_mw={:?}; the stored sample stands",
-                    c.stored_counter_mj, c.stored_power_mw
+                    "already stored with counter_mj={:?} power_mw={:?} peak_mw={:?}; the stored sample stands",
+                    c.stored_counter_mj, c.stored_power_mw, c.stored_peak_mw
                 ),
             })
             .collect(),

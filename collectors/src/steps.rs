@@ -1,0 +1,380 @@
+//! Fast readings reduced to one record per meter per step, at the edge (DESIGN.md "From
+//! samples to energy").
+//!
+//! An energy counter makes the reduction lossless: the counter's value at each step boundary
+//! gives the step's energy exactly, whatever the reading rate. For every UTC-aligned boundary
+//! `B` (a multiple of the step), the reducer sends one record at `B`: the counter there,
+//! interpolated linearly between the two readings around it, with the mean and the peak of
+//! the power readings of the step that ends at `B` (the peak is what a minute's mean hides:
+//! a training job's synchronous swings).
+//!
+//! Counter resets (a driver reload, a GPU reset) are resolved here, where the fast readings
+//! are: the reducer sends a counter that never goes backwards, adding across a reset the
+//! larger of what the new counter counted and the power readings' trapezoid over the
+//! interval, so nothing counted before the reset is lost and the server sees a clean series.
+//!
+//! A boundary between two readings further apart than the gap limit is not interpolated:
+//! no record is sent for it, so the server sees the real gap between the nearest records and
+//! treats it as it treats any gap (the delta is placed by time and flagged once it exceeds the
+//! site's limit). A reading without a counter (a power-only meter) passes through unreduced.
+
+use crate::records::Sample;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The reducer of one source: its step, its gap limit and each meter's running state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reducer {
+    step_ms: i64,
+    gap_limit_ms: i64,
+    meters: BTreeMap<String, MeterState>,
+}
+
+/// What a meter's next record needs from the readings so far.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct MeterState {
+    /// The last reading with a counter.
+    last: Reading,
+    /// The step `last` falls in (its start, ms) and the power readings in it so far.
+    step_start_ms: i64,
+    power: PowerStats,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Reading {
+    ts_ms: i64,
+    /// The counter as the meter reported it.
+    raw_mj: i64,
+    /// The counter as sent: `raw_mj` plus what resets took away.
+    sent_mj: i64,
+    power_mw: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct PowerStats {
+    readings: i64,
+    sum_mw: i64,
+    peak_mw: i64,
+}
+
+impl PowerStats {
+    fn add(&mut self, mw: Option<i64>) {
+        if let Some(mw) = mw {
+            self.readings += 1;
+            self.sum_mw = self.sum_mw.saturating_add(mw);
+            self.peak_mw = self.peak_mw.max(mw);
+        }
+    }
+
+    /// (mean, peak) in W, when the step had power readings.
+    fn watts(&self) -> (Option<f64>, Option<f64>) {
+        if self.readings == 0 {
+            return (None, None);
+        }
+        let mean_mw = (self.sum_mw + self.readings / 2) / self.readings;
+        (
+            Some(mean_mw as f64 / 1000.0),
+            Some(self.peak_mw as f64 / 1000.0),
+        )
+    }
+}
+
+impl Reducer {
+    /// Steps of `step_ms` (a divisor of an hour, so every hour has whole steps); boundaries
+    /// between readings more than `gap_limit_ms` apart are not interpolated.
+    pub fn new(step_ms: i64, gap_limit_ms: i64) -> Self {
+        assert!(
+            step_ms > 0 && 3_600_000 % step_ms == 0,
+            "step divides an hour"
+        );
+        Reducer {
+            step_ms,
+            gap_limit_ms: gap_limit_ms.max(step_ms),
+            meters: BTreeMap::new(),
+        }
+    }
+
+    /// The step and gap limit are the configuration's; the meters' state is carried over when
+    /// the step is unchanged (a changed step starts afresh: its boundaries are elsewhere).
+    pub fn restored(self, saved: Reducer) -> Reducer {
+        if saved.step_ms == self.step_ms {
+            Reducer {
+                meters: saved.meters,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+
+    /// Feeds readings (any meters, each meter's in time order) and returns the records to
+    /// send: step records for every boundary the readings passed, and power-only readings as
+    /// they came. A reading not newer than its meter's last is dropped (a repeated scrape).
+    pub fn push(&mut self, readings: impl IntoIterator<Item = Sample>) -> Vec<Sample> {
+        let mut out = Vec::new();
+        for s in readings {
+            let Some(raw_mj) = s.counter_mj else {
+                out.push(s);
+                continue;
+            };
+            let ts_ms = s.ts.timestamp_millis();
+            let power_mw = s.power_w.and_then(watts_to_mw);
+            let step_start_ms = ts_ms.div_euclid(self.step_ms) * self.step_ms;
+            let Some(m) = self.meters.get_mut(&s.meter) else {
+                // The first reading of a meter: a record only if it sits on a boundary.
+                let first = Reading {
+                    ts_ms,
+                    raw_mj,
+                    sent_mj: raw_mj,
+                    power_mw,
+                };
+                if ts_ms == step_start_ms {
+                    out.push(record(&s.meter, ts_ms, raw_mj, PowerStats::default()));
+                }
+                let mut power = PowerStats::default();
+                power.add(power_mw);
+                self.meters.insert(
+                    s.meter,
+                    MeterState {
+                        last: first,
+                        step_start_ms,
+                        power,
+                    },
+                );
+                continue;
+            };
+            let l = m.last;
+            if ts_ms <= l.ts_ms {
+                continue;
+            }
+            let dt = ts_ms - l.ts_ms;
+            let within = dt <= self.gap_limit_ms;
+            let counted = if raw_mj >= l.raw_mj {
+                raw_mj - l.raw_mj
+            } else {
+                // Reset: the new value counts from zero; across a short interval the power
+                // readings say what it missed.
+                let trapezoid = match (l.power_mw, power_mw) {
+                    (Some(a), Some(b)) if within => energy_mj(a, b, dt),
+                    _ => 0,
+                };
+                raw_mj.max(trapezoid)
+            };
+            let r = Reading {
+                ts_ms,
+                raw_mj,
+                sent_mj: l.sent_mj.saturating_add(counted),
+                power_mw,
+            };
+            // Every boundary in (l, r]: the step ending there is the one `l` fell in, or a
+            // step with no readings at all.
+            let mut b = m.step_start_ms + self.step_ms;
+            while b <= ts_ms {
+                if within {
+                    let at = interpolate(l.ts_ms, l.sent_mj, ts_ms, r.sent_mj, b);
+                    let power = if b - self.step_ms == m.step_start_ms {
+                        m.power
+                    } else {
+                        PowerStats::default()
+                    };
+                    out.push(record(&s.meter, b, at, power));
+                }
+                b += self.step_ms;
+            }
+            if step_start_ms != m.step_start_ms {
+                m.step_start_ms = step_start_ms;
+                m.power = PowerStats::default();
+            }
+            m.power.add(power_mw);
+            m.last = r;
+        }
+        out
+    }
+}
+
+fn record(meter: &str, ts_ms: i64, counter_mj: i64, power: PowerStats) -> Sample {
+    let (mean, peak) = power.watts();
+    Sample {
+        meter: meter.to_owned(),
+        ts: chrono::DateTime::from_timestamp_millis(ts_ms).unwrap_or_default(),
+        counter_mj: Some(counter_mj),
+        power_w: mean,
+        peak_w: peak,
+    }
+}
+
+/// The counter at `t` on the line from `(t0, c0)` to `(t1, c1)`, `t0 < t <= t1`, rounded
+/// down: never above `c1`, and non-decreasing in `t`, so records never go backwards.
+fn interpolate(t0: i64, c0: i64, t1: i64, c1: i64, t: i64) -> i64 {
+    let part = i128::from(c1 - c0) * i128::from(t - t0) / i128::from(t1 - t0);
+    c0 + part as i64
+}
+
+fn watts_to_mw(w: f64) -> Option<i64> {
+    (w.is_finite() && (0.0..=1e10).contains(&w)).then(|| (w * 1000.0).round() as i64)
+}
+
+/// Trapezoid of two power readings (mW) over `dt_ms`, in mJ.
+fn energy_mj(a_mw: i64, b_mw: i64, dt_ms: i64) -> i64 {
+    let e = (i128::from(a_mw) + i128::from(b_mw)) * i128::from(dt_ms) / 2000;
+    i64::try_from(e).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{DateTime, Utc};
+    use proptest::prelude::*;
+
+    const T0: i64 = 1_800_000_000_000; // a minute boundary
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(T0 + ms).unwrap()
+    }
+
+    fn reading(ms: i64, counter: i64, power_w: f64) -> Sample {
+        Sample {
+            meter: "g0".into(),
+            ts: at(ms),
+            counter_mj: Some(counter),
+            power_w: Some(power_w),
+            peak_w: None,
+        }
+    }
+
+    /// 1 Hz readings of a GPU drawing 300 W, then 700 W for one second of each minute.
+    #[test]
+    fn one_record_per_minute_with_the_boundary_counter_and_the_peak() {
+        let mut r = Reducer::new(60_000, 60_000);
+        let mut counter = 5_000_000;
+        let mut readings = Vec::new();
+        for s in 0..=180 {
+            let w = if s % 60 == 30 { 700.0 } else { 300.0 };
+            readings.push(reading(s * 1000 + 400, counter, w));
+            counter += 300_000;
+        }
+        let out = r.push(readings);
+        let ts: Vec<_> = out.iter().map(|s| s.ts).collect();
+        assert_eq!(ts, vec![at(60_000), at(120_000), at(180_000)]);
+        // 60.4 s after 5,000,000 mJ at 300 W: 0.4 s before the reading at 60.4 s.
+        assert_eq!(out[0].counter_mj, Some(5_000_000 + 59_600 * 300));
+        assert_eq!(out[1].counter_mj, Some(5_000_000 + 119_600 * 300));
+        // The first step's readings from 0.4 s to 59.4 s: 60 readings, one of them 700 W.
+        assert_eq!(out[1].peak_w, Some(700.0));
+        assert_eq!(
+            out[1].power_w,
+            Some(round_mw((59.0 * 300.0 + 700.0) / 60.0))
+        );
+        // The first step had readings from 0.4 s on, so it has a peak too.
+        assert_eq!(out[0].peak_w, Some(700.0));
+    }
+
+    fn round_mw(w: f64) -> f64 {
+        (w * 1000.0).round() / 1000.0
+    }
+
+    #[test]
+    fn a_reset_keeps_what_was_counted_and_the_records_never_go_back() {
+        let mut r = Reducer::new(60_000, 60_000);
+        let out = r.push([
+            reading(0, 1_000_000, 100.0),
+            reading(30_000, 4_000_000, 100.0),
+            // Reset 10 s on: the new counter says 1,000 mJ, the power readings 1,000,000.
+            reading(40_000, 1_000, 100.0),
+            reading(60_000, 2_001_000, 100.0),
+        ]);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].ts, at(0));
+        assert_eq!(out[0].counter_mj, Some(1_000_000));
+        assert_eq!(out[1].ts, at(60_000));
+        // 3,000,000 before the reset + 1,000,000 across it + 2,000,000 after.
+        assert_eq!(out[1].counter_mj, Some(7_000_000));
+    }
+
+    #[test]
+    fn a_long_gap_sends_no_interpolated_boundary_and_loses_no_energy() {
+        let mut r = Reducer::new(60_000, 60_000);
+        let out = r.push([
+            reading(59_000, 0, 100.0),
+            reading(61_000, 200_000, 100.0),
+            // The exporter was down for five minutes.
+            reading(400_000, 9_000_000, 100.0),
+            reading(421_000, 11_100_000, 100.0),
+        ]);
+        let ts: Vec<_> = out.iter().map(|s| s.ts).collect();
+        assert_eq!(ts, vec![at(60_000), at(420_000)]);
+        assert_eq!(out[0].counter_mj, Some(100_000));
+        assert_eq!(out[1].counter_mj, Some(11_000_000));
+    }
+
+    #[test]
+    fn power_only_readings_pass_through_and_repeats_are_dropped() {
+        let mut r = Reducer::new(60_000, 60_000);
+        let pdu = Sample {
+            meter: "pdu".into(),
+            ts: at(5_000),
+            counter_mj: None,
+            power_w: Some(900.0),
+            peak_w: None,
+        };
+        let out = r.push([reading(0, 10, 1.0), reading(0, 10, 1.0), pdu.clone()]);
+        assert_eq!(out, vec![record("g0", T0, 10, PowerStats::default()), pdu]);
+    }
+
+    #[test]
+    fn state_survives_a_restart_and_a_changed_step_starts_afresh() {
+        let mut r = Reducer::new(60_000, 60_000);
+        r.push([reading(50_000, 0, 1.0)]);
+        let saved: Reducer = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        let mut again = Reducer::new(60_000, 60_000).restored(saved.clone());
+        assert_eq!(again.push([reading(70_000, 20_000, 1.0)]).len(), 1);
+        let mut other = Reducer::new(30_000, 60_000).restored(saved);
+        assert!(other.push([reading(70_000, 20_000, 1.0)]).is_empty());
+    }
+
+    proptest! {
+        /// Whatever the reading times, resets and gaps, the records' counter never goes
+        /// back, lands on boundaries only, and the energy between the first and the last
+        /// record is what the meter counted between them (resets added back).
+        #[test]
+        fn records_are_monotone_on_boundaries_and_lose_nothing(
+            steps in prop::collection::vec((1i64..200_000, 0i64..5_000_000, 0u8..20), 2..200),
+        ) {
+            let mut r = Reducer::new(60_000, 120_000);
+            let (mut t, mut raw, mut true_total) = (0i64, 0i64, 0i64);
+            let mut readings = Vec::new();
+            let mut totals = Vec::new();
+            for (dt, de, reset) in steps {
+                t += dt;
+                true_total += de;
+                // A reset is only visible when the new value is below the old one.
+                raw = if reset == 0 && de < raw { de } else { raw + de };
+                readings.push(Sample { meter: "g".into(), ts: at(t), counter_mj: Some(raw),
+                    power_w: None, peak_w: None });
+                totals.push((T0 + t, true_total));
+            }
+            let out = r.push(readings);
+            for w in out.windows(2) {
+                prop_assert!(w[0].ts < w[1].ts);
+                prop_assert!(w[0].counter_mj <= w[1].counter_mj);
+            }
+            for rec in &out {
+                prop_assert_eq!(rec.ts.timestamp_millis() % 60_000, 0);
+            }
+            // Between two records the delta equals the true energy between them, within
+            // interpolation: bounded by the true totals of the readings around each.
+            if let (Some(a), Some(b)) = (out.first(), out.last()) {
+                let sent = b.counter_mj.unwrap() - a.counter_mj.unwrap();
+                let around = |ts: i64| {
+                    let after = totals.iter().find(|(t, _)| *t >= ts).unwrap().1;
+                    let before = totals.iter().rev().find(|(t, _)| *t <= ts).map_or(0, |x| x.1);
+                    (before, after)
+                };
+                let (a_lo, a_hi) = around(a.ts.timestamp_millis());
+                let (b_lo, b_hi) = around(b.ts.timestamp_millis());
+                prop_assert!(sent >= b_lo - a_hi && sent <= b_hi - a_lo,
+                    "sent {} outside [{}, {}]", sent, b_lo - a_hi, b_hi - a_lo);
+            }
+        }
+    }
+}
