@@ -333,6 +333,37 @@ mod tests {
     }
 
     proptest! {
+        /// Readings that start and end on a boundary, with resets and jitter between: the
+        /// last record's counter less the first's is the energy the meter counted between
+        /// them, exactly (resets added back), whichever boundaries in between were skipped.
+        #[test]
+        fn the_records_rise_by_exactly_what_was_counted(
+            steps in prop::collection::vec((1i64..50_000, 0i64..5_000_000, 0u8..10), 1..150),
+        ) {
+            let mut r = Reducer::new(60_000, 60_000);
+            let (mut t, mut raw, mut total) = (0i64, 0i64, 0i64);
+            let mut readings = vec![reading(0, 0, 1.0)];
+            for (dt, de, reset) in steps {
+                t += dt;
+                total += de;
+                raw = if reset == 0 && de < raw { de } else { raw + de };
+                readings.push(Sample { meter: "g0".into(), ts: at(t), counter_mj: Some(raw),
+                    power_w: None, peak_w: None });
+            }
+            // One more reading on the next boundary, within the gap limit.
+            let end = (t / 60_000 + 1) * 60_000;
+            total += 7;
+            raw += 7;
+            readings.push(Sample { meter: "g0".into(), ts: at(end), counter_mj: Some(raw),
+                power_w: None, peak_w: None });
+            let out = r.push(readings);
+            prop_assert_eq!(out.first().map(|s| s.ts), Some(at(0)));
+            prop_assert_eq!(out.last().map(|s| s.ts), Some(at(end)));
+            prop_assert_eq!(out.last().unwrap().counter_mj, Some(total));
+        }
+    }
+
+    proptest! {
         /// Whatever the reading times, resets and gaps, the records' counter never goes
         /// back, lands on boundaries only, and the energy between the first and the last
         /// record is what the meter counted between them (resets added back).

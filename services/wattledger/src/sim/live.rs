@@ -130,7 +130,8 @@ parent = "fra1-facility"
 [[dcgm]]
 name = "dcgm (live node)"
 url = "{exporters}/dcgm/metrics"
-interval_s = 5
+# Read at 1 Hz, sent as one step record per GPU per minute (agent.step_s).
+interval_s = 1
 
 [[tokens]]
 name = "vllm (live node)"
