@@ -391,7 +391,8 @@ async fn live_node(
         .await?;
     eprintln!(
         "Live node {}: wattledger-agent (pid {}) scrapes a simulated dcgm-exporter and vLLM at {exporters} \
-         every 5-10 s and pushes through the spool; its log: {}",
+         (GPUs every second, sent as one step record per GPU per minute; tokens every 10 s) and \
+         pushes through the spool; its log: {}",
         live::NODE,
         child.id().unwrap_or_default(),
         log_path.display()
