@@ -21,6 +21,7 @@
 use crate::records::Sample;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use wattledger_domain::units::{energy_from_power_mj, milliwatts};
 
 /// The reducer of one source: its step, its gap limit and each meter's running state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,16 +95,11 @@ impl Reducer {
         }
     }
 
-    /// The step and gap limit are the configuration's; the meters' state is carried over when
-    /// the step is unchanged (a changed step starts afresh: its boundaries are elsewhere).
-    pub fn restored(self, saved: Reducer) -> Reducer {
+    /// Takes the meters' state from a saved reducer; the step and gap limit stay the
+    /// configuration's. A changed step starts afresh: its boundaries are elsewhere.
+    pub fn restore(&mut self, saved: Reducer) {
         if saved.step_ms == self.step_ms {
-            Reducer {
-                meters: saved.meters,
-                ..self
-            }
-        } else {
-            self
+            self.meters = saved.meters;
         }
     }
 
@@ -118,7 +114,7 @@ impl Reducer {
                 continue;
             };
             let ts_ms = s.ts.timestamp_millis();
-            let power_mw = s.power_w.and_then(watts_to_mw);
+            let power_mw = s.power_w.and_then(milliwatts);
             let step_start_ms = ts_ms.div_euclid(self.step_ms) * self.step_ms;
             let Some(m) = self.meters.get_mut(&s.meter) else {
                 // The first reading of a meter: a record only if it sits on a boundary.
@@ -155,7 +151,7 @@ impl Reducer {
                 // Reset: the new value counts from zero; across a short interval the power
                 // readings say what it missed.
                 let trapezoid = match (l.power_mw, power_mw) {
-                    (Some(a), Some(b)) if within => energy_mj(a, b, dt),
+                    (Some(a), Some(b)) if within => energy_from_power_mj(a, b, dt),
                     _ => 0,
                 };
                 raw_mj.max(trapezoid)
@@ -210,16 +206,6 @@ fn interpolate(t0: i64, c0: i64, t1: i64, c1: i64, t: i64) -> i64 {
     c0 + part as i64
 }
 
-fn watts_to_mw(w: f64) -> Option<i64> {
-    (w.is_finite() && (0.0..=1e10).contains(&w)).then(|| (w * 1000.0).round() as i64)
-}
-
-/// Trapezoid of two power readings (mW) over `dt_ms`, in mJ.
-fn energy_mj(a_mw: i64, b_mw: i64, dt_ms: i64) -> i64 {
-    let e = (i128::from(a_mw) + i128::from(b_mw)) * i128::from(dt_ms) / 2000;
-    i64::try_from(e).unwrap_or(i64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +253,14 @@ mod tests {
         );
         // The first step had readings from 0.4 s on, so it has a peak too.
         assert_eq!(out[0].peak_w, Some(700.0));
+    }
+
+    /// A reading with a counter and no power (the property tests' meters).
+    fn counted(ms: i64, counter: i64) -> Sample {
+        Sample {
+            power_w: None,
+            ..reading(ms, counter, 0.0)
+        }
     }
 
     fn round_mw(w: f64) -> f64 {
@@ -326,9 +320,11 @@ mod tests {
         let mut r = Reducer::new(60_000, 60_000);
         r.push([reading(50_000, 0, 1.0)]);
         let saved: Reducer = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
-        let mut again = Reducer::new(60_000, 60_000).restored(saved.clone());
+        let mut again = Reducer::new(60_000, 60_000);
+        again.restore(saved.clone());
         assert_eq!(again.push([reading(70_000, 20_000, 1.0)]).len(), 1);
-        let mut other = Reducer::new(30_000, 60_000).restored(saved);
+        let mut other = Reducer::new(30_000, 60_000);
+        other.restore(saved);
         assert!(other.push([reading(70_000, 20_000, 1.0)]).is_empty());
     }
 
@@ -347,15 +343,13 @@ mod tests {
                 t += dt;
                 total += de;
                 raw = if reset == 0 && de < raw { de } else { raw + de };
-                readings.push(Sample { meter: "g0".into(), ts: at(t), counter_mj: Some(raw),
-                    power_w: None, peak_w: None });
+                readings.push(counted(t, raw));
             }
             // One more reading on the next boundary, within the gap limit.
             let end = (t / 60_000 + 1) * 60_000;
             total += 7;
             raw += 7;
-            readings.push(Sample { meter: "g0".into(), ts: at(end), counter_mj: Some(raw),
-                power_w: None, peak_w: None });
+            readings.push(counted(end, raw));
             let out = r.push(readings);
             prop_assert_eq!(out.first().map(|s| s.ts), Some(at(0)));
             prop_assert_eq!(out.last().map(|s| s.ts), Some(at(end)));
@@ -380,8 +374,7 @@ mod tests {
                 true_total += de;
                 // A reset is only visible when the new value is below the old one.
                 raw = if reset == 0 && de < raw { de } else { raw + de };
-                readings.push(Sample { meter: "g".into(), ts: at(t), counter_mj: Some(raw),
-                    power_w: None, peak_w: None });
+                readings.push(counted(t, raw));
                 totals.push((T0 + t, true_total));
             }
             let out = r.push(readings);

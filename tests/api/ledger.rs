@@ -1,6 +1,6 @@
 //! Ingest → attribute → query, with the exact answers, idempotency and recomputation.
 
-use crate::scenario::{self, EXPECTED_A, EXPECTED_B, EXPECTED_PLATFORM, HOUR, NEXT_HOUR};
+use crate::scenario::{self, EXPECTED_A, EXPECTED_B, HOUR, NEXT_HOUR};
 use chrono::{DateTime, Utc};
 use wattledger::auth::Role;
 use wattledger_tests::TestApp;
@@ -38,14 +38,7 @@ async fn the_known_answer_comes_back_through_the_api() {
     assert!(stats.hours >= 1);
 
     let totals = scenario::tenant_totals(&app, &app.token(Role::Finance)).await;
-    assert_eq!(
-        totals,
-        vec![
-            ("a".into(), EXPECTED_A),
-            ("b".into(), EXPECTED_B),
-            ("platform".into(), EXPECTED_PLATFORM)
-        ]
-    );
+    assert_eq!(totals, scenario::expected_totals());
     // The site's ledger adds up to its energy exactly, and PUE is the static 1.25.
     let (site_mj, ledger_mj): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT site_mj FROM site_hours WHERE hour = $1), (SELECT sum(total_mj)::bigint FROM ledger WHERE hour = $1)",
@@ -170,14 +163,7 @@ async fn a_counter_reset_is_estimated_from_its_neighbours_and_flagged() {
     // 6.72 MJ) and their facility share: 48.72 MJ × 1.25.
     assert_eq!(estimated_mj, 60_900_000);
     let totals = scenario::tenant_totals(&app, &app.token(Role::Finance)).await;
-    assert_eq!(
-        totals,
-        vec![
-            ("a".into(), EXPECTED_A),
-            ("b".into(), EXPECTED_B),
-            ("platform".into(), EXPECTED_PLATFORM)
-        ]
-    );
+    assert_eq!(totals, scenario::expected_totals());
 }
 
 #[tokio::test]

@@ -115,6 +115,15 @@ pub async fn push(app: &TestApp, b: &Batches) -> Vec<Value> {
 }
 
 /// Total mJ per tenant for the scenario hour, via the query API.
+/// The scenario's known answer per tenant, in the order [`tenant_totals`] gives.
+pub fn expected_totals() -> Vec<(String, i64)> {
+    vec![
+        ("a".into(), EXPECTED_A),
+        ("b".into(), EXPECTED_B),
+        ("platform".into(), EXPECTED_PLATFORM),
+    ]
+}
+
 pub async fn tenant_totals(app: &TestApp, token: &str) -> Vec<(String, i64)> {
     let (status, body) = app
         .get(

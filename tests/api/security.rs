@@ -379,19 +379,7 @@ async fn sessions_end_at_sign_out_password_reset_and_role_change() {
     ada.sign_in("ada", "correct horse battery").await;
     let users = ada.get("/admin/users").await;
     let csrf = hidden(&users.body, "csrf");
-    let page = ada
-        .post(
-            "/admin/users",
-            &[
-                ("csrf", &csrf),
-                ("username", "alice"),
-                ("role", "tenant"),
-                ("tenant", "a"),
-                ("password", "a brand new password"),
-            ],
-            None,
-        )
-        .await;
+    let page = set_alice(&ada, &csrf, "a").await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert_eq!(
         alice.get("/tenants/a").await.location.as_deref(),
@@ -405,19 +393,7 @@ async fn sessions_end_at_sign_out_password_reset_and_role_change() {
     assert_eq!(alice.get("/tenants/a").await.status, 200);
 
     // Alice moves to tenant b: the session that saw a's pages ends.
-    let page = ada
-        .post(
-            "/admin/users",
-            &[
-                ("csrf", &csrf),
-                ("username", "alice"),
-                ("role", "tenant"),
-                ("tenant", "b"),
-                ("password", "a brand new password"),
-            ],
-            None,
-        )
-        .await;
+    let page = set_alice(&ada, &csrf, "b").await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert_eq!(
         alice.get("/tenants/a").await.location.as_deref(),
@@ -531,6 +507,23 @@ async fn behind_a_trusted_proxy_the_address_throttle_counts_each_client() {
         ada.sign_in("ada", "correct horse battery").await.status,
         429
     );
+}
+
+/// The admin saves user alice: tenant `tenant`, a new password.
+async fn set_alice(admin: &Browser, csrf: &str, tenant: &str) -> crate::dashboard::Page {
+    admin
+        .post(
+            "/admin/users",
+            &[
+                ("csrf", csrf),
+                ("username", "alice"),
+                ("role", "tenant"),
+                ("tenant", tenant),
+                ("password", "a brand new password"),
+            ],
+            None,
+        )
+        .await
 }
 
 fn forged(claims: Value) -> String {

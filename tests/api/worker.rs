@@ -1,7 +1,7 @@
 //! The attribution worker under failure and concurrency: a worker that dies holding a claim
 //! loses nothing, and two workers racing produce the ledger one would.
 
-use crate::scenario::{self, EXPECTED_A, EXPECTED_B, EXPECTED_PLATFORM};
+use crate::scenario::{self, EXPECTED_B};
 use wattledger::auth::Role;
 use wattledger_store::attribution;
 use wattledger_tests::TestApp;
@@ -33,14 +33,7 @@ async fn a_worker_that_dies_mid_claim_leaves_its_hours_to_the_next() {
     let stats = app.attribute().await;
     assert_eq!(stats.hours as i64, dirty_before);
     let totals = scenario::tenant_totals(&app, &app.token(Role::Finance)).await;
-    assert_eq!(
-        totals,
-        vec![
-            ("a".into(), EXPECTED_A),
-            ("b".into(), EXPECTED_B),
-            ("platform".into(), EXPECTED_PLATFORM)
-        ]
-    );
+    assert_eq!(totals, scenario::expected_totals());
 }
 
 #[tokio::test]
@@ -82,12 +75,5 @@ async fn two_workers_racing_write_the_ledger_one_would() {
     assert_eq!(dirty, 0);
     assert!(x.hours + y.hours >= 1);
     let totals = scenario::tenant_totals(&app, &app.token(Role::Finance)).await;
-    assert_eq!(
-        totals,
-        vec![
-            ("a".into(), EXPECTED_A),
-            ("b".into(), EXPECTED_B),
-            ("platform".into(), EXPECTED_PLATFORM)
-        ]
-    );
+    assert_eq!(totals, scenario::expected_totals());
 }

@@ -55,8 +55,7 @@ impl Source for Stepped {
     fn restore(&mut self, state: serde_json::Value) {
         match serde_json::from_value::<Saved>(state.clone()) {
             Ok(saved) => {
-                let fresh = std::mem::replace(&mut self.reducer, Reducer::new(60_000, 60_000));
-                self.reducer = fresh.restored(saved.stepped_v1.reducer);
+                self.reducer.restore(saved.stepped_v1.reducer);
                 if let Some(s) = saved.stepped_v1.source {
                     self.inner.restore(s);
                 }

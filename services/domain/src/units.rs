@@ -15,6 +15,15 @@ pub fn kwh(mj: i64) -> Decimal {
     Decimal::from(mj) / Decimal::from(MJ_PER_KWH)
 }
 
+/// The most power a meter may plausibly report, in W (10 MW: a building's whole feed).
+pub const MAX_POWER_W: f64 = 10_000_000.0;
+
+/// A power reading in W (where the float world ends) as integer mW; `None` for what no meter
+/// reports: negative, not finite, or above [`MAX_POWER_W`].
+pub fn milliwatts(w: f64) -> Option<i64> {
+    (w.is_finite() && (0.0..=MAX_POWER_W).contains(&w)).then(|| (w * 1000.0).round() as i64)
+}
+
 /// Energy of a trapezoid between two power readings (mW) over `dt_ms`, rounded to the mJ.
 ///
 /// mW × ms = µJ; the average of the two readings halves it; 1000 µJ = 1 mJ. Rounded half away

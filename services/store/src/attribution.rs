@@ -425,6 +425,15 @@ pub struct RunStats {
     pub alerts: u64,
 }
 
+impl std::ops::AddAssign for RunStats {
+    fn add_assign(&mut self, s: RunStats) {
+        self.hours += s.hours;
+        self.rows += s.rows;
+        self.gpu_steps += s.gpu_steps;
+        self.alerts += s.alerts;
+    }
+}
+
 /// Attributes a claimed set of hours and writes the result in one transaction.
 #[tracing::instrument(skip_all, fields(site = claim.site_id, hours = claim.hours.len()))]
 pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {

@@ -35,6 +35,17 @@ impl Role {
             Role::Collector => "collector",
         }
     }
+
+    /// A role a dashboard user may hold, from its name; service roles are not among them.
+    pub fn of_user(name: &str) -> Option<Role> {
+        match name {
+            "admin" => Some(Role::Admin),
+            "finance" => Some(Role::Finance),
+            "operator" => Some(Role::Operator),
+            "tenant" => Some(Role::Tenant),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -16,11 +16,7 @@ pub async fn drain(
 ) -> StoreResult<RunStats> {
     let mut total = RunStats::default();
     while let Some(claim) = attribution::claim(pool, CLAIM_HOURS).await? {
-        let s = attribution::run_claim(pool, &claim).await?;
-        total.hours += s.hours;
-        total.rows += s.rows;
-        total.gpu_steps += s.gpu_steps;
-        total.alerts += s.alerts;
+        total += attribution::run_claim(pool, &claim).await?;
         progress(&total);
     }
     Ok(total)
@@ -36,19 +32,13 @@ pub async fn drain_until(
 ) -> StoreResult<RunStats> {
     let mut total = RunStats::default();
     loop {
-        let s = drain(pool, |s| {
-            let mut t = total;
-            t.hours += s.hours;
-            t.rows += s.rows;
-            t.gpu_steps += s.gpu_steps;
-            t.alerts += s.alerts;
+        let before = total;
+        total += drain(pool, |s| {
+            let mut t = before;
+            t += *s;
             progress(&t);
         })
         .await?;
-        total.hours += s.hours;
-        total.rows += s.rows;
-        total.gpu_steps += s.gpu_steps;
-        total.alerts += s.alerts;
         if wattledger_store::dirty::count_until(pool, until).await? == 0 {
             return Ok(total);
         }

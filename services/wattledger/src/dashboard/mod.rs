@@ -249,16 +249,11 @@ where
         if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(PageError::SignIn);
         }
-        let user = wattledger_store::sessions::find(&state.pool, &session_key(&token))
+        let token_key = session_key(&token);
+        let user = wattledger_store::sessions::find(&state.pool, &token_key)
             .await?
             .ok_or(PageError::SignIn)?;
-        let role = match user.role.as_str() {
-            "admin" => Role::Admin,
-            "finance" => Role::Finance,
-            "operator" => Role::Operator,
-            "tenant" => Role::Tenant,
-            _ => return Err(PageError::SignIn),
-        };
+        let role = Role::of_user(&user.role).ok_or(PageError::SignIn)?;
         let scope = match (role, user.tenant_id) {
             (Role::Tenant, Some(id)) => Scope::Tenant(id),
             (Role::Tenant, None) => return Err(PageError::SignIn),
@@ -270,7 +265,7 @@ where
             tenant: user.tenant,
             scope,
             csrf: csrf_for(&token),
-            token_key: session_key(&token),
+            token_key,
         })
     }
 }

@@ -149,12 +149,9 @@ pub async fn create(
             "The form expired; reload the page and try again.".into(),
         ));
     }
-    let role = match f.role.as_str() {
-        "admin" => Role::Admin,
-        "finance" => Role::Finance,
-        "operator" => Role::Operator,
-        "tenant" => Role::Tenant,
-        _ => {
+    let role = match Role::of_user(&f.role) {
+        Some(role) => role,
+        None => {
             return render(
                 &state,
                 &session,

@@ -84,15 +84,19 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
                 };
                 if !ok {
                     let want = if ints.contains(&k.as_str()) {
-                        "an integer"
+                        "an integer".into()
                     } else if times.contains(&k.as_str()) {
-                        "an RFC 3339 time between 2000-01-01 and 2100-01-01"
+                        format!(
+                            "an RFC 3339 time between {}-01-01 and {}-01-01",
+                            input::EARLIEST_YEAR,
+                            input::LATEST_YEAR
+                        )
                     } else if k == "sites" {
-                        "an array of site keys"
+                        "an array of site keys".into()
                     } else if bools.contains(&k.as_str()) {
-                        "true or false"
+                        "true or false".into()
                     } else {
-                        "a string"
+                        String::from("a string")
                     };
                     bad.push(FieldError::new(0, k, format!("must be {want}")));
                 }

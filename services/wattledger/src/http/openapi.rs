@@ -69,22 +69,11 @@ impl Modify for UrlText {
                     .build(),
             )
             .build();
-        for item in openapi.paths.paths.values_mut() {
-            for op in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                op.responses
-                    .responses
-                    .entry("400".into())
-                    .or_insert_with(|| response.clone().into());
-            }
+        for op in operations(openapi) {
+            op.responses
+                .responses
+                .entry("400".into())
+                .or_insert_with(|| response.clone().into());
         }
     }
 }
@@ -95,24 +84,30 @@ struct OperationIds;
 
 impl Modify for OperationIds {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        for item in openapi.paths.paths.values_mut() {
-            for op in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                let tag = op.tags.as_ref().and_then(|t| t.first()).cloned();
-                if let (Some(tag), Some(id)) = (tag, op.operation_id.as_mut()) {
-                    *id = format!("{tag}_{id}");
-                }
+        for op in operations(openapi) {
+            let tag = op.tags.as_ref().and_then(|t| t.first()).cloned();
+            if let (Some(tag), Some(id)) = (tag, op.operation_id.as_mut()) {
+                *id = format!("{tag}_{id}");
             }
         }
     }
+}
+
+/// Every operation of the document, whatever its method.
+fn operations(
+    openapi: &mut utoipa::openapi::OpenApi,
+) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    openapi.paths.paths.values_mut().flat_map(|item| {
+        [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+    })
 }
 
 pub async fn serve() -> Json<utoipa::openapi::OpenApi> {

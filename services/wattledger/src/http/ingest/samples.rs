@@ -13,6 +13,8 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use utoipa::ToSchema;
+use wattledger_domain::input;
+use wattledger_domain::units::{milliwatts, MAX_POWER_W};
 use wattledger_store::inventory;
 use wattledger_store::samples::{self, SampleRow};
 /// One reading: an energy counter (mJ since some origin) and/or a power reading (W).
@@ -31,14 +33,6 @@ pub struct SampleIn {
     power_w: Option<f64>,
     /// 0 to 10,000,000 W, not below `power_w`.
     peak_w: Option<f64>,
-}
-
-/// The most a meter may plausibly report, in W.
-const MAX_W: f64 = 10_000_000.0;
-
-/// Readings arrive as W (floats, the edge of the float world); the ledger keeps integer mW.
-fn milliwatts(w: f64) -> Option<i64> {
-    (w.is_finite() && (0.0..=MAX_W).contains(&w)).then(|| (w * 1000.0).round() as i64)
 }
 
 #[utoipa::path(post, path = "/v1/ingest/samples", tag = "ingest",
@@ -94,7 +88,7 @@ pub async fn samples_batch(
                     r.error(field, "must not be negative");
                     None
                 }
-                Some(p) if p > MAX_W => {
+                Some(p) if p > MAX_POWER_W => {
                     r.error(field, "is above 10 MW: not a plausible meter reading");
                     None
                 }
@@ -146,9 +140,6 @@ fn fast_samples(
     meters: &HashMap<String, inventory::MeterRef>,
     latest: DateTime<Utc>,
 ) -> Option<Vec<SampleRow>> {
-    let earliest = DateTime::parse_from_rfc3339("2000-01-01T00:00:00Z")
-        .ok()?
-        .to_utc();
     records
         .iter()
         .map(|r| {
@@ -156,7 +147,8 @@ fn fast_samples(
             let ts = DateTime::parse_from_rfc3339(&r.ts).ok()?.to_utc();
             let power_mw = r.power_w.map(milliwatts);
             let peak_mw = r.peak_w.map(milliwatts);
-            let ok = (earliest..=latest).contains(&ts)
+            let ok = input::time(ts).is_ok()
+                && ts <= latest
                 && r.counter_mj.is_none_or(|c| c >= 0)
                 && power_mw.is_none_or(|p| p.is_some())
                 && peak_mw.is_none_or(|p| p.is_some() && p >= power_mw.flatten())
