@@ -558,6 +558,17 @@ async fn write(
     .execute(&mut *tx)
     .await?;
 
+    // The tenant-day rollups of the days these hours fall in, rebuilt from the ledger rows
+    // just written, so a reader of either sees the same sums (migration 0018).
+    let mut days: Vec<DateTime<Utc>> = hours.iter().map(|h| day_of(*h)).collect();
+    days.sort_unstable();
+    days.dedup();
+    sqlx::query("SELECT usage_days_rebuild($1, $2)")
+        .bind(claim.site_id)
+        .bind(&days)
+        .execute(&mut *tx)
+        .await?;
+
     // An hour with no energy and no rows had no data at all (say, before monitoring began):
     // it leaves no site-hour, so it does not count as available GPU time.
     sqlx::query("DELETE FROM site_hours WHERE site_id = $1 AND hour = ANY($2)")
@@ -648,6 +659,12 @@ struct LedgerColumns {
     gpu_time_cost: Vec<Option<Decimal>>,
     price_fallback: Vec<i64>,
     carbon_fallback: Vec<i64>,
+}
+
+/// Truncates a time to its UTC day.
+pub fn day_of(ts: DateTime<Utc>) -> DateTime<Utc> {
+    let secs = ts.timestamp().div_euclid(86_400) * 86_400;
+    Utc.timestamp_opt(secs, 0).single().unwrap_or(ts)
 }
 
 /// Truncates a time to its UTC hour.

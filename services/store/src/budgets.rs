@@ -135,31 +135,36 @@ impl BudgetState {
 }
 
 /// Budgets with their use: `periods` is a CTE `b` of budget rows with `p_start` and
-/// `p_end`; parameter `$recent` is where the burn rate's window starts.
+/// `p_end`; parameter `$recent` is where the burn rate's window starts. Both sums read the
+/// tenant-day rollup for whole days (`ledger_span`), so a month's budget costs its days'
+/// rollup rows, not its job-hours.
 pub(crate) fn with_use(periods: &str, recent: usize) -> String {
     format!(
         "WITH {periods}
          SELECT b.id, b.key, b.tenant_id, t.key AS tenant, m.key AS model, b.period,
                 b.p_start AS period_start, b.p_end AS period_end, b.limit_kwh, b.limit_cost,
                 b.currency::text AS currency, b.limit_carbon_kg, b.hard, b.thresholds_pct,
-                coalesce(sum(l.total_mj), 0)::numeric / 3600000000 AS used_kwh,
-                coalesce(sum(l.cost) FILTER (WHERE s.currency = b.currency), 0) AS used_cost,
-                coalesce(sum(l.carbon_g), 0) / 1000 AS used_carbon_kg,
-                coalesce(sum(l.total_mj) FILTER (WHERE l.hour >= ${recent}), 0)::numeric
-                    / 3600000000 AS recent_kwh,
-                coalesce(sum(l.cost) FILTER (WHERE l.hour >= ${recent} AND s.currency = b.currency), 0)
-                    AS recent_cost,
-                coalesce(sum(l.carbon_g) FILTER (WHERE l.hour >= ${recent}), 0) / 1000
-                    AS recent_carbon_kg
+                u.used_kwh, u.used_cost, u.used_carbon_kg, r.recent_kwh, r.recent_cost,
+                r.recent_carbon_kg
          FROM b
          JOIN tenants t ON t.id = b.tenant_id
          LEFT JOIN models m ON m.id = b.model_id
-         LEFT JOIN ledger l ON l.tenant_id = b.tenant_id AND l.hour >= b.p_start
-              AND l.hour < b.p_end AND (b.model_id IS NULL OR l.model_id = b.model_id)
-         LEFT JOIN sites s ON s.id = l.site_id
-         GROUP BY b.id, b.key, b.tenant_id, t.key, m.key, b.period, b.p_start, b.p_end,
-                  b.limit_kwh, b.limit_cost, b.currency, b.limit_carbon_kg, b.hard,
-                  b.thresholds_pct
+         CROSS JOIN LATERAL (
+             SELECT coalesce(sum(l.total_mj), 0)::numeric / 3600000000 AS used_kwh,
+                    coalesce(sum(l.cost) FILTER (WHERE s.currency = b.currency), 0) AS used_cost,
+                    coalesce(sum(l.carbon_g), 0) / 1000 AS used_carbon_kg
+             FROM ledger_span(b.tenant_id, b.p_start, b.p_end) l
+             JOIN sites s ON s.id = l.site_id
+             WHERE b.model_id IS NULL OR l.model_id = b.model_id
+         ) u
+         CROSS JOIN LATERAL (
+             SELECT coalesce(sum(l.total_mj), 0)::numeric / 3600000000 AS recent_kwh,
+                    coalesce(sum(l.cost) FILTER (WHERE s.currency = b.currency), 0) AS recent_cost,
+                    coalesce(sum(l.carbon_g), 0) / 1000 AS recent_carbon_kg
+             FROM ledger_span(b.tenant_id, greatest(${recent}, b.p_start), b.p_end) l
+             JOIN sites s ON s.id = l.site_id
+             WHERE b.model_id IS NULL OR l.model_id = b.model_id
+         ) r
          ORDER BY t.key, b.key, b.p_start"
     )
 }

@@ -197,7 +197,7 @@ fn job_select() -> String {
          FROM jobs j
          JOIN tenants t ON t.id = j.tenant_id
          LEFT JOIN models m ON m.id = j.model_id
-         LEFT JOIN ledger l ON l.job_id = j.id AND ($1::bigint IS NULL OR l.tenant_id = $1)"
+         LEFT JOIN ledger_rows l ON l.job_id = j.id AND ($1::bigint IS NULL OR l.tenant_id = $1)"
     )
 }
 

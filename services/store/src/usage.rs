@@ -68,16 +68,40 @@ pub struct Coverage {
     pub flags: Vec<String>,
 }
 
-/// The select list of [`Coverage`] over ledger rows `l`, for a grouped query.
+/// The select list of [`Coverage`] over rows `l` of `ledger_rows` or `ledger_span(…)`
+/// (migration 0018), for a grouped query.
 pub const COVERAGE_SUMS: &str = "
     coalesce(sum(l.estimated_mj), 0)::bigint AS estimated_mj,
-    coalesce(sum(l.total_mj) FILTER (WHERE l.cost IS NOT NULL), 0)::bigint AS priced_mj,
+    coalesce(sum(l.priced_mj), 0)::bigint AS priced_mj,
     coalesce(sum(l.price_fallback_mj), 0)::bigint AS price_fallback_mj,
-    coalesce(sum(l.total_mj) FILTER (WHERE l.carbon_g IS NOT NULL), 0)::bigint AS carbon_mj,
+    coalesce(sum(l.carbon_mj), 0)::bigint AS carbon_mj,
     coalesce(sum(l.carbon_fallback_mj), 0)::bigint AS carbon_fallback_mj,
-    coalesce(sum(l.total_mj) FILTER (WHERE l.carbon_marginal_g IS NOT NULL), 0)::bigint
-        AS marginal_mj,
+    coalesce(sum(l.marginal_mj), 0)::bigint AS marginal_mj,
     coalesce(flags_union_agg(l.flags), '{}') AS flags";
+
+/// The rows a usage query over `[$from, $to)` (its parameters 2 and 3), of the tenant in
+/// parameter 1 if not null, sums: whole days from the tenant-day rollup and the edges from
+/// the ledger, or every ledger row where the query groups or filters by job (the rollup has
+/// no jobs). Either way, the same sums.
+fn ledger_source(by_job: bool) -> &'static str {
+    if by_job {
+        "(SELECT * FROM ledger_rows
+          WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3)"
+    } else {
+        "ledger_span($1, $2, $3)"
+    }
+}
+
+/// The bounds of a usage range, open ends closed at the bounds of any time the ledger can
+/// hold (the input rule's years), so the rollup can split it into whole days.
+fn bounds(filter: &UsageFilter) -> (DateTime<Utc>, DateTime<Utc>) {
+    (
+        filter
+            .from
+            .unwrap_or_else(wattledger_domain::input::earliest),
+        filter.to.unwrap_or_else(wattledger_domain::input::latest),
+    )
+}
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct UsageRow {
@@ -139,6 +163,8 @@ pub async fn usage(
         .chain(["s.currency"])
         .collect::<Vec<_>>()
         .join(", ");
+    let source = ledger_source(group_by.contains(&GroupBy::Job) || filter.job_id.is_some());
+    let (from, to) = bounds(filter);
     let sql = format!(
         "WITH g AS (
              SELECT {}, {}, {}, {}, {period}, s.currency::text AS currency,
@@ -151,15 +177,12 @@ pub async fn usage(
                     sum(l.carbon_g) AS carbon_g,
                     sum(l.carbon_marginal_g) AS carbon_marginal_g,
                     sum(l.embodied_carbon_g) AS embodied_carbon_g, {COVERAGE_SUMS}
-             FROM ledger l
+             FROM {source} l
              JOIN tenants t ON t.id = l.tenant_id
              JOIN sites s ON s.id = l.site_id
              LEFT JOIN jobs j ON j.id = l.job_id
              LEFT JOIN models m ON m.id = l.model_id
-             WHERE ($1::bigint IS NULL OR l.tenant_id = $1)
-               AND ($2::timestamptz IS NULL OR l.hour >= $2)
-               AND ($3::timestamptz IS NULL OR l.hour < $3)
-               AND ($4::bigint IS NULL OR l.site_id = $4)
+             WHERE ($4::bigint IS NULL OR l.site_id = $4)
                AND ($5::bigint IS NULL OR l.job_id = $5)
                AND ($6::bigint IS NULL OR l.model_id = $6)
              GROUP BY {inner_group}
@@ -198,8 +221,8 @@ pub async fn usage(
     );
     Ok(sqlx::query_as(&sql)
         .bind(scope.tenant())
-        .bind(filter.from)
-        .bind(filter.to)
+        .bind(from)
+        .bind(to)
         .bind(filter.site_id)
         .bind(filter.job_id)
         .bind(filter.model_id)
