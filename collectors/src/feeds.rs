@@ -78,6 +78,7 @@ impl Feeds {
                     counter_mj,
                     power_w: power,
                     peak_w: None,
+                    step_s: None,
                 });
             }
         }

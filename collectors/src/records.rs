@@ -60,6 +60,10 @@ pub struct Sample {
     pub power_w: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_w: Option<f64>,
+    /// The step's length, for a step record (`ts` on its boundary); absent for a raw reading.
+    /// The server keeps the two apart: raw readings expire sooner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_s: Option<u32>,
 }
 
 /// A share of a GPU (or MIG instance) a job held.
@@ -279,6 +283,7 @@ mod tests {
             counter_mj: Some(5),
             power_w: None,
             peak_w: None,
+            step_s: None,
         }]);
         assert_eq!(
             serde_json::to_string(&b).unwrap(),

@@ -108,6 +108,7 @@ impl Reducer {
     /// they came. A reading not newer than its meter's last is dropped (a repeated scrape).
     pub fn push(&mut self, readings: impl IntoIterator<Item = Sample>) -> Vec<Sample> {
         let mut out = Vec::new();
+        let step_s = u32::try_from(self.step_ms / 1000).ok();
         for s in readings {
             let Some(raw_mj) = s.counter_mj else {
                 out.push(s);
@@ -125,7 +126,13 @@ impl Reducer {
                     power_mw,
                 };
                 if ts_ms == step_start_ms {
-                    out.push(record(&s.meter, ts_ms, raw_mj, PowerStats::default()));
+                    out.push(record(
+                        &s.meter,
+                        ts_ms,
+                        raw_mj,
+                        PowerStats::default(),
+                        step_s,
+                    ));
                 }
                 let mut power = PowerStats::default();
                 power.add(power_mw);
@@ -173,7 +180,7 @@ impl Reducer {
                     } else {
                         PowerStats::default()
                     };
-                    out.push(record(&s.meter, b, at, power));
+                    out.push(record(&s.meter, b, at, power, step_s));
                 }
                 b += self.step_ms;
             }
@@ -188,7 +195,13 @@ impl Reducer {
     }
 }
 
-fn record(meter: &str, ts_ms: i64, counter_mj: i64, power: PowerStats) -> Sample {
+fn record(
+    meter: &str,
+    ts_ms: i64,
+    counter_mj: i64,
+    power: PowerStats,
+    step_s: Option<u32>,
+) -> Sample {
     let (mean, peak) = power.watts();
     Sample {
         meter: meter.to_owned(),
@@ -196,6 +209,7 @@ fn record(meter: &str, ts_ms: i64, counter_mj: i64, power: PowerStats) -> Sample
         counter_mj: Some(counter_mj),
         power_w: mean,
         peak_w: peak,
+        step_s,
     }
 }
 
@@ -225,6 +239,7 @@ mod tests {
             counter_mj: Some(counter),
             power_w: Some(power_w),
             peak_w: None,
+            step_s: None,
         }
     }
 
@@ -310,9 +325,13 @@ mod tests {
             counter_mj: None,
             power_w: Some(900.0),
             peak_w: None,
+            step_s: None,
         };
         let out = r.push([reading(0, 10, 1.0), reading(0, 10, 1.0), pdu.clone()]);
-        assert_eq!(out, vec![record("g0", T0, 10, PowerStats::default()), pdu]);
+        assert_eq!(
+            out,
+            vec![record("g0", T0, 10, PowerStats::default(), Some(60)), pdu]
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod ledger;
 mod openapi;
 mod prometheus;
 mod quality;
+mod retention;
 mod scenario;
 mod security;
 mod signals;

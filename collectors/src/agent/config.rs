@@ -177,11 +177,8 @@ impl Config {
                     .into(),
             );
         }
-        if a.step_s == 0 || 3600 % a.step_s != 0 {
-            return bad(format!(
-                "agent.step_s = {}: must divide an hour (1, 2, 5, 10, 15, 30, 60, 120, 300, …, 3600)",
-                a.step_s
-            ));
+        if let Err(e) = wattledger_domain::steps::length(a.step_s) {
+            return bad(format!("agent.step_s = {}: {e}", a.step_s));
         }
         for m in &self.meters {
             if !["facility", "node"].contains(&m.kind.as_str()) {

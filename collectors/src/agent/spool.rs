@@ -415,6 +415,7 @@ mod tests {
                 counter_mj: Some(n),
                 power_w: None,
                 peak_w: None,
+                step_s: None,
             }]),
             state: None,
         }

@@ -132,6 +132,7 @@ impl DcgmSource {
                     counter_mj: r.energy_mj,
                     power_w: r.power_w,
                     peak_w: None,
+                    step_s: None,
                 });
             }
         }

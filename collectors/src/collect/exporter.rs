@@ -119,6 +119,7 @@ pub fn samples(
             counter_mj: None,
             power_w: None,
             peak_w: None,
+            step_s: None,
         });
         if u.is_energy() {
             sample.counter_mj = u.millijoules(s.value);

@@ -117,6 +117,7 @@ pub fn records(
                 counter_mj,
                 power_w,
                 peak_w: None,
+                step_s: None,
             });
         }
     }

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod quality;
 pub mod signals;
 pub mod split;
+pub mod steps;
 pub mod tokens;
 pub mod units;
 pub mod webhooks;

@@ -92,6 +92,7 @@ struct RawSample {
     ts: DateTime<Utc>,
     counter_mj: Option<i64>,
     power_mw: Option<i64>,
+    raw: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -210,16 +211,16 @@ async fn load(
         .map(|m| m.0)
         .collect();
 
-    let rows: Vec<RawSample> = sqlx::query_as(
-        "SELECT meter_id, ts, counter_mj, power_mw FROM samples
+    let mut rows: Vec<RawSample> = sqlx::query_as(
+        "SELECT meter_id, ts, counter_mj, power_mw, raw FROM samples
          WHERE meter_id = ANY($1) AND ts >= $2 AND ts < $3
          UNION ALL
-         SELECT m.id, p.ts, p.counter_mj, p.power_mw FROM unnest($1::bigint[]) AS m(id)
-         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw FROM samples s
+         SELECT m.id, p.ts, p.counter_mj, p.power_mw, p.raw FROM unnest($1::bigint[]) AS m(id)
+         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, raw FROM samples s
                              WHERE s.meter_id = m.id AND s.ts < $2 ORDER BY ts DESC LIMIT 2) p
          UNION ALL
-         SELECT m.id, n.ts, n.counter_mj, n.power_mw FROM unnest($1::bigint[]) AS m(id)
-         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw FROM samples s
+         SELECT m.id, n.ts, n.counter_mj, n.power_mw, n.raw FROM unnest($1::bigint[]) AS m(id)
+         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, raw FROM samples s
                              WHERE s.meter_id = m.id AND s.ts >= $3 ORDER BY ts LIMIT 2) n",
     )
     .bind(&metered)
@@ -227,6 +228,10 @@ async fn load(
     .bind(to)
     .fetch_all(pool)
     .await?;
+    // In time order; where a meter has a step record and a raw reading at the same instant
+    // (it switched from one to the other), the step record (raw = false sorts first).
+    rows.sort_unstable_by_key(|r| (r.meter_id, r.ts, r.raw));
+    rows.dedup_by_key(|r| (r.meter_id, r.ts));
     let mut samples: HashMap<i64, Vec<Sample>> = HashMap::new();
     for r in rows {
         samples.entry(r.meter_id).or_default().push(Sample {
@@ -234,9 +239,6 @@ async fn load(
             counter_mj: r.counter_mj,
             power_mw: r.power_mw,
         });
-    }
-    for list in samples.values_mut() {
-        list.sort_by_key(|s| s.ts_ms);
     }
 
     let allocs: Vec<AllocationRow> = sqlx::query_as(

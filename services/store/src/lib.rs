@@ -15,6 +15,7 @@ pub mod inventory;
 pub mod jobs;
 pub mod operations;
 pub mod partitions;
+pub mod retention;
 pub mod samples;
 pub mod scope;
 pub mod sessions;

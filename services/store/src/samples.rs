@@ -1,4 +1,5 @@
-//! The raw sample write path: one UNNEST statement per batch, idempotent on (meter, ts).
+//! The sample write path (step records and raw readings): COPY, or one UNNEST statement per
+//! batch, idempotent on (meter, ts, raw).
 //!
 //! A sample already stored with the same values is a duplicate (ignored); with different
 //! values it is a conflict: the stored one stands and the conflict is recorded and reported.
@@ -17,6 +18,8 @@ pub struct SampleRow {
     pub power_mw: Option<i64>,
     /// A step record's peak power over its step.
     pub peak_mw: Option<i64>,
+    /// A raw reading (kept for the raw retention), not a step record.
+    pub raw: bool,
 }
 
 /// A sent sample whose (meter, ts) was already stored with other values.
@@ -48,11 +51,19 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     if rows.is_empty() {
         return Ok(InsertOutcome::default());
     }
-    let (min_ts, max_ts) = rows.iter().fold((rows[0].ts, rows[0].ts), |(lo, hi), r| {
-        (lo.min(r.ts), hi.max(r.ts))
-    });
     let mut tx = pool.begin().await?;
-    partitions::ensure(&mut tx, &partitions::months(min_ts, max_ts)).await?;
+    // The partitions of the days (months) the rows fall in, not of the range between them:
+    // a spool drained after a week sends a week, not every day since its oldest row.
+    let mut days: Vec<(bool, chrono::NaiveDate)> =
+        rows.iter().map(|r| (r.raw, r.ts.date_naive())).collect();
+    days.sort_unstable();
+    days.dedup();
+    let mut spans: Vec<partitions::Span> = days
+        .into_iter()
+        .map(|(raw, day)| partitions::Span::containing(partitions::Kind::of(raw), day))
+        .collect();
+    spans.dedup();
+    partitions::ensure(&mut tx, &spans).await?;
     let meter_ids: Vec<i64> = rows.iter().map(|r| r.meter_id).collect();
     let ts: Vec<DateTime<Utc>> = rows.iter().map(|r| r.ts).collect();
 
@@ -81,6 +92,7 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     let counters: Vec<Option<i64>> = rows.iter().map(|r| r.counter_mj).collect();
     let powers: Vec<Option<i64>> = rows.iter().map(|r| r.power_mw).collect();
     let peaks: Vec<Option<i64>> = rows.iter().map(|r| r.peak_mw).collect();
+    let raws: Vec<bool> = rows.iter().map(|r| r.raw).collect();
 
     // The CTE's snapshot does not see its own inserts, so the join finds exactly the rows
     // that were there before: duplicates and conflicts.
@@ -88,24 +100,25 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     let existing: Vec<Existing> = sqlx::query_as(
         "WITH input AS (
              SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[],
-                                  $5::bigint[])
-                 WITH ORDINALITY AS t(meter_id, ts, counter_mj, power_mw, peak_mw, idx)
+                                  $5::bigint[], $6::boolean[])
+                 WITH ORDINALITY AS t(meter_id, ts, counter_mj, power_mw, peak_mw, raw, idx)
          ), ins AS (
-             INSERT INTO samples (meter_id, ts, counter_mj, power_mw, peak_mw)
-             SELECT meter_id, ts, counter_mj, power_mw, peak_mw FROM input
-             ON CONFLICT (meter_id, ts) DO NOTHING
+             INSERT INTO samples (meter_id, ts, counter_mj, power_mw, peak_mw, raw)
+             SELECT meter_id, ts, counter_mj, power_mw, peak_mw, raw FROM input
+             ON CONFLICT (meter_id, ts, raw) DO NOTHING
          )
          SELECT (i.idx - 1)::int, s.counter_mj, s.power_mw, s.peak_mw,
                 (s.counter_mj IS NOT DISTINCT FROM i.counter_mj
                  AND s.power_mw IS NOT DISTINCT FROM i.power_mw
                  AND s.peak_mw IS NOT DISTINCT FROM i.peak_mw) AS same
-         FROM input i JOIN samples s ON s.meter_id = i.meter_id AND s.ts = i.ts",
+         FROM input i JOIN samples s ON s.meter_id = i.meter_id AND s.ts = i.ts AND s.raw = i.raw",
     )
     .bind(&meter_ids)
     .bind(&ts)
     .bind(&counters)
     .bind(&powers)
     .bind(&peaks)
+    .bind(&raws)
     .fetch_all(&mut *tx)
     .await?;
 
@@ -128,9 +141,10 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
         sqlx::query(
             "INSERT INTO sample_conflicts (meter_id, ts, stored_counter_mj, stored_power_mw,
                                            sent_counter_mj, sent_power_mw, stored_peak_mw,
-                                           sent_peak_mw)
+                                           sent_peak_mw, raw)
              SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[],
-                                  $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])",
+                                  $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[],
+                                  $9::boolean[])",
         )
         .bind(c.iter().map(|c| rows[c.index].meter_id).collect::<Vec<_>>())
         .bind(c.iter().map(|c| rows[c.index].ts).collect::<Vec<_>>())
@@ -144,6 +158,7 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
         .bind(c.iter().map(|c| rows[c.index].power_mw).collect::<Vec<_>>())
         .bind(c.iter().map(|c| c.stored_peak_mw).collect::<Vec<_>>())
         .bind(c.iter().map(|c| rows[c.index].peak_mw).collect::<Vec<_>>())
+        .bind(c.iter().map(|c| rows[c.index].raw).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
     }
@@ -158,7 +173,7 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
 async fn copy(tx: &mut Transaction<'_, Postgres>, rows: &[SampleRow]) -> Result<(), sqlx::Error> {
     let mut copy = tx
         .copy_in_raw(
-            "COPY samples (meter_id, ts, counter_mj, power_mw, peak_mw) FROM STDIN (FORMAT binary)",
+            "COPY samples (meter_id, ts, counter_mj, power_mw, peak_mw, raw) FROM STDIN (FORMAT binary)",
         )
         .await?;
     copy.send(binary_copy(rows)).await?;
@@ -172,7 +187,7 @@ const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 /// The binary COPY stream: signature, flags and header extension, then per row a field
 /// count and each field as (length, big-endian value) or length -1 for NULL, then -1.
 fn binary_copy(rows: &[SampleRow]) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(19 + rows.len() * 58 + 2);
+    let mut buf = Vec::with_capacity(19 + rows.len() * 63 + 2);
     buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
     buf.extend_from_slice(&0i32.to_be_bytes());
     buf.extend_from_slice(&0i32.to_be_bytes());
@@ -184,12 +199,14 @@ fn binary_copy(rows: &[SampleRow]) -> Vec<u8> {
         None => buf.extend_from_slice(&(-1i32).to_be_bytes()),
     };
     for r in rows {
-        buf.extend_from_slice(&5i16.to_be_bytes());
+        buf.extend_from_slice(&6i16.to_be_bytes());
         int8(&mut buf, Some(r.meter_id));
         int8(&mut buf, Some(r.ts.timestamp_micros() - PG_EPOCH_OFFSET_US));
         int8(&mut buf, r.counter_mj);
         int8(&mut buf, r.power_mw);
         int8(&mut buf, r.peak_mw);
+        buf.extend_from_slice(&1i32.to_be_bytes());
+        buf.push(u8::from(r.raw));
     }
     buf.extend_from_slice(&(-1i16).to_be_bytes());
     buf
@@ -209,14 +226,17 @@ mod tests {
             counter_mj: None,
             power_mw: Some(5),
             peak_mw: None,
+            raw: true,
         }]);
         assert_eq!(&buf[..11], b"PGCOPY\n\xff\r\n\0");
         let row = &buf[19..];
-        assert_eq!(&row[..2], &5i16.to_be_bytes());
+        assert_eq!(&row[..2], &6i16.to_be_bytes());
         assert_eq!(&row[6..14], &7i64.to_be_bytes());
         // One second after PostgreSQL's epoch.
         assert_eq!(&row[18..26], &1_000_000i64.to_be_bytes());
         assert_eq!(&row[26..30], &(-1i32).to_be_bytes());
+        // After the power (12 bytes) and a NULL peak, raw: a one-byte boolean.
+        assert_eq!(&row[46..51], &[0, 0, 0, 1, 1]);
         assert_eq!(&buf[buf.len() - 2..], &(-1i16).to_be_bytes());
     }
 }

@@ -80,11 +80,12 @@ async fn main() -> anyhow::Result<()> {
                 .map(|c| c.to_string());
             writeln!(
                 f,
-                "{},{},{},{}",
+                "{},{},{},{},{}",
                 ids[r["meter"].as_str().unwrap()],
                 r["ts"].as_str().unwrap(),
                 counter.unwrap_or_default(),
-                power.unwrap_or_default()
+                power.unwrap_or_default(),
+                r.get("step_s").is_none_or(Value::is_null)
             )?;
         }
         f.flush()?;
@@ -94,7 +95,7 @@ async fn main() -> anyhow::Result<()> {
             .arg(&copy_url)
             .arg("-c")
             .arg(format!(
-                "\\copy samples (meter_id, ts, counter_mj, power_mw) FROM '{}' WITH (FORMAT csv)",
+                "\\copy samples (meter_id, ts, counter_mj, power_mw, raw) FROM '{}' WITH (FORMAT csv)",
                 csv.display()
             ))
             .output()

@@ -110,9 +110,31 @@ pub struct Config {
     #[arg(long, global = true, env = "WATTLEDGER_TRUSTED_PROXIES", default_value = "",
           value_parser = parse_proxies)]
     pub trusted_proxies: TrustedProxies,
-    /// Run the attribution worker inside the server.
+    /// Run the attribution worker inside the server (with retention and partition upkeep).
     #[arg(long, global = true, env = "WATTLEDGER_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
     pub worker: bool,
+    /// Days step records are kept; older monthly partitions are dropped whole.
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_RETENTION_STEPS_DAYS",
+        default_value_t = 400
+    )]
+    pub retention_steps_days: u32,
+    /// Days raw readings (records without step_s) are kept; older daily partitions are
+    /// dropped whole.
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_RETENTION_RAW_DAYS",
+        default_value_t = 14
+    )]
+    pub retention_raw_days: u32,
+    /// Keep meter data of any month not yet closed (chargeback), whatever its age. Sites
+    /// that do not close months set it to false.
+    #[arg(long, global = true, env = "WATTLEDGER_RETENTION_KEEP_UNCLOSED_MONTHS",
+          default_value_t = true, action = clap::ArgAction::Set)]
+    pub retention_keep_unclosed_months: bool,
 }
 
 fn parse_reach(s: &str) -> Result<Reach, String> {
@@ -147,6 +169,17 @@ impl Config {
             issuer: "GPU Platform".into(),
             trusted_proxies: TrustedProxies::default(),
             worker: false,
+            retention_steps_days: 400,
+            retention_raw_days: 14,
+            retention_keep_unclosed_months: true,
+        }
+    }
+
+    pub fn retention(&self) -> wattledger_store::retention::Policy {
+        wattledger_store::retention::Policy {
+            steps_days: self.retention_steps_days,
+            raw_days: self.retention_raw_days,
+            keep_unclosed_months: self.retention_keep_unclosed_months,
         }
     }
 }

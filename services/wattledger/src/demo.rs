@@ -262,9 +262,13 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let (worker_stop, worker_stopped) = tokio::sync::watch::channel(false);
-    let worker = config
-        .worker
-        .then(|| tokio::spawn(worker::run(pool.clone(), worker_stopped)));
+    let worker = config.worker.then(|| {
+        tokio::spawn(worker::run(
+            pool.clone(),
+            config.retention(),
+            worker_stopped,
+        ))
+    });
     let _agent = match live_node(&client, &keys, &config.data_dir, &pool).await {
         Ok(agent) => agent,
         Err(e) => {

@@ -41,6 +41,12 @@ enum Command {
         #[arg(long, requires = "from")]
         to: Option<DateTime<Utc>>,
     },
+    /// Create the meter data's partitions ahead and drop those past retention (the worker
+    /// does this hourly); with --dry-run, only say what would go and what stays, and why.
+    Retention {
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Month close and chargeback exports.
     #[command(subcommand)]
     Chargeback(ChargebackCommand),
@@ -166,6 +172,7 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Retention { dry_run } => retention(cli.config, dry_run).await,
         Command::Chargeback(c) => chargeback(cli.config, c).await,
         Command::User(UserCommand::Add {
             username,
@@ -305,4 +312,46 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
             Ok(())
         }
     }
+}
+
+/// `wattledger retention`: one line per partition with its verdict, then what was done.
+async fn retention(config: Config, dry_run: bool) -> anyhow::Result<()> {
+    use wattledger_store::retention;
+    let pool = wattledger::database(&config, &[]).await?;
+    let policy = config.retention();
+    let now = Utc::now();
+    println!(
+        "retention: step records {} days, raw readings {} days, unclosed months {}",
+        policy.steps_days,
+        policy.raw_days,
+        if policy.keep_unclosed_months {
+            "kept"
+        } else {
+            "not kept"
+        }
+    );
+    let plan = retention::plan(&pool, &policy, now).await?;
+    for (span, verdict) in &plan.partitions {
+        println!(
+            "{:<28} {} to {}  {verdict}",
+            span.name, span.start, span.end
+        );
+    }
+    let n = plan.to_drop().count();
+    if dry_run {
+        println!("dry run: {n} partition(s) would be dropped; nothing changed");
+        return Ok(());
+    }
+    let created = wattledger_store::partitions::ensure_ahead(&pool, now).await?;
+    let dropped = retention::apply(&pool, &policy, now, &plan).await?;
+    println!(
+        "created {created} partition(s) ahead; dropped {} of {n} ({})",
+        dropped.len(),
+        if dropped.len() == n {
+            "all planned"
+        } else {
+            "the rest were held by a guard since the plan"
+        }
+    );
+    Ok(())
 }

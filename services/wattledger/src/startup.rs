@@ -18,7 +18,7 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let worker = config
         .worker
-        .then(|| tokio::spawn(worker::run(pool.clone(), stop_rx)));
+        .then(|| tokio::spawn(worker::run(pool.clone(), config.retention(), stop_rx)));
     let roots = match &config.webhook_ca_file {
         Some(path) => crate::webhooks::dispatcher::load_roots(path)?,
         None => Vec::new(),

@@ -1,9 +1,14 @@
-//! The attribution worker: drains dirty hours through the pure core, beside the API.
+//! The attribution worker: drains dirty hours through the pure core, beside the API, and
+//! keeps the meter data's partitions (created ahead, dropped after retention).
 
 use std::time::Duration;
 use tokio::sync::watch;
 use wattledger_store::attribution::{self, RunStats};
-use wattledger_store::StoreResult;
+use wattledger_store::retention::{self, Policy};
+use wattledger_store::{partitions, StoreResult};
+
+/// How often the partitions are looked after: ahead of need by days, so hourly is plenty.
+const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(3600);
 
 /// Hours claimed per transaction: a day of one site.
 const CLAIM_HOURS: i64 = 24;
@@ -48,9 +53,34 @@ pub async fn drain_until(
     }
 }
 
-/// Runs until `shutdown` turns true, polling for dirty hours.
-pub async fn run(pool: sqlx::PgPool, mut shutdown: watch::Receiver<bool>) {
+/// Creates the partitions ahead of need and drops those past retention; returns how many
+/// it created and the names it dropped.
+pub async fn housekeeping(
+    pool: &sqlx::PgPool,
+    policy: &Policy,
+    now: chrono::DateTime<chrono::Utc>,
+) -> StoreResult<(usize, Vec<String>)> {
+    let created = partitions::ensure_ahead(pool, now).await?;
+    let plan = retention::plan(pool, policy, now).await?;
+    let dropped = retention::apply(pool, policy, now, &plan).await?;
+    Ok((created, dropped.into_iter().map(|s| s.name).collect()))
+}
+
+/// Runs until `shutdown` turns true, polling for dirty hours, with the partitions'
+/// housekeeping at start and hourly.
+pub async fn run(pool: sqlx::PgPool, policy: Policy, mut shutdown: watch::Receiver<bool>) {
+    let mut kept_at: Option<std::time::Instant> = None;
     loop {
+        if kept_at.is_none_or(|t| t.elapsed() >= HOUSEKEEPING_EVERY) {
+            match housekeeping(&pool, &policy, chrono::Utc::now()).await {
+                Ok((created, dropped)) if created > 0 || !dropped.is_empty() => {
+                    tracing::info!(created, ?dropped, "sample partitions looked after")
+                }
+                Ok(_) => {}
+                Err(error) => tracing::error!(%error, "partition housekeeping failed; retrying"),
+            }
+            kept_at = Some(std::time::Instant::now());
+        }
         match drain(&pool, |_| {}).await {
             // Live collectors dirty the current hour every few seconds: routine, so quiet.
             // Several hours at once (late data, a backfill) is worth a line.

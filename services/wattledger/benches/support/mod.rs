@@ -8,6 +8,7 @@ use wattledger::auth::{Keys, Role};
 use wattledger::config::Config;
 use wattledger::embedded_pg::{ensure_database, EmbeddedPostgres};
 use wattledger::sim::Simulation;
+use wattledger_store::partitions::{self, Kind};
 
 pub const SECRET: &str = "bench-secret-bench-secret-bench-secret";
 
@@ -76,8 +77,11 @@ pub async fn fresh(
         chrono::DateTime::from_timestamp_millis(sim.from_ms).unwrap(),
         chrono::DateTime::from_timestamp_millis(sim.to_ms).unwrap(),
     );
-    wattledger_store::partitions::ensure(&mut tx, &wattledger_store::partitions::months(lo, hi))
-        .await?;
+    let mut spans = Vec::new();
+    for kind in [Kind::Steps, Kind::Raw] {
+        spans.extend(partitions::spans(kind, lo, hi));
+    }
+    partitions::ensure(&mut tx, &spans).await?;
     tx.commit().await?;
     Ok(Served {
         db_url,

@@ -15,6 +15,7 @@ pub mod rng;
 pub mod signals;
 
 use serde_json::{json, Value};
+use wattledger_domain::steps;
 
 const MINUTE: i64 = 60_000;
 const HOUR: i64 = 60 * MINUTE;
@@ -616,6 +617,11 @@ impl Simulation {
         let mut node_rows: Vec<Vec<Value>> = vec![Vec::with_capacity(n_int); self.nodes.len()];
         let mut fac_rows: Vec<Vec<Value>> = vec![Vec::with_capacity(n_int); SITES.len()];
         let dt_s = self.interval_ms as f64 / 1000.0;
+        // Counters read on every boundary of an interval that divides an hour are step
+        // records (kept for the steps' retention); the BMCs' power readings stay raw.
+        let step_s = u32::try_from(self.interval_ms / 1000)
+            .ok()
+            .filter(|s| self.interval_ms % 1000 == 0 && steps::length(*s).is_ok());
         for k in k0..k1 {
             let t = self.from_ms + k * self.interval_ms;
             let ts = iso(t);
@@ -633,7 +639,8 @@ impl Simulation {
                     }
                     if !agent_down {
                         gpu_rows[g].push(json!({"meter": self.gpus[g].key, "ts": ts,
-                            "counter_mj": state.gpu[g], "power_w": (p * 100.0).round() / 100.0}));
+                            "counter_mj": state.gpu[g], "power_w": (p * 100.0).round() / 100.0,
+                            "step_s": step_s}));
                     }
                     state.gpu[g] += (p * dt_s * 1000.0).round() as i64;
                 }
@@ -642,7 +649,7 @@ impl Simulation {
                 let site = &SITES[node.site];
                 match site.node_meter {
                     NodeMeter::Counter if !agent_down => {
-                        node_rows[n].push(json!({"meter": node.key, "ts": ts, "counter_mj": state.node[n]}))
+                        node_rows[n].push(json!({"meter": node.key, "ts": ts, "counter_mj": state.node[n], "step_s": step_s}))
                     }
                     NodeMeter::Power if !(n == self.bmc_gap.0 && (self.bmc_gap.1..self.bmc_gap.2).contains(&t)) => {
                         node_rows[n].push(json!({"meter": node.key, "ts": ts, "power_w": (node_w * 10.0).round() / 10.0}))
@@ -652,7 +659,8 @@ impl Simulation {
                 state.node[n] += (node_w * dt_s * 1000.0).round() as i64;
             }
             for (si, site) in SITES.iter().enumerate().filter(|(_, s)| s.facility) {
-                fac_rows[si].push(json!({"meter": format!("{}-facility", site.key), "ts": ts, "counter_mj": state.facility[si]}));
+                fac_rows[si].push(json!({"meter": format!("{}-facility", site.key), "ts": ts,
+                    "counter_mj": state.facility[si], "step_s": step_s}));
                 state.facility[si] +=
                     (self.facility_power(site_it[si], t) * dt_s * 1000.0).round() as i64;
             }

@@ -13,15 +13,16 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use utoipa::ToSchema;
-use wattledger_domain::input;
 use wattledger_domain::units::{milliwatts, MAX_POWER_W};
+use wattledger_domain::{input, steps};
 use wattledger_store::inventory;
 use wattledger_store::samples::{self, SampleRow};
 /// One reading: an energy counter (mJ since some origin) and/or a power reading (W).
 ///
-/// A step record (what the agent sends by default) is a reading at a step boundary: the
-/// counter there, `power_w` the mean and `peak_w` the peak of the power readings of the step
-/// that ends at `ts`.
+/// A step record (what the agent sends by default, with `step_s`) is a reading at a step
+/// boundary: the counter there, `power_w` the mean and `peak_w` the peak of the power
+/// readings of the step that ends at `ts`. A record without `step_s` is a raw reading, kept
+/// for the raw retention (14 days by default) rather than the steps' (400 days).
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct SampleIn {
@@ -33,6 +34,8 @@ pub struct SampleIn {
     power_w: Option<f64>,
     /// 0 to 10,000,000 W, not below `power_w`.
     peak_w: Option<f64>,
+    /// A step record's step length in seconds, a divisor of 3600; `ts` on its boundary.
+    step_s: Option<u32>,
 }
 
 #[utoipa::path(post, path = "/v1/ingest/samples", tag = "ingest",
@@ -62,7 +65,7 @@ pub async fn samples_batch(
     let meters = inventory::meters_by_key(&state.pool, &keys).await?;
     let rows = read_all(
         &batch,
-        &["meter", "ts", "counter_mj", "power_w", "peak_w"],
+        &["meter", "ts", "counter_mj", "power_w", "peak_w", "step_s"],
         |r| {
             let meter = r.key("meter").and_then(|k| match meters.get(&k) {
                 None => {
@@ -103,12 +106,25 @@ pub async fn samples_batch(
             if counter.is_none() && power_mw.is_none() && r.errors.is_empty() {
                 r.error("counter_mj", "a sample needs counter_mj or power_w");
             }
+            let step_s = r.opt_i64("step_s");
+            if let (Some(step_s), Some(ts)) = (step_s, ts) {
+                let step = u32::try_from(step_s).map_err(|_| steps::StepError::Length);
+                if let Err(e) = step.and_then(|s| steps::boundary(s, ts)) {
+                    let field = if e == steps::StepError::Length {
+                        "step_s"
+                    } else {
+                        "ts"
+                    };
+                    r.error(field, e.to_string());
+                }
+            }
             meter.zip(ts).map(|(meter_id, ts)| SampleRow {
                 meter_id,
                 ts,
                 counter_mj: counter,
                 power_mw,
                 peak_mw,
+                raw: step_s.is_none(),
             })
         },
     )?;
@@ -132,6 +148,7 @@ struct StrictSample<'a> {
     counter_mj: Option<i64>,
     power_w: Option<f64>,
     peak_w: Option<f64>,
+    step_s: Option<u32>,
 }
 
 /// Typed records to rows if every one is valid; `None` sends the batch to the slow path.
@@ -152,13 +169,15 @@ fn fast_samples(
                 && r.counter_mj.is_none_or(|c| c >= 0)
                 && power_mw.is_none_or(|p| p.is_some())
                 && peak_mw.is_none_or(|p| p.is_some() && p >= power_mw.flatten())
-                && (r.counter_mj.is_some() || r.power_w.is_some());
+                && (r.counter_mj.is_some() || r.power_w.is_some())
+                && r.step_s.is_none_or(|s| steps::boundary(s, ts).is_ok());
             ok.then(|| SampleRow {
                 meter_id: meter.id,
                 ts,
                 counter_mj: r.counter_mj,
                 power_mw: power_mw.flatten(),
                 peak_mw: peak_mw.flatten(),
+                raw: r.step_s.is_none(),
             })
         })
         .collect()
@@ -171,12 +190,12 @@ async fn store_samples(
     received: usize,
     rows: Vec<SampleRow>,
 ) -> ApiResult<Json<IngestOutcome>> {
-    let mut seen: HashMap<(i64, DateTime<Utc>), usize> = HashMap::with_capacity(rows.len());
+    let mut seen: HashMap<(i64, DateTime<Utc>, bool), usize> = HashMap::with_capacity(rows.len());
     let mut errors = Vec::new();
     let mut unique = Vec::with_capacity(rows.len());
     let mut positions = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {
-        match seen.get(&(row.meter_id, row.ts)) {
+        match seen.get(&(row.meter_id, row.ts, row.raw)) {
             Some(&j) if rows[j] == *row => {}
             Some(_) => errors.push(FieldError::new(
                 i,
@@ -184,7 +203,7 @@ async fn store_samples(
                 "another record in this batch has this meter and time with other values",
             )),
             None => {
-                seen.insert((row.meter_id, row.ts), i);
+                seen.insert((row.meter_id, row.ts, row.raw), i);
                 unique.push(*row);
                 positions.push(i);
             }
