@@ -379,3 +379,59 @@ async fn the_tenant_day_rollup_equals_the_ledger_after_random_recomputations() {
     assert_eq!(api, direct);
     assert!(direct.iter().all(|(_, mj, _)| *mj > 0), "{direct:?}");
 }
+
+#[tokio::test]
+async fn a_site_hour_keeps_its_it_peak_from_the_step_peaks() {
+    let app = TestApp::start().await;
+    let mut b = scenario::batches();
+    // The node meter's step records say their mean (1600 W, as its counter does) and a
+    // peak that rises through the hour: 1660 W in the step ending at 11:00.
+    for r in b.samples.as_array_mut().unwrap() {
+        if r["meter"] == "n1" {
+            let minute = (0..=60).find(|m| r["ts"] == scenario::at(*m)).unwrap();
+            r["power_w"] = 1600.into();
+            r["peak_w"] = (1600 + minute).into();
+            r["step_s"] = 60.into();
+        }
+    }
+    scenario::push(&app, &b).await;
+    app.attribute().await;
+    let peak: Option<i64> = sqlx::query_scalar("SELECT it_peak_mw FROM site_hours WHERE hour = $1")
+        .bind(DateTime::parse_from_rfc3339(HOUR).unwrap().to_utc())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(peak, Some(1_660_000));
+    let day = DateTime::parse_from_rfc3339("2026-11-02T00:00:00Z")
+        .unwrap()
+        .to_utc();
+    let days =
+        wattledger_store::operations::site_days(&app.pool, day, day + chrono::Duration::days(1))
+            .await
+            .unwrap();
+    assert_eq!(days[0].it_peak_mw, Some(1_660_000));
+    // The operator page shows the day's peak minute beside its peak hour.
+    wattledger::dashboard::login::add_user(
+        &app.pool,
+        "ada",
+        Role::Admin,
+        None,
+        "correct horse battery",
+    )
+    .await
+    .unwrap();
+    let mut ada = crate::dashboard::Browser::new(&app);
+    ada.sign_in("ada", "correct horse battery").await;
+    let page = ada.get("/operator?from=2026-11-02&to=2026-11-02").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("Peak minute IT draw, ") && page.body.contains(">1.7 kW<"),
+        "{}",
+        page.body
+    );
+    // The ledger is what it was without the power readings.
+    assert_eq!(
+        scenario::tenant_totals(&app, &app.token(Role::Finance)).await,
+        scenario::expected_totals()
+    );
+}

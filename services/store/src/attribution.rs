@@ -605,6 +605,37 @@ async fn write(
     .execute(&mut *tx)
     .await?;
 
+    // The hours' IT peak from the step peaks (migration 0020): per meter, its highest power
+    // in each minute; per minute, their sum across the site's IT meters; per hour, the most.
+    sqlx::query(
+        "WITH it AS (
+             SELECT id FROM meters
+             WHERE site_id = $1
+               AND kind = CASE WHEN EXISTS (SELECT 1 FROM meters WHERE site_id = $1 AND kind = 'node')
+                               THEN 'node' ELSE 'gpu' END
+         ), per_meter AS (
+             -- A step record at ts describes the step that ends there.
+             SELECT date_bin('1 minute', s.ts - interval '1 microsecond', timestamptz 'epoch') AS step,
+                    max(coalesce(s.peak_mw, s.power_mw)) AS mw
+             FROM samples s JOIN it ON it.id = s.meter_id
+             WHERE s.ts > $2 AND s.ts <= $3 AND coalesce(s.peak_mw, s.power_mw) IS NOT NULL
+             GROUP BY s.meter_id, 1
+         ), per_step AS (
+             SELECT step, sum(mw) AS mw FROM per_meter GROUP BY step
+         ), per_hour AS (
+             SELECT date_bin('1 hour', step, timestamptz 'epoch') AS hour, max(mw)::bigint AS mw
+             FROM per_step GROUP BY 1
+         )
+         UPDATE site_hours h SET it_peak_mw = p.mw FROM per_hour p
+         WHERE h.site_id = $1 AND h.hour = p.hour AND h.hour = ANY($4)",
+    )
+    .bind(claim.site_id)
+    .bind(hours[0])
+    .bind(hours[hours.len() - 1] + Duration::hours(1))
+    .bind(&hours)
+    .execute(&mut *tx)
+    .await?;
+
     // Clear the marks we computed; a mark bumped meanwhile stays, with its lease released.
     let marked: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.1).collect();
     sqlx::query(

@@ -15,6 +15,8 @@ pub struct SiteDay {
     pub idle_mj: i64,
     /// The busiest hour's energy: its average power is the day's peak hourly draw.
     pub peak_hour_mj: i64,
+    /// The day's highest one-minute IT draw from the step peaks (`site_hours.it_peak_mw`).
+    pub it_peak_mw: Option<i64>,
     pub allocated_gpu_ms: i64,
     pub capacity_gpu_ms: i64,
 }
@@ -29,7 +31,7 @@ pub async fn site_days(
         "SELECT s.key AS site, date_trunc('day', h.hour) AS day,
                 sum(h.site_mj)::bigint AS site_mj, sum(h.it_mj)::bigint AS it_mj,
                 sum(h.gpu_mj)::bigint AS gpu_mj, sum(h.idle_mj)::bigint AS idle_mj,
-                max(h.site_mj)::bigint AS peak_hour_mj,
+                max(h.site_mj)::bigint AS peak_hour_mj, max(h.it_peak_mw)::bigint AS it_peak_mw,
                 sum(h.allocated_gpu_ms)::bigint AS allocated_gpu_ms,
                 sum(h.capacity_gpu_ms)::bigint AS capacity_gpu_ms
          FROM site_hours h JOIN sites s ON s.id = h.site_id

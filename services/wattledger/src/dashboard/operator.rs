@@ -32,6 +32,7 @@ pub struct DayRow {
     pub idle: String,
     pub allocated: String,
     pub peak_kw: String,
+    pub step_peak_kw: String,
 }
 
 pub struct MeterRow {
@@ -56,6 +57,10 @@ pub struct SiteView {
     pub peak_label: String,
     /// The last day of the range, whose peak is shown.
     pub peak_day: String,
+    /// That day's highest one-minute IT draw from the meters' step peaks, if any reported
+    /// power, and its share of the envelope.
+    pub step_peak_kw: Option<String>,
+    pub step_peak_label: String,
     pub chart_svg: String,
     pub days: Vec<DayRow>,
     pub meters: Vec<MeterRow>,
@@ -64,7 +69,7 @@ pub struct SiteView {
     pub resets: i64,
 }
 
-const DAY_COLUMNS: [Column; 8] = [
+const DAY_COLUMNS: [Column; 9] = [
     Column::num("day", "Day"),
     Column::num("energy", "Energy"),
     Column::num("pue", "PUE"),
@@ -72,7 +77,8 @@ const DAY_COLUMNS: [Column; 8] = [
     Column::num("tue", "TUE"),
     Column::num("idle", "Idle"),
     Column::num("allocated", "GPUs allocated"),
-    Column::num("peak", "Peak kW"),
+    Column::num("peak", "Peak hour kW"),
+    Column::num("step_peak", "Peak minute IT kW"),
 ];
 
 /// The meter column sorts in tree order (facility, nodes, GPUs, MIG slices).
@@ -203,6 +209,7 @@ pub async fn page(
         by_site_meters.entry(m.site.clone()).or_default().push(m);
     }
     let kw_of_hour = |mj: i64| Decimal::from(mj) / Decimal::from(3_600_000_000i64);
+    let kw_of_mw = |mw: i64| Decimal::from(mw) / Decimal::from(1_000_000i64);
     let views = sites
         .iter()
         .map(|s| {
@@ -245,6 +252,7 @@ pub async fn page(
                             ratio_key(d.idle_mj, d.site_mj),
                             ratio_key(d.allocated_gpu_ms, d.capacity_gpu_ms),
                             Key::Num(Decimal::from(d.peak_hour_mj)),
+                            Key::Num(Decimal::from(d.it_peak_mw.unwrap_or(-1))),
                         ],
                         DayRow {
                             day: d.day.format("%a %b %-d").to_string(),
@@ -255,6 +263,7 @@ pub async fn page(
                             idle: pct(Decimal::from(d.idle_mj), Decimal::from(d.site_mj)),
                             allocated: pct(Decimal::from(d.allocated_gpu_ms), Decimal::from(d.capacity_gpu_ms)),
                             peak_kw: grouped(kw_of_hour(d.peak_hour_mj), 1),
+                            step_peak_kw: d.it_peak_mw.map_or_else(|| "–".into(), |mw| grouped(kw_of_mw(mw), 1)),
                         },
                     )
                 })
@@ -306,6 +315,13 @@ pub async fn page(
                 peak_pct: grouped(peak_share.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
                 peak_label: format!("{}%", grouped(peak_share, 1)),
                 peak_day: last_day,
+                step_peak_kw: days.last().and_then(|d| d.it_peak_mw).map(|mw| grouped(kw_of_mw(mw), 1)),
+                step_peak_label: days
+                    .last()
+                    .and_then(|d| d.it_peak_mw)
+                    .filter(|_| !envelope_kw.is_zero())
+                    .map(|mw| format!("{}%", grouped(kw_of_mw(mw) * Decimal::ONE_HUNDRED / envelope_kw, 1)))
+                    .unwrap_or_default(),
                 chart_svg,
                 days: rows,
                 stale: rows_m.iter().filter(|m| m.stale && m.kind != "mig").count(),
