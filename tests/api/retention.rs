@@ -199,3 +199,55 @@ async fn old_partitions_go_whole_unless_an_hour_is_dirty_or_the_month_open() {
     let plan = retention::plan(&app.pool, &lax, later).await.unwrap();
     assert_eq!(verdict_of(&plan, october), &Verdict::Drop);
 }
+
+#[tokio::test]
+async fn an_ended_months_step_index_is_packed_once_and_reads_the_same() {
+    let app = TestApp::start().await;
+    scenario::push(&app, &scenario::batches()).await;
+    app.attribute().await;
+    // More of November's step records, written as agents write them: every meter's record
+    // for a step together, so each lands in the middle of the (meter, ts) index.
+    let collector = app.token(Role::Collector);
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 3, 0, 0, 0).unwrap();
+    let mut records = Vec::new();
+    for k in 0..3_000i64 {
+        let ts = (t0 + chrono::Duration::minutes(k)).to_rfc3339();
+        for (m, meter) in ["g0", "g1", "g2", "n1"].iter().enumerate() {
+            records.push(
+                json!({"meter": meter, "ts": ts, "counter_mj": k * 1000 + m as i64, "step_s": 60}),
+            );
+        }
+    }
+    for chunk in records.chunks(10_000) {
+        let (status, body) = app.ingest(&collector, "samples", json!(chunk)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    app.attribute().await;
+    let before_rows: Vec<(i64, DateTime<Utc>, Option<i64>)> =
+        sqlx::query_as("SELECT meter_id, ts, counter_mj FROM samples ORDER BY 1, 2")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    let ledger = ledger_sum(&app).await;
+    let compaction = wattledger_store::compaction::run;
+    // Not while the month can still take late data.
+    let dec_2 = Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap();
+    assert!(compaction(&app.pool, dec_2).await.unwrap().is_empty());
+    let dec_3 = Utc.with_ymd_and_hms(2026, 12, 3, 0, 0, 0).unwrap();
+    let done = compaction(&app.pool, dec_3).await.unwrap();
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].name, "samples_steps_y2026m11");
+    assert!(
+        done[0].index_bytes_after < done[0].index_bytes_before,
+        "{done:?}"
+    );
+    // Once only; and nothing read differs.
+    assert!(compaction(&app.pool, dec_3).await.unwrap().is_empty());
+    let after_rows: Vec<(i64, DateTime<Utc>, Option<i64>)> =
+        sqlx::query_as("SELECT meter_id, ts, counter_mj FROM samples ORDER BY 1, 2")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(before_rows, after_rows);
+    assert_eq!(ledger_sum(&app).await, ledger);
+}

@@ -9,6 +9,7 @@ pub mod attribution;
 pub mod budget_alerts;
 pub mod budgets;
 pub mod chargeback;
+pub mod compaction;
 pub mod dirty;
 pub mod error;
 pub mod inventory;

@@ -59,10 +59,16 @@ async fn main() -> anyhow::Result<()> {
         (hour + Duration::days(2)).timestamp_millis(),
         300_000,
     );
-    let served = fresh(&pg, "bench_admission", &sim, |c| {
-        // As in production: reservations reload every 2 s, sites and forecasts every 30 s.
-        c.admission_refresh_ms = 2000;
-    })
+    let served = fresh(
+        &pg,
+        "bench_admission",
+        &support::inventory(&sim),
+        (sim.from_ms, sim.to_ms),
+        |c| {
+            // As in production: reservations reload every 2 s, sites and forecasts every 30 s.
+            c.admission_refresh_ms = 2000;
+        },
+    )
     .await?;
     seed(&served, &sim).await?;
     let questions = questions();

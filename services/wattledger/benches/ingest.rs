@@ -55,9 +55,23 @@ async fn main() -> anyhow::Result<()> {
     for round in 1..=2 {
         let copy_db = format!("bench_copy_{round}");
         let http_db = format!("bench_http_{round}");
-        let copy_server = fresh(&pg, &copy_db, &sim, |_| {}).await?;
+        let copy_server = fresh(
+            &pg,
+            &copy_db,
+            &support::inventory(&sim),
+            (sim.from_ms, sim.to_ms),
+            |_| {},
+        )
+        .await?;
         let copy_url = copy_server.db_url.clone();
-        let http_server = fresh(&pg, &http_db, &sim, |_| {}).await?;
+        let http_server = fresh(
+            &pg,
+            &http_db,
+            &support::inventory(&sim),
+            (sim.from_ms, sim.to_ms),
+            |_| {},
+        )
+        .await?;
 
         // Baseline: the same rows as CSV, meter keys resolved to ids, through psql \copy.
         let pool = wattledger_store::connect(&copy_url, 2).await?;

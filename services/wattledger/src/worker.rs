@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use wattledger_store::attribution::{self, RunStats};
 use wattledger_store::retention::{self, Policy};
-use wattledger_store::{partitions, StoreResult};
+use wattledger_store::{compaction, partitions, StoreResult};
 
 /// How often the partitions are looked after: ahead of need by days, so hourly is plenty.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(3600);
@@ -53,17 +53,30 @@ pub async fn drain_until(
     }
 }
 
-/// Creates the partitions ahead of need and drops those past retention; returns how many
-/// it created and the names it dropped.
+/// What one round of housekeeping did.
+#[derive(Debug, Default)]
+pub struct Kept {
+    pub created: usize,
+    pub dropped: Vec<String>,
+    pub compacted: Vec<compaction::Compaction>,
+}
+
+/// Creates the partitions ahead of need, drops those past retention and compacts the
+/// indexes of step partitions whose month has ended.
 pub async fn housekeeping(
     pool: &sqlx::PgPool,
     policy: &Policy,
     now: chrono::DateTime<chrono::Utc>,
-) -> StoreResult<(usize, Vec<String>)> {
+) -> StoreResult<Kept> {
     let created = partitions::ensure_ahead(pool, now).await?;
     let plan = retention::plan(pool, policy, now).await?;
     let dropped = retention::apply(pool, policy, now, &plan).await?;
-    Ok((created, dropped.into_iter().map(|s| s.name).collect()))
+    let compacted = compaction::run(pool, now).await?;
+    Ok(Kept {
+        created,
+        dropped: dropped.into_iter().map(|s| s.name).collect(),
+        compacted,
+    })
 }
 
 /// Runs until `shutdown` turns true, polling for dirty hours, with the partitions'
@@ -73,8 +86,9 @@ pub async fn run(pool: sqlx::PgPool, policy: Policy, mut shutdown: watch::Receiv
     loop {
         if kept_at.is_none_or(|t| t.elapsed() >= HOUSEKEEPING_EVERY) {
             match housekeeping(&pool, &policy, chrono::Utc::now()).await {
-                Ok((created, dropped)) if created > 0 || !dropped.is_empty() => {
-                    tracing::info!(created, ?dropped, "sample partitions looked after")
+                Ok(k) if k.created > 0 || !k.dropped.is_empty() || !k.compacted.is_empty() => {
+                    tracing::info!(created = k.created, dropped = ?k.dropped, compacted = ?k.compacted,
+                        "sample partitions looked after")
                 }
                 Ok(_) => {}
                 Err(error) => tracing::error!(%error, "partition housekeeping failed; retrying"),

@@ -7,7 +7,6 @@ use tokio::net::TcpListener;
 use wattledger::auth::{Keys, Role};
 use wattledger::config::Config;
 use wattledger::embedded_pg::{ensure_database, EmbeddedPostgres};
-use wattledger::sim::Simulation;
 use wattledger_store::partitions::{self, Kind};
 
 pub const SECRET: &str = "bench-secret-bench-secret-bench-secret";
@@ -20,15 +19,18 @@ pub struct Served {
     /// `http://127.0.0.1:PORT`
     pub base: String,
     pub keys: Keys,
+    /// Dropped with this, it stops the server.
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-/// A fresh database `name` with the simulated inventory (tenants, sites, models, meters) and
-/// the partitions of the simulated range, served on a loopback port; `tune` adjusts the
-/// server's configuration first.
+/// A fresh database `name` with an inventory (ingest path and body: tenants, sites, models,
+/// meters) and the sample partitions of `[from_ms, to_ms)`, served on a loopback port; `tune`
+/// adjusts the server's configuration first.
 pub async fn fresh(
     pg: &EmbeddedPostgres,
     name: &str,
-    sim: &Simulation,
+    inventory: &[(&str, serde_json::Value)],
+    (from_ms, to_ms): (i64, i64),
     tune: impl FnOnce(&mut Config),
 ) -> anyhow::Result<Served> {
     use sqlx::Connection;
@@ -45,26 +47,23 @@ pub async fn fresh(
     let base = format!("http://{}", listener.local_addr()?);
     let mut config = Config::for_tests(db_url.clone(), SECRET.into());
     tune(&mut config);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(wattledger::startup::serve(
         pool.clone(),
         keys.clone(),
         config,
         listener,
-        std::future::pending(),
+        async move {
+            let _ = stopped.await;
+        },
     ));
     let admin = keys.mint("bench", Role::Admin, None, 3600)?;
     let client = reqwest::Client::new();
-    for (path, body) in [
-        ("tenants", sim.tenant_records()),
-        ("sites", sim.site_records()),
-        ("models", sim.model_records()),
-        ("device_models", sim.device_model_records()),
-        ("meters", sim.meter_records()),
-    ] {
+    for (path, body) in inventory {
         let r = client
             .post(format!("{base}/v1/ingest/{path}"))
             .bearer_auth(&admin)
-            .json(&body)
+            .json(body)
             .send()
             .await?;
         if !r.status().is_success() {
@@ -74,8 +73,8 @@ pub async fn fresh(
     // Partitions exist before anything is written, so no measurement pays for creating them.
     let mut tx = pool.begin().await?;
     let (lo, hi) = (
-        chrono::DateTime::from_timestamp_millis(sim.from_ms).unwrap(),
-        chrono::DateTime::from_timestamp_millis(sim.to_ms).unwrap(),
+        chrono::DateTime::from_timestamp_millis(from_ms).unwrap(),
+        chrono::DateTime::from_timestamp_millis(to_ms).unwrap(),
     );
     let mut spans = Vec::new();
     for kind in [Kind::Steps, Kind::Raw] {
@@ -88,5 +87,19 @@ pub async fn fresh(
         pool,
         base,
         keys,
+        _stop: stop,
     })
+}
+
+/// The demo simulation's inventory, as `fresh` takes it.
+// Each bench uses the parts it needs.
+#[allow(dead_code)]
+pub fn inventory(sim: &wattledger::sim::Simulation) -> Vec<(&'static str, serde_json::Value)> {
+    vec![
+        ("tenants", sim.tenant_records()),
+        ("sites", sim.site_records()),
+        ("models", sim.model_records()),
+        ("device_models", sim.device_model_records()),
+        ("meters", sim.meter_records()),
+    ]
 }

@@ -10,6 +10,7 @@
 //! The simulator only produces the records the agent and schedulers would send; the demo
 //! pushes them through the ingest API like any collector.
 
+pub mod fleet;
 pub mod live;
 pub mod rng;
 pub mod signals;

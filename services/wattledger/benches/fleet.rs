@@ -1,0 +1,688 @@
+//! The fleet benchmark: a simulated fleet (`sim::fleet`) pushed through the ingest API as its
+//! agents and schedulers would, attributed, and then asked what its users ask, each figure
+//! against a baseline in the same process: `psql \copy` of the same step records for ingest,
+//! a plain SQL aggregate over the same ledger rows for the queries.
+//!
+//! cargo bench -p wattledger --bench fleet -- [--days D] [--copy-days C] [--reps R] GPUS...
+//!
+//! e.g. `-- --days 1 1280 10240` (fleet-days at two sizes), `-- --days 30 320 1280` (fleet
+//! months). Sizes run one after another on fresh databases; the summary at the end is the
+//! table BENCHMARKS.md keeps. Needs the PostgreSQL server binaries and psql.
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use support::{fresh, Served};
+use wattledger::auth::Role;
+use wattledger::embedded_pg::EmbeddedPostgres;
+use wattledger::sim::fleet::{Counters, Fleet, Step};
+
+mod support;
+
+/// 2026-09-01T00:00:00Z: a past month, so it can be closed.
+const FROM_MS: i64 = 1_788_220_800_000;
+const BATCH: usize = 10_000;
+const PASSWORD: &str = "correct horse battery";
+
+struct Args {
+    days: i64,
+    copy_days: i64,
+    reps: usize,
+    sizes: Vec<usize>,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut a = Args {
+        days: 1,
+        copy_days: 1,
+        reps: 30,
+        sizes: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| -> anyhow::Result<i64> {
+            it.next()
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("{name} takes a number"))
+        };
+        match arg.as_str() {
+            "--days" => a.days = value("--days")?,
+            "--copy-days" => a.copy_days = value("--copy-days")?,
+            "--reps" => a.reps = value("--reps")? as usize,
+            n => a
+                .sizes
+                .push(n.parse().with_context(|| format!("not a GPU count: {n}"))?),
+        }
+    }
+    if a.sizes.is_empty() {
+        a.sizes = vec![1_280, 10_240];
+    }
+    a.copy_days = a.copy_days.clamp(1, a.days);
+    Ok(a)
+}
+
+/// What one size measured.
+#[derive(Debug, Default)]
+struct Figures {
+    gpus: usize,
+    days: i64,
+    jobs: usize,
+    samples: usize,
+    copy_rows: usize,
+    copy_s: f64,
+    api_copy_span_s: f64,
+    api_s: f64,
+    jobs_s: f64,
+    tokens: usize,
+    tokens_s: f64,
+    attribute_s: f64,
+    hours: i64,
+    ledger_rows: i64,
+    steps_bytes: i64,
+    steps_index_bytes: i64,
+    /// After the ended month's index is compacted (`store::compaction`).
+    steps_index_packed: i64,
+    ledger_bytes: i64,
+    rollup_bytes: i64,
+    /// (name, p50, p95, baseline p50) in ms.
+    queries: Vec<(&'static str, f64, f64, f64)>,
+    close_s: f64,
+    close_baseline_s: f64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // `cargo test --all-targets` runs bench binaries without --bench: nothing to measure then.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("fleet benchmark: run it with cargo bench -p wattledger --bench fleet");
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args = args()?;
+    let dir = std::env::temp_dir().join("wattledger-bench-pg");
+    // As the ingest bench: no fsync wait on commit for either side, so both measure the
+    // work, not this machine's disk flush.
+    let pg = tokio::task::spawn_blocking(move || {
+        EmbeddedPostgres::start(
+            &dir,
+            &[
+                "synchronous_commit=off",
+                "shared_buffers=2GB",
+                "max_wal_size=8GB",
+                "work_mem=64MB",
+            ],
+        )
+    })
+    .await??;
+    let mut all = Vec::new();
+    for &gpus in &args.sizes {
+        let f = run(&pg, gpus, &args).await?;
+        report(&f);
+        all.push(f);
+    }
+    summary(&all);
+    Ok(())
+}
+
+async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<Figures> {
+    let fleet = Fleet::new(7, gpus, FROM_MS, args.days);
+    let range = (FROM_MS, FROM_MS + args.days * 86_400_000);
+    let inventory = fleet.inventory();
+    let mut fig = Figures {
+        gpus: fleet.gpus(),
+        days: args.days,
+        jobs: fleet.job_count(),
+        ..Figures::default()
+    };
+    println!(
+        "== {} GPUs ({} nodes, {} tenants), {} days from 2026-09-01: {} jobs",
+        fig.gpus, fleet.nodes, fleet.tenants, args.days, fig.jobs
+    );
+    let api = fresh(pg, "fleet_api", &inventory, range, |_| {}).await?;
+    let copy = fresh(pg, "fleet_copy", &inventory, range, |_| {}).await?;
+    let http = reqwest::Client::new();
+    let admin = api.keys.mint("bench", Role::Admin, None, 86_400)?;
+    let finance = api.keys.mint("bench", Role::Finance, None, 86_400)?;
+    let collector = api.keys.mint("bench", Role::Collector, None, 86_400)?;
+
+    // Grid signals and a budget per tenant over the range: budgets are evaluated in every
+    // attribution transaction, as in production.
+    post_all(
+        &http,
+        &api,
+        &admin,
+        "signals",
+        fleet.signal_records(),
+        10_000,
+    )
+    .await?;
+    for t in 0..fleet.tenants {
+        let key = Fleet::tenant_key(t);
+        let body = json!({"tenant": key, "period": "custom", "starts_at": iso(range.0),
+            "ends_at": iso(range.1), "limit_kwh": "1000000"});
+        let r = http
+            .put(format!("{}/v1/budgets/{key}-energy", api.base))
+            .bearer_auth(&finance)
+            .json(&body)
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            bail!("budget: {}", r.text().await?);
+        }
+    }
+
+    let t = Instant::now();
+    post_all(&http, &api, &admin, "jobs", fleet.job_records(), 1_000).await?;
+    fig.jobs_s = t.elapsed().as_secs_f64();
+
+    // Step records in chunks of about two million, each chunk copied into the baseline
+    // database (over the first `copy_days`) and then sent through the API.
+    let keys = fleet.meter_keys();
+    let copy_ids = meter_ids(&copy.pool).await?;
+    let ids: Vec<i64> = keys.iter().map(|k| copy_ids[k]).collect();
+    let ts: Vec<String> = (0..=fleet.steps).map(|k| fleet.ts(k)).collect();
+    let per_chunk = (2_000_000 / keys.len()).max(1) as i64;
+    let copy_until = args.copy_days * 1440;
+    let mut counters = Counters::default();
+    let progress = Instant::now();
+    let mut k0 = 0;
+    while k0 <= fleet.steps {
+        let k1 = (k0 + per_chunk).min(fleet.steps + 1);
+        let steps = fleet.steps(k0, k1, &mut counters);
+        fig.samples += steps.len();
+        if k0 < copy_until {
+            let (n, s) = copy_steps(&copy, &ids, &steps, &ts).await?;
+            fig.copy_rows += n;
+            fig.copy_s += s;
+        }
+        let bodies: Vec<Vec<u8>> = steps
+            .chunks(BATCH)
+            .map(|c| fleet.samples_body(&keys, c, &ts))
+            .collect();
+        drop(steps);
+        let s = send_two(&http, &api, &collector, "samples", bodies).await?;
+        fig.api_s += s;
+        if k0 < copy_until {
+            fig.api_copy_span_s += s;
+        }
+        k0 = k1;
+        eprintln!(
+            "   samples: {:>5.1} % ({} rows, {:.0} s)",
+            100.0 * k0 as f64 / (fleet.steps + 1) as f64,
+            fig.samples,
+            progress.elapsed().as_secs_f64()
+        );
+    }
+    drop(copy);
+    drop_database(pg, "fleet_copy").await?;
+
+    let tokens = fleet.token_records();
+    fig.tokens = tokens.len();
+    let t = Instant::now();
+    post_all(&http, &api, &collector, "tokens", tokens, 10_000).await?;
+    fig.tokens_s = t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let mut last = Instant::now();
+    let stats = wattledger::worker::drain(&api.pool, |s| {
+        if last.elapsed() > Duration::from_secs(10) {
+            eprintln!("   attributing: {s:?} ({:.0} s)", t.elapsed().as_secs_f64());
+            last = Instant::now();
+        }
+    })
+    .await?;
+    fig.attribute_s = t.elapsed().as_secs_f64();
+    println!("   attributed: {stats:?}");
+    fig.hours = sqlx::query_scalar("SELECT count(*) FROM site_hours")
+        .fetch_one(&api.pool)
+        .await?;
+    fig.ledger_rows = sqlx::query_scalar("SELECT count(*) FROM ledger")
+        .fetch_one(&api.pool)
+        .await?;
+    sqlx::query("VACUUM ANALYZE").execute(&api.pool).await?;
+    (fig.steps_bytes, fig.steps_index_bytes) = sizes(&api.pool, "samples_steps").await?;
+    let t = Instant::now();
+    let packed = wattledger_store::compaction::run(&api.pool, chrono::Utc::now()).await?;
+    println!(
+        "   compacted {} partitions in {:.1} s",
+        packed.len(),
+        t.elapsed().as_secs_f64()
+    );
+    fig.steps_index_packed = sizes(&api.pool, "samples_steps").await?.1;
+    let (ledger, ledger_index) = sizes(&api.pool, "ledger").await?;
+    fig.ledger_bytes = ledger + ledger_index;
+    let (rollup, rollup_index) = sizes(&api.pool, "usage_days").await?;
+    fig.rollup_bytes = rollup + rollup_index;
+
+    queries(&api, range, args.reps, &mut fig).await?;
+    drop(api);
+    drop_database(pg, "fleet_api").await?;
+    Ok(fig)
+}
+
+/// POSTs `records` to `/v1/ingest/{path}` in batches, one at a time.
+async fn post_all(
+    http: &reqwest::Client,
+    s: &Served,
+    token: &str,
+    path: &str,
+    records: Vec<Value>,
+    batch: usize,
+) -> anyhow::Result<()> {
+    for chunk in records.chunks(batch) {
+        let r = http
+            .post(format!("{}/v1/ingest/{path}", s.base))
+            .bearer_auth(token)
+            .json(&json!({ "records": chunk }))
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            bail!("{path}: {}", r.text().await?);
+        }
+    }
+    Ok(())
+}
+
+/// Sends the bodies with two requests in flight (agents send concurrently); returns the
+/// seconds it took.
+async fn send_two(
+    http: &reqwest::Client,
+    s: &Served,
+    token: &str,
+    path: &str,
+    bodies: Vec<Vec<u8>>,
+) -> anyhow::Result<f64> {
+    let url = format!("{}/v1/ingest/{path}", s.base);
+    let bodies = std::sync::Arc::new(bodies);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t = Instant::now();
+    let lanes: Vec<_> = (0..2)
+        .map(|_| {
+            let (http, url, token) = (http.clone(), url.clone(), token.to_owned());
+            let (bodies, next) = (bodies.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(body) = bodies.get(i) else {
+                        return Ok::<_, anyhow::Error>(());
+                    };
+                    let r = http
+                        .post(&url)
+                        .bearer_auth(&token)
+                        .header("content-type", "application/json")
+                        .body(body.clone())
+                        .send()
+                        .await?;
+                    if !r.status().is_success() {
+                        bail!("batch refused: {}", r.text().await?);
+                    }
+                }
+            })
+        })
+        .collect();
+    for lane in lanes {
+        lane.await??;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+async fn meter_ids(pool: &sqlx::PgPool) -> anyhow::Result<HashMap<String, i64>> {
+    Ok(
+        sqlx::query_as::<_, (String, i64)>("SELECT key, id FROM meters")
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .collect(),
+    )
+}
+
+/// The baseline: the same rows as CSV (meter ids resolved, mW as stored) through psql
+/// `\copy`; returns the rows and the seconds the copy took.
+async fn copy_steps(
+    s: &Served,
+    ids: &[i64],
+    steps: &[Step],
+    ts: &[String],
+) -> anyhow::Result<(usize, f64)> {
+    let csv = std::env::temp_dir().join("wattledger-fleet-steps.csv");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&csv)?);
+    let mw = |w: Option<i64>| w.map(|w| (w * 1000).to_string()).unwrap_or_default();
+    for r in steps {
+        writeln!(
+            f,
+            "{},{},{},{},{},false",
+            ids[r.meter as usize],
+            ts[r.k as usize],
+            r.counter_mj,
+            mw(r.power_w),
+            mw(r.peak_w)
+        )?;
+    }
+    f.into_inner()?.sync_all()?;
+    let t = Instant::now();
+    let out = tokio::process::Command::new("psql")
+        .arg(&s.db_url)
+        .arg("-c")
+        .arg(format!(
+            "\\copy samples (meter_id, ts, counter_mj, power_mw, peak_mw, raw) FROM '{}' WITH (FORMAT csv)",
+            csv.display()
+        ))
+        .output()
+        .await
+        .context("running psql")?;
+    if !out.status.success() {
+        bail!("psql \\copy: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok((steps.len(), t.elapsed().as_secs_f64()))
+}
+
+/// A partitioned table's (heap, indexes) bytes over all its partitions.
+async fn sizes(pool: &sqlx::PgPool, table: &str) -> anyhow::Result<(i64, i64)> {
+    Ok(sqlx::query_as(
+        "SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint,
+                coalesce(sum(pg_indexes_size(relid)), 0)::bigint
+         FROM pg_partition_tree($1::regclass) WHERE isleaf",
+    )
+    .bind(table)
+    .fetch_one(pool)
+    .await?)
+}
+
+async fn drop_database(pg: &EmbeddedPostgres, name: &str) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&pg.url("postgres")).await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&mut conn)
+        .await?;
+    Ok(())
+}
+
+/// What a tenant, finance and the budget view ask of the month, each `reps` times, against
+/// a plain SQL aggregate over the same ledger rows; then the month close.
+async fn queries(
+    api: &Served,
+    (from, to): (i64, i64),
+    reps: usize,
+    fig: &mut Figures,
+) -> anyhow::Result<()> {
+    let tenant = Fleet::tenant_key(0);
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let tenant_token = api
+        .keys
+        .mint("bench", Role::Tenant, Some(&tenant), 86_400)?;
+    let finance = api.keys.mint("bench", Role::Finance, None, 86_400)?;
+    wattledger::dashboard::login::add_user(&api.pool, "tia", Role::Tenant, Some(&tenant), PASSWORD)
+        .await?;
+    let session = sign_in(&http, &api.base, "tia").await?;
+    let (f, t) = (iso(from), iso(to));
+    let last_day = &iso(to - 86_400_000)[..10];
+    let one_sql = "SELECT sum(total_mj)::bigint, sum(cost), sum(carbon_g) FROM ledger
+                   WHERE tenant_id = (SELECT id FROM tenants WHERE key = $1)
+                     AND hour >= $2 AND hour < $3";
+    let all_sql = "SELECT tenant_id, sum(total_mj)::bigint, sum(cost), sum(carbon_g) FROM ledger
+                   WHERE hour >= $2 AND hour < $3 AND $1::text IS NOT NULL GROUP BY tenant_id";
+    let (from_t, to_t) = (
+        chrono::DateTime::from_timestamp_millis(from).unwrap(),
+        chrono::DateTime::from_timestamp_millis(to).unwrap(),
+    );
+    let sql = |q: &'static str| {
+        let (pool, tenant) = (api.pool.clone(), tenant.clone());
+        move || {
+            let (pool, tenant) = (pool.clone(), tenant.clone());
+            async move {
+                sqlx::query(q)
+                    .bind(tenant)
+                    .bind(from_t)
+                    .bind(to_t)
+                    .fetch_all(&pool)
+                    .await
+                    .map(|_| ())
+                    .map_err(anyhow::Error::from)
+            }
+        }
+    };
+    let get = |path: String, auth: (Option<String>, Option<String>)| {
+        let (http, base) = (http.clone(), api.base.clone());
+        move || {
+            let (http, url, auth) = (http.clone(), format!("{base}{path}"), auth.clone());
+            async move {
+                let mut r = http.get(url);
+                if let Some(token) = auth.0 {
+                    r = r.bearer_auth(token);
+                }
+                if let Some(cookie) = auth.1 {
+                    r = r.header("cookie", format!("wl_session={cookie}"));
+                }
+                let r = r.send().await?;
+                if r.status() != 200 {
+                    bail!("{}: {}", r.status(), r.text().await?);
+                }
+                r.bytes().await?;
+                Ok(())
+            }
+        }
+    };
+    let one = timed(reps, sql(one_sql)).await?;
+    let all = timed(reps, sql(all_sql)).await?;
+    for (name, run, baseline) in [
+        (
+            "usage, one tenant",
+            timed(
+                reps,
+                get(
+                    format!("/v1/usage?from={f}&to={t}"),
+                    (Some(tenant_token.clone()), None),
+                ),
+            )
+            .await?,
+            one.0,
+        ),
+        (
+            "usage, all tenants by tenant",
+            timed(
+                reps,
+                get(
+                    format!("/v1/usage?group_by=tenant&from={f}&to={t}"),
+                    (Some(finance.clone()), None),
+                ),
+            )
+            .await?,
+            all.0,
+        ),
+        (
+            "tenant dashboard page",
+            timed(
+                reps,
+                get(
+                    format!("/tenants/{tenant}?from={}&to={last_day}", &f[..10]),
+                    (None, Some(session.clone())),
+                ),
+            )
+            .await?,
+            one.0,
+        ),
+        (
+            "budgets, all with use",
+            timed(
+                reps,
+                get("/v1/budgets".into(), (Some(finance.clone()), None)),
+            )
+            .await?,
+            all.0,
+        ),
+    ] {
+        fig.queries.push((name, run.0, run.1, baseline));
+    }
+    fig.queries
+        .push(("baseline: SQL one tenant", one.0, one.1, one.0));
+    fig.queries
+        .push(("baseline: SQL all tenants", all.0, all.1, all.0));
+
+    // Month close: statements for every tenant, with the exports. Baseline: the same
+    // month's ledger rows summed per tenant and job in plain SQL.
+    let t0 = Instant::now();
+    sqlx::query(
+        "SELECT tenant_id, job_id, sum(total_mj), sum(cost), sum(carbon_g) FROM ledger
+         WHERE hour >= $1 AND hour < $2 GROUP BY tenant_id, job_id",
+    )
+    .bind(from_t)
+    .bind(chrono::DateTime::parse_from_rfc3339("2026-10-01T00:00:00Z")?.to_utc())
+    .fetch_all(&api.pool)
+    .await?;
+    fig.close_baseline_s = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let r = http
+        .post(format!("{}/v1/chargeback/months/2026-09/close", api.base))
+        .bearer_auth(&finance)
+        .send()
+        .await?;
+    if !r.status().is_success() {
+        bail!("close: {}", r.text().await?);
+    }
+    r.bytes().await?;
+    fig.close_s = t0.elapsed().as_secs_f64();
+    Ok(())
+}
+
+/// Runs `f` twice to warm up, then `reps` times; (p50, p95) in ms.
+async fn timed<F, Fut>(reps: usize, f: F) -> anyhow::Result<(f64, f64)>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    for _ in 0..2 {
+        f().await?;
+    }
+    let mut ms = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        f().await?;
+        ms.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    Ok((at(0.5), at(0.95)))
+}
+
+/// Signs in through the dashboard's form, as a browser would; returns the session cookie.
+async fn sign_in(http: &reqwest::Client, base: &str, user: &str) -> anyhow::Result<String> {
+    let form = http.get(format!("{base}/login")).send().await?;
+    let cookie = form
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("wl_login="))
+        .and_then(|c| c.split(';').next())
+        .context("no login cookie")?
+        .to_owned();
+    let html = form.text().await?;
+    let at = html
+        .find("name=\"csrf\" value=\"")
+        .context("no csrf field")?
+        + 19;
+    let csrf = &html[at..at + html[at..].find('"').context("csrf")?];
+    let r = http
+        .post(format!("{base}/login"))
+        .header("cookie", cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!(
+            "username={user}&password={}&csrf={csrf}",
+            PASSWORD.replace(' ', "+")
+        ))
+        .send()
+        .await?;
+    r.headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|c| c.strip_prefix("wl_session="))
+        .and_then(|c| c.split(';').next())
+        .map(str::to_owned)
+        .context("signing in gave no session")
+}
+
+fn iso(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn report(f: &Figures) {
+    let gpu_days = (f.gpus as i64 * f.days) as f64;
+    println!(
+        "   ingest: {} step records; over the first {} rows: psql \\copy {:.0} rows/s, API {:.0} rows/s, API/COPY {:.2}; all: API {:.0} rows/s ({:.1} s)",
+        f.samples,
+        f.copy_rows,
+        f.copy_rows as f64 / f.copy_s,
+        f.copy_rows as f64 / f.api_copy_span_s,
+        f.copy_s / f.api_copy_span_s,
+        f.samples as f64 / f.api_s,
+        f.api_s
+    );
+    println!(
+        "   jobs: {} in {:.1} s; tokens: {} records in {:.1} s",
+        f.jobs, f.jobs_s, f.tokens, f.tokens_s
+    );
+    println!(
+        "   attribution: {:.1} s ({:.1} s per fleet-day), {} site-hours, {} ledger rows",
+        f.attribute_s,
+        f.attribute_s / f.days as f64,
+        f.hours,
+        f.ledger_rows
+    );
+    println!(
+        "   on disk per GPU-day: step records {:.0} KB (heap {:.0} + index {:.0}; {:.0} KB with the index compacted), ledger {:.1} KB, rollup {:.2} KB",
+        (f.steps_bytes + f.steps_index_bytes) as f64 / gpu_days / 1000.0,
+        f.steps_bytes as f64 / gpu_days / 1000.0,
+        f.steps_index_bytes as f64 / gpu_days / 1000.0,
+        (f.steps_bytes + f.steps_index_packed) as f64 / gpu_days / 1000.0,
+        f.ledger_bytes as f64 / gpu_days / 1000.0,
+        f.rollup_bytes as f64 / gpu_days / 1000.0
+    );
+    for (name, p50, p95, baseline) in &f.queries {
+        println!(
+            "   {name:<30} p50 {p50:>8.2} ms  p95 {p95:>8.2} ms  p50 / SQL {:.1}",
+            p50 / baseline
+        );
+    }
+    println!(
+        "   month close {:.2} s (SQL GROUP BY tenant, job over the month: {:.2} s)",
+        f.close_s, f.close_baseline_s
+    );
+}
+
+fn summary(all: &[Figures]) {
+    println!("\n| GPUs | days | step records | API/COPY | API rows/s | attribution s/fleet-day | ledger rows | KB/GPU-day steps+index (compacted) | usage one p95 ms (×SQL) | usage all p95 ms (×SQL) | dashboard p95 ms | budgets p95 ms | close s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for f in all {
+        let q = |i: usize| &f.queries[i];
+        println!(
+            "| {} | {} | {} | {:.2} | {:.0} | {:.1} | {} | {:.0} ({:.0}) | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} | {:.1} | {:.2} |",
+            f.gpus,
+            f.days,
+            f.samples,
+            f.copy_s / f.api_copy_span_s,
+            f.samples as f64 / f.api_s,
+            f.attribute_s / f.days as f64,
+            f.ledger_rows,
+            (f.steps_bytes + f.steps_index_bytes) as f64 / (f.gpus as i64 * f.days) as f64 / 1000.0,
+            (f.steps_bytes + f.steps_index_packed) as f64 / (f.gpus as i64 * f.days) as f64 / 1000.0,
+            q(0).2,
+            q(0).1 / q(0).3,
+            q(1).2,
+            q(1).1 / q(1).3,
+            q(2).2,
+            q(3).2,
+            f.close_s
+        );
+    }
+}
