@@ -77,3 +77,147 @@ async fn two_workers_racing_write_the_ledger_one_would() {
     let totals = scenario::tenant_totals(&app, &app.token(Role::Finance)).await;
     assert_eq!(totals, scenario::expected_totals());
 }
+
+/// The demo's simulated cluster over six hours as ingest batches, in the order one would
+/// send them: inventory, signals, jobs, then samples and tokens by time.
+fn simulated_batches() -> (
+    Vec<(&'static str, serde_json::Value)>,
+    Vec<(&'static str, serde_json::Value)>,
+) {
+    use wattledger::sim::{SampleState, Simulation};
+    let from = chrono::DateTime::parse_from_rfc3339("2026-10-05T00:00:00Z")
+        .unwrap()
+        .timestamp_millis();
+    let sim = Simulation::new(5, from, from + 6 * 3_600_000, 60_000);
+    let inventory = vec![
+        ("tenants", sim.tenant_records()["records"].clone()),
+        ("sites", sim.site_records()["records"].clone()),
+        ("models", sim.model_records()["records"].clone()),
+        (
+            "device_models",
+            sim.device_model_records()["records"].clone(),
+        ),
+        ("meters", sim.meter_records()["records"].clone()),
+    ];
+    let mut data: Vec<(&'static str, serde_json::Value)> = Vec::new();
+    for chunk in sim.signal_records().unwrap().chunks(500) {
+        data.push(("signals", serde_json::json!(chunk)));
+    }
+    for b in sim.job_batches(50) {
+        data.push(("jobs", b["records"].clone()));
+    }
+    let mut state = SampleState::default();
+    let mut k = 0;
+    while k < sim.intervals() {
+        let k1 = (k + 20).min(sim.intervals());
+        data.push((
+            "samples",
+            serde_json::json!(sim.sample_records(k, k1, &mut state)),
+        ));
+        data.push(("tokens", serde_json::json!(sim.token_records(k, k1))));
+        k = k1;
+    }
+    (inventory, data)
+}
+
+/// Every ledger row, site-hour and rollup row by natural keys, for comparing databases.
+async fn ledger_of(app: &TestApp) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT concat_ws(' ', s.key, l.hour, t.key, j.key, l.gpu_mj, l.node_overhead_mj, l.idle_mj,
+                          l.facility_overhead_mj, l.total_mj, l.estimated_mj, l.cost, l.carbon_g,
+                          l.embodied_carbon_g)
+         FROM ledger l JOIN sites s ON s.id = l.site_id JOIN tenants t ON t.id = l.tenant_id
+         LEFT JOIN jobs j ON j.id = l.job_id
+         UNION ALL
+         SELECT concat_ws(' ', 'hour', s.key, h.hour, h.site_mj, h.it_peak_mw)
+         FROM site_hours h JOIN sites s ON s.id = h.site_id
+         UNION ALL
+         SELECT concat_ws(' ', 'day', s.key, d.day, t.key, d.total_mj, d.cost, d.carbon_g)
+         FROM usage_days d JOIN sites s ON s.id = d.site_id JOIN tenants t ON t.id = d.tenant_id
+         ORDER BY 1",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn two_replicas_ingesting_and_attributing_at_once_write_the_ledger_one_would() {
+    let (inventory, data) = simulated_batches();
+    let send = |app: &TestApp, what: &'static str, records: &serde_json::Value| {
+        let token = app.token(if what == "signals" {
+            Role::Admin
+        } else {
+            Role::Collector
+        });
+        let (app_base, http, records) = (app.base.clone(), app.http.clone(), records.clone());
+        async move {
+            let r = http
+                .post(format!("{app_base}/v1/ingest/{what}"))
+                .bearer_auth(token)
+                .json(&serde_json::json!({ "records": records }))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            assert!(status.is_success(), "{what}: {}", r.text().await.unwrap());
+        }
+    };
+    let admin_push = |app: &TestApp| {
+        let admin = app.token(Role::Admin);
+        let inventory = inventory.clone();
+        let (base, http) = (app.base.clone(), app.http.clone());
+        async move {
+            for (what, records) in inventory {
+                let r = http
+                    .post(format!("{base}/v1/ingest/{what}"))
+                    .bearer_auth(&admin)
+                    .json(&serde_json::json!({ "records": records }))
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(r.status().is_success(), "{what}");
+            }
+        }
+    };
+
+    // One replica: everything in order, then attributed.
+    let one = TestApp::start().await;
+    admin_push(&one).await;
+    for (what, records) in &data {
+        send(&one, what, records).await;
+    }
+    one.attribute().await;
+    let expected = ledger_of(&one).await;
+    assert!(expected.len() > 100, "{}", expected.len());
+
+    // Two replicas on one database, each with its own pool: the batches alternate between
+    // them, and each attributes whatever is dirty after every batch it sends, while the
+    // other is still sending.
+    let a = TestApp::start().await;
+    let b = a.replica().await;
+    let b_pool = wattledger_store::connect(&a.db_url, 4).await.unwrap();
+    admin_push(&a).await;
+    let lane = |app: &TestApp, pool: sqlx::PgPool, parity: usize| {
+        let batches: Vec<_> = data
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 2 == parity)
+            .map(|(_, b)| send(app, b.0, &b.1))
+            .collect();
+        async move {
+            for batch in batches {
+                batch.await;
+                wattledger::worker::drain(&pool, |_| {}).await.unwrap();
+            }
+        }
+    };
+    tokio::join!(lane(&a, a.pool.clone(), 0), lane(&b, b_pool.clone(), 1));
+    let until = chrono::Utc::now();
+    let (x, y) = tokio::join!(
+        wattledger::worker::drain_until(&a.pool, until, |_| {}),
+        wattledger::worker::drain_until(&b_pool, until, |_| {})
+    );
+    (x.unwrap(), y.unwrap());
+    assert_eq!(ledger_of(&a).await, expected);
+}

@@ -565,6 +565,17 @@ async fn write(
     let mut days: Vec<DateTime<Utc>> = hours.iter().map(|h| day_of(*h)).collect();
     days.sort_unstable();
     days.dedup();
+    // Two workers may hold different hours of one site-day (another replica's claim): one
+    // rebuilds the day at a time, so the second, once the first has committed, sums both
+    // claims' ledger rows (each statement reads what is committed by then). Taken in day
+    // order, so two claims spanning midnight cannot deadlock.
+    for day in &days {
+        sqlx::query("SELECT pg_advisory_xact_lock($1::int4, $2::int4)")
+            .bind(claim.site_id as i32)
+            .bind((day.timestamp() / 86_400) as i32)
+            .execute(&mut *tx)
+            .await?;
+    }
     sqlx::query("SELECT usage_days_rebuild($1, $2)")
         .bind(claim.site_id)
         .bind(&days)

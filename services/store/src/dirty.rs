@@ -24,17 +24,30 @@ pub async fn mark_for_samples(
              SELECT meter_id, min(ts) AS lo, max(ts) AS hi
              FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(meter_id, ts) GROUP BY meter_id
          ), spans AS (
+             -- The neighbours are looked for within the 45 days that bound the span, so a
+             -- lookup reads the partitions of those days, not the whole history; past them,
+             -- only whether any sample exists matters (the span is clamped there).
              SELECT m.site_id,
-                    greatest(coalesce(p.ts, b.lo), b.lo - interval '45 days') AS lo,
-                    least(coalesce(n.ts, b.hi), b.hi + interval '45 days') AS hi
+                    CASE WHEN p.n = 2 THEN p.ts
+                         WHEN EXISTS (SELECT FROM samples s WHERE s.meter_id = b.meter_id
+                                        AND s.ts < b.lo - interval '45 days')
+                         THEN b.lo - interval '45 days'
+                         ELSE coalesce(p.ts, b.lo) END AS lo,
+                    CASE WHEN n.n = 2 THEN n.ts
+                         WHEN EXISTS (SELECT FROM samples s WHERE s.meter_id = b.meter_id
+                                        AND s.ts > b.hi + interval '45 days')
+                         THEN b.hi + interval '45 days'
+                         ELSE coalesce(n.ts, b.hi) END AS hi
              FROM batch b
              JOIN meters m ON m.id = b.meter_id
-             LEFT JOIN LATERAL (SELECT min(ts) AS ts FROM (
+             CROSS JOIN LATERAL (SELECT count(*) AS n, min(ts) AS ts FROM (
                                     SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts < b.lo
-                                    ORDER BY ts DESC LIMIT 2) x) p ON true
-             LEFT JOIN LATERAL (SELECT max(ts) AS ts FROM (
+                                      AND s.ts >= b.lo - interval '45 days'
+                                    ORDER BY ts DESC LIMIT 2) x) p
+             CROSS JOIN LATERAL (SELECT count(*) AS n, max(ts) AS ts FROM (
                                     SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts > b.hi
-                                    ORDER BY ts LIMIT 2) x) n ON true
+                                      AND s.ts <= b.hi + interval '45 days'
+                                    ORDER BY ts LIMIT 2) x) n
          ), hours AS (
              SELECT DISTINCT site_id, h AS hour FROM spans,
                  generate_series(date_trunc('hour', lo), date_trunc('hour', hi), interval '1 hour') h

@@ -382,12 +382,16 @@ async fn copy_steps(
     Ok((steps.len(), t.elapsed().as_secs_f64()))
 }
 
-/// A partitioned table's (heap, indexes) bytes over all its partitions.
+/// A table's (heap, indexes) bytes, over all its partitions if it has any.
 async fn sizes(pool: &sqlx::PgPool, table: &str) -> anyhow::Result<(i64, i64)> {
     Ok(sqlx::query_as(
-        "SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint,
+        "WITH leaves AS (
+             SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf
+             UNION SELECT $1::regclass WHERE NOT EXISTS (SELECT FROM pg_partition_tree($1::regclass))
+         )
+         SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint,
                 coalesce(sum(pg_indexes_size(relid)), 0)::bigint
-         FROM pg_partition_tree($1::regclass) WHERE isleaf",
+         FROM leaves",
     )
     .bind(table)
     .fetch_one(pool)
