@@ -436,3 +436,29 @@ async fn without_history_the_device_models_typical_draw_is_used() {
     assert_eq!(answer["power"]["source"], "device_typical: Test GPU 80GB");
     assert_eq!(answer["estimate_now"]["kwh"], "1.000000");
 }
+
+#[tokio::test]
+async fn the_measured_draw_is_the_step_peaks_not_the_means() {
+    let app = TestApp::start().await;
+    crate::scenario::push_inventory(&app, &crate::scenario::batches()).await;
+    let now = chrono::Utc::now();
+    let boundary = now.duration_trunc(Duration::minutes(1)).unwrap();
+    // The node's last three step records: a steady 1,600 W mean with swings to 2,100 W.
+    let records: Vec<_> = [(3, 1_900), (2, 2_100), (1, 1_800)]
+        .iter()
+        .map(|(ago, peak)| {
+            let ts = boundary - Duration::minutes(*ago);
+            json!({"meter": "n1", "ts": ts.to_rfc3339(), "counter_mj": 1_000_000 - ago * 96_000,
+                   "power_w": 1_600, "peak_w": peak, "step_s": 60})
+        })
+        .collect();
+    let (status, body) = app
+        .ingest(&app.token(Role::Collector), "samples", json!(records))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let draw = wattledger_store::admission::site_draw(&app.pool, now)
+        .await
+        .unwrap();
+    // 2,100 W × the site's PUE of 1.25; from the means it would be 2,000 W.
+    assert_eq!(draw.values().copied().collect::<Vec<_>>(), [2_625]);
+}

@@ -78,12 +78,12 @@ async fn two_workers_racing_write_the_ledger_one_would() {
     assert_eq!(totals, scenario::expected_totals());
 }
 
+/// Ingest batches: the path under `/v1/ingest/` and the records.
+type Batches = Vec<(&'static str, serde_json::Value)>;
+
 /// The demo's simulated cluster over six hours as ingest batches, in the order one would
 /// send them: inventory, signals, jobs, then samples and tokens by time.
-fn simulated_batches() -> (
-    Vec<(&'static str, serde_json::Value)>,
-    Vec<(&'static str, serde_json::Value)>,
-) {
+fn simulated_batches() -> (Batches, Batches) {
     use wattledger::sim::{SampleState, Simulation};
     let from = chrono::DateTime::parse_from_rfc3339("2026-10-05T00:00:00Z")
         .unwrap()
@@ -99,7 +99,7 @@ fn simulated_batches() -> (
         ),
         ("meters", sim.meter_records()["records"].clone()),
     ];
-    let mut data: Vec<(&'static str, serde_json::Value)> = Vec::new();
+    let mut data: Batches = Vec::new();
     for chunk in sim.signal_records().unwrap().chunks(500) {
         data.push(("signals", serde_json::json!(chunk)));
     }
@@ -218,6 +218,7 @@ async fn two_replicas_ingesting_and_attributing_at_once_write_the_ledger_one_wou
         wattledger::worker::drain_until(&a.pool, until, |_| {}),
         wattledger::worker::drain_until(&b_pool, until, |_| {})
     );
-    (x.unwrap(), y.unwrap());
+    x.unwrap();
+    y.unwrap();
     assert_eq!(ledger_of(&a).await, expected);
 }

@@ -34,16 +34,20 @@ pub async fn sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
 }
 
 /// Each site's draw at `at` from the last 10 minutes of samples, W: its facility meters where
-/// they report, else its nodes × PUE, else its GPUs × PUE. A meter's power is its latest
-/// reading, or the slope of its last two energy counters.
+/// they report, else its nodes × PUE, else its GPUs × PUE. A meter's power is the highest
+/// step peak it sent in those minutes (a minute's mean hides a training job's synchronous
+/// swings, and the envelope must hold the swings), else its latest reading, else the slope
+/// of its last two energy counters. Summing each meter's own peak bounds the site's
+/// coincident peak from above: the safe side for an envelope.
 pub async fn site_draw(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<HashMap<i64, i64>> {
     let rows: Vec<(i64, String, i64, Decimal)> = sqlx::query_as(
         "WITH recent AS (
              SELECT meter_id, ts, counter_mj, power_mw,
+                    max(peak_mw) OVER (PARTITION BY meter_id) AS peak_mw,
                     row_number() OVER (PARTITION BY meter_id ORDER BY ts DESC) AS n
              FROM samples WHERE ts > $1 - interval '10 minutes' AND ts <= $1
          ), per_meter AS (
-             SELECT a.meter_id, coalesce(a.power_mw,
+             SELECT a.meter_id, coalesce(a.peak_mw, a.power_mw,
                  CASE WHEN b.ts IS NOT NULL AND a.counter_mj >= b.counter_mj
                       THEN (a.counter_mj - b.counter_mj) * 1000
                            / greatest(1, (extract(epoch FROM a.ts - b.ts) * 1000)::bigint) END) AS mw

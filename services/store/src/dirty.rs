@@ -24,29 +24,25 @@ pub async fn mark_for_samples(
              SELECT meter_id, min(ts) AS lo, max(ts) AS hi
              FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(meter_id, ts) GROUP BY meter_id
          ), spans AS (
-             -- The neighbours are looked for within the 45 days that bound the span, so a
-             -- lookup reads the partitions of those days, not the whole history; past them,
-             -- only whether any sample exists matters (the span is clamped there).
+             -- The samples before are looked for within the 45 days that bound the span, so
+             -- a lookup reads those days' partitions, not the whole history (past them, only
+             -- whether any sample exists matters: the span is clamped there). After the
+             -- batch there is only the future's few partitions, and usually nothing.
              SELECT m.site_id,
                     CASE WHEN p.n = 2 THEN p.ts
                          WHEN EXISTS (SELECT FROM samples s WHERE s.meter_id = b.meter_id
                                         AND s.ts < b.lo - interval '45 days')
                          THEN b.lo - interval '45 days'
                          ELSE coalesce(p.ts, b.lo) END AS lo,
-                    CASE WHEN n.n = 2 THEN n.ts
-                         WHEN EXISTS (SELECT FROM samples s WHERE s.meter_id = b.meter_id
-                                        AND s.ts > b.hi + interval '45 days')
-                         THEN b.hi + interval '45 days'
-                         ELSE coalesce(n.ts, b.hi) END AS hi
+                    least(coalesce(n.ts, b.hi), b.hi + interval '45 days') AS hi
              FROM batch b
              JOIN meters m ON m.id = b.meter_id
              CROSS JOIN LATERAL (SELECT count(*) AS n, min(ts) AS ts FROM (
                                     SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts < b.lo
                                       AND s.ts >= b.lo - interval '45 days'
                                     ORDER BY ts DESC LIMIT 2) x) p
-             CROSS JOIN LATERAL (SELECT count(*) AS n, max(ts) AS ts FROM (
+             CROSS JOIN LATERAL (SELECT max(ts) AS ts FROM (
                                     SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts > b.hi
-                                      AND s.ts <= b.hi + interval '45 days'
                                     ORDER BY ts LIMIT 2) x) n
          ), hours AS (
              SELECT DISTINCT site_id, h AS hour FROM spans,
