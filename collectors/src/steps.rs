@@ -16,7 +16,16 @@
 //! A boundary between two readings further apart than the gap limit is not interpolated:
 //! no record is sent for it, so the server sees the real gap between the nearest records and
 //! treats it as it treats any gap (the delta is placed by time and flagged once it exceeds the
-//! site's limit). A reading without a counter (a power-only meter) passes through unreduced.
+//! site's limit).
+//!
+//! A power-only meter (a PDU outlet, a BMC, a pre-Volta GPU) has no counter, so the reducer
+//! keeps one for it: the running trapezoid of its readings (the server's own rule for power
+//! readings, rounded per interval the same way), nothing added across a gap. Its records are
+//! then counter records like any other: a step's energy is the trapezoid over the step's
+//! readings (split at the boundary by time), and the peak rides along. Across a gap the
+//! server sees a delta placed over the gap and flagged, where raw readings would have left
+//! the gap's steps missing; the energy is the same. A reading with neither counter nor power,
+//! or one that switches a meter between kinds, passes through unreduced.
 
 use crate::records::Sample;
 use serde::{Deserialize, Serialize};
@@ -39,6 +48,9 @@ struct MeterState {
     /// The step `last` falls in (its start, ms) and the power readings in it so far.
     step_start_ms: i64,
     power: PowerStats,
+    /// A power-only meter: `last.raw_mj` is the reducer's running trapezoid of its readings.
+    #[serde(default)]
+    integrated: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,18 +116,39 @@ impl Reducer {
     }
 
     /// Feeds readings (any meters, each meter's in time order) and returns the records to
-    /// send: step records for every boundary the readings passed, and power-only readings as
-    /// they came. A reading not newer than its meter's last is dropped (a repeated scrape).
+    /// send: step records for every boundary the readings passed (counters' and power-only
+    /// meters' alike), and readings that cannot be reduced as they came. A reading not newer
+    /// than its meter's last is dropped (a repeated scrape).
     pub fn push(&mut self, readings: impl IntoIterator<Item = Sample>) -> Vec<Sample> {
         let mut out = Vec::new();
         let step_s = u32::try_from(self.step_ms / 1000).ok();
         for s in readings {
-            let Some(raw_mj) = s.counter_mj else {
-                out.push(s);
-                continue;
-            };
             let ts_ms = s.ts.timestamp_millis();
             let power_mw = s.power_w.and_then(milliwatts);
+            let integrated = s.counter_mj.is_none();
+            let known = self.meters.get(&s.meter);
+            if known.is_some_and(|m| m.integrated != integrated) {
+                out.push(s);
+                continue;
+            }
+            let raw_mj = match (s.counter_mj, power_mw, known) {
+                (Some(counter), _, _) => counter,
+                (None, None, _) => {
+                    out.push(s);
+                    continue;
+                }
+                (None, Some(_), None) => 0,
+                (None, Some(mw), Some(m)) => {
+                    let dt = ts_ms - m.last.ts_ms;
+                    let added = match m.last.power_mw {
+                        Some(prev) if dt > 0 && dt <= self.gap_limit_ms => {
+                            energy_from_power_mj(prev, mw, dt)
+                        }
+                        _ => 0,
+                    };
+                    m.last.raw_mj.saturating_add(added)
+                }
+            };
             let step_start_ms = ts_ms.div_euclid(self.step_ms) * self.step_ms;
             let Some(m) = self.meters.get_mut(&s.meter) else {
                 // The first reading of a meter: a record only if it sits on a boundary.
@@ -142,6 +175,7 @@ impl Reducer {
                         last: first,
                         step_start_ms,
                         power,
+                        integrated,
                     },
                 );
                 continue;
@@ -316,22 +350,64 @@ mod tests {
         assert_eq!(out[1].counter_mj, Some(11_000_000));
     }
 
-    #[test]
-    fn power_only_readings_pass_through_and_repeats_are_dropped() {
-        let mut r = Reducer::new(60_000, 60_000);
-        let pdu = Sample {
-            meter: "pdu".into(),
-            ts: at(5_000),
+    fn powered(meter: &str, ms: i64, w: f64) -> Sample {
+        Sample {
+            meter: meter.into(),
+            ts: at(ms),
             counter_mj: None,
-            power_w: Some(900.0),
+            power_w: Some(w),
             peak_w: None,
             step_s: None,
+        }
+    }
+
+    #[test]
+    fn unreducible_readings_pass_through_and_repeats_are_dropped() {
+        let mut r = Reducer::new(60_000, 60_000);
+        let blank = Sample {
+            power_w: None,
+            ..powered("pdu", 5_000, 0.0)
         };
-        let out = r.push([reading(0, 10, 1.0), reading(0, 10, 1.0), pdu.clone()]);
+        // g0 counts; a reading of it without its counter is not folded into its series.
+        let uncounted = powered("g0", 30_000, 300.0);
+        let out = r.push([
+            reading(0, 10, 1.0),
+            reading(0, 10, 1.0),
+            blank.clone(),
+            uncounted.clone(),
+        ]);
         assert_eq!(
             out,
-            vec![record("g0", T0, 10, PowerStats::default(), Some(60)), pdu]
+            vec![
+                record("g0", T0, 10, PowerStats::default(), Some(60)),
+                blank,
+                uncounted
+            ]
         );
+    }
+
+    /// A PDU outlet read once a second: 900 W, 1,500 W for the reading at 30 s.
+    #[test]
+    fn a_power_only_meter_sends_its_trapezoid_as_a_counter_with_the_peak() {
+        let mut r = Reducer::new(60_000, 60_000);
+        let readings =
+            (0..=120).map(|s| powered("pdu", s * 1000, if s == 30 { 1500.0 } else { 900.0 }));
+        let out = r.push(readings);
+        let got: Vec<_> = out
+            .iter()
+            .map(|s| (s.ts, s.counter_mj, s.power_w, s.peak_w))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (at(0), Some(0), None, None),
+                // 60 s at 900 W is 54,000 J; the spike adds 300 J on each side of 30 s. The
+                // step's 60 readings (0–59 s) average 910 W.
+                (at(60_000), Some(54_600_000), Some(910.0), Some(1500.0)),
+                (at(120_000), Some(108_600_000), Some(900.0), Some(900.0)),
+            ]
+        );
+        assert!(out.iter().all(|s| s.meter == "pdu" && s.step_s == Some(60)));
     }
 
     #[test]
@@ -417,6 +493,40 @@ mod tests {
                 let (b_lo, b_hi) = around(b.ts.timestamp_millis());
                 prop_assert!(sent >= b_lo - a_hi && sent <= b_hi - a_lo,
                     "sent {} outside [{}, {}]", sent, b_lo - a_hi, b_hi - a_lo);
+            }
+        }
+    }
+
+    proptest! {
+        /// A power-only series with jitter and gaps, from a boundary to a boundary: the last
+        /// record less the first is the trapezoid integral over every pair of readings within
+        /// the gap limit, exactly (the server's rule for raw power readings), and the records
+        /// never go back.
+        #[test]
+        fn a_power_only_series_steps_sum_to_its_trapezoid_integral(
+            steps in prop::collection::vec((1i64..90_000, 0u32..2_000), 1..150),
+        ) {
+            let mut r = Reducer::new(60_000, 60_000);
+            let mut readings = vec![powered("pdu", 0, 500.0)];
+            let (mut t, mut last_mw, mut integral) = (0i64, 500_000i64, 0i64);
+            for (dt, w) in steps {
+                t += dt;
+                if dt <= 60_000 {
+                    integral += energy_from_power_mj(last_mw, i64::from(w) * 1000, dt);
+                }
+                last_mw = i64::from(w) * 1000;
+                readings.push(powered("pdu", t, f64::from(w)));
+            }
+            let end = (t / 60_000 + 1) * 60_000;
+            if end - t <= 60_000 {
+                integral += energy_from_power_mj(last_mw, 250_000, end - t);
+            }
+            readings.push(powered("pdu", end, 250.0));
+            let out = r.push(readings);
+            prop_assert_eq!(out.first().map(|s| (s.ts, s.counter_mj)), Some((at(0), Some(0))));
+            prop_assert_eq!(out.last().map(|s| (s.ts, s.counter_mj)), Some((at(end), Some(integral))));
+            for w in out.windows(2) {
+                prop_assert!(w[0].ts < w[1].ts && w[0].counter_mj <= w[1].counter_mj);
             }
         }
     }
