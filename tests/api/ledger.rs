@@ -435,3 +435,75 @@ async fn a_site_hour_keeps_its_it_peak_from_the_step_peaks() {
         scenario::expected_totals()
     );
 }
+
+#[tokio::test]
+async fn a_usage_query_for_the_top_jobs_sums_exactly_those_jobs_with_the_most_energy() {
+    let app = TestApp::start().await;
+    for (i, h) in [
+        "2026-11-02T10:00:00Z",
+        "2026-11-02T11:00:00Z",
+        "2026-11-02T12:00:00Z",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (b, tokens) = scenario_hour(h, i);
+        scenario::push(&app, &b).await;
+        let (status, body) = app
+            .ingest(&app.token(Role::Collector), "tokens", tokens)
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    app.attribute().await;
+    use wattledger_store::usage::{usage, GroupBy, UsageFilter};
+    let all = UsageFilter::default();
+    let every = usage(
+        &app.pool,
+        &wattledger_store::Scope::All,
+        &[GroupBy::Job],
+        &all,
+    )
+    .await
+    .unwrap();
+    let jobs: Vec<_> = every.iter().filter(|r| r.job.is_some()).collect();
+    assert!(jobs.len() > 4, "{every:?}");
+    let top = UsageFilter {
+        top_jobs: Some(3),
+        ..all
+    };
+    let picked = usage(
+        &app.pool,
+        &wattledger_store::Scope::All,
+        &[GroupBy::Job],
+        &top,
+    )
+    .await
+    .unwrap();
+    assert_eq!(picked.len(), 3, "{picked:?}");
+    // Largest first, each summed in full, and none left out larger than one picked.
+    assert!(picked.windows(2).all(|w| w[0].total_mj >= w[1].total_mj));
+    let smallest = picked.last().unwrap().total_mj;
+    for p in &picked {
+        let full = jobs.iter().find(|r| r.job == p.job).unwrap();
+        assert_eq!(
+            (
+                p.total_mj,
+                p.idle_mj,
+                &p.carbon_g,
+                &p.cost_amounts,
+                p.generated_tokens
+            ),
+            (
+                full.total_mj,
+                full.idle_mj,
+                &full.carbon_g,
+                &full.cost_amounts,
+                full.generated_tokens
+            )
+        );
+    }
+    assert!(jobs
+        .iter()
+        .filter(|r| !picked.iter().any(|p| p.job == r.job))
+        .all(|r| r.total_mj <= smallest));
+}

@@ -38,7 +38,14 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 
 /// Opens a pool to `url`.
 pub async fn connect(url: &str, max_connections: u32) -> StoreResult<PgPool> {
-    let options = PgConnectOptions::from_str(url)?.application_name("wattledger");
+    // Every statement is planned for its own parameters. A cached statement's generic plan
+    // guesses a time range's selectivity blind and picks the hour index over the tenant's, so
+    // one tenant's month read every tenant's rows (3x slower at 320 GPUs, worse as the fleet
+    // grows: BENCHMARKS.md, fleet scale). Planning costs well under a millisecond a
+    // statement; ingest, the costliest path per row, plans a few statements per batch.
+    let options = PgConnectOptions::from_str(url)?
+        .application_name("wattledger")
+        .options([("plan_cache_mode", "force_custom_plan")]);
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))

@@ -48,9 +48,10 @@ pub struct UsageFilter {
     pub site_id: Option<i64>,
     pub job_id: Option<i64>,
     pub model_id: Option<i64>,
-    /// Only the `top` groups with the most energy, largest first (else every group, in key
-    /// order): a page showing a tenant's ten largest jobs need not fetch its thousands.
-    pub top: Option<i64>,
+    /// Only the rows of the `top_jobs` jobs with the most energy in the range, largest group
+    /// first (else every row, groups in key order). A page showing a tenant's ten largest
+    /// jobs need not sum its thousands: the jobs are picked by a bare sum of energy first.
+    pub top_jobs: Option<i64>,
 }
 
 /// What a sum of ledger rows rests on: how much of its energy was estimated; priced by a
@@ -85,11 +86,17 @@ pub const COVERAGE_SUMS: &str = "
 /// The rows a usage query over `[$from, $to)` (its parameters 2 and 3), of the tenant in
 /// parameter 1 if not null, sums: whole days from the tenant-day rollup and the edges from
 /// the ledger, or every ledger row where the query groups or filters by job (the rollup has
-/// no jobs). Either way, the same sums.
+/// no jobs). Either way, the same sums. With parameter 7 (a count), only the rows of that
+/// many jobs, those with the most energy.
 fn ledger_source(by_job: bool) -> &'static str {
     if by_job {
         "(SELECT * FROM ledger_rows
-          WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3)"
+          WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
+            AND ($7::bigint IS NULL OR job_id IN (
+                SELECT job_id FROM ledger
+                WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
+                  AND job_id IS NOT NULL
+                GROUP BY job_id ORDER BY sum(total_mj) DESC, job_id LIMIT $7)))"
     } else {
         "ledger_span($1, $2, $3)"
     }
@@ -166,12 +173,13 @@ pub async fn usage(
         .chain(["s.currency"])
         .collect::<Vec<_>>()
         .join(", ");
-    let source = ledger_source(group_by.contains(&GroupBy::Job) || filter.job_id.is_some());
+    let source = ledger_source(
+        group_by.contains(&GroupBy::Job) || filter.job_id.is_some() || filter.top_jobs.is_some(),
+    );
     let (from, to) = bounds(filter);
-    // LIMIT NULL is no limit.
-    let order = match filter.top {
-        Some(_) => "ORDER BY 6 DESC, 1, 2, 3, 4, 5 LIMIT $7",
-        None => "ORDER BY 1, 2, 3, 4, 5 LIMIT $7",
+    let order = match filter.top_jobs {
+        Some(_) => "ORDER BY 6 DESC, 1, 2, 3, 4, 5",
+        None => "ORDER BY 1, 2, 3, 4, 5",
     };
     let sql = format!(
         "WITH g AS (
@@ -234,7 +242,7 @@ pub async fn usage(
         .bind(filter.site_id)
         .bind(filter.job_id)
         .bind(filter.model_id)
-        .bind(filter.top)
+        .bind(filter.top_jobs)
         .fetch_all(pool)
         .await?)
 }

@@ -3,7 +3,7 @@
 //! against a baseline in the same process: `psql \copy` of the same step records for ingest,
 //! a plain SQL aggregate over the same ledger rows for the queries.
 //!
-//! cargo bench -p wattledger --bench fleet -- [--days D] [--copy-days C] [--reps R] GPUS...
+//! cargo bench -p wattledger --bench fleet -- [--days D] [--copy-days C] [--reps R] [--keep] GPUS...
 //!
 //! e.g. `-- --days 1 1280 10240` (fleet-days at two sizes), `-- --days 30 320 1280` (fleet
 //! months). Sizes run one after another on fresh databases; the summary at the end is the
@@ -30,6 +30,9 @@ struct Args {
     days: i64,
     copy_days: i64,
     reps: usize,
+    /// Leave the last size's database (`fleet_api`) and its PostgreSQL running, to look
+    /// into a query with EXPLAIN.
+    keep: bool,
     sizes: Vec<usize>,
 }
 
@@ -38,6 +41,7 @@ fn args() -> anyhow::Result<Args> {
         days: 1,
         copy_days: 1,
         reps: 30,
+        keep: false,
         sizes: Vec::new(),
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
@@ -51,6 +55,7 @@ fn args() -> anyhow::Result<Args> {
             "--days" => a.days = value("--days")?,
             "--copy-days" => a.copy_days = value("--copy-days")?,
             "--reps" => a.reps = value("--reps")? as usize,
+            "--keep" => a.keep = true,
             n => a
                 .sizes
                 .push(n.parse().with_context(|| format!("not a GPU count: {n}"))?),
@@ -265,7 +270,11 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
 
     queries(&api, range, args.reps, &mut fig).await?;
     drop(api);
-    drop_database(pg, "fleet_api").await?;
+    if args.keep {
+        println!("   kept: psql {}", pg.url("fleet_api"));
+    } else {
+        drop_database(pg, "fleet_api").await?;
+    }
     Ok(fig)
 }
 
@@ -505,6 +514,18 @@ async fn queries(
             all.0,
         ),
         (
+            "usage, one tenant by job",
+            timed(
+                reps,
+                get(
+                    format!("/v1/usage?group_by=job&from={f}&to={t}"),
+                    (Some(tenant_token.clone()), None),
+                ),
+            )
+            .await?,
+            one.0,
+        ),
+        (
             "tenant dashboard page",
             timed(
                 reps,
@@ -687,8 +708,8 @@ fn summary(all: &[Figures]) {
             q(0).1 / q(0).3,
             q(1).2,
             q(1).1 / q(1).3,
-            q(2).2,
             q(3).2,
+            q(4).2,
             f.close_s
         );
     }

@@ -248,16 +248,11 @@ pub async fn overview(
     let by_model = usage::usage(pool, &scope, &[GroupBy::Model], &filter).await?;
     let by_day_model = usage::usage(pool, &scope, &[GroupBy::Day, GroupBy::Model], &filter).await?;
     let by_day = usage::usage(pool, &scope, &[GroupBy::Day], &filter).await?;
-    // The ten largest jobs: asked for ten more than the groups without a job (one per
-    // model at most, and one without a model), so those never crowd a job out.
     let top = UsageFilter {
-        top: Some(10 + by_model.len() as i64 + 1),
+        top_jobs: Some(10),
         ..filter.clone()
     };
-    let mut by_job = usage::usage(pool, &scope, &[GroupBy::Job, GroupBy::Model], &top).await?;
-    by_job.retain(|r| r.job.is_some());
-    by_job.sort_by_key(|r| std::cmp::Reverse(r.total_mj));
-    by_job.truncate(10);
+    let by_job = usage::usage(pool, &scope, &[GroupBy::Job, GroupBy::Model], &top).await?;
 
     let empty = total.as_ref().is_none_or(|t| t.total_mj == 0);
     let saved =

@@ -271,7 +271,7 @@ pub async fn get_usage(
             ),
         },
         model_id: id_of(&state, KeyedTable::Models, &p.model).await?,
-        top: None,
+        top_jobs: None,
     };
     let rows = usage::usage(&state.pool, &scope, &group_by, &filter).await?;
     let per = group_by
