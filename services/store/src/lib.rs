@@ -38,14 +38,15 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 
 /// Opens a pool to `url`.
 pub async fn connect(url: &str, max_connections: u32) -> StoreResult<PgPool> {
-    // Every statement is planned for its own parameters. A cached statement's generic plan
-    // guesses a time range's selectivity blind and picks the hour index over the tenant's, so
-    // one tenant's month read every tenant's rows (3x slower at 320 GPUs, worse as the fleet
-    // grows: BENCHMARKS.md, fleet scale). Planning costs well under a millisecond a
-    // statement; ingest, the costliest path per row, plans a few statements per batch.
+    // Every statement is planned for its own parameters: a cached statement's generic plan
+    // guesses a time range's selectivity blind and picked the hour index over the tenant's,
+    // so one tenant's month read every tenant's rows (BENCHMARKS.md, fleet scale). Planning
+    // costs well under a millisecond a statement. No JIT: its compile time (~0.5 s for the
+    // budget list at 320 tenants, whose laterals the planner overprices) dwarfs what it saves
+    // on queries that read a few thousand rows.
     let options = PgConnectOptions::from_str(url)?
         .application_name("wattledger")
-        .options([("plan_cache_mode", "force_custom_plan")]);
+        .options([("plan_cache_mode", "force_custom_plan"), ("jit", "off")]);
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
