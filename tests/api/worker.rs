@@ -198,11 +198,21 @@ async fn two_replicas_ingesting_and_attributing_at_once_write_the_ledger_one_wou
     let b = a.replica().await;
     let b_pool = wattledger_store::connect(&a.db_url, 4).await.unwrap();
     admin_push(&a).await;
+    // Signals and jobs first, in order, alternating between the replicas: a token record
+    // names a job, and one for a job not yet sent is refused (its agent would resend it).
+    // The samples and tokens then race.
+    let (refs, flow): (Vec<_>, Vec<_>) = data
+        .iter()
+        .partition(|(what, _)| matches!(*what, "signals" | "jobs"));
+    for (i, (what, records)) in refs.iter().enumerate() {
+        send(if i % 2 == 0 { &a } else { &b }, what, records).await;
+    }
     let lane = |app: &TestApp, pool: sqlx::PgPool, parity: usize| {
-        let batches: Vec<_> = data
+        let batches: Vec<_> = flow
             .iter()
             .enumerate()
-            .filter(|(i, _)| i % 2 == parity)
+            // A chunk's samples and tokens to one replica, the next chunk's to the other.
+            .filter(|(i, _)| (i / 2) % 2 == parity)
             .map(|(_, b)| send(app, b.0, &b.1))
             .collect();
         async move {
