@@ -218,6 +218,7 @@ pub async fn page(
             let last_peak = days.last().map_or(0, |d| d.peak_hour_mj);
             let last_day = days.last().map(|d| d.day.format("%b %-d").to_string()).unwrap_or_default();
             let peak = kw_of_hour(last_peak);
+            let step_peak = days.last().and_then(|d| d.it_peak_mw).map(kw_of_mw);
             let peak_share = if envelope_kw.is_zero() {
                 Decimal::ZERO
             } else {
@@ -315,12 +316,10 @@ pub async fn page(
                 peak_pct: grouped(peak_share.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
                 peak_label: format!("{}%", grouped(peak_share, 1)),
                 peak_day: last_day,
-                step_peak_kw: days.last().and_then(|d| d.it_peak_mw).map(|mw| grouped(kw_of_mw(mw), 1)),
-                step_peak_label: days
-                    .last()
-                    .and_then(|d| d.it_peak_mw)
+                step_peak_kw: step_peak.map(|kw| grouped(kw, 1)),
+                step_peak_label: step_peak
                     .filter(|_| !envelope_kw.is_zero())
-                    .map(|mw| format!("{}%", grouped(kw_of_mw(mw) * Decimal::ONE_HUNDRED / envelope_kw, 1)))
+                    .map(|kw| format!("{}%", grouped(kw * Decimal::ONE_HUNDRED / envelope_kw, 1)))
                     .unwrap_or_default(),
                 chart_svg,
                 days: rows,
