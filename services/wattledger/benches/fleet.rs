@@ -211,7 +211,7 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
             .map(|c| fleet.samples_body(&keys, c, &ts))
             .collect();
         drop(steps);
-        let s = send_two(&http, &api, &collector, "samples", bodies).await?;
+        let s = support::send_two(&http, &api, &collector, "samples", bodies).await?;
         fig.api_s += s;
         if k0 < copy_until {
             fig.api_copy_span_s += s;
@@ -299,49 +299,6 @@ async fn post_all(
         }
     }
     Ok(())
-}
-
-/// Sends the bodies with two requests in flight (agents send concurrently); returns the
-/// seconds it took.
-async fn send_two(
-    http: &reqwest::Client,
-    s: &Served,
-    token: &str,
-    path: &str,
-    bodies: Vec<Vec<u8>>,
-) -> anyhow::Result<f64> {
-    let url = format!("{}/v1/ingest/{path}", s.base);
-    let bodies = std::sync::Arc::new(bodies);
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let t = Instant::now();
-    let lanes: Vec<_> = (0..2)
-        .map(|_| {
-            let (http, url, token) = (http.clone(), url.clone(), token.to_owned());
-            let (bodies, next) = (bodies.clone(), next.clone());
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(body) = bodies.get(i) else {
-                        return Ok::<_, anyhow::Error>(());
-                    };
-                    let r = http
-                        .post(&url)
-                        .bearer_auth(&token)
-                        .header("content-type", "application/json")
-                        .body(body.clone())
-                        .send()
-                        .await?;
-                    if !r.status().is_success() {
-                        bail!("batch refused: {}", r.text().await?);
-                    }
-                }
-            })
-        })
-        .collect();
-    for lane in lanes {
-        lane.await??;
-    }
-    Ok(t.elapsed().as_secs_f64())
 }
 
 async fn meter_ids(pool: &sqlx::PgPool) -> anyhow::Result<HashMap<String, i64>> {

@@ -123,41 +123,17 @@ async fn main() -> anyhow::Result<()> {
         let copy_s = t.elapsed().as_secs_f64();
 
         // The API: 10k-record batches, two requests in flight, as the demo and agents send.
-        let t = Instant::now();
         let collector = http_server
             .keys
             .mint("bench", Role::Collector, None, 3600)?;
-        let client = reqwest::Client::new();
-        let url = format!("{}/v1/ingest/samples", http_server.base);
-        let mut chunks = bodies.chunks(bodies.len().div_ceil(2));
-        let (a, b) = (chunks.next().unwrap_or(&[]), chunks.next().unwrap_or(&[]));
-        let send = |part: &'static [Vec<u8>]| {
-            let (client, url, token) = (client.clone(), url.clone(), collector.clone());
-            tokio::spawn(async move {
-                for body in part {
-                    let r = client
-                        .post(&url)
-                        .bearer_auth(&token)
-                        .header("content-type", "application/json")
-                        .body(body.clone())
-                        .send()
-                        .await?;
-                    if !r.status().is_success() {
-                        bail!("batch refused: {}", r.text().await?);
-                    }
-                }
-                Ok::<_, anyhow::Error>(())
-            })
-        };
-        // Leaked for the spawned tasks' 'static bound; a bench process is short-lived.
-        let (a, b): (&'static [Vec<u8>], &'static [Vec<u8>]) = (
-            Box::leak(a.to_vec().into_boxed_slice()),
-            Box::leak(b.to_vec().into_boxed_slice()),
-        );
-        let (ra, rb) = tokio::join!(send(a), send(b));
-        ra??;
-        rb??;
-        let http_s = t.elapsed().as_secs_f64();
+        let http_s = support::send_two(
+            &reqwest::Client::new(),
+            &http_server,
+            &collector,
+            "samples",
+            bodies.clone(),
+        )
+        .await?;
         let (copy_rate, http_rate) = (rows as f64 / copy_s, rows as f64 / http_s);
         ratios.push(http_rate / copy_rate);
         println!(

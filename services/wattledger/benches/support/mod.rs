@@ -103,3 +103,48 @@ pub fn inventory(sim: &wattledger::sim::Simulation) -> Vec<(&'static str, serde_
         ("meters", sim.meter_records()),
     ]
 }
+
+/// Sends the bodies with two requests in flight (agents send concurrently); returns the
+/// seconds it took.
+// Each bench uses the parts it needs.
+#[allow(dead_code)]
+pub async fn send_two(
+    http: &reqwest::Client,
+    s: &Served,
+    token: &str,
+    path: &str,
+    bodies: Vec<Vec<u8>>,
+) -> anyhow::Result<f64> {
+    let url = format!("{}/v1/ingest/{path}", s.base);
+    let bodies = std::sync::Arc::new(bodies);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t = std::time::Instant::now();
+    let lanes: Vec<_> = (0..2)
+        .map(|_| {
+            let (http, url, token) = (http.clone(), url.clone(), token.to_owned());
+            let (bodies, next) = (bodies.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(body) = bodies.get(i) else {
+                        return Ok::<_, anyhow::Error>(());
+                    };
+                    let r = http
+                        .post(&url)
+                        .bearer_auth(&token)
+                        .header("content-type", "application/json")
+                        .body(body.clone())
+                        .send()
+                        .await?;
+                    if !r.status().is_success() {
+                        bail!("batch refused: {}", r.text().await?);
+                    }
+                }
+            })
+        })
+        .collect();
+    for lane in lanes {
+        lane.await??;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
