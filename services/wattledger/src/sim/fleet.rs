@@ -8,7 +8,7 @@
 //! of (seed, meter, step), a month is produced a chunk at a time, and the records are plain
 //! structs the bench writes straight to JSON or CSV.
 
-use super::rng;
+use super::{iso, rng};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
@@ -455,12 +455,6 @@ impl Fleet {
         s.push_str("]}");
         s.into_bytes()
     }
-}
-
-fn iso(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 #[cfg(test)]
