@@ -11,6 +11,7 @@ pub mod costing;
 pub mod energy;
 pub mod input;
 pub mod metrics;
+pub mod peaks;
 pub mod quality;
 pub mod signals;
 pub mod split;

@@ -66,6 +66,9 @@ struct Window {
     /// Node meter id → its GPU meter ids (ordered by id).
     nodes: Vec<(i64, Vec<i64>)>,
     samples: HashMap<i64, Vec<Sample>>,
+    /// Each hour's coincident IT peak, mW (`peaks::hourly_coincident_peaks` over the IT
+    /// meters' step peaks, else their power readings).
+    it_peaks: Vec<(DateTime<Utc>, i64)>,
     /// GPU meter id → allocations (job index into `jobs`).
     allocations: HashMap<i64, Vec<Allocation>>,
     jobs: Vec<Job>,
@@ -92,6 +95,7 @@ struct RawSample {
     ts: DateTime<Utc>,
     counter_mj: Option<i64>,
     power_mw: Option<i64>,
+    peak_mw: Option<i64>,
     raw: bool,
 }
 
@@ -212,15 +216,15 @@ async fn load(
         .collect();
 
     let mut rows: Vec<RawSample> = sqlx::query_as(
-        "SELECT meter_id, ts, counter_mj, power_mw, raw FROM samples
+        "SELECT meter_id, ts, counter_mj, power_mw, peak_mw, raw FROM samples
          WHERE meter_id = ANY($1) AND ts >= $2 AND ts < $3
          UNION ALL
-         SELECT m.id, p.ts, p.counter_mj, p.power_mw, p.raw FROM unnest($1::bigint[]) AS m(id)
-         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, raw FROM samples s
+         SELECT m.id, p.ts, p.counter_mj, p.power_mw, p.peak_mw, p.raw FROM unnest($1::bigint[]) AS m(id)
+         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw FROM samples s
                              WHERE s.meter_id = m.id AND s.ts < $2 ORDER BY ts DESC LIMIT 2) p
          UNION ALL
-         SELECT m.id, n.ts, n.counter_mj, n.power_mw, n.raw FROM unnest($1::bigint[]) AS m(id)
-         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, raw FROM samples s
+         SELECT m.id, n.ts, n.counter_mj, n.power_mw, n.peak_mw, n.raw FROM unnest($1::bigint[]) AS m(id)
+         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw FROM samples s
                              WHERE s.meter_id = m.id AND s.ts >= $3 ORDER BY ts LIMIT 2) n",
     )
     .bind(&metered)
@@ -228,6 +232,30 @@ async fn load(
     .bind(to)
     .fetch_all(pool)
     .await?;
+    // The IT meters' peaks, from the rows just read: the site's node meters (a GPU always has
+    // one), or its GPUs where it has none. Every reading counts, before the dedup below.
+    let it_kind = if nodes.is_empty() { "gpu" } else { "node" };
+    let it: std::collections::HashSet<i64> = meters
+        .iter()
+        .filter(|m| m.1 == it_kind)
+        .map(|m| m.0)
+        .collect();
+    let it_peaks = wattledger_domain::peaks::hourly_coincident_peaks(
+        rows.iter()
+            .filter(|r| it.contains(&r.meter_id))
+            .filter_map(|r| {
+                Some((
+                    r.meter_id,
+                    r.ts.timestamp_micros(),
+                    r.peak_mw.or(r.power_mw)?,
+                ))
+            }),
+        from.timestamp_micros(),
+        to.timestamp_micros(),
+    )
+    .into_iter()
+    .filter_map(|(hour_us, mw)| Some((DateTime::from_timestamp_micros(hour_us)?, mw)))
+    .collect();
     // In time order; where a meter has a step record and a raw reading at the same instant
     // (it switched from one to the other), the step record (raw = false sorts first).
     rows.sort_unstable_by_key(|r| (r.meter_id, r.ts, r.raw));
@@ -329,6 +357,7 @@ async fn load(
         facility,
         nodes,
         samples,
+        it_peaks,
         allocations,
         jobs,
         job_ids,
@@ -616,33 +645,15 @@ async fn write(
     .execute(&mut *tx)
     .await?;
 
-    // The hours' IT peak from the step peaks (migration 0020): per meter, its highest power
-    // in each minute; per minute, their sum across the site's IT meters; per hour, the most.
+    // The hours' IT peak (migration 0020), computed from the samples the window loaded.
     sqlx::query(
-        "WITH it AS (
-             SELECT id FROM meters
-             WHERE site_id = $1
-               AND kind = CASE WHEN EXISTS (SELECT 1 FROM meters WHERE site_id = $1 AND kind = 'node')
-                               THEN 'node' ELSE 'gpu' END
-         ), per_meter AS (
-             -- A step record at ts describes the step that ends there.
-             SELECT date_bin('1 minute', s.ts - interval '1 microsecond', timestamptz 'epoch') AS step,
-                    max(coalesce(s.peak_mw, s.power_mw)) AS mw
-             FROM samples s JOIN it ON it.id = s.meter_id
-             WHERE s.ts > $2 AND s.ts <= $3 AND coalesce(s.peak_mw, s.power_mw) IS NOT NULL
-             GROUP BY s.meter_id, 1
-         ), per_step AS (
-             SELECT step, sum(mw) AS mw FROM per_meter GROUP BY step
-         ), per_hour AS (
-             SELECT date_bin('1 hour', step, timestamptz 'epoch') AS hour, max(mw)::bigint AS mw
-             FROM per_step GROUP BY 1
-         )
-         UPDATE site_hours h SET it_peak_mw = p.mw FROM per_hour p
+        "UPDATE site_hours h SET it_peak_mw = p.mw
+         FROM UNNEST($2::timestamptz[], $3::bigint[]) AS p(hour, mw)
          WHERE h.site_id = $1 AND h.hour = p.hour AND h.hour = ANY($4)",
     )
     .bind(claim.site_id)
-    .bind(hours[0])
-    .bind(hours[hours.len() - 1] + Duration::hours(1))
+    .bind(window.it_peaks.iter().map(|p| p.0).collect::<Vec<_>>())
+    .bind(window.it_peaks.iter().map(|p| p.1).collect::<Vec<_>>())
     .bind(&hours)
     .execute(&mut *tx)
     .await?;
