@@ -24,6 +24,8 @@ pub enum InputError {
     Control,
     #[error("must be at most {0} bytes")]
     TooLong(usize),
+    #[error("must not be empty")]
+    Empty,
     #[error("must be an RFC 3339 time (e.g. 2026-11-02T10:00:00Z)")]
     NotTime,
     #[error("must be a date as YYYY-MM-DD")]
@@ -48,6 +50,18 @@ pub fn text(s: &str, max_bytes: usize) -> Result<&str, InputError> {
     }
     if s.len() > max_bytes {
         return Err(InputError::TooLong(max_bytes));
+    }
+    Ok(s)
+}
+
+/// Longest key accepted (tenant, site, meter, job and model keys).
+pub const MAX_KEY_LEN: usize = 256;
+
+/// A key: text of at most [`MAX_KEY_LEN`] bytes that is not blank.
+pub fn key(s: &str) -> Result<&str, InputError> {
+    let s = text(s, MAX_KEY_LEN)?;
+    if s.trim().is_empty() {
+        return Err(InputError::Empty);
     }
     Ok(s)
 }

@@ -1,0 +1,195 @@
+//! A scheduler job and the GPUs it held.
+
+use crate::{Problem, Problems};
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use wattledger_domain::{input, units};
+
+/// What a job does, which decides how admission treats it.
+pub const JOB_KINDS: [&str; 4] = ["training", "inference", "batch", "interactive"];
+
+const MAX_NAME_LEN: usize = 512;
+const MAX_PRIORITY_LEN: usize = 64;
+
+/// A job with the GPUs it held.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    /// Stable key, e.g. `slurm:<cluster>:<jobid>` or `k8s:<namespace>/<pod-uid>`.
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The tenant's key.
+    pub tenant: String,
+    /// The model's key, for a job that serves or trains one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// `training`, `inference`, `batch` or `interactive`.
+    pub kind: String,
+    /// The scheduler's priority or QoS name; `normal` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_at: Option<DateTime<Utc>>,
+    pub start_at: DateTime<Utc>,
+    /// Absent while the job runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocations: Vec<Allocation>,
+}
+
+/// A share of one GPU (or MIG instance) over an interval; the interval defaults to the
+/// job's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Allocation {
+    /// The GPU's or MIG instance's meter key, or a GPU's UUID.
+    pub meter: String,
+    /// 0 < share ≤ 1 in steps of 0.000001; 1 (a whole GPU) when absent. Decimal text
+    /// (`"0.5"`) on the wire, so shares stay exact; a JSON number is read exactly too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "0.5"))]
+    pub share: Option<Decimal>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<DateTime<Utc>>,
+}
+
+impl Job {
+    /// Everything wrong with the job and its allocations on their own; `latest` bounds the
+    /// times that have happened (an allocation's end may be scheduled ahead).
+    pub fn check(&self, latest: DateTime<Utc>) -> Vec<Problem> {
+        let mut p = Problems::default();
+        p.key("key", &self.key);
+        if let Some(name) = &self.name {
+            p.text("name", name, MAX_NAME_LEN);
+        }
+        p.key("tenant", &self.tenant);
+        if let Some(model) = &self.model {
+            p.key("model", model);
+        }
+        p.one_of("kind", &self.kind, &JOB_KINDS);
+        if let Some(priority) = &self.priority {
+            p.text("priority", priority, MAX_PRIORITY_LEN);
+        }
+        if let Some(t) = self.submit_at {
+            p.time("submit_at", t, latest);
+        }
+        p.time("start_at", self.start_at, latest);
+        if let Some(end) = self.end_at {
+            p.time("end_at", end, latest);
+            if end < self.start_at {
+                p.add("end_at", "is before start_at");
+            }
+        }
+        for (k, a) in self.allocations.iter().enumerate() {
+            p.nested(&format!("allocations[{k}]"), a.check(self, latest));
+        }
+        p.done()
+    }
+}
+
+impl Allocation {
+    /// The allocation's problems within `job`, whose interval it defaults to.
+    fn check(&self, job: &Job, latest: DateTime<Utc>) -> Vec<Problem> {
+        let mut p = Problems::default();
+        p.key("meter", &self.meter);
+        if let Some(share) = self.share {
+            if share <= Decimal::ZERO || share > Decimal::ONE || units::share_ppm(share).is_none() {
+                p.add(
+                    "share",
+                    "must be greater than 0 (at least 0.000001) and at most 1",
+                );
+            }
+        }
+        if let Some(t) = self.start_at {
+            p.time("start_at", t, latest);
+        }
+        if let Some(t) = self.end_at {
+            p.time("end_at", t, input::latest());
+        }
+        let start = self.start_at.unwrap_or(job.start_at);
+        if self.end_at.or(job.end_at).is_some_and(|end| end <= start) {
+            p.add("end_at", "must be after start_at");
+        }
+        p.done()
+    }
+
+    /// The share as given, 1 when absent.
+    pub fn share_or_whole(&self) -> Decimal {
+        self.share.unwrap_or(Decimal::ONE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(h: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 2, h, 0, 0).unwrap()
+    }
+
+    fn job() -> Job {
+        Job {
+            key: "slurm:c1:42".into(),
+            name: Some("train".into()),
+            tenant: "acme".into(),
+            model: None,
+            kind: "training".into(),
+            priority: None,
+            submit_at: Some(t(9)),
+            start_at: t(10),
+            end_at: Some(t(12)),
+            allocations: vec![Allocation {
+                meter: "n1-gpu0".into(),
+                share: None,
+                start_at: None,
+                end_at: None,
+            }],
+        }
+    }
+
+    fn fields(j: &Job) -> Vec<String> {
+        j.check(t(13)).into_iter().map(|p| p.field).collect()
+    }
+
+    #[test]
+    fn a_valid_job_has_no_problems() {
+        assert!(fields(&job()).is_empty());
+    }
+
+    #[test]
+    fn allocation_problems_name_their_place_in_the_job() {
+        let mut j = job();
+        j.allocations.push(Allocation {
+            meter: "n1-gpu1".into(),
+            share: Some(Decimal::new(5, 7)),
+            start_at: Some(t(12)),
+            end_at: None,
+        });
+        j.kind = "mining".into();
+        assert_eq!(
+            fields(&j),
+            ["kind", "allocations[1].share", "allocations[1].end_at"]
+        );
+    }
+
+    #[test]
+    fn shares_travel_as_exact_text() {
+        let a = Allocation {
+            meter: "g".into(),
+            share: Some(Decimal::new(1, 1)),
+            start_at: None,
+            end_at: None,
+        };
+        let text = serde_json::to_string(&a).unwrap();
+        assert_eq!(text, r#"{"meter":"g","share":"0.1"}"#);
+        assert_eq!(serde_json::from_str::<Allocation>(&text).unwrap(), a);
+    }
+}

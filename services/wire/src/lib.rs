@@ -1,0 +1,93 @@
+//! The records of the ingest API, as agent and server both see them.
+//!
+//! Each record is one type here: the agent builds and spools it, the server reads it, the
+//! OpenAPI document describes it (feature `openapi`), and one `check` per record holds every
+//! rule about it that needs no database: ranges, lengths, times, step boundaries. The
+//! server's fast path (a typed parse of the whole batch) and its slow path (field by field,
+//! to explain a refusal) both call that `check`, so the two cannot drift apart, and neither
+//! can the agent's idea of a record from the server's. What needs the database (does the
+//! meter exist, is the tenant known) stays with the server.
+//!
+//! Optional fields are left out of the JSON rather than sent as null; unknown fields are
+//! refused.
+
+mod job;
+mod meter;
+mod sample;
+mod signal;
+mod time;
+mod tokens;
+
+pub use job::{Allocation, Job, JOB_KINDS};
+pub use meter::{Meter, METER_KINDS};
+pub use sample::Sample;
+pub use signal::{SignalPoint, MAX_AHEAD_DAYS};
+pub use tokens::Tokens;
+
+use chrono::{DateTime, Utc};
+use wattledger_domain::input;
+
+/// One thing wrong with a record: the field (a path such as `allocations[2].share` inside a
+/// nested record) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub field: String,
+    pub reason: String,
+}
+
+/// Collects a record's problems; the checks below are the input rules of
+/// [`wattledger_domain::input`] applied to typed fields.
+#[derive(Debug, Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn add(&mut self, field: impl Into<String>, reason: impl ToString) {
+        self.0.push(Problem {
+            field: field.into(),
+            reason: reason.to_string(),
+        });
+    }
+
+    fn key(&mut self, field: &str, s: &str) {
+        if let Err(e) = input::key(s) {
+            self.add(field, e);
+        }
+    }
+
+    fn text(&mut self, field: &str, s: &str, max_bytes: usize) {
+        if let Err(e) = input::text(s, max_bytes) {
+            self.add(field, e);
+        }
+    }
+
+    /// A time within [`input::time`]'s bounds and not after `latest`.
+    fn time(&mut self, field: &str, t: DateTime<Utc>, latest: DateTime<Utc>) {
+        if let Err(e) = input::time(t) {
+            self.add(field, e);
+        } else if t > latest {
+            self.add(field, "is in the future beyond the allowed clock skew");
+        }
+    }
+
+    /// Problems of a nested record, their fields under `prefix`.
+    /// A string that must be one of `allowed`.
+    fn one_of(&mut self, field: &str, s: &str, allowed: &[&str]) {
+        if !allowed.contains(&s) {
+            self.add(field, format!("must be one of: {}", allowed.join(", ")));
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn nested(&mut self, prefix: &str, inner: Vec<Problem>) {
+        for p in inner {
+            self.add(format!("{prefix}.{}", p.field), p.reason);
+        }
+    }
+
+    fn done(self) -> Vec<Problem> {
+        self.0
+    }
+}
