@@ -8,6 +8,7 @@
 
 use crate::records::{Allocation, Job};
 use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -16,7 +17,7 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodUse {
     pub tenant: String,
-    pub devices: BTreeMap<String, Option<String>>,
+    pub devices: BTreeMap<String, Option<Decimal>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,17 +25,17 @@ struct OpenPod {
     tenant: String,
     start_at: DateTime<Utc>,
     #[serde(alias = "meters", deserialize_with = "devices_or_list")]
-    devices: BTreeMap<String, Option<String>>,
+    devices: BTreeMap<String, Option<Decimal>>,
 }
 
 /// State spooled by earlier agents listed a pod's meters without shares.
 fn devices_or_list<'de, D: serde::Deserializer<'de>>(
     d: D,
-) -> Result<BTreeMap<String, Option<String>>, D::Error> {
+) -> Result<BTreeMap<String, Option<Decimal>>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Either {
-        Map(BTreeMap<String, Option<String>>),
+        Map(BTreeMap<String, Option<Decimal>>),
         List(Vec<String>),
     }
     Ok(match Either::deserialize(d)? {
@@ -111,7 +112,7 @@ fn job(key: &str, pod: &OpenPod, kind: &str, end_at: Option<DateTime<Utc>>) -> J
             .iter()
             .map(|(m, share)| Allocation {
                 meter: m.clone(),
-                share: share.clone(),
+                share: *share,
                 start_at: Some(pod.start_at),
                 end_at,
             })
@@ -139,7 +140,7 @@ mod tests {
                         tenant: "acme".into(),
                         devices: d
                             .iter()
-                            .map(|(m, s)| (m.to_string(), s.map(str::to_owned)))
+                            .map(|(m, s)| (m.to_string(), s.map(|s| s.parse().unwrap())))
                             .collect(),
                     },
                 )
@@ -157,8 +158,8 @@ mod tests {
         );
         assert_eq!(j.len(), 1);
         assert_eq!(
-            (j[0].end_at, j[0].allocations[0].share.as_deref()),
-            (None, Some("0.25"))
+            (j[0].end_at, j[0].allocations[0].share),
+            (None, Some(Decimal::new(25, 2)))
         );
         assert!(p
             .observe(

@@ -1,138 +1,9 @@
-//! The records the agent sends: the bodies of `/v1/ingest/{meters,jobs,samples,tokens}`.
-//!
-//! They are what the spool stores and the pusher sends, so their JSON is the server's ingest
-//! schema (the top-level README); optional fields are left out rather than sent as null.
+//! The batches the agent sends: records of one ingest endpoint, as the spool stores them and
+//! the pusher sends them. The records themselves are the server's own types
+//! (`wattledger_wire`), so agent and server cannot disagree on a field.
 
-use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
-
-/// A meter of the site's tree: `facility` ⊇ `node` ⊇ `gpu` ⊇ `mig`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Meter {
-    pub key: String,
-    pub site: String,
-    pub kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_uuid: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mig_profile: Option<String>,
-}
-
-impl Meter {
-    /// A meter of `kind` under `parent`, without GPU details.
-    pub fn new(key: &str, site: &str, kind: &str, parent: Option<&str>) -> Self {
-        Meter {
-            key: key.to_owned(),
-            site: site.to_owned(),
-            kind: kind.to_owned(),
-            parent: parent.map(str::to_owned),
-            gpu_uuid: None,
-            device_model: None,
-            mig_profile: None,
-        }
-    }
-
-    /// A GPU under its node meter.
-    pub fn gpu(key: &str, site: &str, node: &str, uuid: &str, model: Option<&str>) -> Self {
-        Meter {
-            gpu_uuid: Some(uuid.to_owned()),
-            device_model: model.map(str::to_owned),
-            ..Meter::new(key, site, "gpu", Some(node))
-        }
-    }
-}
-
-/// One reading of a meter: an energy counter in mJ and/or power in W. A step record
-/// (`crate::steps`) is one at a step boundary: the counter there, and the mean (`power_w`)
-/// and peak (`peak_w`) of the power readings of the step that ends there.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Sample {
-    pub meter: String,
-    #[serde(with = "rfc3339_ms")]
-    pub ts: DateTime<Utc>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub counter_mj: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub power_w: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peak_w: Option<f64>,
-    /// The step's length, for a step record (`ts` on its boundary); absent for a raw reading.
-    /// The server keeps the two apart: raw readings expire sooner.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step_s: Option<u32>,
-}
-
-/// A share of a GPU (or MIG instance) a job held.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Allocation {
-    pub meter: String,
-    /// Decimal text (`"0.5"`), so shares stay exact on the wire.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_at: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_at: Option<DateTime<Utc>>,
-}
-
-/// A scheduler job with the GPUs it held.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Job {
-    pub key: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    pub tenant: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    pub kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub submit_at: Option<DateTime<Utc>>,
-    pub start_at: DateTime<Utc>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_at: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allocations: Vec<Allocation>,
-}
-
-/// Tokens an inference job served in an interval, optionally to one tenant.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Tokens {
-    pub job: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
-    #[serde(with = "rfc3339_ms")]
-    pub start_at: DateTime<Utc>,
-    #[serde(with = "rfc3339_ms")]
-    pub end_at: DateTime<Utc>,
-    pub prompt_tokens: i64,
-    pub generated_tokens: i64,
-}
-
-/// One value of a grid signal (carbon intensity or price) over an interval: the body of
-/// `/v1/ingest/signals`, as `wattledger_domain::signals::Series::ingest_records` writes it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SignalPoint {
-    pub region: String,
-    pub signal: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub basis: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub currency: Option<String>,
-    pub status: String,
-    pub source: String,
-    pub start_at: DateTime<Utc>,
-    pub end_at: DateTime<Utc>,
-    /// Decimal text, so values stay exact on the wire.
-    pub value: String,
-    #[serde(default)]
-    pub estimated: bool,
-}
+pub use wattledger_wire::{Allocation, Job, Meter, Sample, SignalPoint, Tokens};
 
 /// A batch for one ingest endpoint. The variants are in the order a flush sends them:
 /// meters before the samples and jobs that name them, jobs before the tokens that name them.
@@ -251,27 +122,10 @@ impl Batch {
     }
 }
 
-/// Timestamps to the millisecond: sources read at sub-second intervals, and the server keys
-/// samples by (meter, ts), so two readings a few ms apart must stay apart.
-mod rfc3339_ms {
-    use super::*;
-    use serde::{Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
-        let s = String::deserialize(d)?;
-        DateTime::parse_from_rfc3339(&s)
-            .map(|t| t.to_utc())
-            .map_err(serde::de::Error::custom)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::DateTime;
 
     #[test]
     fn samples_serialize_as_the_ingest_schema() {

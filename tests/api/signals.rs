@@ -93,7 +93,11 @@ async fn bad_signals_are_refused_with_their_fields() {
                 {"region": "DE", "signal": "carbon", "basis": "average", "status": "actual", "source": "x",
                  "start_at": "2026-11-02T10:00:00Z", "end_at": "2026-11-02T11:00:00Z", "value": -1},
                 {"region": "DE", "signal": "carbon", "basis": "average", "status": "guess", "source": "x",
-                 "start_at": "2099-01-01T00:00:00Z", "end_at": "2099-01-01T01:00:00Z", "value": "1e30"}
+                 "start_at": "2099-01-01T00:00:00Z", "end_at": "2099-01-01T01:00:00Z", "value": "123456789012"},
+                // A value that is no decimal at all is a type error: the record's other
+                // rules are checked once it reads.
+                {"region": "DE", "signal": "carbon", "basis": "average", "status": "guess", "source": "x",
+                 "start_at": "2026-11-02T10:00:00Z", "end_at": "2026-11-02T11:00:00Z", "value": "1e30"}
             ]),
         )
         .await;
@@ -120,6 +124,7 @@ async fn bad_signals_are_refused_with_their_fields() {
             (3, "start_at".into()),
             (3, "end_at".into()),
             (3, "value".into()),
+            (4, "value".into()),
         ]
     );
     let (status, _) = app
@@ -530,7 +535,11 @@ async fn two_regions_known_answer_to_the_millionth_and_the_milligram() {
         hour + chrono::Duration::hours(12),
     );
     ok(app
-        .ingest(&collector, "signals", json!(prices.ingest_records()))
+        .ingest(
+            &collector,
+            "signals",
+            json!(wattledger_wire::SignalPoint::from_series(&prices)),
+        )
         .await);
     app.attribute().await;
     let per = |sql: &str| {

@@ -145,12 +145,12 @@ impl GridConfig {
 pub fn points(series: &[Series], region: Option<&str>) -> Vec<SignalPoint> {
     series
         .iter()
-        .flat_map(|s| s.ingest_records())
-        .filter_map(|mut r| {
+        .flat_map(SignalPoint::from_series)
+        .map(|mut p| {
             if let Some(region) = region {
-                r["region"] = region.into();
+                p.region = region.to_owned();
             }
-            serde_json::from_value(r).ok()
+            p
         })
         .collect()
 }
@@ -323,7 +323,7 @@ mod tests {
             (
                 p[0].region.as_str(),
                 p[0].basis.as_deref(),
-                p[0].value.as_str()
+                p[0].value.to_string().as_str()
             ),
             ("US-CAL-CISO", Some("marginal"), "394.6253619")
         );
@@ -359,7 +359,7 @@ mod tests {
             None,
         );
         assert_eq!(
-            (p[0].currency.as_deref(), p[0].value.as_str()),
+            (p[0].currency.as_deref(), p[0].value.to_string().as_str()),
             (Some("EUR"), "0.091")
         );
     }
@@ -380,7 +380,9 @@ mod tests {
         };
         // From the hour a day ago (09:00) through the hour two days ahead (10:00): 73 hours.
         assert_eq!(p.len(), 73);
-        assert!(p.iter().all(|p| p.value == "0.25" && p.region == "DE"));
+        assert!(p
+            .iter()
+            .all(|p| p.value.to_string() == "0.25" && p.region == "DE"));
 
         let bad: GridConfig =
             toml::from_str("provider = \"watttime\"\nurl = \"https://x\"\n").unwrap();

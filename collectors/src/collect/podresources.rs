@@ -376,8 +376,8 @@ mod tests {
         assert_eq!(llama.tenant, "acme");
         assert_eq!(llama.allocations[0].meter, G0);
         assert_eq!(
-            llama.allocations[0].share.as_deref(),
-            Some("0.666666"),
+            llama.allocations[0].share,
+            Some("0.666666".parse().unwrap()),
             "2 of 3 replicas"
         );
         assert_eq!(first[0].allocations[0].share, None, "a whole GPU");

@@ -17,6 +17,7 @@
 //! `<uuid>::<n>`, so a pod's share of the device is the replicas it holds over the replicas
 //! the node offers.
 
+use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -235,13 +236,13 @@ pub fn is_uuid(id: &str) -> bool {
 
 /// Each pod's devices with its share of each: the replicas it holds of a device over the
 /// replicas `offered` per device (from the allocatable devices; a device missing there counts
-/// the replicas pods hold). Shares are decimal text with six places, rounded down so the pods
+/// the replicas pods hold). Shares have six decimal places, rounded down so the pods
 /// of one device never add up to more than it; a whole device has no share (`None`).
 pub fn shares(
     pods: &[PodDevices],
     offered: &[Device],
     wanted: impl Fn(&Device) -> bool,
-) -> BTreeMap<(String, String), BTreeMap<String, Option<String>>> {
+) -> BTreeMap<(String, String), BTreeMap<String, Option<Decimal>>> {
     let mut replicas: BTreeMap<&str, u64> = BTreeMap::new();
     for d in offered.iter().filter(|d| wanted(d)) {
         *replicas.entry(base_device(&d.id).0).or_default() += 1;
@@ -250,7 +251,7 @@ pub fn shares(
     for d in pods.iter().flat_map(|p| &p.devices).filter(|d| wanted(d)) {
         *held.entry(base_device(&d.id).0).or_default() += 1;
     }
-    let mut out: BTreeMap<(String, String), BTreeMap<String, Option<String>>> = BTreeMap::new();
+    let mut out: BTreeMap<(String, String), BTreeMap<String, Option<Decimal>>> = BTreeMap::new();
     for p in pods {
         let mut count: BTreeMap<&str, u64> = BTreeMap::new();
         for d in p.devices.iter().filter(|d| wanted(d)) {
@@ -269,7 +270,7 @@ pub fn shares(
                     .max(n);
                 let share = (n < of).then(|| {
                     let ppm = n * 1_000_000 / of;
-                    format!("0.{ppm:06}")
+                    Decimal::new(ppm as i64, 6)
                 });
                 (base.to_owned(), share)
             })
@@ -423,19 +424,19 @@ pub(crate) mod tests {
         let s = shares(&pods, &offered, |d| d.resource.starts_with("nvidia.com/"));
         assert_eq!(s.len(), 2, "a pod without devices holds nothing");
         assert_eq!(
-            s[&("a".into(), "one".into())][G0].as_deref(),
-            Some("0.333333")
+            s[&("a".into(), "one".into())][G0],
+            Some("0.333333".parse().unwrap())
         );
         assert_eq!(
-            s[&("a".into(), "two".into())][G0].as_deref(),
-            Some("0.666666")
+            s[&("a".into(), "two".into())][G0],
+            Some("0.666666".parse().unwrap())
         );
         assert_eq!(s[&("a".into(), "two".into())][MIG], None, "a whole device");
         // Without the allocatable list, replicas held are all that is known.
         let s = shares(&pods, &[], |_| true);
         assert_eq!(
-            s[&("a".into(), "one".into())][G0].as_deref(),
-            Some("0.333333")
+            s[&("a".into(), "one".into())][G0],
+            Some("0.333333".parse().unwrap())
         );
     }
 

@@ -113,45 +113,6 @@ pub fn parse_time(s: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-impl Series {
-    /// The points as records of the ingest API (`POST /v1/ingest/signals`).
-    pub fn ingest_records(&self) -> Vec<serde_json::Value> {
-        let status = match self.status {
-            Status::Actual => "actual",
-            Status::Forecast => "forecast",
-        };
-        self.points
-            .iter()
-            .map(|p| {
-                let mut r = serde_json::json!({
-                    "region": self.region,
-                    "status": status,
-                    "source": self.source,
-                    "start_at": p.start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                    "end_at": p.end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                    "value": p.value.normalize().to_string(),
-                    "estimated": p.estimated,
-                });
-                match &self.signal {
-                    Signal::Carbon { basis } => {
-                        r["signal"] = "carbon".into();
-                        r["basis"] = match basis {
-                            Basis::Average => "average",
-                            Basis::Marginal => "marginal",
-                        }
-                        .into();
-                    }
-                    Signal::Price { currency } => {
-                        r["signal"] = "price".into();
-                        r["currency"] = currency.as_str().into();
-                    }
-                }
-                r
-            })
-            .collect()
-    }
-}
-
 /// 1 lb = 453.59237 g (exact, by definition) and 1 MWh = 1000 kWh, so lbs/MWh × 0.45359237
 /// = g/kWh, exactly.
 pub fn lbs_per_mwh_to_g_per_kwh(lbs_per_mwh: Decimal) -> Decimal {

@@ -9,9 +9,6 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use wattledger_domain::input;
 
-/// Longest key accepted (tenant, site, meter, job keys).
-const MAX_KEY_LEN: usize = 256;
-
 pub struct Record<'a> {
     index: usize,
     obj: Option<&'a Map<String, Value>>,
@@ -77,23 +74,49 @@ impl<'a> Record<'a> {
         self.required(field, v)
     }
 
-    /// A non-empty key.
-    pub fn key(&mut self, field: &str) -> Option<String> {
-        let v = self.str(field, MAX_KEY_LEN)?;
-        if v.trim().is_empty() {
-            self.error(field, "must not be empty");
-            return None;
+    /// A string as sent, for a wire record whose `check` applies the text rules.
+    pub fn opt_string(&mut self, field: &str) -> Option<String> {
+        match self.get(field)? {
+            Value::String(s) => Some(s.clone()),
+            _ => {
+                self.error(field, "must be a string");
+                None
+            }
         }
-        Some(v)
+    }
+
+    pub fn string(&mut self, field: &str) -> Option<String> {
+        let v = self.opt_string(field);
+        self.required(field, v)
+    }
+
+    /// A wire record's problems, as this record's errors.
+    pub fn problems(&mut self, problems: Vec<wattledger_wire::Problem>) {
+        for p in problems {
+            self.error(&p.field, p.reason);
+        }
+    }
+
+    /// A key ([`input::key`]).
+    pub fn key(&mut self, field: &str) -> Option<String> {
+        let v = self.opt_key(field);
+        self.required(field, v)
     }
 
     pub fn opt_key(&mut self, field: &str) -> Option<String> {
-        let v = self.opt_str(field, MAX_KEY_LEN)?;
-        if v.trim().is_empty() {
-            self.error(field, "must not be empty");
-            return None;
+        match self.get(field)? {
+            Value::String(s) => match input::key(s) {
+                Ok(s) => Some(s.to_owned()),
+                Err(e) => {
+                    self.error(field, e.to_string());
+                    None
+                }
+            },
+            _ => {
+                self.error(field, "must be a string");
+                None
+            }
         }
-        Some(v)
     }
 
     pub fn opt_i64(&mut self, field: &str) -> Option<i64> {
@@ -146,6 +169,11 @@ impl<'a> Record<'a> {
                 None
             }
         }
+    }
+
+    pub fn decimal(&mut self, field: &str) -> Option<Decimal> {
+        let v = self.opt_decimal(field);
+        self.required(field, v)
     }
 
     /// A decimal that fits a `numeric(_, scale)` column within `[min, max]` ([`input::decimal`]):
@@ -213,19 +241,8 @@ impl<'a> Record<'a> {
         self.resolve(field, &key, ids, what)
     }
 
-    /// Like [`Record::known`] for an optional key: `None` when absent (or unknown, with the
-    /// error recorded, so the record is refused anyway).
-    pub fn opt_known(
-        &mut self,
-        field: &str,
-        ids: &HashMap<String, i64>,
-        what: &str,
-    ) -> Option<i64> {
-        let key = self.opt_key(field)?;
-        self.resolve(field, &key, ids, what)
-    }
-
-    fn resolve(
+    /// The id of the row `key` names, or an "unknown {what}" error.
+    pub fn resolve(
         &mut self,
         field: &str,
         key: &str,

@@ -459,9 +459,9 @@ impl Simulation {
                 self.from_ms,
                 self.to_ms + 3_600_000,
             )?;
-            out.extend(carbon.ingest_records());
+            out.extend(records(&carbon));
             let prices = signals::tariff(site.key).series(site.region, from, to);
-            out.extend(prices.ingest_records());
+            out.extend(records(&prices));
         }
         Ok(out)
     }
@@ -723,6 +723,13 @@ fn iso(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// A parsed series as the JSON records of `/v1/ingest/signals`.
+fn records(series: &wattledger_domain::signals::Series) -> impl Iterator<Item = Value> {
+    wattledger_wire::SignalPoint::from_series(series)
+        .into_iter()
+        .map(|p| serde_json::to_value(p).expect("signal points serialize"))
 }
 
 #[cfg(test)]

@@ -127,8 +127,8 @@ mod tests {
             }
         );
         assert!(s.points[23].estimated && !s.points[0].estimated);
-        let r = s.ingest_records();
-        assert_eq!(r[0]["basis"], "average");
+        let r = wattledger_wire::SignalPoint::from_series(&s);
+        assert_eq!(r[0].basis.as_deref(), Some("average"));
         for site in ["fra1", "ore1"] {
             tariff(site).check().unwrap();
         }

@@ -15,6 +15,7 @@ use utoipa::ToSchema;
 use wattledger_store::inventory::{
     self, DeviceModelRecord, KeyedTable, MeterRecord, ModelRecord, SiteRecord, TenantRecord,
 };
+use wattledger_wire::Meter;
 /// A tenant: a team or customer that is charged.
 #[derive(ToSchema)]
 #[allow(dead_code)]
@@ -65,21 +66,6 @@ pub struct ModelIn {
     prefill_weight: Option<Decimal>,
     #[schema(value_type = Option<f64>)]
     decode_weight: Option<Decimal>,
-}
-
-/// A meter in the tree facility ⊇ node ⊇ gpu ⊇ mig.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct MeterIn {
-    key: String,
-    site: String,
-    /// `facility`, `node`, `gpu` or `mig`.
-    kind: String,
-    /// Key of the parent meter: a node's facility (optional), a GPU's node, a MIG's GPU.
-    parent: Option<String>,
-    gpu_uuid: Option<String>,
-    device_model: Option<String>,
-    mig_profile: Option<String>,
 }
 
 #[utoipa::path(post, path = "/v1/ingest/tenants", tag = "ingest",
@@ -321,8 +307,18 @@ pub async fn device_models(
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
 }
 
+const METER_FIELDS: [&str; 7] = [
+    "key",
+    "site",
+    "kind",
+    "parent",
+    "gpu_uuid",
+    "device_model",
+    "mig_profile",
+];
+
 #[utoipa::path(post, path = "/v1/ingest/meters", tag = "ingest",
-    request_body = Records<MeterIn>,
+    request_body = Records<Meter>,
     responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn meters(
@@ -353,82 +349,63 @@ pub async fn meters(
         })
         .collect();
     let site_keys: HashMap<i64, String> = sites.iter().map(|(k, v)| (*v, k.clone())).collect();
-    let records = read_all(
-        &batch,
-        &[
-            "key",
-            "site",
-            "kind",
-            "parent",
-            "gpu_uuid",
-            "device_model",
-            "mig_profile",
-        ],
-        |r| {
-            let key = r.key("key");
-            let site = r.key("site");
-            let site_id = site.as_ref().and_then(|s| sites.get(s).copied());
-            if site.is_some() && site_id.is_none() {
-                r.error("site", "unknown site");
-            }
-            let kind = r.one_of("kind", &["facility", "node", "gpu", "mig"]);
-            let parent = r.opt_key("parent");
-            let gpu_uuid = r.opt_str("gpu_uuid", 128);
-            let device_model = r.opt_str("device_model", 128);
-            let mig_profile = r.opt_str("mig_profile", 64);
-            if let Some(kind) = &kind {
-                let wanted = match kind.as_str() {
-                    "facility" => None,
-                    "node" => Some("facility"),
-                    "gpu" => Some("node"),
-                    _ => Some("gpu"),
-                };
-                let parent_info = parent
-                    .as_ref()
-                    .map(|p| match (stored.get(p), in_batch.get(p)) {
-                        (_, Some((k, s))) => Some((k.clone(), s.clone())),
-                        (Some(m), None) => Some((
-                            m.kind.clone(),
-                            site_keys.get(&m.site_id).cloned().or(Some(String::new())),
-                        )),
-                        (None, None) => None,
-                    });
-                match (wanted, &parent, parent_info) {
-                    (None, Some(_), _) => r.error("parent", "a facility meter has no parent"),
-                    (Some(_), None, _) if kind != "node" => {
-                        r.error("parent", format!("a {kind} meter needs a parent"))
-                    }
-                    (_, Some(_), Some(None)) => r.error("parent", "unknown meter"),
-                    (Some(w), Some(_), Some(Some((pk, psite)))) => {
-                        if pk != w {
-                            r.error(
-                                "parent",
-                                format!("the parent of a {kind} meter must be a {w} meter"),
-                            );
-                        } else if psite.is_some()
-                            && psite != site
-                            && !psite.as_deref().is_some_and(str::is_empty)
-                        {
-                            r.error("parent", "the parent is at another site");
-                        }
-                    }
-                    _ => {}
+    let records = read_all(&batch, &METER_FIELDS, |r| {
+        let key = r.string("key");
+        let site = r.string("site");
+        let kind = r.string("kind");
+        let parent = r.opt_string("parent");
+        let gpu_uuid = r.opt_string("gpu_uuid");
+        let device_model = r.opt_string("device_model");
+        let mig_profile = r.opt_string("mig_profile");
+        let m = Meter {
+            key: key?,
+            site: site?,
+            kind: kind?,
+            parent,
+            gpu_uuid,
+            device_model,
+            mig_profile,
+        };
+        let problems = m.check();
+        if !problems.is_empty() {
+            r.problems(problems);
+            return None;
+        }
+        let site_id = r.resolve("site", &m.site, &sites, "site");
+        // The parent's kind and site, from this batch or from what is stored.
+        if let Some(parent) = &m.parent {
+            let wanted = match m.kind.as_str() {
+                "node" => "facility",
+                "gpu" => "node",
+                _ => "gpu",
+            };
+            let found = match (in_batch.get(parent), stored.get(parent)) {
+                (Some((kind, site)), _) => Some((kind.clone(), site.clone())),
+                (None, Some(s)) => Some((s.kind.clone(), site_keys.get(&s.site_id).cloned())),
+                (None, None) => None,
+            };
+            match found {
+                None => r.error("parent", "unknown meter"),
+                Some((kind, _)) if kind != wanted => r.error(
+                    "parent",
+                    format!("the parent of a {} meter must be a {wanted} meter", m.kind),
+                ),
+                Some((_, Some(site))) if site != m.site => {
+                    r.error("parent", "the parent is at another site")
                 }
-                if parent.as_deref() == key.as_deref() && parent.is_some() {
-                    r.error("parent", "a meter cannot be its own parent");
-                }
+                Some(_) => {}
             }
-            Some(MeterRecord {
-                key: key?,
-                site_id: site_id?,
-                kind: kind?,
-                parent_key: parent,
-                gpu_uuid,
-                device_model,
-                mig_profile,
-            })
-        },
-    )?;
+        }
+        Some(MeterRecord {
+            key: m.key,
+            site_id: site_id?,
+            kind: m.kind,
+            parent_key: m.parent,
+            gpu_uuid: m.gpu_uuid,
+            device_model: m.device_model,
+            mig_profile: m.mig_profile,
+        })
+    })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     reject_repeats(
         records.iter().filter_map(|r| r.gpu_uuid.clone()),

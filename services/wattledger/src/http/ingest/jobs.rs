@@ -9,44 +9,28 @@ use crate::http::validate::Record;
 use crate::http::AppState;
 use axum::extract::State;
 use axum::Json;
-use chrono::{DateTime, Utc};
-use rust_decimal::Decimal;
+use chrono::Utc;
 use std::collections::HashSet;
-use utoipa::ToSchema;
 use wattledger_store::inventory::{self, KeyedTable};
 use wattledger_store::jobs::{self, AllocationRecord, JobRecord};
-/// A job with the GPUs it held.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct JobIn {
-    /// Stable key, e.g. `slurm:<cluster>:<jobid>` or `k8s:<namespace>/<pod-uid>`.
-    key: String,
-    name: Option<String>,
-    tenant: String,
-    model: Option<String>,
-    /// `training`, `inference`, `batch` or `interactive`.
-    kind: String,
-    priority: Option<String>,
-    submit_at: Option<DateTime<Utc>>,
-    start_at: DateTime<Utc>,
-    end_at: Option<DateTime<Utc>>,
-    allocations: Option<Vec<AllocationIn>>,
-}
+use wattledger_wire::{Allocation, Job};
 
-/// A share of one GPU (or MIG instance) over an interval; defaults to the job's.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct AllocationIn {
-    meter: String,
-    /// 0 < share ≤ 1; 1 for a whole GPU.
-    #[schema(value_type = Option<f64>)]
-    share: Option<Decimal>,
-    start_at: Option<DateTime<Utc>>,
-    end_at: Option<DateTime<Utc>>,
-}
+const FIELDS: [&str; 10] = [
+    "key",
+    "name",
+    "tenant",
+    "model",
+    "kind",
+    "priority",
+    "submit_at",
+    "start_at",
+    "end_at",
+    "allocations",
+];
+const ALLOCATION_FIELDS: [&str; 4] = ["meter", "share", "start_at", "end_at"];
 
 #[utoipa::path(post, path = "/v1/ingest/jobs", tag = "ingest",
-    request_body = Records<JobIn>,
+    request_body = Records<Job>,
     responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn jobs_batch(
@@ -71,117 +55,52 @@ pub async fn jobs_batch(
         .collect();
     let meters = inventory::meters_by_key_or_uuid(&state.pool, &meter_keys).await?;
     let latest = latest(&state);
-    let records = read_all(
-        &batch,
-        &[
-            "key",
-            "name",
-            "tenant",
-            "model",
-            "kind",
-            "priority",
-            "submit_at",
-            "start_at",
-            "end_at",
-            "allocations",
-        ],
-        |r| {
-            let key = r.key("key");
-            let name = r.opt_str("name", 512).unwrap_or_default();
-            let tenant = r.known("tenant", &tenants, "tenant");
-            let model = r.opt_known("model", &models, "model");
-            let kind = r.one_of("kind", &["training", "inference", "batch", "interactive"]);
-            let priority = r.opt_str("priority", 64).unwrap_or_else(|| "normal".into());
-            let submit_at = r.opt_time("submit_at", latest);
-            let start_at = r.time("start_at", latest);
-            let end_at = r.opt_time("end_at", latest);
-            if let (Some(s), Some(e)) = (start_at, end_at) {
-                if e < s {
-                    r.error("end_at", "is before start_at");
-                }
-            }
-            let mut allocations = Vec::new();
-            let mut alloc_keys = HashSet::new();
-            for (k, a) in r
-                .array("allocations")
-                .cloned()
-                .unwrap_or_default()
-                .iter()
-                .enumerate()
-            {
-                let f = |name: &str| format!("allocations[{k}].{name}");
-                let Some(obj) = a.as_object() else {
-                    r.error(&format!("allocations[{k}]"), "must be an object");
+    let records = read_all(&batch, &FIELDS, |r| {
+        let job = read_job(r)?;
+        r.problems(job.check(latest));
+        let tenant = r.resolve("tenant", &job.tenant, &tenants, "tenant");
+        // An unknown model is an error recorded, so the record is refused all the same.
+        let model = (job.model.as_ref()).and_then(|m| r.resolve("model", m, &models, "model"));
+        let mut allocations = Vec::new();
+        let mut seen = HashSet::new();
+        for (k, a) in job.allocations.iter().enumerate() {
+            let field = format!("allocations[{k}].meter");
+            let meter_id = match meters.get(&a.meter) {
+                Some(m) if m.kind == "gpu" || m.kind == "mig" => m.id,
+                Some(_) => {
+                    r.error(&field, "allocations are of GPU or MIG meters");
                     continue;
-                };
-                for extra in obj
-                    .keys()
-                    .filter(|x| !["meter", "share", "start_at", "end_at"].contains(&x.as_str()))
-                {
-                    r.error(&f(extra), "unknown field");
                 }
-                let mut sub = Record::new(r.index(), a, &["meter", "share", "start_at", "end_at"]);
-                let meter = sub.key("meter");
-                let share = sub.opt_decimal("share").unwrap_or(Decimal::ONE);
-                let a_start = sub.opt_time("start_at", latest).or(start_at);
-                let a_end = sub.opt_time("end_at", far_future()).or(end_at);
-                for e in sub.errors.drain(..) {
-                    r.error(&f(&e.field), e.reason);
+                None => {
+                    r.error(&field, "unknown meter");
+                    continue;
                 }
-                let meter_id = meter.and_then(|m| match meters.get(&m) {
-                    Some(m) if m.kind == "gpu" || m.kind == "mig" => Some(m.id),
-                    Some(_) => {
-                        r.error(&f("meter"), "allocations are of GPU or MIG meters");
-                        None
-                    }
-                    None => {
-                        r.error(&f("meter"), "unknown meter");
-                        None
-                    }
-                });
-                if share <= Decimal::ZERO
-                    || share > Decimal::ONE
-                    || wattledger_domain::units::share_ppm(share).is_none()
-                {
-                    r.error(
-                        &f("share"),
-                        "must be greater than 0 (at least 0.000001) and at most 1",
-                    );
-                }
-                if let (Some(s), Some(e)) = (a_start, a_end) {
-                    if e <= s {
-                        r.error(&f("end_at"), "must be after start_at");
-                    }
-                }
-                if let (Some(m), Some(s)) = (meter_id, a_start) {
-                    if !alloc_keys.insert((m, s)) {
-                        r.error(
-                            &f("meter"),
-                            "the same GPU and start appear twice in this job",
-                        );
-                    }
-                    allocations.push(AllocationRecord {
-                        meter_id: m,
-                        share,
-                        start_at: s,
-                        end_at: a_end,
-                    });
-                }
+            };
+            // A GPU named once by key and once by UUID is the same GPU.
+            let start_at = a.start_at.unwrap_or(job.start_at);
+            if !seen.insert((meter_id, start_at)) {
+                r.error(&field, "the same GPU and start appear twice in this job");
             }
-            Some(JobRecord {
-                key: key?,
-                name,
-                tenant_id: tenant?,
-                model_id: model,
-                kind: kind?,
-                priority,
-                submit_at,
-                start_at: start_at?,
-                end_at,
-                allocations,
-            })
-        },
-    )?;
+            allocations.push(AllocationRecord {
+                meter_id,
+                share: a.share_or_whole(),
+                start_at,
+                end_at: a.end_at.or(job.end_at),
+            });
+        }
+        Some(JobRecord {
+            key: job.key,
+            name: job.name.unwrap_or_default(),
+            tenant_id: tenant?,
+            model_id: model,
+            kind: job.kind,
+            priority: job.priority.unwrap_or_else(|| "normal".into()),
+            submit_at: job.submit_at,
+            start_at: job.start_at,
+            end_at: job.end_at,
+            allocations,
+        })
+    })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = jobs::upsert(&state.pool, &records, Utc::now()).await?;
     let allocations = records.iter().map(|r| r.allocations.len()).sum();
@@ -189,4 +108,61 @@ pub async fn jobs_batch(
         allocations: Some(Counts::of(allocations, written.allocations)),
         ..IngestOutcome::upserted(records.len(), written.jobs)
     }))
+}
+
+/// The record's fields by type, as a wire job for its `check`; `None` (with the errors
+/// recorded) when a field has the wrong type.
+fn read_job(r: &mut Record<'_>) -> Option<Job> {
+    let key = r.string("key");
+    let name = r.opt_string("name");
+    let tenant = r.string("tenant");
+    let model = r.opt_string("model");
+    let kind = r.string("kind");
+    let priority = r.opt_string("priority");
+    let submit_at = r.opt_time("submit_at", far_future());
+    let start_at = r.time("start_at", far_future());
+    let end_at = r.opt_time("end_at", far_future());
+    let mut allocations = Vec::new();
+    for (k, a) in r
+        .array("allocations")
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let mut sub = Record::new(r.index(), a, &ALLOCATION_FIELDS);
+        let meter = sub.string("meter");
+        let share = sub.opt_decimal("share");
+        let start_at = sub.opt_time("start_at", far_future());
+        let end_at = sub.opt_time("end_at", far_future());
+        for e in sub.errors.drain(..) {
+            let field = if e.field.is_empty() {
+                format!("allocations[{k}]")
+            } else {
+                format!("allocations[{k}].{}", e.field)
+            };
+            r.error(&field, e.reason);
+        }
+        if let Some(meter) = meter {
+            allocations.push(Allocation {
+                meter,
+                share,
+                start_at,
+                end_at,
+            });
+        }
+    }
+    let job = Job {
+        key: key?,
+        name,
+        tenant: tenant?,
+        model,
+        kind: kind?,
+        priority,
+        submit_at,
+        start_at: start_at?,
+        end_at,
+        allocations,
+    };
+    r.errors.is_empty().then_some(job)
 }

@@ -145,10 +145,25 @@ fn read_all<T>(
             .map(|(i, v)| {
                 let mut r = Record::new(i, v, fields);
                 let value = read(&mut r);
+                in_field_order(&mut r.errors, fields);
                 finish(r, value)
             })
             .collect(),
     )
+}
+
+/// A record's errors in the order of its fields (unknown fields first), whichever rule found
+/// them: the reading of types, the wire record's check, or the lookups.
+fn in_field_order(errors: &mut [FieldError], fields: &[&str]) {
+    errors.sort_by_key(|e| {
+        let mut parts = e.field.split(['[', ']', '.']);
+        let root = parts.next().unwrap_or_default();
+        let item: Option<usize> = parts.next().and_then(|n| n.parse().ok());
+        (
+            fields.iter().position(|f| *f == root).map_or(0, |p| p + 1),
+            item,
+        )
+    });
 }
 
 fn check<T>(parsed: Vec<Result<T, Vec<FieldError>>>) -> ApiResult<Vec<T>> {

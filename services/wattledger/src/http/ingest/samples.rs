@@ -1,7 +1,7 @@
 //! Sample ingest: the hot path, typed fast parse and COPY, with the field-by-field path for
 //! batches that need explaining.
 
-use super::{distinct, ConflictOut, IngestResponses, Records};
+use super::{distinct, far_future, ConflictOut, IngestResponses, Records};
 use super::{latest, read_all, IngestOutcome};
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
@@ -12,34 +12,15 @@ use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
-use utoipa::ToSchema;
-use wattledger_domain::units::{milliwatts, MAX_POWER_W};
-use wattledger_domain::{input, steps};
-use wattledger_store::inventory;
+use wattledger_domain::steps::StepError;
+use wattledger_store::inventory::{self, MeterRef};
 use wattledger_store::samples::{self, SampleRow};
-/// One reading: an energy counter (mJ since some origin) and/or a power reading (W).
-///
-/// A step record (what the agent sends by default, with `step_s`) is a reading at a step
-/// boundary: the counter there, `power_w` the mean and `peak_w` the peak of the power
-/// readings of the step that ends at `ts`. A record without `step_s` is a raw reading, kept
-/// for the raw retention (14 days by default) rather than the steps' (400 days).
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct SampleIn {
-    meter: String,
-    /// RFC 3339.
-    ts: DateTime<Utc>,
-    counter_mj: Option<i64>,
-    /// 0 to 10,000,000 W.
-    power_w: Option<f64>,
-    /// 0 to 10,000,000 W, not below `power_w`.
-    peak_w: Option<f64>,
-    /// A step record's step length in seconds, a divisor of 3600; `ts` on its boundary.
-    step_s: Option<u32>,
-}
+use wattledger_wire::Sample;
+
+const FIELDS: [&str; 6] = ["meter", "ts", "counter_mj", "power_w", "peak_w", "step_s"];
 
 #[utoipa::path(post, path = "/v1/ingest/samples", tag = "ingest",
-    request_body = Records<SampleIn>,
+    request_body = Records<Sample>,
     responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn samples_batch(
@@ -50,12 +31,21 @@ pub async fn samples_batch(
     caller.require(&[Role::Collector])?;
     let latest = latest(&state);
     // The common case, a well-formed batch, is read straight into typed records; anything
-    // else takes the field-by-field path, which is the one that explains what is wrong.
-    if let Ok(strict) = serde_json::from_slice::<StrictSamples>(&bytes) {
+    // else takes the field-by-field path, which is the one that explains what is wrong. Both
+    // hold each record to the same `Sample::check`.
+    if let Ok(strict) = serde_json::from_slice::<Strict>(&bytes) {
         if strict.records.len() <= state.config.max_batch_records {
-            let keys = distinct(strict.records.iter().map(|r| r.meter.as_ref()));
+            let keys = distinct(strict.records.iter().map(|r| r.meter.as_str()));
             let meters = inventory::meters_by_key(&state.pool, &keys).await?;
-            if let Some(rows) = fast_samples(&strict.records, &meters, latest) {
+            let rows: Option<Vec<SampleRow>> = strict
+                .records
+                .iter()
+                .map(|s| {
+                    let meter = meters.get(&s.meter).filter(|m| m.kind != "mig")?;
+                    s.check(latest).is_empty().then(|| row(s, meter))
+                })
+                .collect();
+            if let Some(rows) = rows {
                 return store_samples(&state, rows.len(), rows).await;
             }
         }
@@ -63,124 +53,67 @@ pub async fn samples_batch(
     let Batch(batch) = Batch::parse(&bytes, state.config.max_batch_records)?;
     let keys = distinct(batch.iter().filter_map(|v| v.get("meter")?.as_str()));
     let meters = inventory::meters_by_key(&state.pool, &keys).await?;
-    let rows = read_all(
-        &batch,
-        &["meter", "ts", "counter_mj", "power_w", "peak_w", "step_s"],
-        |r| {
-            let meter = r.key("meter").and_then(|k| match meters.get(&k) {
-                None => {
-                    r.error("meter", "unknown meter");
-                    None
-                }
-                Some(m) if m.kind == "mig" => {
-                    r.error(
-                        "meter",
-                        "a MIG instance has no energy counter; send its GPU's samples",
-                    );
-                    None
-                }
-                Some(m) => Some(m.id),
-            });
-            let ts = r.time("ts", latest);
-            let counter = r.opt_i64("counter_mj");
-            if counter.is_some_and(|c| c < 0) {
-                r.error("counter_mj", "must not be negative");
+    let rows = read_all(&batch, &FIELDS, |r| {
+        let meter = r.string("meter");
+        let ts = r.time("ts", far_future());
+        let counter_mj = r.opt_i64("counter_mj");
+        let power_w = r.opt_f64("power_w");
+        let peak_w = r.opt_f64("peak_w");
+        let step_s = r.opt_i64("step_s").and_then(|s| match u32::try_from(s) {
+            Ok(s) => Some(s),
+            Err(_) => {
+                r.error("step_s", StepError::Length.to_string());
+                None
             }
-            let mut watts = |field: &'static str| match r.opt_f64(field) {
-                Some(p) if p < 0.0 => {
-                    r.error(field, "must not be negative");
-                    None
-                }
-                Some(p) if p > MAX_POWER_W => {
-                    r.error(field, "is above 10 MW: not a plausible meter reading");
-                    None
-                }
-                Some(p) => milliwatts(p),
-                None => None,
-            };
-            let power_mw = watts("power_w");
-            let peak_mw = watts("peak_w");
-            if peak_mw < power_mw && peak_mw.is_some() {
-                r.error("peak_w", "is below power_w, the step's mean");
+        });
+        let sample = Sample {
+            meter: meter?,
+            ts: ts?,
+            counter_mj,
+            power_w,
+            peak_w,
+            step_s,
+        };
+        if !r.errors.is_empty() {
+            return None;
+        }
+        r.problems(sample.check(latest));
+        let meter = match meters.get(&sample.meter) {
+            None => {
+                r.error("meter", "unknown meter");
+                return None;
             }
-            if counter.is_none() && power_mw.is_none() && r.errors.is_empty() {
-                r.error("counter_mj", "a sample needs counter_mj or power_w");
+            Some(m) if m.kind == "mig" => {
+                r.error(
+                    "meter",
+                    "a MIG instance has no energy counter; send its GPU's samples",
+                );
+                return None;
             }
-            let step_s = r.opt_i64("step_s");
-            if let (Some(step_s), Some(ts)) = (step_s, ts) {
-                let step = u32::try_from(step_s).map_err(|_| steps::StepError::Length);
-                if let Err(e) = step.and_then(|s| steps::boundary(s, ts)) {
-                    let field = if e == steps::StepError::Length {
-                        "step_s"
-                    } else {
-                        "ts"
-                    };
-                    r.error(field, e.to_string());
-                }
-            }
-            meter.zip(ts).map(|(meter_id, ts)| SampleRow {
-                meter_id,
-                ts,
-                counter_mj: counter,
-                power_mw,
-                peak_mw,
-                raw: step_s.is_none(),
-            })
-        },
-    )?;
+            Some(m) => m,
+        };
+        Some(row(&sample, meter))
+    })?;
     store_samples(&state, batch.len(), rows).await
 }
 
+/// A batch as the agent sends it, every field known.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct StrictSamples<'a> {
-    #[serde(borrow)]
-    records: Vec<StrictSample<'a>>,
+struct Strict {
+    records: Vec<Sample>,
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StrictSample<'a> {
-    #[serde(borrow)]
-    meter: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    ts: std::borrow::Cow<'a, str>,
-    counter_mj: Option<i64>,
-    power_w: Option<f64>,
-    peak_w: Option<f64>,
-    step_s: Option<u32>,
-}
-
-/// Typed records to rows if every one is valid; `None` sends the batch to the slow path.
-fn fast_samples(
-    records: &[StrictSample<'_>],
-    meters: &HashMap<String, inventory::MeterRef>,
-    latest: DateTime<Utc>,
-) -> Option<Vec<SampleRow>> {
-    records
-        .iter()
-        .map(|r| {
-            let meter = meters.get(r.meter.as_ref()).filter(|m| m.kind != "mig")?;
-            let ts = DateTime::parse_from_rfc3339(&r.ts).ok()?.to_utc();
-            let power_mw = r.power_w.map(milliwatts);
-            let peak_mw = r.peak_w.map(milliwatts);
-            let ok = input::time(ts).is_ok()
-                && ts <= latest
-                && r.counter_mj.is_none_or(|c| c >= 0)
-                && power_mw.is_none_or(|p| p.is_some())
-                && peak_mw.is_none_or(|p| p.is_some() && p >= power_mw.flatten())
-                && (r.counter_mj.is_some() || r.power_w.is_some())
-                && r.step_s.is_none_or(|s| steps::boundary(s, ts).is_ok());
-            ok.then(|| SampleRow {
-                meter_id: meter.id,
-                ts,
-                counter_mj: r.counter_mj,
-                power_mw: power_mw.flatten(),
-                peak_mw: peak_mw.flatten(),
-                raw: r.step_s.is_none(),
-            })
-        })
-        .collect()
+/// A checked sample of a known meter, as stored.
+fn row(s: &Sample, meter: &MeterRef) -> SampleRow {
+    SampleRow {
+        meter_id: meter.id,
+        ts: s.ts,
+        counter_mj: s.counter_mj,
+        power_mw: s.power_mw(),
+        peak_mw: s.peak_mw(),
+        raw: s.is_raw(),
+    }
 }
 
 /// Writes valid rows: identical copies in the batch collapse, different ones are refused,

@@ -1,33 +1,29 @@
 //! Token ingest: what inference jobs served, per interval and optionally per tenant.
 
-use super::{latest, read_all, IngestOutcome};
+use super::{far_future, latest, read_all, IngestOutcome};
 use super::{ConflictOut, IngestResponses, Records};
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
 use crate::http::extract::{Batch, Caller};
-use crate::http::validate::Record;
 use crate::http::AppState;
 use axum::extract::State;
 use axum::Json;
-use chrono::{DateTime, Utc};
 use std::collections::HashSet;
-use utoipa::ToSchema;
 use wattledger_store::inventory::{self, KeyedTable};
 use wattledger_store::tokens::{self, TokenRow};
-/// Tokens an inference job served in an interval, optionally to one tenant.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct TokenIn {
-    job: String,
-    tenant: Option<String>,
-    start_at: DateTime<Utc>,
-    end_at: DateTime<Utc>,
-    prompt_tokens: i64,
-    generated_tokens: i64,
-}
+use wattledger_wire::Tokens;
+
+const FIELDS: [&str; 6] = [
+    "job",
+    "tenant",
+    "start_at",
+    "end_at",
+    "prompt_tokens",
+    "generated_tokens",
+];
 
 #[utoipa::path(post, path = "/v1/ingest/tokens", tag = "ingest",
-    request_body = Records<TokenIn>,
+    request_body = Records<Tokens>,
     responses(IngestResponses),
     security(("bearer" = [])))]
 pub async fn tokens_batch(
@@ -45,45 +41,34 @@ pub async fn tokens_batch(
     let jobs = inventory::ids_by_key(&state.pool, KeyedTable::Jobs, &field("job")).await?;
     let tenants = inventory::ids_by_key(&state.pool, KeyedTable::Tenants, &field("tenant")).await?;
     let latest = latest(&state);
-    let rows = read_all(
-        &batch,
-        &[
-            "job",
-            "tenant",
-            "start_at",
-            "end_at",
-            "prompt_tokens",
-            "generated_tokens",
-        ],
-        |r| {
-            let job = r.known("job", &jobs, "job");
-            let tenant = r.opt_known("tenant", &tenants, "tenant");
-            let start = r.time("start_at", latest);
-            let end = r.time("end_at", latest);
-            if let (Some(s), Some(e)) = (start, end) {
-                if e < s {
-                    r.error("end_at", "is before start_at");
-                }
-            }
-            let count = |r: &mut Record, f: &str| {
-                let n = r.i64(f);
-                if n.is_some_and(|n| n < 0) {
-                    r.error(f, "must not be negative");
-                }
-                n
-            };
-            let prompt = count(r, "prompt_tokens");
-            let generated = count(r, "generated_tokens");
-            Some(TokenRow {
-                job_id: job?,
-                tenant_id: tenant,
-                start_at: start?,
-                end_at: end?,
-                prompt_tokens: prompt?,
-                generated_tokens: generated?,
-            })
-        },
-    )?;
+    let rows = read_all(&batch, &FIELDS, |r| {
+        let job = r.string("job");
+        let tenant = r.opt_string("tenant");
+        let start_at = r.time("start_at", far_future());
+        let end_at = r.time("end_at", far_future());
+        let prompt_tokens = r.i64("prompt_tokens");
+        let generated_tokens = r.i64("generated_tokens");
+        let t = Tokens {
+            job: job?,
+            tenant,
+            start_at: start_at?,
+            end_at: end_at?,
+            prompt_tokens: prompt_tokens?,
+            generated_tokens: generated_tokens?,
+        };
+        r.problems(t.check(latest));
+        let job_id = r.resolve("job", &t.job, &jobs, "job");
+        let tenant_id =
+            (t.tenant.as_ref()).and_then(|k| r.resolve("tenant", k, &tenants, "tenant"));
+        Some(TokenRow {
+            job_id: job_id?,
+            tenant_id,
+            start_at: t.start_at,
+            end_at: t.end_at,
+            prompt_tokens: t.prompt_tokens,
+            generated_tokens: t.generated_tokens,
+        })
+    })?;
     let mut seen = HashSet::new();
     let repeats: Vec<FieldError> = rows
         .iter()
