@@ -507,3 +507,74 @@ async fn a_usage_query_for_the_top_jobs_sums_exactly_those_jobs_with_the_most_en
         .filter(|r| !picked.iter().any(|p| p.job == r.job))
         .all(|r| r.total_mj <= smallest));
 }
+
+/// A sample batch marks, per meter, the hours from its second stored sample before to its
+/// second after: the intervals next to the batch change their ends, the ones beyond may
+/// change a counter reset's estimate. Late and appended batches, and one two months early
+/// (the span is clamped at 45 days: past them no interval is estimated from it).
+#[tokio::test]
+async fn a_sample_batch_marks_the_hours_between_its_second_neighbours() {
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let collector = app.token(Role::Collector);
+    let send = |times: &[&str]| {
+        let records: Vec<_> = times
+            .iter()
+            .map(|t| serde_json::json!({"meter": "g0", "ts": format!("2026-{t}:00Z"), "counter_mj": 1}))
+            .collect();
+        let (app, collector) = (&app, &collector);
+        async move {
+            let (status, body) = app
+                .ingest(collector, "samples", serde_json::Value::Array(records))
+                .await;
+            assert_eq!(status, 200, "{body}");
+        }
+    };
+    let dirty = || async {
+        let hours: Vec<String> = sqlx::query_scalar(
+            "DELETE FROM dirty_hours RETURNING to_char(hour AT TIME ZONE 'UTC', 'MM-DD HH24')",
+        )
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+        let mut hours = hours;
+        hours.sort();
+        hours
+    };
+    send(&[
+        "11-02T01:30",
+        "11-02T03:30",
+        "11-02T05:30",
+        "11-02T07:30",
+        "11-02T09:30",
+    ])
+    .await;
+    dirty().await;
+
+    send(&["11-02T05:00"]).await;
+    let late: Vec<String> = (1..=7).map(|h| format!("11-02 {h:02}")).collect();
+    assert_eq!(
+        dirty().await,
+        late,
+        "01:30 and 03:30 before, 05:30 and 07:30 after"
+    );
+
+    send(&["11-02T10:00"]).await;
+    assert_eq!(
+        dirty().await,
+        ["11-02 07", "11-02 08", "11-02 09", "11-02 10"],
+        "appended: 07:30 and 09:30 before, nothing after"
+    );
+
+    send(&["09-01T00:00"]).await;
+    let early = dirty().await;
+    assert_eq!(
+        (early.len(), early.first(), early.last()),
+        (
+            45 * 24 + 1,
+            Some(&"09-01 00".to_owned()),
+            Some(&"10-16 00".to_owned())
+        ),
+        "nothing before; the two after are 62 days on: clamped to 45 days"
+    );
+}
