@@ -29,28 +29,21 @@ pub async fn mark_for_samples(
              -- whether any sample exists matters: the span is clamped there). After the
              -- batch there is only the future's few partitions, and usually nothing.
              SELECT m.site_id,
-                    CASE WHEN p2.ts IS NOT NULL THEN p2.ts
+                    CASE WHEN p.n = 2 THEN p.ts
                          WHEN EXISTS (SELECT FROM samples s WHERE s.meter_id = b.meter_id
                                         AND s.ts < b.lo - interval '45 days')
                          THEN b.lo - interval '45 days'
-                         ELSE coalesce(p1.ts, b.lo) END AS lo,
-                    least(coalesce(n2.ts, n1.ts, b.hi), b.hi + interval '45 days') AS hi
+                         ELSE coalesce(p.ts, b.lo) END AS lo,
+                    least(coalesce(n.ts, b.hi), b.hi + interval '45 days') AS hi
              FROM batch b
              JOIN meters m ON m.id = b.meter_id
-             -- One max() or min() per neighbour, not ORDER BY ts DESC LIMIT 2: PostgreSQL
-             -- plans an aggregate of one end of an index as a Limit 1 over a Merge Append of
-             -- the partitions' indexes, a few index pages whatever the history; the LIMIT 2
-             -- form, its rows underestimated (two range conditions), it planned as a sort of
-             -- every sample of the meter in the window: 1,440 rows a meter after one day of
-             -- steps, 64,800 after 45 (EXPLAIN in BENCHMARKS.md, 385 ms → 32 ms a batch).
-             CROSS JOIN LATERAL (SELECT max(s.ts) AS ts FROM samples s WHERE s.meter_id = b.meter_id
-                                   AND s.ts < b.lo AND s.ts >= b.lo - interval '45 days') p1
-             CROSS JOIN LATERAL (SELECT max(s.ts) AS ts FROM samples s WHERE s.meter_id = b.meter_id
-                                   AND s.ts < p1.ts AND s.ts >= b.lo - interval '45 days') p2
-             CROSS JOIN LATERAL (SELECT min(s.ts) AS ts FROM samples s WHERE s.meter_id = b.meter_id
-                                   AND s.ts > b.hi) n1
-             CROSS JOIN LATERAL (SELECT min(s.ts) AS ts FROM samples s WHERE s.meter_id = b.meter_id
-                                   AND s.ts > n1.ts) n2
+             CROSS JOIN LATERAL (SELECT count(*) AS n, min(ts) AS ts FROM (
+                                    SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts < b.lo
+                                      AND s.ts >= b.lo - interval '45 days'
+                                    ORDER BY ts DESC LIMIT 2) x) p
+             CROSS JOIN LATERAL (SELECT max(ts) AS ts FROM (
+                                    SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts > b.hi
+                                    ORDER BY ts LIMIT 2) x) n
          ), hours AS (
              SELECT DISTINCT site_id, h AS hour FROM spans,
                  generate_series(date_trunc('hour', lo), date_trunc('hour', hi), interval '1 hour') h
