@@ -578,3 +578,19 @@ async fn a_sample_batch_marks_the_hours_between_its_second_neighbours() {
         "nothing before; the two after are 62 days on: clamped to 45 days"
     );
 }
+
+/// Node meters that send a counter alone (a PDU's energy register) still give the site-hour
+/// an IT peak: the busiest minute's mean power, which is all such a meter can tell. (Before,
+/// such a site had no IT peak at all: half the demo's site-hours.)
+#[tokio::test]
+async fn a_site_hour_of_counter_only_node_meters_keeps_their_mean_as_its_peak() {
+    let app = TestApp::start().await;
+    scenario::push(&app, &scenario::batches()).await;
+    app.attribute().await;
+    let peak: Option<i64> = sqlx::query_scalar("SELECT it_peak_mw FROM site_hours WHERE hour = $1")
+        .bind(DateTime::parse_from_rfc3339(HOUR).unwrap().to_utc())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(peak, Some(1_600_000), "n1's counter rises 96 kJ a minute");
+}

@@ -67,7 +67,7 @@ struct Window {
     nodes: Vec<(i64, Vec<i64>)>,
     samples: HashMap<i64, Vec<Sample>>,
     /// Each hour's coincident IT peak, mW (`peaks::hourly_coincident_peaks` over the IT
-    /// meters' step peaks, else their power readings).
+    /// meters' step peaks, else their power readings, else their counters' interval means).
     it_peaks: Vec<(DateTime<Utc>, i64)>,
     /// GPU meter id → allocations (job index into `jobs`).
     allocations: HashMap<i64, Vec<Allocation>>,
@@ -232,33 +232,38 @@ async fn load(
     .bind(to)
     .fetch_all(pool)
     .await?;
+    // In time order; where a meter has a step record and a raw reading at the same instant
+    // (it switched from one to the other), the step record (raw = false sorts first).
+    rows.sort_unstable_by_key(|r| (r.meter_id, r.ts, r.raw));
     // The IT meters' peaks, from the rows just read: the site's node meters (a GPU always has
-    // one), or its GPUs where it has none. Every reading counts, before the dedup below.
+    // one), or its GPUs where it has none. Every reading counts, before the dedup below; a
+    // node meter with a counter alone counts its intervals' mean power.
     let it_kind = if nodes.is_empty() { "gpu" } else { "node" };
     let it: std::collections::HashSet<i64> = meters
         .iter()
         .filter(|m| m.1 == it_kind)
         .map(|m| m.0)
         .collect();
+    let readings = wattledger_domain::peaks::power_readings(
+        rows.iter().filter(|r| it.contains(&r.meter_id)).map(|r| {
+            (
+                r.meter_id,
+                r.ts.timestamp_micros(),
+                r.counter_mj,
+                r.power_mw,
+                r.peak_mw,
+            )
+        }),
+        i64::from(gap_s) * 1_000_000,
+    );
     let it_peaks = wattledger_domain::peaks::hourly_coincident_peaks(
-        rows.iter()
-            .filter(|r| it.contains(&r.meter_id))
-            .filter_map(|r| {
-                Some((
-                    r.meter_id,
-                    r.ts.timestamp_micros(),
-                    r.peak_mw.or(r.power_mw)?,
-                ))
-            }),
+        readings,
         from.timestamp_micros(),
         to.timestamp_micros(),
     )
     .into_iter()
     .filter_map(|(hour_us, mw)| Some((DateTime::from_timestamp_micros(hour_us)?, mw)))
     .collect();
-    // In time order; where a meter has a step record and a raw reading at the same instant
-    // (it switched from one to the other), the step record (raw = false sorts first).
-    rows.sort_unstable_by_key(|r| (r.meter_id, r.ts, r.raw));
     rows.dedup_by_key(|r| (r.meter_id, r.ts));
     let mut samples: HashMap<i64, Vec<Sample>> = HashMap::new();
     for r in rows {
