@@ -146,3 +146,128 @@ async fn operation_ids_are_unique() {
     ids.dedup();
     assert_eq!(ids.len(), n, "{ids:?}");
 }
+
+/// The ingest records the document describes are the wire types the agent sends: every field
+/// of a fully filled record is a documented property, the required ones are those a record
+/// cannot leave out, and no other property is allowed (the server refuses unknown fields).
+#[tokio::test]
+async fn the_documented_ingest_records_are_the_agents_own() {
+    use chrono::{DateTime, Utc};
+    use wattledger_wire::{Allocation, Job, Meter, Sample, SignalPoint, Tokens};
+    let app = TestApp::start().await;
+    let (_, doc) = app.get(None, "/v1/openapi.json").await;
+    let t = DateTime::<Utc>::UNIX_EPOCH;
+    let full: Vec<(&str, serde_json::Value, &[&str])> = vec![
+        (
+            "Sample",
+            serde_json::to_value(Sample {
+                meter: "g".into(),
+                ts: t,
+                counter_mj: Some(1),
+                power_w: Some(1.0),
+                peak_w: Some(1.0),
+                step_s: Some(60),
+            })
+            .unwrap(),
+            &["meter", "ts"],
+        ),
+        (
+            "Meter",
+            serde_json::to_value(Meter {
+                mig_profile: Some("1g.10gb".into()),
+                ..Meter::gpu("g", "s", "n", "GPU-1", Some("H100"))
+            })
+            .unwrap(),
+            &["key", "site", "kind"],
+        ),
+        (
+            "Job",
+            serde_json::to_value(Job {
+                key: "j".into(),
+                name: Some("n".into()),
+                tenant: "a".into(),
+                model: Some("m".into()),
+                kind: "batch".into(),
+                priority: Some("high".into()),
+                submit_at: Some(t),
+                start_at: t,
+                end_at: Some(t),
+                allocations: vec![Allocation {
+                    meter: "g".into(),
+                    share: Some(rust_decimal::Decimal::ONE),
+                    start_at: Some(t),
+                    end_at: Some(t),
+                }],
+            })
+            .unwrap(),
+            &["key", "tenant", "kind", "start_at"],
+        ),
+        (
+            "Tokens",
+            serde_json::to_value(Tokens {
+                job: "j".into(),
+                tenant: Some("a".into()),
+                start_at: t,
+                end_at: t,
+                prompt_tokens: 1,
+                generated_tokens: 1,
+            })
+            .unwrap(),
+            &[
+                "job",
+                "start_at",
+                "end_at",
+                "prompt_tokens",
+                "generated_tokens",
+            ],
+        ),
+        (
+            "SignalPoint",
+            serde_json::to_value(SignalPoint {
+                region: "DE".into(),
+                signal: "carbon".into(),
+                basis: Some("average".into()),
+                currency: Some("EUR".into()),
+                status: "actual".into(),
+                source: "x".into(),
+                start_at: t,
+                end_at: t,
+                value: rust_decimal::Decimal::ONE,
+                estimated: true,
+            })
+            .unwrap(),
+            &[
+                "region", "signal", "status", "source", "start_at", "end_at", "value",
+            ],
+        ),
+    ];
+    for (name, record, required) in full {
+        let schema = &doc["components"]["schemas"][name];
+        let mut documented: Vec<&str> = schema["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{name} is not documented"))
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut sent: Vec<&str> = record
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        documented.sort_unstable();
+        sent.sort_unstable();
+        assert_eq!(documented, sent, "{name}");
+        let mut req: Vec<&str> = schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        req.sort_unstable();
+        let mut want = required.to_vec();
+        want.sort_unstable();
+        assert_eq!(req, want, "{name}");
+        assert_eq!(schema["additionalProperties"], false, "{name}");
+    }
+}
