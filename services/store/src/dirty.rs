@@ -13,7 +13,11 @@ use sqlx::{Postgres, Transaction};
 /// Marks the hours a sample batch changes: for each meter, from the hour of the second sample
 /// before the batch to the hour of the second sample after it. The intervals next to the
 /// batch's own change their ends; the ones beyond those may change their estimate (a counter
-/// reset is estimated from its neighbouring intervals).
+/// reset is estimated from its neighbouring intervals). Then moves the meters' heads.
+///
+/// A batch that starts after its meter's newest stored sample (an agent's next step) takes
+/// its neighbours from `meter_heads` (nothing after it, the two newest before it); a batch
+/// of late data looks them up in the samples index.
 pub async fn mark_for_samples(
     tx: &mut Transaction<'_, Postgres>,
     meter_ids: &[i64],
@@ -23,11 +27,20 @@ pub async fn mark_for_samples(
         "WITH batch AS (
              SELECT meter_id, min(ts) AS lo, max(ts) AS hi
              FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(meter_id, ts) GROUP BY meter_id
-         ), spans AS (
+         ), appending AS (
+             SELECT m.site_id,
+                    CASE WHEN h.last_ts IS NULL THEN b.lo
+                         ELSE greatest(coalesce(h.prev_ts, h.last_ts), b.lo - interval '45 days')
+                    END AS lo,
+                    b.hi
+             FROM batch b
+             JOIN meters m ON m.id = b.meter_id
+             LEFT JOIN meter_heads h ON h.meter_id = b.meter_id
+             WHERE h.last_ts IS NULL OR h.last_ts < b.lo
+         ), late AS (
              -- The samples before are looked for within the 45 days that bound the span, so
              -- a lookup reads those days' partitions, not the whole history (past them, only
-             -- whether any sample exists matters: the span is clamped there). After the
-             -- batch there is only the future's few partitions, and usually nothing.
+             -- whether any sample exists matters: the span is clamped there).
              SELECT m.site_id,
                     CASE WHEN p.n = 2 THEN p.ts
                          WHEN EXISTS (SELECT FROM samples s WHERE s.meter_id = b.meter_id
@@ -37,6 +50,7 @@ pub async fn mark_for_samples(
                     least(coalesce(n.ts, b.hi), b.hi + interval '45 days') AS hi
              FROM batch b
              JOIN meters m ON m.id = b.meter_id
+             JOIN meter_heads h ON h.meter_id = b.meter_id AND h.last_ts >= b.lo
              CROSS JOIN LATERAL (SELECT count(*) AS n, min(ts) AS ts FROM (
                                     SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts < b.lo
                                       AND s.ts >= b.lo - interval '45 days'
@@ -45,11 +59,31 @@ pub async fn mark_for_samples(
                                     SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts > b.hi
                                     ORDER BY ts LIMIT 2) x) n
          ), hours AS (
-             SELECT DISTINCT site_id, h AS hour FROM spans,
+             SELECT DISTINCT site_id, h AS hour
+             FROM (SELECT * FROM appending UNION ALL SELECT * FROM late) spans,
                  generate_series(date_trunc('hour', lo), date_trunc('hour', hi), interval '1 hour') h
          )
          INSERT INTO dirty_hours (site_id, hour) SELECT site_id, hour FROM hours ORDER BY 1, 2
          ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+    )
+    .bind(meter_ids)
+    .bind(ts)
+    .execute(&mut **tx)
+    .await?;
+    // The heads become the two newest distinct times of what they were and the batch's. In
+    // meter order, so concurrent batches of the same meters queue rather than deadlock; the
+    // newest two of a union do not depend on which batch comes first.
+    sqlx::query(
+        "INSERT INTO meter_heads AS h (meter_id, last_ts, prev_ts)
+         SELECT meter_id, top[1], top[2] FROM (
+             SELECT meter_id, (array_agg(DISTINCT ts ORDER BY ts DESC))[1:2] AS top
+             FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(meter_id, ts) GROUP BY meter_id
+         ) b ORDER BY meter_id
+         ON CONFLICT (meter_id) DO UPDATE SET (last_ts, prev_ts) = (
+             SELECT t[1], t[2] FROM (
+                 SELECT array_agg(DISTINCT x ORDER BY x DESC) AS t
+                 FROM unnest(ARRAY[h.last_ts, h.prev_ts, EXCLUDED.last_ts, EXCLUDED.prev_ts]) x
+                 WHERE x IS NOT NULL) newest)",
     )
     .bind(meter_ids)
     .bind(ts)
