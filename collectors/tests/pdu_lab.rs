@@ -4,7 +4,7 @@
 //! unsupported value.
 //!
 //! `tests/run` starts the lab (`bash ../shared/pdu-lab/start.sh`); these tests read its
-//! `endpoints.env` and fail, saying how to start it, when it is not there. Each test edits a
+//! `endpoints.env`, and without it skip (fail under `tests/run`), saying how to start it. Each test edits a
 //! lab file of its own (outlets.json, one Redfish outlet, the BMC's watts), so they run in
 //! parallel; run one test binary against one lab at a time.
 
@@ -18,21 +18,41 @@ use wattledger_agent::collect::snmp::{SnmpConfig, SnmpSource};
 use wattledger_agent::collect::Source;
 use wattledger_agent::records::{Batch, Sample};
 
-fn lab() -> BTreeMap<String, String> {
+mod peers;
+
+/// The lab's endpoints, or `None` (the test skips) when it is not running.
+fn lab() -> Option<BTreeMap<String, String>> {
     let run = std::env::var("PDU_LAB_RUN").unwrap_or_else(|_| "/tmp/pdu-lab".into());
     let path = PathBuf::from(run).join("endpoints.env");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "the PDU lab is not running ({}: {e}); start it with `bash ../shared/pdu-lab/start.sh` \
-             (tests/run does)",
-            path.display()
-        )
-    });
-    text.lines()
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) => {
+            return peers::missing(
+                &format!("the PDU lab is not running ({}: {e})", path.display()),
+                "start it with `bash ../shared/pdu-lab/start.sh`",
+            )
+        }
+    };
+    let env: BTreeMap<String, String> = text
+        .lines()
         .filter_map(|l| l.strip_prefix("export "))
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
-        .collect()
+        .collect();
+    // A stopped lab leaves its endpoints file: ask its Redfish server whether it is up.
+    let redfish = env
+        .get("PDU_LAB_REDFISH")
+        .map_or("", |u| u.trim_start_matches("http://"));
+    let up = redfish.parse().is_ok_and(|addr| {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+    });
+    if !up {
+        return peers::missing(
+            &format!("the PDU lab is not running (nothing answers at {redfish})"),
+            "start it with `bash ../shared/pdu-lab/start.sh`",
+        );
+    }
+    Some(env)
 }
 
 async fn collect(source: &mut dyn Source) -> Vec<Sample> {
@@ -60,7 +80,7 @@ const DKWH_MJ: i64 = 360_000_000;
 
 #[tokio::test]
 async fn snmp_recorded_apc_counter_rises_in_tenths_of_a_kwh() {
-    let env = lab();
+    let Some(env) = lab() else { return };
     let mut s = snmp(&format!(
         "target = \"{}\"\ncommunity = \"apc-ap8641-fast\"\nprofile = \"apc-rpdu2\"\n\
          outlets = {{ \"1\" = \"node-1\", \"2\" = \"node-2\", \"3\" = \"node-2\" }}\n",
@@ -87,7 +107,7 @@ async fn snmp_recorded_apc_counter_rises_in_tenths_of_a_kwh() {
 
 #[tokio::test]
 async fn snmp_unsupported_minus_one_gives_no_sample_and_device_level_reads() {
-    let env = lab();
+    let Some(env) = lab() else { return };
     let target = &env["PDU_LAB_SNMPSIM"];
     let mut unsupported = snmp(&format!(
         "target = \"{target}\"\ncommunity = \"apc-ap7902b\"\nprofile = \"apc-rpdu2-device\"\n\
@@ -110,7 +130,7 @@ async fn snmp_unsupported_minus_one_gives_no_sample_and_device_level_reads() {
 
 #[tokio::test]
 async fn snmp_dual_fed_node_survives_a_reset_of_one_feed() {
-    let env = lab();
+    let Some(env) = lab() else { return };
     let outlets = PathBuf::from(&env["PDU_LAB_SNMPD_OUTLETS_JSON"]);
     let write = |json: serde_json::Value| {
         std::fs::write(&outlets, json.to_string()).unwrap();
@@ -168,7 +188,7 @@ async fn snmp_dual_fed_node_survives_a_reset_of_one_feed() {
 
 #[tokio::test]
 async fn redfish_outlet_reads_and_a_reset_register_keeps_the_counter_monotonic() {
-    let env = lab();
+    let Some(env) = lab() else { return };
     let file = PathBuf::from(&env["PDU_LAB_REDFISH_ROOT"])
         .join("PowerEquipment/RackPDUs/1/Outlets/A1/index.json");
     let original = std::fs::read_to_string(&file).unwrap();
@@ -211,7 +231,7 @@ impl Drop for Restore {
 
 #[tokio::test]
 async fn exporters_in_front_of_the_lab_snmp_exporter_and_ipmi_exporter() {
-    let env = lab();
+    let Some(env) = lab() else { return };
     let http = reqwest::Client::new();
     let apc: ExporterConfig = toml::from_str(&format!(
         "url = \"{}/snmp?module=apc_rpdu2_fast&target={}\"\n\
