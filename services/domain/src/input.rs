@@ -32,6 +32,8 @@ pub enum InputError {
     NotDate,
     #[error("must be between 2000-01-01 and 2100-01-01")]
     TimeRange,
+    #[error("is in the future beyond the allowed clock skew")]
+    Future,
     #[error("must have at most {0} decimal places")]
     Precision(u32),
     #[error("must be between {min} and {max}")]
@@ -84,6 +86,16 @@ pub fn latest() -> DateTime<Utc> {
 pub fn time(t: DateTime<Utc>) -> Result<DateTime<Utc>, InputError> {
     if t < earliest() || t >= latest() {
         return Err(InputError::TimeRange);
+    }
+    Ok(t)
+}
+
+/// A time within the bounds of [`time`] and not after `latest` (the server's clock plus the
+/// skew it allows, or a door's own horizon).
+pub fn time_until(t: DateTime<Utc>, latest: DateTime<Utc>) -> Result<DateTime<Utc>, InputError> {
+    let t = time(t)?;
+    if t > latest {
+        return Err(InputError::Future);
     }
     Ok(t)
 }

@@ -60,12 +60,10 @@ impl Problems {
         }
     }
 
-    /// A time within [`input::time`]'s bounds and not after `latest`.
+    /// A time by [`input::time_until`].
     fn time(&mut self, field: &str, t: DateTime<Utc>, latest: DateTime<Utc>) {
-        if let Err(e) = input::time(t) {
+        if let Err(e) = input::time_until(t, latest) {
             self.add(field, e);
-        } else if t > latest {
-            self.add(field, "is in the future beyond the allowed clock skew");
         }
     }
 

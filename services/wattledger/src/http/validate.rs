@@ -54,19 +54,8 @@ impl<'a> Record<'a> {
     /// A string passing the text rule ([`input::text`]): no NUL or control characters, at
     /// most `max_len` bytes.
     pub fn opt_str(&mut self, field: &str, max_len: usize) -> Option<String> {
-        match self.get(field)? {
-            Value::String(s) => match input::text(s, max_len) {
-                Ok(s) => Some(s.to_owned()),
-                Err(e) => {
-                    self.error(field, e.to_string());
-                    None
-                }
-            },
-            _ => {
-                self.error(field, "must be a string");
-                None
-            }
-        }
+        let s = self.opt_string(field)?;
+        self.ruled(field, s, |s| input::text(s, max_len).map(drop))
     }
 
     pub fn str(&mut self, field: &str, max_len: usize) -> Option<String> {
@@ -74,7 +63,8 @@ impl<'a> Record<'a> {
         self.required(field, v)
     }
 
-    /// A string as sent, for a wire record whose `check` applies the text rules.
+    /// A string as sent: the text rules are the caller's (a wire record's `check`, or
+    /// [`Record::opt_str`] and [`Record::opt_key`] below).
     pub fn opt_string(&mut self, field: &str) -> Option<String> {
         match self.get(field)? {
             Value::String(s) => Some(s.clone()),
@@ -104,16 +94,21 @@ impl<'a> Record<'a> {
     }
 
     pub fn opt_key(&mut self, field: &str) -> Option<String> {
-        match self.get(field)? {
-            Value::String(s) => match input::key(s) {
-                Ok(s) => Some(s.to_owned()),
-                Err(e) => {
-                    self.error(field, e.to_string());
-                    None
-                }
-            },
-            _ => {
-                self.error(field, "must be a string");
+        let s = self.opt_string(field)?;
+        self.ruled(field, s, |s| input::key(s).map(drop))
+    }
+
+    /// `s` if it passes `rule`; otherwise the rule's error on `field`.
+    fn ruled(
+        &mut self,
+        field: &str,
+        s: String,
+        rule: impl FnOnce(&str) -> Result<(), input::InputError>,
+    ) -> Option<String> {
+        match rule(&s) {
+            Ok(()) => Some(s),
+            Err(e) => {
+                self.error(field, e.to_string());
                 None
             }
         }
@@ -216,18 +211,13 @@ impl<'a> Record<'a> {
                 return None;
             }
         };
-        let ts = match input::parse_time(&s) {
-            Ok(t) => t,
+        match input::parse_time(&s).and_then(|t| input::time_until(t, latest)) {
+            Ok(t) => Some(t),
             Err(e) => {
                 self.error(field, e.to_string());
-                return None;
+                None
             }
-        };
-        if ts > latest {
-            self.error(field, "is in the future beyond the allowed clock skew");
-            return None;
         }
-        Some(ts)
     }
 
     pub fn time(&mut self, field: &str, latest: DateTime<Utc>) -> Option<DateTime<Utc>> {
