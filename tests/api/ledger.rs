@@ -380,6 +380,15 @@ async fn the_tenant_day_rollup_equals_the_ledger_after_random_recomputations() {
     assert!(direct.iter().all(|(_, mj, _)| *mj > 0), "{direct:?}");
 }
 
+/// The scenario hour's IT peak as stored.
+async fn it_peak(app: &TestApp) -> Option<i64> {
+    sqlx::query_scalar("SELECT it_peak_mw FROM site_hours WHERE hour = $1")
+        .bind(DateTime::parse_from_rfc3339(HOUR).unwrap().to_utc())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_site_hour_keeps_its_it_peak_from_the_step_peaks() {
     let app = TestApp::start().await;
@@ -396,11 +405,7 @@ async fn a_site_hour_keeps_its_it_peak_from_the_step_peaks() {
     }
     scenario::push(&app, &b).await;
     app.attribute().await;
-    let peak: Option<i64> = sqlx::query_scalar("SELECT it_peak_mw FROM site_hours WHERE hour = $1")
-        .bind(DateTime::parse_from_rfc3339(HOUR).unwrap().to_utc())
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let peak = it_peak(&app).await;
     assert_eq!(peak, Some(1_660_000));
     let day = DateTime::parse_from_rfc3339("2026-11-02T00:00:00Z")
         .unwrap()
@@ -587,10 +592,6 @@ async fn a_site_hour_of_counter_only_node_meters_keeps_their_mean_as_its_peak() 
     let app = TestApp::start().await;
     scenario::push(&app, &scenario::batches()).await;
     app.attribute().await;
-    let peak: Option<i64> = sqlx::query_scalar("SELECT it_peak_mw FROM site_hours WHERE hour = $1")
-        .bind(DateTime::parse_from_rfc3339(HOUR).unwrap().to_utc())
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let peak = it_peak(&app).await;
     assert_eq!(peak, Some(1_600_000), "n1's counter rises 96 kJ a minute");
 }

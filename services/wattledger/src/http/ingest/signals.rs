@@ -60,11 +60,7 @@ pub async fn signals_batch(
             value: value?,
             estimated,
         };
-        let problems = p.check(latest);
-        if !problems.is_empty() {
-            r.problems(problems);
-            return None;
-        }
+        r.problems(p.check(latest));
         Some(SignalRow {
             region: p.region,
             // A price's basis column holds its currency.
