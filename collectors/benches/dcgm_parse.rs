@@ -4,7 +4,7 @@
 //! cargo bench -p wattledger-agent --bench dcgm_parse
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use wattledger_agent::sources::dcgm;
+use wattledger_agent::sources::dcgm::parse as dcgm;
 
 /// An 8-GPU node's scrape: the real exporter's metric set (shared/fixtures) repeated per GPU,
 /// two GPUs shared by two Slurm jobs each (series repeated per `hpc_job`).

@@ -1,8 +1,8 @@
 //! The wattledger agent: reads GPUs, PDUs, BMCs, inference servers and schedulers and pushes
 //! what it read to the ingest API, through a disk spool that loses nothing.
 //!
-//! - `sources/`: one pure parser per wire format, fed real payloads by its tests;
-//! - `collect/`: the I/O edge of each source (fetch, parse, turn readings into records);
+//! - `sources/<name>/`: one folder per source: its config and I/O edge in `mod.rs`, its pure
+//!   parser of the peer's wire format in `parse.rs`, fed real payloads by its tests;
 //! - `feeds.rs`: PDU outlets summed into one counter per node meter;
 //! - `pods.rs`: Kubernetes pods on GPUs as jobs that open, move and close;
 //! - `steps.rs`: fast readings reduced to one record per meter per step;
@@ -10,10 +10,8 @@
 //! - `agent/`: configuration, spool, push, metrics and the run loop.
 
 pub mod agent;
-pub mod collect;
 pub mod feeds;
 pub mod pods;
-pub mod prom;
 pub mod records;
 pub mod sources;
 pub mod steps;

@@ -12,11 +12,11 @@ use chrono::Utc;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use wattledger_agent::collect::exporter::{ExporterConfig, ExporterSource};
-use wattledger_agent::collect::redfish::{RedfishConfig, RedfishSource};
-use wattledger_agent::collect::snmp::{SnmpConfig, SnmpSource};
-use wattledger_agent::collect::Source;
 use wattledger_agent::records::{Batch, Sample};
+use wattledger_agent::sources::exporter::{ExporterConfig, ExporterSource};
+use wattledger_agent::sources::redfish::{RedfishConfig, RedfishSource};
+use wattledger_agent::sources::snmp::{SnmpConfig, SnmpSource};
+use wattledger_agent::sources::Source;
 
 mod peers;
 

@@ -8,9 +8,9 @@
 use chrono::Utc;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use wattledger_agent::collect::slurm::{SlurmConfig, SlurmSource};
-use wattledger_agent::collect::Source;
 use wattledger_agent::records::{Batch, Job};
+use wattledger_agent::sources::slurm::{SlurmConfig, SlurmSource};
+use wattledger_agent::sources::Source;
 
 mod peers;
 

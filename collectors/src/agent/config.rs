@@ -13,23 +13,23 @@ pub struct Config {
     #[serde(default)]
     pub meters: Vec<MeterConfig>,
     #[serde(default)]
-    pub nvml: Vec<crate::collect::nvml::NvmlConfig>,
+    pub nvml: Vec<crate::sources::nvml::NvmlConfig>,
     #[serde(default)]
-    pub dcgm: Vec<crate::collect::dcgm::DcgmConfig>,
+    pub dcgm: Vec<crate::sources::dcgm::DcgmConfig>,
     #[serde(default)]
-    pub tokens: Vec<crate::collect::tokens::TokensConfig>,
+    pub tokens: Vec<crate::sources::tokens::TokensConfig>,
     #[serde(default)]
-    pub redfish: Vec<crate::collect::redfish::RedfishConfig>,
+    pub redfish: Vec<crate::sources::redfish::RedfishConfig>,
     #[serde(default)]
-    pub snmp: Vec<crate::collect::snmp::SnmpConfig>,
+    pub snmp: Vec<crate::sources::snmp::SnmpConfig>,
     #[serde(default)]
-    pub exporter: Vec<crate::collect::exporter::ExporterConfig>,
+    pub exporter: Vec<crate::sources::exporter::ExporterConfig>,
     #[serde(default)]
-    pub slurm: Vec<crate::collect::slurm::SlurmConfig>,
+    pub slurm: Vec<crate::sources::slurm::SlurmConfig>,
     #[serde(default)]
-    pub podresources: Vec<crate::collect::podresources::PodResourcesConfig>,
+    pub podresources: Vec<crate::sources::podresources::PodResourcesConfig>,
     #[serde(default)]
-    pub grid: Vec<crate::collect::grid::GridConfig>,
+    pub grid: Vec<crate::sources::grid::GridConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

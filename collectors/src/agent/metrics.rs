@@ -124,7 +124,7 @@ mod tests {
         assert!(text.contains("wattledger_agent_records_read_total{source=\"dcgm \\\"a\\\"\"} 5\n"));
         assert!(text.contains("wattledger_agent_spool_pending_bytes 42\n"));
         // It is valid exposition text by our own parser too.
-        let parsed = crate::prom::parse(&text).unwrap();
+        let parsed = crate::sources::prom::parse(&text).unwrap();
         assert_eq!(parsed.samples.len(), 2);
     }
 }

@@ -9,8 +9,8 @@
 use super::dead_letter::DeadLetter;
 use super::metrics::Metrics;
 use super::spool::{Pos, SourceState, Spool};
-use crate::collect::error_chain;
 use crate::records::Batch;
+use crate::sources::http::error_chain;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -8,8 +8,8 @@ use super::metrics::Metrics;
 use super::push::Pusher;
 use super::spool::{Entry, SourceState, Spool, SpoolError};
 use super::stepped::Stepped;
-use crate::collect::{self, Source, SourceError};
 use crate::records::{Batch, Meter};
+use crate::sources::{self, http, Source, SourceError};
 use chrono::Utc;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -35,7 +35,7 @@ pub enum AgentError {
 pub fn sources(config: &Config) -> Result<Vec<Box<dyn Source>>, AgentError> {
     let timeout = |s: f64| Duration::from_secs_f64(s.clamp(1.0, 30.0));
     let client = |ca: Option<&std::path::Path>, interval: f64| {
-        collect::http_client(ca, timeout(interval)).map_err(AgentError::Http)
+        http::http_client(ca, timeout(interval)).map_err(AgentError::Http)
     };
     let site = &config.agent.site;
     let node = config.agent.node.clone().unwrap_or_default();
@@ -51,19 +51,19 @@ pub fn sources(config: &Config) -> Result<Vec<Box<dyn Source>>, AgentError> {
     for c in &config.nvml {
         out.push(meter(
             c.raw,
-            Box::new(collect::nvml::NvmlSource::new(c.clone(), site, &node)),
+            Box::new(sources::nvml::NvmlSource::new(c.clone(), site, &node)),
         ));
     }
     for c in &config.dcgm {
         let http = client(None, c.interval_s)?;
         out.push(meter(
             c.raw,
-            Box::new(collect::dcgm::DcgmSource::new(c.clone(), site, &node, http)),
+            Box::new(sources::dcgm::DcgmSource::new(c.clone(), site, &node, http)),
         ));
     }
     for c in &config.tokens {
         let http = client(None, c.interval_s)?;
-        out.push(Box::new(collect::tokens::TokensSource::new(
+        out.push(Box::new(sources::tokens::TokensSource::new(
             c.clone(),
             http,
         )));
@@ -72,11 +72,11 @@ pub fn sources(config: &Config) -> Result<Vec<Box<dyn Source>>, AgentError> {
         let http = client(c.ca_file.as_deref(), c.interval_s)?;
         out.push(meter(
             c.raw,
-            Box::new(collect::redfish::RedfishSource::new(c.clone(), http)),
+            Box::new(sources::redfish::RedfishSource::new(c.clone(), http)),
         ));
     }
     for c in &config.snmp {
-        let source = collect::snmp::SnmpSource::new(c.clone())
+        let source = sources::snmp::SnmpSource::new(c.clone())
             .map_err(|e| AgentError::Config(super::config::ConfigError::Invalid(e)))?;
         out.push(meter(c.raw, Box::new(source)));
     }
@@ -84,18 +84,18 @@ pub fn sources(config: &Config) -> Result<Vec<Box<dyn Source>>, AgentError> {
         let http = client(None, c.interval_s)?;
         out.push(meter(
             c.raw,
-            Box::new(collect::exporter::ExporterSource::new(c.clone(), http)),
+            Box::new(sources::exporter::ExporterSource::new(c.clone(), http)),
         ));
     }
     for c in &config.slurm {
-        out.push(Box::new(collect::slurm::SlurmSource::new(c.clone())));
+        out.push(Box::new(sources::slurm::SlurmSource::new(c.clone())));
     }
     for c in &config.grid {
         let http = client(None, 30.0)?;
-        out.push(Box::new(collect::grid::GridSource::new(c.clone(), http)));
+        out.push(Box::new(sources::grid::GridSource::new(c.clone(), http)));
     }
     for c in &config.podresources {
-        out.push(Box::new(collect::podresources::PodResourcesSource::new(
+        out.push(Box::new(sources::podresources::PodResourcesSource::new(
             c.clone(),
         )));
     }
@@ -144,7 +144,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
 
     let pusher = Pusher {
-        client: collect::http_client(
+        client: http::http_client(
             config.agent.ca_file.as_deref(),
             Duration::from_secs_f64(config.agent.request_timeout_s),
         )

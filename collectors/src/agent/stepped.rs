@@ -5,8 +5,8 @@
 //! produced, so after a restart (or a SIGKILL) it resumes exactly where the spool does: no
 //! boundary is sent twice, and the counter carried across resets continues.
 
-use crate::collect::{BoxFuture, Collected, Source, SourceError};
 use crate::records::Batch;
+use crate::sources::{BoxFuture, Collected, Source, SourceError};
 use crate::steps::Reducer;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -6,15 +6,18 @@
 //! time-sliced device (`<uuid>::<n>` replicas) is shared by the pods holding its replicas.
 //!
 //! gRPC here is one unary call over HTTP/2 (hyper); the messages are decoded by
-//! `crate::sources::podresources`.
+//! `parse`.
 
-use super::{error_chain, BoxFuture, Collected, Source, SourceError};
+pub mod parse;
+
+use super::http::error_chain;
+use super::{BoxFuture, Collected, Source, SourceError};
 use crate::pods::{PodUse, Pods};
 use crate::records::Batch;
-use crate::sources::podresources::{self as parse, Device};
 use chrono::{DateTime, Utc};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use parse::Device;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -228,9 +231,9 @@ impl Source for PodResourcesSource {
 
 #[cfg(test)]
 mod tests {
+    use super::parse::tests::{container, devices, list, pod};
     use super::*;
     use crate::records::Job;
-    use crate::sources::podresources::tests::{container, devices, list, pod};
     use http_body_util::Empty;
     use hyper::body::Incoming;
     use std::sync::{Arc, Mutex};
@@ -266,11 +269,11 @@ mod tests {
                                             (0..3).map(|i| format!("{G0}::{i}")).collect();
                                         let ids: Vec<&str> =
                                             ids.iter().map(String::as_str).collect();
-                                        let mut m = crate::sources::podresources::tests::field(
+                                        let mut m = super::parse::tests::field(
                                             1,
                                             &devices("nvidia.com/gpu", &ids),
                                         );
-                                        m.extend(crate::sources::podresources::tests::field(
+                                        m.extend(super::parse::tests::field(
                                             1,
                                             &devices("nvidia.com/gpu", &[G1]),
                                         ));

@@ -9,7 +9,7 @@
 //! instance so the caller can apportion, never sum. Values at or above 9.22e18 are DCGM's
 //! "blank" sentinel (not supported).
 
-use crate::prom::{self, Scrape};
+use crate::sources::prom::{self, Scrape};
 use std::collections::BTreeMap;
 
 /// A MIG instance of a GPU.

@@ -4,10 +4,13 @@
 //! The baselines of the counters travel with the spooled records, so after a crash the agent
 //! counts on from the last spooled scrape: no token is lost or counted twice.
 
-use super::{get_text, Auth, BoxFuture, Collected, Source, SourceError};
+pub mod parse;
+
+use super::http::{get_text, Auth};
+use super::{BoxFuture, Collected, Source, SourceError};
 use crate::records::{Batch, Tokens};
-use crate::sources::tokens::{self, Baseline, DeltaTracker};
 use chrono::{DateTime, Utc};
+use parse::{Baseline, DeltaTracker};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -64,7 +67,7 @@ impl TokensSource {
     }
 
     /// One scrape's totals to token records over (last scrape, now].
-    fn records(&mut self, totals: &[tokens::TokenTotals], now: DateTime<Utc>) -> Collected {
+    fn records(&mut self, totals: &[parse::TokenTotals], now: DateTime<Utc>) -> Collected {
         let deltas = self.tracker.observe(totals);
         let start_at = self.last_at.replace(now);
         let mut per_tenant: BTreeMap<Option<String>, (i64, i64)> = BTreeMap::new();
@@ -129,13 +132,12 @@ impl Source for TokensSource {
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
         Box::pin(async move {
             let text = get_text(&self.client, &self.config.url, Auth::None).await?;
-            let totals =
-                tokens::parse(&text, self.config.tenant_label.as_deref()).map_err(|e| {
-                    SourceError::Parse {
-                        what: self.config.url.clone(),
-                        reason: e.to_string(),
-                    }
-                })?;
+            let totals = parse::parse(&text, self.config.tenant_label.as_deref()).map_err(|e| {
+                SourceError::Parse {
+                    what: self.config.url.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
             Ok(self.records(&totals, now))
         })
     }
@@ -153,7 +155,7 @@ mod tests {
         TokensSource::new(config, reqwest::Client::new())
     }
 
-    fn scrape(a: (f64, f64), b: (f64, f64)) -> Vec<tokens::TokenTotals> {
+    fn scrape(a: (f64, f64), b: (f64, f64)) -> Vec<parse::TokenTotals> {
         let text = format!(
             "vllm:prompt_tokens_total{{model_name=\"m\",tenant=\"a\"}} {}\n\
              vllm:generation_tokens_total{{model_name=\"m\",tenant=\"a\"}} {}\n\
@@ -161,7 +163,7 @@ mod tests {
              vllm:generation_tokens_total{{model_name=\"m\",tenant=\"b\"}} {}\n",
             a.0, a.1, b.0, b.1
         );
-        tokens::parse(&text, Some("tenant")).unwrap()
+        parse::parse(&text, Some("tenant")).unwrap()
     }
 
     fn at(s: i64) -> DateTime<Utc> {

@@ -4,11 +4,13 @@
 //! Indices seen while a job runs are kept in the source's spooled state, so a job that ends
 //! between two polls, or across an agent restart, is still sent with its GPUs.
 
+pub mod parse;
+
 use super::{BoxFuture, Collected, Source, SourceError};
 use crate::agent::config::meter_key;
 use crate::records::{Allocation, Batch, Job};
-use crate::sources::slurm::{self, NodeGpus, SlurmJob};
 use chrono::{DateTime, Duration, Utc};
+use parse::{NodeGpus, SlurmJob};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -267,13 +269,13 @@ impl Source for SlurmSource {
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
         Box::pin(async move {
-            let parse = |what: &str, e: slurm::SlurmError| SourceError::Parse {
+            let parse = |what: &str, e: parse::SlurmError| SourceError::Parse {
                 what: what.to_owned(),
                 reason: e.to_string(),
             };
             if !self.config.squeue.is_empty() {
                 let text = run_json(&self.config.squeue, &["--json".into(), "-a".into()]).await?;
-                let live = slurm::parse_jobs(&text).map_err(|e| parse("squeue --json", e))?;
+                let live = parse::parse_jobs(&text).map_err(|e| parse("squeue --json", e))?;
                 self.learn(&live);
             }
             let since = self
@@ -290,7 +292,7 @@ impl Source for SlurmSource {
                 fmt(now + Duration::seconds(60)),
             ];
             let text = run_json(&self.config.sacct, &args).await?;
-            let jobs = slurm::parse_jobs(&text).map_err(|e| parse("sacct --json", e))?;
+            let jobs = parse::parse_jobs(&text).map_err(|e| parse("sacct --json", e))?;
             // Running jobs stay in every window (sacct selects jobs active in it), so the
             // window may start shortly before this poll.
             Ok(self.records(&jobs, now - Duration::seconds(300)))
@@ -312,7 +314,7 @@ mod tests {
 
     #[test]
     fn running_jobs_get_their_gpus_from_squeue_and_keep_them_after_the_end() {
-        let live = slurm::parse_jobs(&fixtures::read(
+        let live = parse::parse_jobs(&fixtures::read(
             "slurm/slurmctld-v0.0.44-job-gpus-running.json",
         ))
         .unwrap();
@@ -360,7 +362,7 @@ mod tests {
 
     #[test]
     fn accounting_jobs_map_accounts_and_skip_the_unstarted() {
-        let jobs = slurm::parse_jobs(&fixtures::read("slurm/sacct-22.05.json")).unwrap();
+        let jobs = parse::parse_jobs(&fixtures::read("slurm/sacct-22.05.json")).unwrap();
         let mut s = source();
         let c = s.records(&jobs, at(0));
         let started = jobs

@@ -1,16 +1,18 @@
 //! Rack PDUs over SNMP (v2c, or v1 for old firmware): walks the columns of a vendor profile
-//! (`crate::sources::snmp`) and turns the mapped outlets into samples of the node meters they
+//! (`parse`) and turns the mapped outlets into samples of the node meters they
 //! feed (`crate::feeds`).
 //!
 //! The `snmp2` client is synchronous UDP, so each cycle's walk runs on the blocking pool;
 //! a lost datagram is retried `retries` times before the cycle fails.
 
+pub mod parse;
+
 use super::{BoxFuture, Collected, Source, SourceError};
 use crate::feeds::Feeds;
 use crate::records::Batch;
-use crate::sources::snmp::{self as parse, Column, Oid, Profile, Value, Walk};
 use crate::units::{self, Unit};
 use chrono::{DateTime, Utc};
+use parse::{Column, Oid, Profile, Value, Walk};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;

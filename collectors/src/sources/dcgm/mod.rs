@@ -1,12 +1,15 @@
 //! dcgm-exporter scrapes: GPU energy counters and power as samples, the GPUs (and MIG
 //! instances) as meters, and Kubernetes pods seen on a GPU as jobs holding it.
 
-use super::{get_text, Auth, BoxFuture, Collected, Source, SourceError};
+pub mod parse;
+
+use super::http::{get_text, Auth};
+use super::{BoxFuture, Collected, Source, SourceError};
 use crate::agent::config::meter_key;
 use crate::pods::{PodUse, Pods};
 use crate::records::{Batch, Job, Meter, Sample};
-use crate::sources::dcgm::{self, GpuReading};
 use chrono::{DateTime, Utc};
+use parse::GpuReading;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -200,7 +203,7 @@ impl Source for DcgmSource {
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
         Box::pin(async move {
             let text = get_text(&self.client, &self.config.url, Auth::None).await?;
-            let readings = dcgm::parse(&text).map_err(|e| SourceError::Parse {
+            let readings = parse::parse(&text).map_err(|e| SourceError::Parse {
                 what: self.config.url.clone(),
                 reason: e.to_string(),
             })?;
@@ -228,7 +231,7 @@ mod tests {
 
     #[test]
     fn the_real_scrape_registers_the_gpu_once_and_samples_it() {
-        let readings = dcgm::parse(&fixtures::read("dcgm/dcgm-exporter-metrics.prom")).unwrap();
+        let readings = parse::parse(&fixtures::read("dcgm/dcgm-exporter-metrics.prom")).unwrap();
         let mut s = source(false);
         let first = s.records(&readings, at(0));
         let Batch::Meters(m) = &first.batches[0] else {
@@ -258,7 +261,7 @@ DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"2\",UUID=\"GPU-a\",GPU_I_PROFILE=\"3g
 DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"2\",UUID=\"GPU-a\",GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"2\",namespace=\"team-b\",pod=\"nb-1\"} 1000
 ";
         let mut s = source(true);
-        let c = s.records(&dcgm::parse(text).unwrap(), at(0));
+        let c = s.records(&parse::parse(text).unwrap(), at(0));
         let Batch::Meters(m) = &c.batches[0] else {
             panic!()
         };
@@ -285,16 +288,16 @@ DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"2\",UUID=\"GPU-a\",GPU_I_PROFILE=\"3g
         let on = "DCGM_FI_DEV_POWER_USAGE{gpu=\"0\",UUID=\"GPU-a\",namespace=\"serving\",pod=\"llm-0\"} 300\n";
         let off = "DCGM_FI_DEV_POWER_USAGE{gpu=\"0\",UUID=\"GPU-a\"} 60\n";
         let mut s = source(true);
-        let c = s.records(&dcgm::parse(on).unwrap(), at(0));
+        let c = s.records(&parse::parse(on).unwrap(), at(0));
         // The agent restarts: the open pod comes back from the spooled state.
         let mut s = source(true);
         s.restore(c.state.unwrap());
-        let c = s.records(&dcgm::parse(on).unwrap(), at(10));
+        let c = s.records(&parse::parse(on).unwrap(), at(10));
         assert!(
             !c.batches.iter().any(|b| matches!(b, Batch::Jobs(_))),
             "still open, nothing new"
         );
-        let c = s.records(&dcgm::parse(off).unwrap(), at(20));
+        let c = s.records(&parse::parse(off).unwrap(), at(20));
         let Batch::Jobs(j) = c
             .batches
             .iter()

@@ -9,7 +9,7 @@
 //! Values are floats, often in scientific notation, and counters restart at zero when the
 //! server restarts.
 
-use crate::prom::{self, Sample};
+use crate::sources::prom::{self, Sample};
 use std::collections::BTreeMap;
 
 /// Cumulative token counts of one model (and tenant, where the server labels one).

@@ -2,12 +2,12 @@
 //! meter it feeds (several outlets of one node summed, `crate::feeds`). Basic auth or a
 //! Redfish session; TLS with a configurable CA.
 
-use super::{
-    error_chain, get_answer, get_text, Answer, Auth, BoxFuture, Collected, Source, SourceError,
-};
+pub mod parse;
+
+use super::http::{error_chain, get_answer, get_text, Answer, Auth};
+use super::{BoxFuture, Collected, Source, SourceError};
 use crate::feeds::{Feeds, OutletReading};
 use crate::records::Batch;
-use crate::sources::redfish;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -138,7 +138,7 @@ impl RedfishSource {
 }
 
 /// Outlet readings (metered ones) as the feeds of the mapped meters.
-pub fn feed_readings(readings: &[(String, Option<redfish::OutletReading>)]) -> Vec<OutletReading> {
+pub fn feed_readings(readings: &[(String, Option<parse::OutletReading>)]) -> Vec<OutletReading> {
     readings
         .iter()
         .filter_map(|(id, r)| {
@@ -175,7 +175,7 @@ impl Source for RedfishSource {
             for id in ids {
                 let url = format!("{base}/Outlets/{id}");
                 let text = self.get(&url).await?;
-                let r = redfish::parse_outlet(&text).map_err(|e| SourceError::Parse {
+                let r = parse::parse_outlet(&text).map_err(|e| SourceError::Parse {
                     what: url.clone(),
                     reason: e.to_string(),
                 })?;
@@ -203,7 +203,7 @@ mod tests {
         let dir = "pdu/redfish/public-pdu/PowerEquipment/RackPDUs/1/Outlets";
         let read = |id: &str| {
             let r =
-                redfish::parse_outlet(&fixtures::read(&format!("{dir}/{id}/index.json"))).unwrap();
+                parse::parse_outlet(&fixtures::read(&format!("{dir}/{id}/index.json"))).unwrap();
             (id.to_owned(), r)
         };
         let readings = vec![read("A1"), read("A4"), read("A2")];

@@ -1,0 +1,121 @@
+//! Prometheus exporters a site already runs (snmp_exporter for PDUs, ipmi_exporter for BMCs):
+//! series picked by name and labels, mapped to meters, with their unit said in the config.
+
+pub mod parse;
+
+use super::http::{get_text, Auth};
+use super::prom;
+use super::{BoxFuture, Collected, Source, SourceError};
+use crate::records::Batch;
+use crate::units::{self, Unit};
+use chrono::{DateTime, Utc};
+use parse::samples;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExporterConfig {
+    pub name: Option<String>,
+    /// The scrape URL with its query, e.g.
+    /// `http://127.0.0.1:9116/snmp?module=apc_rpdu2&target=pdu1`.
+    pub url: String,
+    #[serde(default = "default_interval")]
+    pub interval_s: f64,
+    /// Send every reading as read instead of one record per meter per step (`agent.step_s`).
+    #[serde(default)]
+    pub raw: bool,
+    pub map: Vec<Mapping>,
+}
+
+/// One series → one meter.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mapping {
+    pub metric: String,
+    /// Labels the series must carry with these values.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub meter: String,
+    /// The series' unit. Power (a gauge): `mW`, `W`, `0.01kW`, `0.1kW`, `kW`. Energy (a counter,
+    /// even where the exporter calls it a gauge): `mJ`, `J`, `Wh`, `0.01kWh`, `0.1kWh`, `kWh`.
+    pub unit: String,
+}
+
+fn default_interval() -> f64 {
+    30.0
+}
+
+impl ExporterConfig {
+    pub fn name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("exporter {}", self.url))
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        if self.map.is_empty() {
+            return Err(format!(
+                "exporter {}: no [[exporter.map]] entries",
+                self.url
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for m in &self.map {
+            if let Some(u) = Unit::parse(&m.unit) {
+                // Two registers of one kind on one meter would overwrite each other.
+                if !seen.insert((m.meter.as_str(), u.is_energy())) {
+                    let kind = if u.is_energy() { "energy" } else { "power" };
+                    return Err(format!(
+                        "exporter {}: meter {} is given {kind} by two mappings: map each feed to a meter of its own",
+                        self.url, m.meter
+                    ));
+                }
+            }
+            if Unit::parse(&m.unit).is_none() {
+                return Err(format!(
+                    "exporter {}: metric {}: unit {:?} is none of {}",
+                    self.url,
+                    m.metric,
+                    m.unit,
+                    units::NAMES
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub struct ExporterSource {
+    config: ExporterConfig,
+    client: reqwest::Client,
+}
+
+impl ExporterSource {
+    pub fn new(config: ExporterConfig, client: reqwest::Client) -> Self {
+        ExporterSource { config, client }
+    }
+}
+
+impl Source for ExporterSource {
+    fn name(&self) -> String {
+        self.config.name()
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.config.interval_s)
+    }
+
+    fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
+        Box::pin(async move {
+            let text = get_text(&self.client, &self.config.url, Auth::None).await?;
+            let parse = |reason: String| SourceError::Parse {
+                what: self.config.url.clone(),
+                reason,
+            };
+            let scrape = prom::parse(&text).map_err(|e| parse(e.to_string()))?;
+            let s = samples(&scrape, &self.config.map, now).map_err(parse)?;
+            Ok(Collected::new([Batch::Samples(s)], None))
+        })
+    }
+}
