@@ -40,8 +40,8 @@ async fn main() -> anyhow::Result<()> {
         run::sources(&config)?;
         println!("{}: ok", cli.config.display());
         println!("site {} → {}", config.agent.site, config.agent.server);
-        for name in config.source_names() {
-            println!("  source: {name}");
+        for source in config.sources() {
+            println!("  source: {}", source.name());
         }
         return Ok(());
     }

@@ -105,7 +105,7 @@ async fn real_jobs_arrive_with_tenants_kinds_and_the_gpus_they_held() {
             // The agent restarts while the jobs run: the spooled state carries the GPU
             // indices squeue showed, which sacct alone does not have.
             s = source();
-            s.restore(state);
+            s.restore(state).unwrap();
             restarted = true;
         }
         let done = |k: &str| latest.get(k).is_some_and(|j| j.end_at.is_some());

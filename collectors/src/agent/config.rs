@@ -1,35 +1,58 @@
 //! The agent's TOML configuration (`deploy/agent/agent.toml` is the documented example),
 //! with environment overrides for what differs per node.
 
+use crate::sources::{self, SourceConfig};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Config {
-    pub agent: AgentConfig,
-    /// Meters this agent declares (its node, a facility meter): registered at start.
-    #[serde(default)]
-    pub meters: Vec<MeterConfig>,
-    #[serde(default)]
-    pub nvml: Vec<crate::sources::nvml::NvmlConfig>,
-    #[serde(default)]
-    pub dcgm: Vec<crate::sources::dcgm::DcgmConfig>,
-    #[serde(default)]
-    pub tokens: Vec<crate::sources::tokens::TokensConfig>,
-    #[serde(default)]
-    pub redfish: Vec<crate::sources::redfish::RedfishConfig>,
-    #[serde(default)]
-    pub snmp: Vec<crate::sources::snmp::SnmpConfig>,
-    #[serde(default)]
-    pub exporter: Vec<crate::sources::exporter::ExporterConfig>,
-    #[serde(default)]
-    pub slurm: Vec<crate::sources::slurm::SlurmConfig>,
-    #[serde(default)]
-    pub podresources: Vec<crate::sources::podresources::PodResourcesConfig>,
-    #[serde(default)]
-    pub grid: Vec<crate::sources::grid::GridConfig>,
+/// Declares `Config` with one table array per kind of source, and `Config::sources`.
+macro_rules! config_with_sources {
+    ($($(#[$doc:meta])* $table:ident: $config:ty,)*) => {
+        /// The agent's TOML: `[agent]`, the `[[meters]]` it declares, and a `[[<table>]]` per
+        /// configured source.
+        #[derive(Debug, Clone, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Config {
+            pub agent: AgentConfig,
+            /// Meters this agent declares (its node, a facility meter): registered at start.
+            #[serde(default)]
+            pub meters: Vec<MeterConfig>,
+            $($(#[$doc])* #[serde(default)] pub $table: Vec<$config>,)*
+        }
+
+        impl Config {
+            /// Every configured source, in the registry's order.
+            pub fn sources(&self) -> Vec<&dyn SourceConfig> {
+                let mut all: Vec<&dyn SourceConfig> = Vec::new();
+                $(all.extend(self.$table.iter().map(|c| c as &dyn SourceConfig));)*
+                all
+            }
+        }
+    };
+}
+
+// The registry of sources: a TOML table name and its config type (`crate::sources::<name>`).
+// A new source is its folder and one line here.
+config_with_sources! {
+    /// GPUs through NVML on this node.
+    nvml: sources::nvml::NvmlConfig,
+    /// GPUs through a dcgm-exporter.
+    dcgm: sources::dcgm::DcgmConfig,
+    /// Inference servers' token counters.
+    tokens: sources::tokens::TokensConfig,
+    /// Redfish rack PDUs.
+    redfish: sources::redfish::RedfishConfig,
+    /// SNMP rack PDUs.
+    snmp: sources::snmp::SnmpConfig,
+    /// Prometheus exporters a site runs (snmp_exporter, ipmi_exporter).
+    exporter: sources::exporter::ExporterConfig,
+    /// Slurm accounting.
+    slurm: sources::slurm::SlurmConfig,
+    /// The kubelet's pod resources.
+    podresources: sources::podresources::PodResourcesConfig,
+    /// Grid carbon intensity and prices.
+    grid: sources::grid::GridConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -188,50 +211,17 @@ impl Config {
                 ));
             }
         }
-        let gpu_sources = !self.nvml.is_empty() || !self.dcgm.is_empty();
-        if gpu_sources && a.node.is_none() {
-            return bad(
-                "agent.node (this node's meter key) is needed by the nvml and dcgm sources".into(),
-            );
-        }
         let mut names = std::collections::HashSet::new();
-        for name in self.source_names() {
+        for source in self.sources() {
+            let name = source.name();
             if !names.insert(name.clone()) {
                 return bad(format!(
                     "two sources are named {name:?}: give them distinct `name`s"
                 ));
             }
-        }
-        for c in &self.exporter {
-            c.check().map_err(ConfigError::Invalid)?;
-        }
-        for c in &self.snmp {
-            c.check().map_err(ConfigError::Invalid)?;
-        }
-        for c in &self.grid {
-            c.check().map_err(ConfigError::Invalid)?;
-        }
-        for c in &self.redfish {
-            if c.outlets.is_empty() {
-                return bad(format!("redfish {}: no outlets mapped to meters", c.url));
-            }
+            source.check(a).map_err(ConfigError::Invalid)?;
         }
         Ok(())
-    }
-
-    /// Every source's name, as it appears in logs and metric labels.
-    pub fn source_names(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        v.extend(self.nvml.iter().map(|c| c.name()));
-        v.extend(self.dcgm.iter().map(|c| c.name()));
-        v.extend(self.tokens.iter().map(|c| c.name()));
-        v.extend(self.redfish.iter().map(|c| c.name()));
-        v.extend(self.snmp.iter().map(|c| c.name()));
-        v.extend(self.exporter.iter().map(|c| c.name()));
-        v.extend(self.slurm.iter().map(|c| c.name()));
-        v.extend(self.podresources.iter().map(|c| c.name()));
-        v.extend(self.grid.iter().map(|c| c.name()));
-        v
     }
 
     /// The token, read from the file when one is named.

@@ -20,6 +20,11 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "Collection cycles a source failed (see the log for why).",
     ),
     (
+        "wattledger_agent_source_state_unreadable_total",
+        "counter",
+        "Spooled source states a restart could not read back (the source started afresh).",
+    ),
+    (
         "wattledger_agent_records_read_total",
         "counter",
         "Records a source produced (samples, jobs, tokens, meters).",

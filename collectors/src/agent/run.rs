@@ -9,7 +9,7 @@ use super::push::Pusher;
 use super::spool::{Entry, SourceState, Spool, SpoolError};
 use super::stepped::Stepped;
 use crate::records::{Batch, Meter};
-use crate::sources::{self, http, Source, SourceError};
+use crate::sources::{http, Source, SourceError};
 use chrono::Utc;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -24,6 +24,8 @@ pub enum AgentError {
     Spool(#[from] SpoolError),
     #[error("HTTP client: {0}")]
     Http(String),
+    #[error("source {name}: {reason}")]
+    Source { name: String, reason: String },
     #[error("metrics listener on {addr}: {source}")]
     Listen {
         addr: String,
@@ -31,75 +33,54 @@ pub enum AgentError {
     },
 }
 
-/// Builds every configured source.
-pub fn sources(config: &Config) -> Result<Vec<Box<dyn Source>>, AgentError> {
-    let timeout = |s: f64| Duration::from_secs_f64(s.clamp(1.0, 30.0));
-    let client = |ca: Option<&std::path::Path>, interval: f64| {
-        http::http_client(ca, timeout(interval)).map_err(AgentError::Http)
-    };
-    let site = &config.agent.site;
-    let node = config.agent.node.clone().unwrap_or_default();
-    // Meter sources send step records unless they are configured raw.
-    let meter = |raw: bool, source: Box<dyn Source>| -> Box<dyn Source> {
-        if raw {
-            source
-        } else {
-            Box::new(Stepped::new(source, config.agent.step_s))
-        }
-    };
-    let mut out: Vec<Box<dyn Source>> = Vec::new();
-    for c in &config.nvml {
-        out.push(meter(
-            c.raw,
-            Box::new(sources::nvml::NvmlSource::new(c.clone(), site, &node)),
-        ));
+/// A built source and what its loop needs: the name it is logged and counted under, and how
+/// often it reads.
+pub struct Built {
+    pub name: String,
+    pub every: Duration,
+    pub source: Box<dyn Source>,
+}
+
+/// Builds every configured source; meter sources send step records unless configured raw.
+pub fn sources(config: &Config) -> Result<Vec<Built>, AgentError> {
+    config
+        .sources()
+        .into_iter()
+        .map(|c| {
+            let (name, every) = (c.name(), c.interval());
+            let source = c
+                .build(&config.agent)
+                .map_err(|reason| AgentError::Source {
+                    name: name.clone(),
+                    reason,
+                })?;
+            let source: Box<dyn Source> = if c.stepped() {
+                Box::new(Stepped::new(source, config.agent.step_s, every))
+            } else {
+                source
+            };
+            Ok(Built {
+                name,
+                every,
+                source,
+            })
+        })
+        .collect()
+}
+
+/// Hands a source the state its last run spooled. A state it cannot read is said and
+/// counted, not dropped silently: the source starts afresh (a counter's next reading is a new
+/// baseline, a job window is read again).
+fn restore(built: &mut Built, state: serde_json::Value, metrics: &Metrics) {
+    if let Err(e) = built.source.restore(state) {
+        metrics.add(
+            "wattledger_agent_source_state_unreadable_total",
+            &built.name,
+            1,
+        );
+        tracing::warn!(source = %built.name, error = %e,
+            "the state this source spooled before the restart is unreadable (an upgrade changed it?); the source starts afresh");
     }
-    for c in &config.dcgm {
-        let http = client(None, c.interval_s)?;
-        out.push(meter(
-            c.raw,
-            Box::new(sources::dcgm::DcgmSource::new(c.clone(), site, &node, http)),
-        ));
-    }
-    for c in &config.tokens {
-        let http = client(None, c.interval_s)?;
-        out.push(Box::new(sources::tokens::TokensSource::new(
-            c.clone(),
-            http,
-        )));
-    }
-    for c in &config.redfish {
-        let http = client(c.ca_file.as_deref(), c.interval_s)?;
-        out.push(meter(
-            c.raw,
-            Box::new(sources::redfish::RedfishSource::new(c.clone(), http)),
-        ));
-    }
-    for c in &config.snmp {
-        let source = sources::snmp::SnmpSource::new(c.clone())
-            .map_err(|e| AgentError::Config(super::config::ConfigError::Invalid(e)))?;
-        out.push(meter(c.raw, Box::new(source)));
-    }
-    for c in &config.exporter {
-        let http = client(None, c.interval_s)?;
-        out.push(meter(
-            c.raw,
-            Box::new(sources::exporter::ExporterSource::new(c.clone(), http)),
-        ));
-    }
-    for c in &config.slurm {
-        out.push(Box::new(sources::slurm::SlurmSource::new(c.clone())));
-    }
-    for c in &config.grid {
-        let http = client(None, 30.0)?;
-        out.push(Box::new(sources::grid::GridSource::new(c.clone(), http)));
-    }
-    for c in &config.podresources {
-        out.push(Box::new(sources::podresources::PodResourcesSource::new(
-            c.clone(),
-        )));
-    }
-    Ok(out)
 }
 
 /// Runs the agent until `shutdown` completes. What was read and not yet acknowledged stays in
@@ -177,12 +158,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             .await;
     }
 
-    for mut source in sources(&config)? {
-        if let Some(state) = states.get(&source.name()) {
-            source.restore(state.clone());
+    for mut built in sources(&config)? {
+        if let Some(state) = states.get(&built.name) {
+            restore(&mut built, state.clone(), &metrics);
         }
         let shared = shared.clone();
-        tasks.spawn(async move { shared.drive(source).await });
+        tasks.spawn(async move { shared.drive(built).await });
     }
 
     shutdown.await;
@@ -200,9 +181,12 @@ struct Shared {
 
 impl Shared {
     /// One source's loop.
-    async fn drive(self, mut source: Box<dyn Source>) {
-        let name = source.name();
-        let every = source.interval();
+    async fn drive(self, built: Built) {
+        let Built {
+            name,
+            every,
+            mut source,
+        } = built;
         let limit = every.max(Duration::from_secs(10));
         let mut ticker = tokio::time::interval(every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -296,5 +280,94 @@ impl Shared {
                 tracing::error!(source = %name, records, error = %e, "could not spool records");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    const CONFIG: &str = r#"
+[agent]
+server = "http://127.0.0.1:1"
+token = "t"
+site = "s"
+node = "n1"
+
+[[nvml]]
+[[dcgm]]
+url = "http://127.0.0.1:9400/metrics"
+[[tokens]]
+url = "http://127.0.0.1:8000/metrics"
+job = "k8s:serving/llama"
+[[redfish]]
+url = "http://127.0.0.1:8001/redfish/v1/PowerEquipment/RackPDUs/1"
+outlets = { A1 = "n1" }
+[[slurm]]
+[[podresources]]
+[[grid]]
+provider = "ukci"
+url = "https://api.carbonintensity.org.uk/intensity"
+"#;
+
+    #[test]
+    fn each_configured_source_is_built_under_its_name_and_meter_sources_step() {
+        let config = Config::parse(CONFIG, &BTreeMap::new()).unwrap();
+        let built = sources(&config).unwrap();
+        let names: Vec<&str> = built.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "nvml",
+                "dcgm http://127.0.0.1:9400/metrics",
+                "tokens http://127.0.0.1:8000/metrics",
+                "redfish http://127.0.0.1:8001/redfish/v1/PowerEquipment/RackPDUs/1",
+                "slurm",
+                "podresources /var/lib/kubelet/pod-resources/kubelet.sock",
+                "grid Ukci https://api.carbonintensity.org.uk/intensity",
+            ]
+        );
+        assert_eq!(built[0].every, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_spooled_state_a_source_cannot_read_is_counted_and_said_not_dropped() {
+        let config = Config::parse(CONFIG, &BTreeMap::new()).unwrap();
+        let metrics = Metrics::default();
+        let unreadable = serde_json::json!(["a state from another version"]);
+        for mut b in sources(&config).unwrap() {
+            restore(&mut b, unreadable.clone(), &metrics);
+        }
+        let counted = |name: &str| {
+            metrics.get(
+                "wattledger_agent_source_state_unreadable_total",
+                &sources(&config)
+                    .unwrap()
+                    .into_iter()
+                    .find(|b| b.name.starts_with(name))
+                    .unwrap()
+                    .name,
+            )
+        };
+        // The sources that keep state (job windows, pods, outlet feeds, token baselines)…
+        for name in ["dcgm", "tokens", "redfish", "slurm", "podresources"] {
+            assert_eq!(counted(name), 1.0, "{name}");
+        }
+        // …and those that keep none, which have nothing to lose.
+        for name in ["nvml", "grid"] {
+            assert_eq!(counted(name), 0.0, "{name}");
+        }
+        // A step reducer's own state that does not read is counted too.
+        let mut dcgm = sources(&config).unwrap().remove(1);
+        restore(
+            &mut dcgm,
+            serde_json::json!({ "stepped_v1": "not a reducer" }),
+            &metrics,
+        );
+        assert_eq!(counted("dcgm"), 2.0);
+        assert!(metrics
+            .render()
+            .contains("# TYPE wattledger_agent_source_state_unreadable_total counter"));
     }
 }

@@ -6,7 +6,7 @@
 //! boundary is sent twice, and the counter carried across resets continues.
 
 use crate::records::Batch;
-use crate::sources::{BoxFuture, Collected, Source, SourceError};
+use crate::sources::{saved, BoxFuture, Collected, Source, SourceError, StateError};
 use crate::steps::Reducer;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -33,9 +33,9 @@ struct Inner {
 impl Stepped {
     /// Steps of `step_s`; a boundary is interpolated between readings at most five of the
     /// source's intervals (and at least a step) apart.
-    pub fn new(inner: Box<dyn Source>, step_s: u32) -> Self {
+    pub fn new(inner: Box<dyn Source>, step_s: u32, interval: Duration) -> Self {
         let step_ms = i64::from(step_s) * 1000;
-        let interval_ms = i64::try_from(inner.interval().as_millis()).unwrap_or(i64::MAX / 8);
+        let interval_ms = i64::try_from(interval.as_millis()).unwrap_or(i64::MAX / 8);
         Stepped {
             reducer: Reducer::new(step_ms, (interval_ms * 5).max(step_ms)),
             inner,
@@ -44,23 +44,16 @@ impl Stepped {
 }
 
 impl Source for Stepped {
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-
-    fn interval(&self) -> Duration {
-        self.inner.interval()
-    }
-
-    fn restore(&mut self, state: serde_json::Value) {
-        match serde_json::from_value::<Saved>(state.clone()) {
-            Ok(saved) => {
-                self.reducer.restore(saved.stepped_v1.reducer);
-                if let Some(s) = saved.stepped_v1.source {
-                    self.inner.restore(s);
-                }
-            }
-            Err(_) => self.inner.restore(state),
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), StateError> {
+        // A state without the stepped key was spooled before steps existed: the source's own.
+        if state.get("stepped_v1").is_none() {
+            return self.inner.restore(state);
+        }
+        let saved: Saved = saved(state)?;
+        self.reducer.restore(saved.stepped_v1.reducer);
+        match saved.stepped_v1.source {
+            Some(s) => self.inner.restore(s),
+            None => Ok(()),
         }
     }
 

@@ -16,6 +16,7 @@ pub mod slurm;
 pub mod snmp;
 pub mod tokens;
 
+use crate::agent::config::AgentConfig;
 use crate::records::Batch;
 use chrono::{DateTime, Utc};
 use std::future::Future;
@@ -56,15 +57,70 @@ impl Collected {
     }
 }
 
-pub trait Source: Send {
+/// A configured source: one `[[<table>]]` entry of the agent's TOML. The table names and
+/// their config types are listed once, in the registry in `crate::agent::config`; adding a
+/// source is a folder here and a line there.
+pub trait SourceConfig: std::fmt::Debug + Send + Sync {
+    /// How logs and metric labels name it; unique among an agent's sources.
     fn name(&self) -> String;
+    /// How often it reads.
     fn interval(&self) -> Duration;
-    /// Takes back the state spooled by an earlier run.
-    fn restore(&mut self, _state: serde_json::Value) {}
+    /// Whether its samples go out as step records (`agent.step_s`): meter sources unless
+    /// configured `raw`.
+    fn stepped(&self) -> bool {
+        false
+    }
+    /// What the configuration alone shows to be wrong, with the `[agent]` section it runs
+    /// under; said at start, before anything is read.
+    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+        Ok(())
+    }
+    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String>;
+}
+
+pub trait Source: Send {
+    /// Takes back the state spooled by an earlier run. State it cannot read (an upgrade
+    /// changed its shape) is an error: the source goes on afresh and the agent says so.
+    fn restore(&mut self, _state: serde_json::Value) -> Result<(), StateError> {
+        Ok(())
+    }
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>>;
+}
+
+/// A source's spooled state that does not read as the state it keeps now.
+#[derive(Debug, thiserror::Error)]
+#[error("its saved state is unreadable: {0}")]
+pub struct StateError(#[from] serde_json::Error);
+
+/// Reads a spooled state back as the type a source keeps: every source restores through
+/// this, so none drops an unreadable state silently.
+pub fn saved<T: serde::de::DeserializeOwned>(state: serde_json::Value) -> Result<T, StateError> {
+    Ok(serde_json::from_value(state)?)
+}
+
+/// The GPU sources register their GPUs under this node's meter.
+fn need_node(agent: &AgentConfig, source: &str) -> Result<(), String> {
+    match agent.node {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "agent.node (this node's meter key) is needed by the {source} source"
+        )),
+    }
 }
 
 /// Seconds from the config to a `Duration`, at least 100 ms.
 pub(crate) fn interval(seconds: f64) -> Duration {
     Duration::from_secs_f64(seconds.max(0.1))
+}
+
+/// The HTTP client of a source reading every `interval_s`: its requests time out within
+/// the interval (1 to 30 s).
+pub(crate) fn client_for(
+    ca_file: Option<&std::path::Path>,
+    interval_s: f64,
+) -> Result<reqwest::Client, String> {
+    http::http_client(
+        ca_file,
+        Duration::from_secs_f64(interval_s.clamp(1.0, 30.0)),
+    )
 }

@@ -4,8 +4,12 @@
 pub mod parse;
 
 use super::http::{get_text, Auth};
-use super::{BoxFuture, Collected, Source, SourceError};
+use super::{
+    client_for, need_node, saved, BoxFuture, Collected, Source, SourceConfig, SourceError,
+    StateError,
+};
 use crate::agent::config::meter_key;
+use crate::agent::config::AgentConfig;
 use crate::pods::{PodUse, Pods};
 use crate::records::{Batch, Job, Meter, Sample};
 use chrono::{DateTime, Utc};
@@ -53,11 +57,34 @@ fn default_pod_kind() -> String {
     "inference".into()
 }
 
-impl DcgmConfig {
-    pub fn name(&self) -> String {
+impl SourceConfig for DcgmConfig {
+    fn name(&self) -> String {
         self.name
             .clone()
             .unwrap_or_else(|| format!("dcgm {}", self.url))
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.interval_s)
+    }
+
+    fn stepped(&self) -> bool {
+        !self.raw
+    }
+
+    fn check(&self, agent: &AgentConfig) -> Result<(), String> {
+        need_node(agent, "dcgm")
+    }
+
+    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+        let node = agent.node.as_deref().unwrap_or_default();
+        let client = client_for(None, self.interval_s)?;
+        Ok(Box::new(DcgmSource::new(
+            self.clone(),
+            &agent.site,
+            node,
+            client,
+        )))
     }
 }
 
@@ -186,18 +213,9 @@ impl DcgmSource {
 }
 
 impl Source for DcgmSource {
-    fn name(&self) -> String {
-        self.config.name()
-    }
-
-    fn interval(&self) -> std::time::Duration {
-        super::interval(self.config.interval_s)
-    }
-
-    fn restore(&mut self, state: serde_json::Value) {
-        if let Ok(pods) = serde_json::from_value(state) {
-            self.pods = pods;
-        }
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), StateError> {
+        self.pods = saved(state)?;
+        Ok(())
     }
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
@@ -291,7 +309,7 @@ DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"2\",UUID=\"GPU-a\",GPU_I_PROFILE=\"3g
         let c = s.records(&parse::parse(on).unwrap(), at(0));
         // The agent restarts: the open pod comes back from the spooled state.
         let mut s = source(true);
-        s.restore(c.state.unwrap());
+        s.restore(c.state.unwrap()).unwrap();
         let c = s.records(&parse::parse(on).unwrap(), at(10));
         assert!(
             !c.batches.iter().any(|b| matches!(b, Batch::Jobs(_))),

@@ -5,7 +5,8 @@ pub mod parse;
 
 use super::http::{get_text, Auth};
 use super::prom;
-use super::{BoxFuture, Collected, Source, SourceError};
+use super::{client_for, BoxFuture, Collected, Source, SourceConfig, SourceError};
+use crate::agent::config::AgentConfig;
 use crate::records::Batch;
 use crate::units::{self, Unit};
 use chrono::{DateTime, Utc};
@@ -47,12 +48,6 @@ fn default_interval() -> f64 {
 }
 
 impl ExporterConfig {
-    pub fn name(&self) -> String {
-        self.name
-            .clone()
-            .unwrap_or_else(|| format!("exporter {}", self.url))
-    }
-
     pub fn check(&self) -> Result<(), String> {
         if self.map.is_empty() {
             return Err(format!(
@@ -86,6 +81,31 @@ impl ExporterConfig {
     }
 }
 
+impl SourceConfig for ExporterConfig {
+    fn name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("exporter {}", self.url))
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.interval_s)
+    }
+
+    fn stepped(&self) -> bool {
+        !self.raw
+    }
+
+    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+        ExporterConfig::check(self)
+    }
+
+    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+        let client = client_for(None, self.interval_s)?;
+        Ok(Box::new(ExporterSource::new(self.clone(), client)))
+    }
+}
+
 pub struct ExporterSource {
     config: ExporterConfig,
     client: reqwest::Client,
@@ -98,14 +118,6 @@ impl ExporterSource {
 }
 
 impl Source for ExporterSource {
-    fn name(&self) -> String {
-        self.config.name()
-    }
-
-    fn interval(&self) -> std::time::Duration {
-        super::interval(self.config.interval_s)
-    }
-
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
         Box::pin(async move {
             let text = get_text(&self.client, &self.config.url, Auth::None).await?;

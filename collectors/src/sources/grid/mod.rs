@@ -9,7 +9,8 @@
 pub mod parse;
 
 use super::http::{get_answer, get_text, Answer, Auth};
-use super::{BoxFuture, Collected, Source, SourceError};
+use super::{client_for, BoxFuture, Collected, Source, SourceConfig, SourceError};
+use crate::agent::config::AgentConfig;
 use crate::records::Batch;
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
@@ -76,16 +77,6 @@ fn default_interval() -> f64 {
 }
 
 impl GridConfig {
-    pub fn name(&self) -> String {
-        self.name.clone().unwrap_or_else(|| {
-            format!(
-                "grid {:?} {}",
-                self.provider,
-                self.url.as_deref().or(self.region.as_deref()).unwrap_or("")
-            )
-        })
-    }
-
     pub fn check(&self) -> Result<(), String> {
         let who = self.name();
         let need = |ok: bool, what: &str| {
@@ -139,6 +130,32 @@ impl GridConfig {
         std::fs::read_to_string(f)
             .map(|s| s.trim().to_owned())
             .map_err(|e| SourceError::Unavailable(format!("{}: {e}", f.display())))
+    }
+}
+
+impl SourceConfig for GridConfig {
+    fn name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| {
+            format!(
+                "grid {:?} {}",
+                self.provider,
+                self.url.as_deref().or(self.region.as_deref()).unwrap_or("")
+            )
+        })
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.interval_s)
+    }
+
+    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+        GridConfig::check(self)
+    }
+
+    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+        // Providers answer slowly at times; a fetch may take up to 30 s whatever the interval.
+        let client = client_for(None, 30.0)?;
+        Ok(Box::new(GridSource::new(self.clone(), client)))
     }
 }
 
@@ -221,14 +238,6 @@ impl GridSource {
 }
 
 impl Source for GridSource {
-    fn name(&self) -> String {
-        self.config.name()
-    }
-
-    fn interval(&self) -> std::time::Duration {
-        super::interval(self.config.interval_s)
-    }
-
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
         Box::pin(async move {
             let series = if let Some(t) = &self.config.tariff {

@@ -8,7 +8,8 @@
 pub mod cgroup;
 pub mod parse;
 
-use super::{BoxFuture, Collected, Source, SourceError};
+use super::{need_node, BoxFuture, Collected, Source, SourceConfig, SourceError};
+use crate::agent::config::AgentConfig;
 use chrono::{DateTime, Utc};
 use parse::{records, GpuRead, MigRead};
 use serde::Deserialize;
@@ -43,9 +44,26 @@ fn yes() -> bool {
     true
 }
 
-impl NvmlConfig {
-    pub fn name(&self) -> String {
+impl SourceConfig for NvmlConfig {
+    fn name(&self) -> String {
         self.name.clone().unwrap_or_else(|| "nvml".into())
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.interval_s)
+    }
+
+    fn stepped(&self) -> bool {
+        !self.raw
+    }
+
+    fn check(&self, agent: &AgentConfig) -> Result<(), String> {
+        need_node(agent, "nvml")
+    }
+
+    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+        let node = agent.node.as_deref().unwrap_or_default();
+        Ok(Box::new(NvmlSource::new(self.clone(), &agent.site, node)))
     }
 }
 
@@ -105,14 +123,6 @@ fn read_all(nvml: &nvml_wrapper::Nvml) -> Result<Vec<GpuRead>, nvml_wrapper::err
 }
 
 impl Source for NvmlSource {
-    fn name(&self) -> String {
-        self.config.name()
-    }
-
-    fn interval(&self) -> std::time::Duration {
-        super::interval(self.config.interval_s)
-    }
-
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
         Box::pin(async move {
             let nvml = match &self.nvml {

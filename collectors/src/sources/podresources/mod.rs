@@ -11,7 +11,8 @@
 pub mod parse;
 
 use super::http::error_chain;
-use super::{BoxFuture, Collected, Source, SourceError};
+use super::{saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError};
+use crate::agent::config::AgentConfig;
 use crate::pods::{PodUse, Pods};
 use crate::records::Batch;
 use chrono::{DateTime, Utc};
@@ -56,11 +57,19 @@ fn default_kind() -> String {
     "inference".into()
 }
 
-impl PodResourcesConfig {
-    pub fn name(&self) -> String {
+impl SourceConfig for PodResourcesConfig {
+    fn name(&self) -> String {
         self.name
             .clone()
             .unwrap_or_else(|| format!("podresources {}", self.socket.display()))
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.interval_s)
+    }
+
+    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+        Ok(Box::new(PodResourcesSource::new(self.clone())))
     }
 }
 
@@ -172,18 +181,9 @@ fn grpc_status(h: &hyper::HeaderMap) -> Option<(u32, String)> {
 }
 
 impl Source for PodResourcesSource {
-    fn name(&self) -> String {
-        self.config.name()
-    }
-
-    fn interval(&self) -> Duration {
-        super::interval(self.config.interval_s)
-    }
-
-    fn restore(&mut self, state: serde_json::Value) {
-        if let Ok(p) = serde_json::from_value(state) {
-            self.pods = p;
-        }
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), StateError> {
+        self.pods = saved(state)?;
+        Ok(())
     }
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
@@ -392,7 +392,7 @@ mod tests {
         // The agent restarts from its spooled state; meanwhile train-0 finished.
         let state = serde_json::to_value(&s.pods).unwrap();
         let mut s = PodResourcesSource::new(config);
-        s.restore(state);
+        s.restore(state).unwrap();
         *answer.lock().unwrap() = list(&[pod(
             "serving",
             "llama-0",

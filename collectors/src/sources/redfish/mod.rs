@@ -5,7 +5,10 @@
 pub mod parse;
 
 use super::http::{error_chain, get_answer, get_text, Answer, Auth};
-use super::{BoxFuture, Collected, Source, SourceError};
+use super::{
+    client_for, saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError,
+};
+use crate::agent::config::AgentConfig;
 use crate::feeds::{Feeds, OutletReading};
 use crate::records::Batch;
 use chrono::{DateTime, Utc};
@@ -41,12 +44,6 @@ fn default_interval() -> f64 {
 }
 
 impl RedfishConfig {
-    pub fn name(&self) -> String {
-        self.name
-            .clone()
-            .unwrap_or_else(|| format!("redfish {}", self.url))
-    }
-
     fn password(&self) -> Result<Option<String>, SourceError> {
         match (&self.password, &self.password_file) {
             (Some(p), _) => Ok(Some(p.clone())),
@@ -55,6 +52,34 @@ impl RedfishConfig {
                 .map_err(|e| SourceError::Unavailable(format!("{}: {e}", f.display()))),
             (None, None) => Ok(None),
         }
+    }
+}
+
+impl SourceConfig for RedfishConfig {
+    fn name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("redfish {}", self.url))
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.interval_s)
+    }
+
+    fn stepped(&self) -> bool {
+        !self.raw
+    }
+
+    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+        if self.outlets.is_empty() {
+            return Err(format!("redfish {}: no outlets mapped to meters", self.url));
+        }
+        Ok(())
+    }
+
+    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+        let client = client_for(self.ca_file.as_deref(), self.interval_s)?;
+        Ok(Box::new(RedfishSource::new(self.clone(), client)))
     }
 }
 
@@ -153,18 +178,9 @@ pub fn feed_readings(readings: &[(String, Option<parse::OutletReading>)]) -> Vec
 }
 
 impl Source for RedfishSource {
-    fn name(&self) -> String {
-        self.config.name()
-    }
-
-    fn interval(&self) -> std::time::Duration {
-        super::interval(self.config.interval_s)
-    }
-
-    fn restore(&mut self, state: serde_json::Value) {
-        if let Ok(f) = serde_json::from_value(state) {
-            self.feeds = f;
-        }
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), StateError> {
+        self.feeds = saved(state)?;
+        Ok(())
     }
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {

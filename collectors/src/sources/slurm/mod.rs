@@ -6,8 +6,9 @@
 
 pub mod parse;
 
-use super::{BoxFuture, Collected, Source, SourceError};
+use super::{saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError};
 use crate::agent::config::meter_key;
+use crate::agent::config::AgentConfig;
 use crate::records::{Allocation, Batch, Job};
 use chrono::{DateTime, Duration, Utc};
 use parse::{NodeGpus, SlurmJob};
@@ -63,12 +64,6 @@ fn default_kind() -> String {
     "batch".into()
 }
 
-impl SlurmConfig {
-    pub fn name(&self) -> String {
-        self.name.clone().unwrap_or_else(|| "slurm".into())
-    }
-}
-
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct State {
     /// Where the next window starts.
@@ -77,6 +72,20 @@ struct State {
     indices: BTreeMap<String, BTreeMap<String, Vec<u32>>>,
     /// What was last sent per job, so an unchanged job is not sent again.
     sent: BTreeMap<String, String>,
+}
+
+impl SourceConfig for SlurmConfig {
+    fn name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| "slurm".into())
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.interval_s)
+    }
+
+    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+        Ok(Box::new(SlurmSource::new(self.clone())))
+    }
 }
 
 pub struct SlurmSource {
@@ -253,18 +262,9 @@ async fn run_json(program: &str, args: &[String]) -> Result<String, SourceError>
 }
 
 impl Source for SlurmSource {
-    fn name(&self) -> String {
-        self.config.name()
-    }
-
-    fn interval(&self) -> std::time::Duration {
-        super::interval(self.config.interval_s)
-    }
-
-    fn restore(&mut self, state: serde_json::Value) {
-        if let Ok(s) = serde_json::from_value(state) {
-            self.state = s;
-        }
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), StateError> {
+        self.state = saved(state)?;
+        Ok(())
     }
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
@@ -342,7 +342,7 @@ mod tests {
         // The agent restarts and sees the job finished in accounting, without gres_detail.
         let state = c.state.unwrap();
         let mut s = source();
-        s.restore(state);
+        s.restore(state).unwrap();
         let mut done = l.clone();
         done.gpus.clear();
         done.end = Some(l.start.unwrap() + 3600);

@@ -7,7 +7,8 @@
 
 pub mod parse;
 
-use super::{BoxFuture, Collected, Source, SourceError};
+use super::{saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError};
+use crate::agent::config::AgentConfig;
 use crate::feeds::Feeds;
 use crate::records::Batch;
 use crate::units::{self, Unit};
@@ -107,12 +108,6 @@ impl CustomColumn {
 }
 
 impl SnmpConfig {
-    pub fn name(&self) -> String {
-        self.name
-            .clone()
-            .unwrap_or_else(|| format!("snmp {}", self.target))
-    }
-
     /// The vendor profile this source reads, or why the config names none.
     pub fn profile(&self) -> Result<Profile, String> {
         let who = self.name();
@@ -193,6 +188,30 @@ impl SnmpConfig {
         } else {
             format!("{t}:161")
         }
+    }
+}
+
+impl SourceConfig for SnmpConfig {
+    fn name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("snmp {}", self.target))
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.interval_s)
+    }
+
+    fn stepped(&self) -> bool {
+        !self.raw
+    }
+
+    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+        SnmpConfig::check(self)
+    }
+
+    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+        Ok(Box::new(SnmpSource::new(self.clone())?))
     }
 }
 
@@ -302,18 +321,9 @@ fn walk(
 }
 
 impl Source for SnmpSource {
-    fn name(&self) -> String {
-        self.config.name()
-    }
-
-    fn interval(&self) -> Duration {
-        super::interval(self.config.interval_s)
-    }
-
-    fn restore(&mut self, state: serde_json::Value) {
-        if let Ok(f) = serde_json::from_value(state) {
-            self.feeds = f;
-        }
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), StateError> {
+        self.feeds = saved(state)?;
+        Ok(())
     }
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {

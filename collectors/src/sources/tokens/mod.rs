@@ -7,7 +7,10 @@
 pub mod parse;
 
 use super::http::{get_text, Auth};
-use super::{BoxFuture, Collected, Source, SourceError};
+use super::{
+    client_for, saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError,
+};
+use crate::agent::config::AgentConfig;
 use crate::records::{Batch, Tokens};
 use chrono::{DateTime, Utc};
 use parse::{Baseline, DeltaTracker};
@@ -35,18 +38,27 @@ fn default_interval() -> f64 {
     15.0
 }
 
-impl TokensConfig {
-    pub fn name(&self) -> String {
-        self.name
-            .clone()
-            .unwrap_or_else(|| format!("tokens {}", self.url))
-    }
-}
-
 #[derive(Debug, Serialize, Deserialize)]
 struct State {
     at: DateTime<Utc>,
     baselines: Vec<Baseline>,
+}
+
+impl SourceConfig for TokensConfig {
+    fn name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("tokens {}", self.url))
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        super::interval(self.interval_s)
+    }
+
+    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+        let client = client_for(None, self.interval_s)?;
+        Ok(Box::new(TokensSource::new(self.clone(), client)))
+    }
 }
 
 pub struct TokensSource {
@@ -114,19 +126,11 @@ impl TokensSource {
 }
 
 impl Source for TokensSource {
-    fn name(&self) -> String {
-        self.config.name()
-    }
-
-    fn interval(&self) -> std::time::Duration {
-        super::interval(self.config.interval_s)
-    }
-
-    fn restore(&mut self, state: serde_json::Value) {
-        if let Ok(s) = serde_json::from_value::<State>(state) {
-            self.last_at = Some(s.at);
-            self.tracker = DeltaTracker::from_baselines(s.baselines);
-        }
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), StateError> {
+        let s: State = saved(state)?;
+        self.last_at = Some(s.at);
+        self.tracker = DeltaTracker::from_baselines(s.baselines);
+        Ok(())
     }
 
     fn collect(&mut self, now: DateTime<Utc>) -> BoxFuture<'_, Result<Collected, SourceError>> {
@@ -224,7 +228,7 @@ mod tests {
         let state = out.last().unwrap().state.clone().unwrap();
         // The agent dies; a new one takes the spooled state back.
         let mut s = source();
-        s.restore(state);
+        s.restore(state).unwrap();
         out.push(s.records(&scrape((50.0, 30.0), (1.0, 1.0)), at(60)));
         assert_eq!(sum(&out), (40 + 1, 25 + 1));
         let Batch::Tokens(r) = &out[2].batches[0] else {
