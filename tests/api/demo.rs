@@ -86,18 +86,20 @@ async fn the_full_demos_printed_figures_are_the_ledgers() {
         .map(|kv| kv.split_once('=').unwrap().1.parse().unwrap())
         .collect();
     let pool = wattledger_store::connect(db_url, 2).await.unwrap();
-    let rows = wattledger_store::usage::usage(
-        &pool,
-        &wattledger_store::Scope::All,
-        &[wattledger_store::usage::GroupBy::Tenant],
-        &wattledger_store::usage::UsageFilter {
+    let ledger_by = |group: wattledger_store::usage::GroupBy| {
+        let pool = pool.clone();
+        let filter = wattledger_store::usage::UsageFilter {
             from: Some(range[0]),
             to: Some(range[1]),
             ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+        };
+        async move {
+            wattledger_store::usage::usage(&pool, &wattledger_store::Scope::All, &[group], &filter)
+                .await
+                .unwrap()
+        }
+    };
+    let rows = ledger_by(wattledger_store::usage::GroupBy::Tenant).await;
     let ledger: Vec<(String, String)> = rows
         .iter()
         .map(|r| {
@@ -106,6 +108,40 @@ async fn the_full_demos_printed_figures_are_the_ledgers() {
         })
         .collect();
     assert_eq!(printed_tenants(&lines), ledger, "{stdout}");
+
+    // Its per-model table shows the figures of domain::metrics that the API and the
+    // dashboard show: tokens per kWh, J per token and SCI per 1k tokens, rounded for print.
+    let models = ledger_by(wattledger_store::usage::GroupBy::Model).await;
+    let show = |d: Option<rust_decimal::Decimal>, places: u32| {
+        d.map_or_else(|| "-".to_owned(), |d| d.round_dp(places).to_string())
+    };
+    let expected: Vec<Vec<String>> = models
+        .iter()
+        .filter(|r| r.tokens() > 0)
+        .map(|r| {
+            let e = wattledger_domain::metrics::efficiency(r.totals());
+            vec![
+                r.model.clone().unwrap_or_else(|| "-".into()),
+                show(e.tokens_per_kwh, 0),
+                show(e.joules_per_token, 3),
+                show(e.sci_g_per_1k_tokens, 3),
+            ]
+        })
+        .collect();
+    let header = lines
+        .iter()
+        .position(|l| l.contains("tokens/kWh") && l.contains("SCI"))
+        .expect("the summary's model table");
+    let printed: Vec<Vec<String>> = lines[header + 1..]
+        .iter()
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            [f[0], f[3], f[4], f[5]].map(str::to_owned).to_vec()
+        })
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(printed, expected, "{stdout}");
 }
 
 /// What the demo prints per tenant is what the API answers for the same range the moment

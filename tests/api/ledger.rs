@@ -224,6 +224,17 @@ async fn usage_groups_by_any_key_and_refuses_unknown_ones() {
         )
         .await;
     assert_eq!(status, 422);
+    // One span rule for the API and the dashboard: at most 400 days in one question.
+    let (status, body) = app
+        .get(
+            Some(&finance),
+            "/v1/usage?from=2025-01-01T00:00:00Z&to=2026-02-05T00:00:01Z",
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["message"].as_str()),
+        (422, Some("to: must be at most 400 days after from"))
+    );
     let (status, _) = app.get(Some(&finance), "/v1/usage?from=yesterday").await;
     assert_eq!(status, 422);
     let (status, _) = app.get(Some(&finance), "/v1/usage?site=nowhere").await;

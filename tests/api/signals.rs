@@ -1,9 +1,12 @@
 //! Grid signals through the ingest API: validation, idempotence, and revisions that dirty
 //! exactly the attributed hours they touch.
 
+use crate::dashboard::Browser;
 use crate::scenario;
 use serde_json::json;
 use wattledger::auth::Role;
+use wattledger::dashboard::format::{energy, grouped};
+use wattledger::dashboard::login::add_user;
 use wattledger_tests::TestApp;
 
 async fn dirty(app: &TestApp) -> Vec<String> {
@@ -392,6 +395,51 @@ async fn embodied_carbon_and_sci_per_token() {
         body["rows"][0]["sci_g_per_token"].as_str(),
         Some("0.390506")
     );
+    // The API and the tenant's dashboard say the same figures under the same names: the
+    // model table's "SCI gCO2e per 1k tokens" is the API's sci_g_per_1k_tokens (operational
+    // and embodied), its tokens per kWh the API's, rounded only for display.
+    let (status, by_model) = app
+        .get(
+            Some(&app.tenant_token("a")),
+            &format!(
+                "/v1/usage?group_by=model&from={}&to={}",
+                scenario::HOUR,
+                scenario::NEXT_HOUR
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{by_model}");
+    let row = &by_model["rows"][0];
+    assert_eq!(row["model"], "m-endpoint");
+    // The endpoint's share of a: 0.193333 kWh at 400 g/kWh = 77.333 g (the ledger keeps
+    // milligrams) and 1/3 GPU-hour at 3.6 g = 1.2 g embodied, for 1,250 tokens:
+    // (77.333 + 1.2) × 1000 / 1250 = 62.8264; the operational figure alone beside it.
+    assert_eq!(row["carbon_g"].as_str(), Some("77.333"));
+    assert_eq!(row["sci_g_per_1k_tokens"].as_str(), Some("62.826"));
+    assert_eq!(row["g_co2e_per_1k_tokens"].as_str(), Some("61.866"));
+    let tokens_per_kwh: rust_decimal::Decimal =
+        row["tokens_per_kwh"].as_str().unwrap().parse().unwrap();
+    add_user(
+        &app.pool,
+        "alice",
+        Role::Tenant,
+        Some("a"),
+        "correct horse battery",
+    )
+    .await
+    .unwrap();
+    let mut alice = Browser::new(&app);
+    alice.sign_in("alice", "correct horse battery").await;
+    let page = alice.get("/tenants/a?from=2026-11-02&to=2026-11-02").await;
+    assert_eq!(page.status, 200);
+    let shown = format!(
+        "<th scope=\"row\">m-endpoint</th><td class=\"num\">{}</td><td class=\"num\">1,250</td><td class=\"num\">{}</td><td class=\"num\">62.826</td>",
+        energy(row["total_mj"].as_i64().unwrap()),
+        grouped(tokens_per_kwh, 0),
+    );
+    assert!(page.body.contains(&shown), "{shown} not in the page");
+    assert!(page.body.contains("SCI gCO2e per 1k tokens"));
+
     // GPU time at 3.6 EUR per GPU-hour splits like the embodied carbon; no price signal, so
     // the fully loaded cost is the GPU time alone.
     let loaded: Vec<serde_json::Value> = body["rows"]

@@ -40,6 +40,38 @@ pub enum InputError {
     Range { min: Decimal, max: Decimal },
 }
 
+/// The longest span one query of the ledger covers: a year and a month (a month a year ago
+/// stays comparable), within the 400 days step records are kept.
+pub const MAX_SPAN_DAYS: i64 = 400;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpanError {
+    #[error("must not be after to")]
+    Backwards,
+    #[error("must be at most {MAX_SPAN_DAYS} days after from")]
+    TooLong,
+}
+
+/// The span a query covers, the API's and the dashboard's alike: `to` defaults to `now`,
+/// `from` to `default` before `to`; it does not run backwards and covers at most
+/// [`MAX_SPAN_DAYS`] (what one question may make the database read is bounded).
+pub fn span(
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    default: chrono::Duration,
+) -> Result<(DateTime<Utc>, DateTime<Utc>), SpanError> {
+    let to = to.unwrap_or(now);
+    let from = from.unwrap_or(to - default);
+    if from > to {
+        return Err(SpanError::Backwards);
+    }
+    if to - from > chrono::Duration::days(MAX_SPAN_DAYS) {
+        return Err(SpanError::TooLong);
+    }
+    Ok((from, to))
+}
+
 /// Text: at most `max_bytes` bytes of UTF-8 without control characters (C0, DEL, C1: a
 /// NUL cannot be stored, and tabs, line breaks and escapes have no place in a key, a name
 /// or a one-line description, where they would forge log lines or spreadsheet cells).
@@ -228,5 +260,29 @@ mod tests {
             decimal(d("0"), 6, min, max),
             Err(InputError::Range { .. })
         ));
+    }
+
+    #[test]
+    fn a_span_defaults_from_now_and_is_bounded() {
+        let now = parse_time("2026-11-25T12:00:00Z").unwrap();
+        let day = chrono::Duration::days(1);
+        assert_eq!(span(None, None, now, day), Ok((now - day, now)));
+        let from = parse_time("2026-11-01T00:00:00Z").unwrap();
+        assert_eq!(span(Some(from), None, now, day), Ok((from, now)));
+        assert_eq!(
+            span(Some(now), Some(from), now, day),
+            Err(SpanError::Backwards)
+        );
+        let longest = now - chrono::Duration::days(MAX_SPAN_DAYS);
+        assert!(span(Some(longest), Some(now), now, day).is_ok());
+        assert_eq!(
+            span(
+                Some(longest - chrono::Duration::seconds(1)),
+                Some(now),
+                now,
+                day
+            ),
+            Err(SpanError::TooLong)
+        );
     }
 }

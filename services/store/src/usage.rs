@@ -4,6 +4,7 @@ use crate::{Scope, StoreResult};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
+use wattledger_domain::metrics::EnergyTotals;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GroupBy {
@@ -113,7 +114,7 @@ fn bounds(filter: &UsageFilter) -> (DateTime<Utc>, DateTime<Utc>) {
     )
 }
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, sqlx::FromRow)]
 pub struct UsageRow {
     pub tenant: Option<String>,
     pub job: Option<String>,
@@ -142,6 +143,26 @@ pub struct UsageRow {
     /// GPU time at GPU-hour rates, per currency, in step.
     pub gpu_time_currencies: Option<Vec<String>>,
     pub gpu_time_amounts: Option<Vec<Decimal>>,
+}
+
+impl UsageRow {
+    pub fn tokens(&self) -> i64 {
+        self.prompt_tokens + self.generated_tokens
+    }
+
+    /// The totals every derived figure of the row comes from (`domain::metrics`): IT energy
+    /// is the GPU's and the node's, before the facility's share.
+    pub fn totals(&self) -> EnergyTotals {
+        EnergyTotals {
+            total_mj: self.total_mj,
+            it_mj: self.gpu_mj + self.node_overhead_mj,
+            gpu_mj: self.gpu_mj,
+            idle_mj: self.idle_mj,
+            tokens: self.tokens(),
+            carbon_g: self.carbon_g,
+            embodied_carbon_g: self.embodied_carbon_g,
+        }
+    }
 }
 
 /// Ledger totals visible to `scope`, grouped by `group_by` (in that order).

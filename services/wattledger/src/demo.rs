@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Mutex};
 use wattledger_domain::chargeback::{Close, Month};
-use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
+use wattledger_domain::metrics::{effectiveness, efficiency};
 use wattledger_domain::units::kwh;
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
 use wattledger_store::Scope;
@@ -784,32 +784,20 @@ pub async fn summary(
         .iter()
         .filter(|r| r.prompt_tokens + r.generated_tokens > 0)
     {
-        let e = efficiency(EnergyTotals {
-            total_mj: r.total_mj,
-            it_mj: r.gpu_mj + r.node_overhead_mj,
-            gpu_mj: r.gpu_mj,
-            idle_mj: r.idle_mj,
-            tokens: r.prompt_tokens + r.generated_tokens,
-        });
-        let tokens = r.prompt_tokens + r.generated_tokens;
-        let sci = match (r.carbon_g, r.embodied_carbon_g) {
-            (Some(o), Some(m)) => ((o + m) * rust_decimal::Decimal::from(1000)
-                / rust_decimal::Decimal::from(tokens))
-            .round_dp(3)
-            .to_string(),
-            _ => "-".into(),
-        };
+        let e = efficiency(r.totals());
+        let tokens = r.tokens();
+        let sci = e
+            .sci_g_per_1k_tokens
+            .map_or_else(|| "-".into(), |g| g.to_string());
         println!(
             "  {:<16} {:>14} {:>12} {:>14} {:>10} {:>12}",
             r.model.as_deref().unwrap_or("-"),
             tokens,
             kwh(r.total_mj).round_dp(1),
             e.tokens_per_kwh
-                .map(|d| d.round().to_string())
-                .unwrap_or_default(),
+                .map_or_else(|| "-".into(), |d| d.round().to_string()),
             e.joules_per_token
-                .map(|d| d.round_dp(3).to_string())
-                .unwrap_or_default(),
+                .map_or_else(|| "-".into(), |d| d.round_dp(3).to_string()),
             sci
         );
     }

@@ -10,7 +10,7 @@
 
 mod chart;
 mod finance;
-mod format;
+pub mod format;
 mod job;
 pub mod login;
 mod operator;

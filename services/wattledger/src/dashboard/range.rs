@@ -3,7 +3,7 @@
 
 use super::PageError;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
-use wattledger_domain::input::{self, InputError};
+use wattledger_domain::input::{self, InputError, SpanError};
 
 pub struct Range {
     pub from: DateTime<Utc>,
@@ -60,20 +60,18 @@ impl Range {
         let defaulted = f.is_none() && t.is_none();
         let f = f.unwrap_or(default_from);
         let t = t.unwrap_or(today);
-        if f > t {
-            return Err(PageError::BadRequest(
-                "The range starts after it ends.".into(),
-            ));
-        }
-        if (t - f).num_days() > 366 {
-            return Err(PageError::BadRequest(
-                "Pick a range of at most a year.".into(),
-            ));
-        }
         let start = Utc.from_utc_datetime(&f.and_hms_opt(0, 0, 0).unwrap_or_default());
-        let end = (Utc.from_utc_datetime(&t.and_hms_opt(0, 0, 0).unwrap_or_default())
-            + Duration::days(1))
-        .min(now.max(start));
+        let last_day_ends =
+            Utc.from_utc_datetime(&t.and_hms_opt(0, 0, 0).unwrap_or_default()) + Duration::days(1);
+        input::span(Some(start), Some(last_day_ends), now, Duration::zero()).map_err(|e| {
+            PageError::BadRequest(match e {
+                SpanError::Backwards => "The range starts after it ends.".into(),
+                SpanError::TooLong => {
+                    format!("Pick a range of at most {} days.", input::MAX_SPAN_DAYS)
+                }
+            })
+        })?;
+        let end = last_day_ends.min(now.max(start));
         let label = if defaulted {
             default_label.to_owned()
         } else {

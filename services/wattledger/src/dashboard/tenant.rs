@@ -17,6 +17,7 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use wattledger_domain::budget_alerts::runs_out_at;
+use wattledger_domain::metrics;
 use wattledger_store::usage::{self, GroupBy, UsageFilter, UsageRow};
 use wattledger_store::{budgets, Scope};
 
@@ -128,7 +129,7 @@ const MODEL_COLUMNS: [Column; 5] = [
     Column::num("energy", "Energy"),
     Column::num("tokens", "Tokens"),
     Column::num("tokens_per_kwh", "Tokens per kWh"),
-    Column::num("g_per_1k", "gCO2e per 1k tokens"),
+    Column::num("sci_per_1k", "SCI gCO2e per 1k tokens"),
 ];
 
 /// Sort keys of the day table's model columns, by position.
@@ -169,7 +170,8 @@ pub struct ModelRow {
     pub energy: String,
     pub tokens: String,
     pub tokens_per_kwh: String,
-    pub g_per_1k: String,
+    /// Operational and embodied carbon per 1k tokens (the API's `sci_g_per_1k_tokens`).
+    pub sci_per_1k: String,
 }
 
 pub struct JobRow {
@@ -277,8 +279,6 @@ pub async fn overview(
     };
     let mut figures = Vec::new();
     if let Some(t) = &total {
-        let tokens = t.prompt_tokens + t.generated_tokens;
-        let kwh = kwh_of_mj(t.total_mj);
         figures.push(Figure {
             label: "Energy".into(),
             value: energy(t.total_mj),
@@ -301,23 +301,7 @@ pub async fn overview(
                 carbon_kg(t.embodied_carbon_g.unwrap_or_default())
             ),
         });
-        figures.push(Figure {
-            label: "Tokens".into(),
-            value: count(tokens),
-            note: if kwh.is_zero() || tokens == 0 {
-                "no inference tokens".into()
-            } else {
-                format!(
-                    "{} per kWh",
-                    count(
-                        (Decimal::from(tokens) / kwh)
-                            .round()
-                            .try_into()
-                            .unwrap_or(0)
-                    )
-                )
-            },
-        });
+        figures.push(tokens_figure(t));
     }
 
     let budgets_now = budgets::list(pool, &scope, None, now).await?;
@@ -397,19 +381,16 @@ pub async fn overview(
             (m.clone(), v)
         })
         .collect();
-    let intensity: BTreeMap<i64, (i64, Decimal)> = by_day
+    // Each day's energy and the carbon intensity it ran at.
+    let intensity: BTreeMap<i64, (i64, Option<Decimal>)> = by_day
         .iter()
         .map(|r| {
             let day = r.period.map(|p| (p - from).num_days()).unwrap_or(0);
-            (day, (r.total_mj, r.carbon_g.unwrap_or_default()))
+            let g_per_kwh = metrics::g_co2e_per_kwh(r.carbon_g, r.coverage.carbon_mj);
+            (day, (r.total_mj, g_per_kwh))
         })
         .collect();
-    let g_per_kwh = |d: i64| {
-        intensity.get(&d).and_then(|(mj, g)| {
-            let kwh = kwh_of_mj(*mj);
-            (!kwh.is_zero()).then(|| *g / kwh)
-        })
-    };
+    let g_per_kwh = |d: i64| intensity.get(&d).and_then(|(_, g)| *g);
     let chart_svg = chart::stacked(&Stacked {
         title: &format!("{key}: energy per day by model, {}", range.label),
         description: "Stacked bars: kWh per day for each model. Dashed line: the average carbon intensity the tenant's energy ran at that day (gCO2e/kWh, right axis). The table below has the same figures.",
@@ -483,34 +464,7 @@ pub async fn overview(
         h.label = m.clone();
     }
     let model_sort = Sort::parse("msort", view.msort.as_deref(), &MODEL_COLUMNS, 1);
-    let mut model_rows: Vec<(Vec<Key>, ModelRow)> = by_model
-        .iter()
-        .map(|r| {
-            let tokens = r.prompt_tokens + r.generated_tokens;
-            let kwh = kwh_of_mj(r.total_mj);
-            let carbon = r.carbon_g.unwrap_or_default() + r.embodied_carbon_g.unwrap_or_default();
-            let per_kwh = (tokens != 0 && !kwh.is_zero()).then(|| Decimal::from(tokens) / kwh);
-            let per_1k =
-                (tokens != 0).then(|| carbon * Decimal::ONE_THOUSAND / Decimal::from(tokens));
-            let model = r.model.clone().unwrap_or_else(|| "no model".into());
-            (
-                vec![
-                    Key::Text(model.clone()),
-                    Key::Num(Decimal::from(r.total_mj)),
-                    Key::Num(Decimal::from(tokens)),
-                    Key::Num(per_kwh.unwrap_or_default()),
-                    Key::Num(per_1k.unwrap_or_default()),
-                ],
-                ModelRow {
-                    model,
-                    energy: energy(r.total_mj),
-                    tokens: count(tokens),
-                    tokens_per_kwh: per_kwh.map_or_else(|| "–".into(), |v| grouped(v, 0)),
-                    g_per_1k: per_1k.map_or_else(|| "–".into(), |v| grouped(v, 3)),
-                },
-            )
-        })
-        .collect();
+    let mut model_rows: Vec<(Vec<Key>, ModelRow)> = by_model.iter().map(model_row).collect();
     model_sort.apply(&mut model_rows);
     let job_sort = Sort::parse("sort", view.sort.as_deref(), &JOB_COLUMNS, 2);
     let mut jobs: Vec<(Vec<Key>, JobRow)> = by_job
@@ -568,4 +522,90 @@ pub async fn overview(
         }
         .render(),
     ))
+}
+
+/// The headline figure of tokens served, with their tokens per kWh.
+fn tokens_figure(t: &UsageRow) -> Figure {
+    Figure {
+        label: "Tokens".into(),
+        value: count(t.tokens()),
+        note: match metrics::efficiency(t.totals()).tokens_per_kwh {
+            Some(per_kwh) => format!("{} per kWh", grouped(per_kwh, 0)),
+            None => "no inference tokens".into(),
+        },
+    }
+}
+
+/// A row of the per-model table: its sort keys and what it shows, every figure the API's.
+fn model_row(r: &UsageRow) -> (Vec<Key>, ModelRow) {
+    let tokens = r.tokens();
+    let e = metrics::efficiency(r.totals());
+    let model = r.model.clone().unwrap_or_else(|| "no model".into());
+    let shown =
+        |v: Option<Decimal>, places: u32| v.map_or_else(|| "–".into(), |v| grouped(v, places));
+    (
+        vec![
+            Key::Text(model.clone()),
+            Key::Num(Decimal::from(r.total_mj)),
+            Key::Num(Decimal::from(tokens)),
+            Key::Num(e.tokens_per_kwh.unwrap_or_default()),
+            Key::Num(e.sci_g_per_1k_tokens.unwrap_or_default()),
+        ],
+        ModelRow {
+            model,
+            energy: energy(r.total_mj),
+            tokens: count(tokens),
+            tokens_per_kwh: shown(e.tokens_per_kwh, 0),
+            sci_per_1k: shown(e.sci_g_per_1k_tokens, 3),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(tokens: i64, carbon: Option<&str>, embodied: Option<&str>) -> UsageRow {
+        UsageRow {
+            model: Some("m".into()),
+            total_mj: 7_200_000_000,
+            gpu_mj: 3_600_000_000,
+            prompt_tokens: tokens,
+            carbon_g: carbon.map(|c| c.parse().unwrap()),
+            embodied_carbon_g: embodied.map(|c| c.parse().unwrap()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_model_table_shows_the_domains_figures_rounded_for_display() {
+        // 2 kWh, 3,000 tokens, 600 g operational + 150 g embodied: 1,500 tokens per kWh and
+        // an SCI of 250 g per 1k tokens.
+        let (keys, shown) = model_row(&row(3_000, Some("600"), Some("150")));
+        assert_eq!(
+            (shown.energy.as_str(), shown.tokens.as_str()),
+            ("2.0 kWh", "3,000")
+        );
+        assert_eq!(shown.tokens_per_kwh, "1,500");
+        assert_eq!(shown.sci_per_1k, "250.000");
+        assert_eq!(keys[4], Key::Num(Decimal::from(250)));
+        // Embodied carbon unknown: no SCI is shown rather than the operational part alone.
+        let (_, partial) = model_row(&row(3_000, Some("600"), None));
+        assert_eq!(partial.sci_per_1k, "–");
+        let (_, none) = model_row(&row(0, Some("600"), Some("150")));
+        assert_eq!(
+            (none.tokens_per_kwh.as_str(), none.sci_per_1k.as_str()),
+            ("–", "–")
+        );
+    }
+
+    #[test]
+    fn the_tokens_figure_says_tokens_per_kwh_or_that_there_are_none() {
+        assert_eq!(tokens_figure(&row(3_000, None, None)).note, "1,500 per kWh");
+        let none = tokens_figure(&row(0, None, None));
+        assert_eq!(
+            (none.value.as_str(), none.note.as_str()),
+            ("0", "no inference tokens")
+        );
+    }
 }

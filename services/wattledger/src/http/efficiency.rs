@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::input;
-use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
+use wattledger_domain::metrics::{self, effectiveness, efficiency, EnergyTotals};
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::inventory::{self, KeyedTable};
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
@@ -102,16 +102,7 @@ pub async fn get_efficiency(
             )))
         }
     };
-    let to = p.to.unwrap_or_else(Utc::now);
-    let from = p.from.unwrap_or(to - Duration::hours(24));
-    if from > to {
-        return Err(ApiError::InvalidQuery("from: must not be after to".into()));
-    }
-    if to - from > Duration::days(400) {
-        return Err(ApiError::InvalidQuery(
-            "to: at most 400 days after from".into(),
-        ));
-    }
+    let (from, to) = super::usage::span_of(p.from, p.to, Duration::hours(24))?;
     let site_id = match &p.site {
         Some(key) => {
             let ids =
@@ -144,26 +135,25 @@ pub async fn get_efficiency(
                 gpu_mj: s.gpu_mj,
                 idle_mj: s.idle_mj,
                 tokens,
+                ..Default::default()
             });
             let eff = effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
             let carbon_g = l.and_then(|l| l.carbon_g);
             let carbon_mj = l.map_or(0, |l| l.coverage.carbon_mj);
             EfficiencyRow {
-                kwh: kwh(s.site_mj).round_dp(6).normalize(),
+                kwh: e.kwh,
                 it_kwh: kwh(s.it_mj).round_dp(6).normalize(),
                 gpu_kwh: kwh(s.gpu_mj).round_dp(6).normalize(),
                 pue: eff.pue,
                 itue: eff.itue,
                 tue: eff.tue,
-                idle_fraction: ratio(s.idle_mj, s.site_mj),
+                idle_fraction: e.idle_fraction,
                 allocated_gpu_fraction: ratio(s.allocated_gpu_ms, s.capacity_gpu_ms),
                 tokens,
                 tokens_per_kwh: e.tokens_per_kwh,
                 tokens_per_kwh_it: e.tokens_per_kwh_it,
                 carbon_g: carbon_g.map(|g| g.round_dp(3).normalize()),
-                g_co2e_per_kwh: carbon_g
-                    .filter(|_| carbon_mj > 0)
-                    .map(|g| (g / kwh(carbon_mj)).round_dp(3).normalize()),
+                g_co2e_per_kwh: metrics::g_co2e_per_kwh(carbon_g, carbon_mj),
                 cost: l
                     .map(|l| {
                         l.cost_currencies

@@ -16,8 +16,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use rust_decimal::Decimal;
 use std::fmt::Write;
-use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
-use wattledger_domain::units::{kwh, ratio};
+use wattledger_domain::metrics::{self, effectiveness, efficiency, EnergyTotals};
+use wattledger_domain::units::ratio;
 use wattledger_store::usage::{self, Backlog, LatestHour};
 
 #[utoipa::path(get, path = "/metrics", tag = "service",
@@ -95,6 +95,7 @@ pub fn render(sites: &[LatestHour], backlog: &Backlog, writer: &WriterHealth) ->
             gpu_mj: s.gpu_mj,
             idle_mj: s.idle_mj,
             tokens: s.tokens,
+            ..Default::default()
         })
     };
     let pues = |s: &LatestHour| effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
@@ -219,10 +220,7 @@ pub fn render(sites: &[LatestHour], backlog: &Backlog, writer: &WriterHealth) ->
             "wattledger_site_carbon_intensity_grams_per_kwh",
             "gauge",
             "Operational carbon per kWh the site ran at (location-based, average intensity).",
-            &|s| {
-                let g = s.carbon_g?;
-                (s.carbon_mj > 0).then(|| num((g / kwh(s.carbon_mj)).round_dp(3)))
-            },
+            &|s| metrics::g_co2e_per_kwh(s.carbon_g, s.carbon_mj).map(num),
         ),
     ];
     let mut out = String::new();

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::input;
-use wattledger_domain::metrics::{effectiveness, efficiency, EnergyTotals};
+use wattledger_domain::input::SpanError;
+use wattledger_domain::metrics::{self, effectiveness, efficiency};
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::inventory::{self, KeyedTable};
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
@@ -36,7 +37,7 @@ pub struct UsageParams {
     /// Start of the range (RFC 3339, inclusive); default 30 days before `to`.
     #[serde(default, deserialize_with = "input::de::opt_time")]
     pub from: Option<DateTime<Utc>>,
-    /// End of the range (RFC 3339, exclusive); default now.
+    /// End of the range (RFC 3339, exclusive); default now. At most 400 days after `from`.
     #[serde(default, deserialize_with = "input::de::opt_time")]
     pub to: Option<DateTime<Utc>>,
     /// Comma-separated: any of `tenant`, `job`, `model`, `site`, `day`, `hour`.
@@ -108,13 +109,18 @@ pub struct UsageRowOut {
     /// Embodied carbon (SCI's M) of the GPU time held, g CO2e (known device models only).
     #[schema(value_type = Option<String>)]
     pub embodied_carbon_g: Option<Decimal>,
-    /// Operational carbon per 1000 tokens, g CO2e.
+    /// Operational carbon per 1000 tokens, g CO2e (embodied not included: see
+    /// `sci_g_per_1k_tokens`).
     #[schema(value_type = Option<String>)]
     pub g_co2e_per_1k_tokens: Option<Decimal>,
     /// SCI per token: (operational + embodied) g CO2e / tokens; absent while either is
     /// unknown.
     #[schema(value_type = Option<String>)]
     pub sci_g_per_token: Option<Decimal>,
+    /// SCI per 1000 tokens: (operational + embodied) g CO2e × 1000 / tokens; absent while
+    /// either is unknown. The dashboard's and the demo's "SCI g per 1k tokens".
+    #[schema(value_type = Option<String>)]
+    pub sci_g_per_1k_tokens: Option<Decimal>,
     #[schema(value_type = BTreeMap<String, String>)]
     pub cost_per_1m_tokens: BTreeMap<String, Decimal>,
     /// Energy cost plus GPU time at the device models' GPU-hour rates, per currency.
@@ -233,12 +239,22 @@ fn range(
     from: Option<DateTime<Utc>>,
     to: Option<DateTime<Utc>>,
 ) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
-    let to = to.unwrap_or_else(Utc::now);
-    let from = from.unwrap_or(to - Duration::days(30));
-    if from > to {
-        return Err(ApiError::InvalidQuery("from: must not be after to".into()));
-    }
-    Ok((from, to))
+    span_of(from, to, Duration::days(30))
+}
+
+/// A query's span by the one rule (`domain::input::span`), its refusal a 422 naming the
+/// parameter at fault.
+pub(crate) fn span_of(
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+    default: Duration,
+) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
+    input::span(from, to, Utc::now(), default).map_err(|e| {
+        ApiError::InvalidQuery(match e {
+            SpanError::Backwards => format!("from: {e}"),
+            SpanError::TooLong => format!("to: {e}"),
+        })
+    })
 }
 
 #[utoipa::path(get, path = "/v1/usage", tag = "query", params(UsageParams),
@@ -304,13 +320,7 @@ pub async fn get_usage(
                     .zip(r.cost_amounts.clone().unwrap_or_default())
                     .map(|(c, a)| (c, a.round_dp(6).normalize()))
                     .collect();
-                let e = efficiency(EnergyTotals {
-                    total_mj: r.total_mj,
-                    it_mj: r.gpu_mj + r.node_overhead_mj,
-                    gpu_mj: r.gpu_mj,
-                    idle_mj: r.idle_mj,
-                    tokens,
-                });
+                let e = efficiency(r.totals());
                 UsageRowOut {
                     tenant: r.tenant,
                     job: r.job,
@@ -331,7 +341,7 @@ pub async fn get_usage(
                     tokens_per_kwh_it: e.tokens_per_kwh_it,
                     joules_per_token: e.joules_per_token,
                     idle_fraction: e.idle_fraction,
-                    gpu_hours: (Decimal::from(r.gpu_ms) / Decimal::from(3_600_000)).round_dp(4),
+                    gpu_hours: metrics::gpu_hours(r.gpu_ms),
                     fully_loaded_cost: {
                         let mut total = cost.clone();
                         let gpu_time = r
@@ -349,25 +359,12 @@ pub async fn get_usage(
                     carbon_g: r.carbon_g.map(|g| g.round_dp(3).normalize()),
                     carbon_marginal_g: r.carbon_marginal_g.map(|g| g.round_dp(3).normalize()),
                     embodied_carbon_g: r.embodied_carbon_g.map(|g| g.round_dp(3).normalize()),
-                    sci_g_per_token: match (r.carbon_g, r.embodied_carbon_g) {
-                        (Some(o), Some(m)) if tokens > 0 => {
-                            Some(((o + m) / Decimal::from(tokens)).round_dp(6).normalize())
-                        }
-                        _ => None,
-                    },
-
-                    g_co2e_per_1k_tokens: r.carbon_g.filter(|_| tokens > 0).map(|g| {
-                        (g * Decimal::from(1000) / Decimal::from(tokens))
-                            .round_dp(3)
-                            .normalize()
-                    }),
+                    g_co2e_per_1k_tokens: e.g_co2e_per_1k_tokens,
+                    sci_g_per_token: e.sci_g_per_token,
+                    sci_g_per_1k_tokens: e.sci_g_per_1k_tokens,
                     cost_per_1m_tokens: cost
                         .iter()
-                        .filter(|_| tokens > 0)
-                        .map(|(c, a)| {
-                            let per = *a * Decimal::from(1_000_000) / Decimal::from(tokens);
-                            (c.clone(), per.round_dp(6).normalize())
-                        })
+                        .filter_map(|(c, a)| Some((c.clone(), metrics::per_1m_tokens(*a, tokens)?)))
                         .collect(),
                 }
             })
