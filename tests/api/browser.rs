@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use wattledger::auth::Role;
 use wattledger::dashboard::login::add_user;
+use wattledger_tests::peers;
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
@@ -222,6 +223,13 @@ fn screenshots() -> PathBuf {
 
 #[tokio::test]
 async fn every_page_loads_in_chromium_without_console_errors() {
+    if !peers::ready(
+        peers::installed("chromedriver") && std::path::Path::new("/usr/bin/chromium").exists(),
+        "Chromium and chromedriver are not installed",
+        "apt-get install chromium chromium-driver",
+    ) {
+        return;
+    }
     let demo = demo().await;
     let pool = wattledger_store::connect(&demo.db_url, 2).await.unwrap();
     add_user(

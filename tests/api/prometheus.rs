@@ -8,7 +8,16 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use wattledger::auth::Role;
+use wattledger_tests::peers;
 use wattledger_tests::TestApp;
+
+fn prometheus_installed() -> bool {
+    peers::ready(
+        peers::installed("prometheus") && peers::installed("promtool"),
+        "Prometheus and promtool are not installed",
+        "apt-get install prometheus",
+    )
+}
 
 fn tool(name: &str) -> String {
     for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
@@ -34,6 +43,9 @@ async fn scenario_with_signals(app: &TestApp) {
 
 #[tokio::test]
 async fn metrics_pass_promtool_and_need_an_operator() {
+    if !prometheus_installed() {
+        return;
+    }
     let app = TestApp::start().await;
     scenario_with_signals(&app).await;
     let get = |token: Option<String>| {
@@ -87,6 +99,9 @@ async fn metrics_pass_promtool_and_need_an_operator() {
 
 #[tokio::test]
 async fn a_real_prometheus_scrapes_the_server_and_answers_a_query() {
+    if !prometheus_installed() {
+        return;
+    }
     let app = TestApp::start().await;
     scenario_with_signals(&app).await;
     let dir = std::env::temp_dir().join(format!("wl-prometheus-{}", std::process::id()));

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use wattledger::auth::Role;
-use wattledger_tests::TestApp;
+use wattledger_tests::{peers, TestApp};
 
 fn conf_path() -> PathBuf {
     let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| {
@@ -54,6 +54,13 @@ fn job_id(out: &Output) -> String {
 // sbatch blocks its thread while slurmctld asks the server: the server needs another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slurm_asks_wattledger_before_queueing_a_gpu_job() {
+    if !peers::ready(
+        std::env::var_os("SLURM_CONF").is_some() && peers::installed("sbatch"),
+        "the Slurm lab is not running (SLURM_CONF is not set)",
+        "start ../shared/slurm-lab with SLURM_LAB_JOB_SUBMIT_LUA=deploy/slurm/job_submit.lua",
+    ) {
+        return;
+    }
     let conf = Conf(conf_path());
     let app = TestApp::start().await;
     let mut inventory = scenario::batches();
