@@ -336,19 +336,13 @@ url = "https://api.carbonintensity.org.uk/intensity"
         let config = Config::parse(CONFIG, &BTreeMap::new()).unwrap();
         let metrics = Metrics::default();
         let unreadable = serde_json::json!(["a state from another version"]);
-        for mut b in sources(&config).unwrap() {
-            restore(&mut b, unreadable.clone(), &metrics);
+        let mut built = sources(&config).unwrap();
+        for b in &mut built {
+            restore(b, unreadable.clone(), &metrics);
         }
         let counted = |name: &str| {
-            metrics.get(
-                "wattledger_agent_source_state_unreadable_total",
-                &sources(&config)
-                    .unwrap()
-                    .into_iter()
-                    .find(|b| b.name.starts_with(name))
-                    .unwrap()
-                    .name,
-            )
+            let b = built.iter().find(|b| b.name.starts_with(name)).unwrap();
+            metrics.get("wattledger_agent_source_state_unreadable_total", &b.name)
         };
         // The sources that keep state (job windows, pods, outlet feeds, token baselines)…
         for name in ["dcgm", "tokens", "redfish", "slurm", "podresources"] {

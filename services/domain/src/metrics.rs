@@ -7,7 +7,7 @@
 //! trailing zeros); a figure with a zero or unknown denominator is `None` (undefined), never
 //! infinity or zero.
 
-use crate::units::{kwh, ratio, MJ_PER_J};
+use crate::units::{kwh, ratio, MJ_PER_J, MS_PER_HOUR};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
@@ -115,7 +115,7 @@ pub fn g_co2e_per_kwh(carbon_g: Option<Decimal>, carbon_mj: i64) -> Option<Decim
 
 /// GPU hours of GPU time held, 4 places.
 pub fn gpu_hours(gpu_ms: i64) -> Decimal {
-    (Decimal::from(gpu_ms) / Decimal::from(3_600_000))
+    (Decimal::from(gpu_ms) / Decimal::from(MS_PER_HOUR))
         .round_dp(4)
         .normalize()
 }

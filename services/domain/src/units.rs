@@ -5,6 +5,8 @@ use rust_decimal::Decimal;
 
 /// 1 kWh = 3.6 MJ = 3.6e9 mJ.
 pub const MJ_PER_KWH: i64 = 3_600_000_000;
+/// Milliseconds in one hour: GPU time is held in ms.
+pub const MS_PER_HOUR: i64 = 3_600_000;
 /// Millijoules in one joule.
 pub const MJ_PER_J: i64 = 1_000;
 /// Parts per million: shares (MIG slices, time slices) and weights are integers in ppm.

@@ -780,10 +780,7 @@ pub async fn summary(
         "  {:<16} {:>14} {:>12} {:>14} {:>10} {:>12}",
         "model", "tokens", "kWh", "tokens/kWh", "J/token", "SCI g/1k tok"
     );
-    for r in models
-        .iter()
-        .filter(|r| r.prompt_tokens + r.generated_tokens > 0)
-    {
+    for r in models.iter().filter(|r| r.tokens() > 0) {
         let e = efficiency(r.totals());
         let tokens = r.tokens();
         let sci = e

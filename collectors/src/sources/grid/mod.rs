@@ -262,7 +262,7 @@ mod tests {
     use super::*;
     use crate::fixtures;
 
-    fn config(text: &str) -> GridConfig {
+    pub(super) fn config(text: &str) -> GridConfig {
         let c: GridConfig = toml::from_str(text).unwrap();
         c.check().unwrap();
         c

@@ -54,12 +54,7 @@ pub fn parse(config: &GridConfig, body: &str) -> Result<Vec<Series>, SignalError
 mod tests {
     use super::*;
     use crate::fixtures;
-
-    fn config(text: &str) -> GridConfig {
-        let c: GridConfig = toml::from_str(text).unwrap();
-        c.check().unwrap();
-        c
-    }
+    use crate::sources::grid::tests::config;
 
     #[test]
     fn every_provider_payload_becomes_ingest_points() {

@@ -198,10 +198,7 @@ pub struct Close {
     pub directory: Directory,
 }
 
-/// Millijoules per kWh.
-pub const MJ_PER_KWH: i64 = 3_600_000_000;
-/// Milliseconds per hour.
-pub const MS_PER_HOUR: i64 = 3_600_000;
+pub use crate::units::{MJ_PER_KWH, MS_PER_HOUR};
 
 /// One export file of a close.
 #[derive(Debug, Clone, PartialEq, Eq)]

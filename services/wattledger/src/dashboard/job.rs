@@ -12,6 +12,7 @@ use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use rust_decimal::Decimal;
+use wattledger_domain::metrics;
 use wattledger_store::{jobs, StoreError};
 
 pub struct HourRow {
@@ -123,10 +124,7 @@ pub async fn show(
             count(tokens),
             format!(
                 "{} GPU-hours",
-                grouped(
-                    Decimal::from(sum(|h| h.gpu_ms)) / Decimal::from(3_600_000),
-                    1
-                )
+                grouped(metrics::gpu_hours(sum(|h| h.gpu_ms)), 1)
             ),
         ),
     ];

@@ -93,7 +93,7 @@ pub async fn index(
     let mut keyed: Vec<(Vec<Key>, TenantRow)> = rows
         .iter()
         .map(|r| {
-            let tokens = r.prompt_tokens + r.generated_tokens;
+            let tokens = r.tokens();
             (
                 vec![
                     Key::Text(r.tenant.clone().unwrap_or_default()),

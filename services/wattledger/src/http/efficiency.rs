@@ -102,7 +102,7 @@ pub async fn get_efficiency(
             )))
         }
     };
-    let (from, to) = super::usage::span_of(p.from, p.to, Duration::hours(24))?;
+    let (from, to) = super::extract::span_of(p.from, p.to, Duration::hours(24))?;
     let site_id = match &p.site {
         Some(key) => {
             let ids =
@@ -128,7 +128,7 @@ pub async fn get_efficiency(
         .into_iter()
         .map(|s| {
             let l = by_key.get(&(s.site.clone(), s.period));
-            let tokens = l.map_or(0, |l| l.prompt_tokens + l.generated_tokens);
+            let tokens = l.map_or(0, |l| l.tokens());
             let e = efficiency(EnergyTotals {
                 total_mj: s.site_mj,
                 it_mj: s.it_mj,

@@ -1,7 +1,7 @@
 //! Request extractors that fail in the API's error format: the caller (bearer token), a JSON
-//! batch, and query strings.
+//! batch, and query strings (with the span rule every ranged query uses).
 
-use super::error::{ApiError, FieldError};
+use super::error::{ApiError, ApiResult, FieldError};
 use super::AppState;
 use crate::auth::Role;
 use axum::body::Bytes;
@@ -9,8 +9,10 @@ use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
+use chrono::{DateTime, Duration, Utc};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use wattledger_domain::input::{self, SpanError};
 use wattledger_store::Scope;
 
 /// Who is calling: a verified token's role and the rows it may read.
@@ -200,4 +202,19 @@ where
             .map(|q| Query(q.0))
             .map_err(|e| ApiError::InvalidQuery(e.body_text()))
     }
+}
+
+/// A query's span by the one rule (`domain::input::span`), its refusal a 422 naming the
+/// parameter at fault.
+pub(crate) fn span_of(
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+    default: Duration,
+) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
+    input::span(from, to, Utc::now(), default).map_err(|e| {
+        ApiError::InvalidQuery(match e {
+            SpanError::Backwards => format!("from: {e}"),
+            SpanError::TooLong => format!("to: {e}"),
+        })
+    })
 }

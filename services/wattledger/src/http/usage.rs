@@ -13,7 +13,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::input;
-use wattledger_domain::input::SpanError;
 use wattledger_domain::metrics::{self, effectiveness, efficiency};
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::inventory::{self, KeyedTable};
@@ -239,22 +238,7 @@ fn range(
     from: Option<DateTime<Utc>>,
     to: Option<DateTime<Utc>>,
 ) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
-    span_of(from, to, Duration::days(30))
-}
-
-/// A query's span by the one rule (`domain::input::span`), its refusal a 422 naming the
-/// parameter at fault.
-pub(crate) fn span_of(
-    from: Option<DateTime<Utc>>,
-    to: Option<DateTime<Utc>>,
-    default: Duration,
-) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
-    input::span(from, to, Utc::now(), default).map_err(|e| {
-        ApiError::InvalidQuery(match e {
-            SpanError::Backwards => format!("from: {e}"),
-            SpanError::TooLong => format!("to: {e}"),
-        })
-    })
+    super::extract::span_of(from, to, Duration::days(30))
 }
 
 #[utoipa::path(get, path = "/v1/usage", tag = "query", params(UsageParams),
@@ -311,7 +295,7 @@ pub async fn get_usage(
         rows: rows
             .into_iter()
             .map(|r| {
-                let tokens = r.prompt_tokens + r.generated_tokens;
+                let tokens = r.tokens();
                 let cost: BTreeMap<String, Decimal> = r
                     .cost_currencies
                     .clone()
