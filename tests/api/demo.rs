@@ -103,7 +103,7 @@ async fn the_full_demos_printed_figures_are_the_ledgers() {
     let ledger: Vec<(String, String)> = rows
         .iter()
         .map(|r| {
-            let kwh = wattledger_domain::units::kwh(r.total_mj).round_dp(1);
+            let kwh = wattledger_domain::units::kwh(r.energy.total_mj()).round_dp(1);
             (r.tenant.clone().unwrap(), kwh.to_string())
         })
         .collect();

@@ -68,6 +68,27 @@ async fn the_known_answer_comes_back_through_the_api() {
     // 2.088e9 mJ = 0.58 kWh for 3750 tokens.
     assert_eq!(endpoint["kwh"], "0.58");
     assert_eq!(endpoint["joules_per_token"], "556.8");
+    // Its breakdown (DESIGN.md rules 1–3): GPU 1.44e9, node overhead 16 % of it, facility
+    // 25 % of IT; platform idle policy, so no idle share; every reading measured.
+    let breakdown = |row: &serde_json::Value| {
+        [
+            "total_mj",
+            "gpu_mj",
+            "node_overhead_mj",
+            "idle_mj",
+            "facility_overhead_mj",
+            "estimated_mj",
+        ]
+        .map(|f| row[f].as_i64().unwrap_or_else(|| panic!("{f} in {row}")))
+    };
+    let expected = [2_088_000_000, 1_440_000_000, 230_400_000, 0, 417_600_000, 0];
+    assert_eq!(breakdown(endpoint), expected);
+    // The job's own figures say the same under the same names.
+    let (status, job) = app
+        .get(Some(&app.token(Role::Operator)), "/v1/jobs/job-endpoint")
+        .await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(breakdown(&job), expected);
 }
 
 #[tokio::test]
@@ -497,21 +518,23 @@ async fn a_usage_query_for_the_top_jobs_sums_exactly_those_jobs_with_the_most_en
     .unwrap();
     assert_eq!(picked.len(), 3, "{picked:?}");
     // Largest first, each summed in full, and none left out larger than one picked.
-    assert!(picked.windows(2).all(|w| w[0].total_mj >= w[1].total_mj));
-    let smallest = picked.last().unwrap().total_mj;
+    assert!(picked
+        .windows(2)
+        .all(|w| w[0].energy.total_mj() >= w[1].energy.total_mj()));
+    let smallest = picked.last().unwrap().energy.total_mj();
     for p in &picked {
         let full = jobs.iter().find(|r| r.job == p.job).unwrap();
         assert_eq!(
             (
-                p.total_mj,
-                p.idle_mj,
+                p.energy.total_mj(),
+                p.energy.idle_mj,
                 &p.carbon_g,
                 &p.cost_amounts,
                 p.generated_tokens
             ),
             (
-                full.total_mj,
-                full.idle_mj,
+                full.energy.total_mj(),
+                full.energy.idle_mj,
                 &full.carbon_g,
                 &full.cost_amounts,
                 full.generated_tokens
@@ -521,7 +544,7 @@ async fn a_usage_query_for_the_top_jobs_sums_exactly_those_jobs_with_the_most_en
     assert!(jobs
         .iter()
         .filter(|r| !picked.iter().any(|p| p.job == r.job))
-        .all(|r| r.total_mj <= smallest));
+        .all(|r| r.energy.total_mj() <= smallest));
 }
 
 /// A sample batch marks, per meter, the hours from its second stored sample before to its

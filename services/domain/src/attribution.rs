@@ -6,6 +6,7 @@
 //! rows whose total mJ add up to the site's energy for the hour exactly: every split goes
 //! through [`crate::split`], and every unit of energy lands in exactly one row.
 
+use crate::breakdown::EnergyBreakdown;
 use crate::energy::{MeterSteps, StepGrid};
 use crate::quality::Quality;
 use crate::split::{split, split_into};
@@ -104,15 +105,7 @@ pub struct Row {
     pub tenant: TenantId,
     pub job: Option<usize>,
     pub model: Option<ModelId>,
-    pub gpu_mj: i64,
-    pub node_overhead_mj: i64,
-    /// On a job's row, its share of the site's idle energy (facility overhead included)
-    /// under the proportional policy; on the idle row (`job: None`), the idle IT energy.
-    pub idle_mj: i64,
-    /// On a job's row, the facility overhead of its own IT energy.
-    pub facility_overhead_mj: i64,
-    /// Part of the row's energy that came from estimated steps (gaps, fallbacks, models).
-    pub estimated_mj: i64,
+    pub energy: EnergyBreakdown,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
     /// GPU time held, in ms × share (ppm) / 1e6: the basis of embodied carbon.
@@ -124,16 +117,6 @@ pub struct Row {
     /// follows the idle policy.
     pub time_price_pico: i64,
     pub quality: Quality,
-}
-
-impl Row {
-    pub fn total_mj(&self) -> i64 {
-        self.gpu_mj + self.node_overhead_mj + self.idle_mj + self.facility_overhead_mj
-    }
-
-    pub fn it_mj(&self) -> i64 {
-        self.gpu_mj + self.node_overhead_mj
-    }
 }
 
 /// Site-level figures of the hour: the denominators of PUE, ITUE and TUE.
@@ -171,21 +154,13 @@ pub struct Attributed {
 /// Per-job running sums of one hour, before tenant splitting and idle policy.
 #[derive(Debug, Clone, Copy, Default)]
 struct Acc {
-    gpu: i64,
-    node: i64,
-    idle: i64,
-    facility: i64,
-    estimated: i64,
+    /// On the idle accumulator, `idle_mj` is the idle IT energy and `facility_overhead_mj`
+    /// its facility share.
+    energy: EnergyBreakdown,
     gpu_ms: i64,
     embodied: i64,
     time_price: i64,
     quality: Quality,
-}
-
-impl Acc {
-    fn it(&self) -> i64 {
-        self.gpu + self.node
-    }
 }
 
 /// Buffers reused across steps so the hot loop does not allocate.
@@ -297,15 +272,15 @@ pub fn attribute(input: &SiteHour) -> Attributed {
                     }
                     s.step_gpu[j] += part;
                     s.step_it[j] += part;
-                    acc[j].gpu += part;
+                    acc[j].energy.gpu_mj += part;
                     if q.is_estimated() {
-                        acc[j].estimated += part;
+                        acc[j].energy.estimated_mj += part;
                         s.step_est[j] = true;
                     }
                 }
                 idle_it += s.parts[last];
                 if q.is_estimated() {
-                    idle.estimated += s.parts[last];
+                    idle.energy.estimated_mj += s.parts[last];
                     idle_est |= s.parts[last] != 0;
                 }
                 idle.quality |= q;
@@ -357,7 +332,7 @@ pub fn attribute(input: &SiteHour) -> Attributed {
                 idle_it += overhead;
                 idle.quality |= node_q;
                 if overhead_est {
-                    idle.estimated += overhead;
+                    idle.energy.estimated_mj += overhead;
                     idle_est |= overhead != 0;
                 }
             } else {
@@ -365,11 +340,11 @@ pub fn attribute(input: &SiteHour) -> Attributed {
                 split_into(overhead, &s.weights, &mut s.parts);
                 for (k, &j) in s.node_jobs.iter().enumerate() {
                     let part = s.parts[k];
-                    acc[j].node += part;
+                    acc[j].energy.node_overhead_mj += part;
                     acc[j].quality |= node_q;
                     s.step_it[j] += part;
                     if overhead_est {
-                        acc[j].estimated += part;
+                        acc[j].energy.estimated_mj += part;
                         s.step_est[j] = true;
                     }
                 }
@@ -409,30 +384,32 @@ pub fn attribute(input: &SiteHour) -> Attributed {
         for (k, &j) in s.touched.iter().enumerate() {
             let part = s.parts[k];
             unplaced -= part;
-            acc[j].facility += part;
+            acc[j].energy.facility_overhead_mj += part;
             acc[j].quality |= fac_q;
             if fac_est || s.step_est[j] {
-                acc[j].estimated += part;
+                acc[j].energy.estimated_mj += part;
             }
         }
         // What no IT energy weighs (a facility drawing power with every node dark) is idle.
-        idle.idle += idle_it;
-        idle.facility += unplaced;
+        idle.energy.idle_mj += idle_it;
+        idle.energy.facility_overhead_mj += unplaced;
         idle.quality |= fac_q;
         if fac_est || idle_est {
-            idle.estimated += unplaced;
+            idle.energy.estimated_mj += unplaced;
         }
         totals.it_mj += site_it;
         totals.site_mj += site_it + overhead;
         totals.site_mj_by_step.push(site_it + overhead);
         totals.quality |= step_quality;
     }
-    totals.idle_mj = idle.idle + idle.facility;
+    totals.idle_mj = idle.energy.idle_mj + idle.energy.facility_overhead_mj;
 
     let mut rows = Vec::with_capacity(jobs + 1);
     // Rule 5: a job whose tokens name tenants is split over them by weighted tokens.
     for (j, job_acc) in acc.iter().enumerate() {
-        let has_energy = job_acc.gpu_ms != 0 || job_acc.it() != 0 || job_acc.facility != 0;
+        let has_energy = job_acc.gpu_ms != 0
+            || job_acc.energy.it_mj() != 0
+            || job_acc.energy.facility_overhead_mj != 0;
         let tokens: Vec<&Tokens> = input.tokens.iter().filter(|t| t.job == j).collect();
         if !has_energy && tokens.is_empty() {
             continue;
@@ -440,13 +417,16 @@ pub fn attribute(input: &SiteHour) -> Attributed {
         push_job_rows(&mut rows, j, &input.jobs[j], job_acc, &tokens);
     }
     // Rule 4: idle to the platform tenant, or over the hour's jobs by IT energy.
-    let idle_total = idle.idle + idle.facility;
-    let job_it: Vec<u128> = rows.iter().map(|r| r.it_mj().max(0) as u128).collect();
+    let idle_total = idle.energy.idle_mj + idle.energy.facility_overhead_mj;
+    let job_it: Vec<u128> = rows
+        .iter()
+        .map(|r| r.energy.it_mj().max(0) as u128)
+        .collect();
     let spread_idle =
         input.policy.idle_policy == IdlePolicy::Proportional && job_it.iter().any(|&w| w > 0);
     if spread_idle {
-        let idle_parts = split(idle.idle, &job_it);
-        let fac_parts = split(idle.facility, &job_it);
+        let idle_parts = split(idle.energy.idle_mj, &job_it);
+        let fac_parts = split(idle.energy.facility_overhead_mj, &job_it);
         // By what each row received, not by the same weights split again: two independent
         // roundings could give a row more estimated energy than energy.
         let received: Vec<u128> = idle_parts
@@ -454,14 +434,14 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             .zip(&fac_parts)
             .map(|(i, f)| (i + f).max(0) as u128)
             .collect();
-        let est_parts = split(idle.estimated, &received);
+        let est_parts = split(idle.energy.estimated_mj, &received);
         let emb_parts = split(idle.embodied, &job_it);
         let time_parts = split(idle.time_price, &job_it);
         for (k, row) in rows.iter_mut().enumerate() {
             // The whole idle share, its facility overhead included, is the row's idle: a
             // statement shows it as one line, and the row's facility overhead stays its own.
-            row.idle_mj += idle_parts[k] + fac_parts[k];
-            row.estimated_mj += est_parts[k];
+            row.energy.idle_mj += idle_parts[k] + fac_parts[k];
+            row.energy.estimated_mj += est_parts[k];
             row.embodied_ng += emb_parts[k];
             row.time_price_pico += time_parts[k];
             if idle_parts[k] != 0 || fac_parts[k] != 0 || est_parts[k] != 0 {
@@ -473,11 +453,7 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             tenant: input.policy.platform_tenant,
             job: None,
             model: None,
-            gpu_mj: 0,
-            node_overhead_mj: 0,
-            idle_mj: idle.idle,
-            facility_overhead_mj: idle.facility,
-            estimated_mj: idle.estimated,
+            energy: idle.energy,
             prompt_tokens: 0,
             generated_tokens: 0,
             gpu_ms: 0,
@@ -486,8 +462,11 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             quality: idle.quality,
         });
     }
-    totals.estimated_mj = rows.iter().map(|r| r.estimated_mj).sum();
-    debug_assert_eq!(rows.iter().map(Row::total_mj).sum::<i64>(), totals.site_mj);
+    totals.estimated_mj = rows.iter().map(|r| r.energy.estimated_mj).sum();
+    debug_assert_eq!(
+        rows.iter().map(|r| r.energy.total_mj()).sum::<i64>(),
+        totals.site_mj
+    );
     debug_assert!(
         rows.is_empty() || rows.iter().map(|r| r.embodied_ng).sum::<i64>() == totals.embodied_ng
     );
@@ -546,11 +525,7 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
         tenant: job.tenant,
         job: Some(j),
         model: job.model,
-        gpu_mj: acc.gpu,
-        node_overhead_mj: acc.node,
-        idle_mj: acc.idle,
-        facility_overhead_mj: acc.facility,
-        estimated_mj: acc.estimated,
+        energy: acc.energy,
         prompt_tokens: 0,
         generated_tokens: 0,
         gpu_ms: acc.gpu_ms,
@@ -586,27 +561,14 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
         rows.push(row);
         return;
     }
-    let gpu = split(acc.gpu, &weights);
-    let node = split(acc.node, &weights);
-    let idle = split(acc.idle, &weights);
-    let facility = split(acc.facility, &weights);
-    // Split by each tenant's share of the energy as it came out, so no rounding gives a row
-    // more estimated energy than energy.
-    let totals: Vec<u128> = (0..weights.len())
-        .map(|k| (gpu[k] + node[k] + idle[k] + facility[k]).max(0) as u128)
-        .collect();
-    let estimated = split(acc.estimated, &totals);
+    let energy = acc.energy.split(&weights);
     let gpu_ms = split(acc.gpu_ms, &weights);
     let embodied = split(acc.embodied, &weights);
     let time_price = split(acc.time_price, &weights);
     for (k, &(tenant, prompt, generated)) in by_tenant.iter().enumerate() {
         rows.push(Row {
             tenant,
-            gpu_mj: gpu[k],
-            node_overhead_mj: node[k],
-            idle_mj: idle[k],
-            facility_overhead_mj: facility[k],
-            estimated_mj: estimated[k],
+            energy: energy[k],
             prompt_tokens: prompt,
             generated_tokens: generated,
             gpu_ms: gpu_ms[k],

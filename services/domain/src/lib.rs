@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod attribution;
+pub mod breakdown;
 pub mod budget_alerts;
 pub mod chargeback;
 pub mod costing;

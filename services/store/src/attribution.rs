@@ -483,7 +483,7 @@ pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {
         .map(|(h, _)| {
             let input = window.site_hour(*h);
             let out = attribution::attribute(&input);
-            let row_mj: Vec<i64> = out.rows.iter().map(|r| r.total_mj()).collect();
+            let row_mj: Vec<i64> = out.rows.iter().map(|r| r.energy.total_mj()).collect();
             let row_ng: Vec<i64> = out.rows.iter().map(|r| r.embodied_ng).collect();
             let row_pico: Vec<i64> = out.rows.iter().map(|r| r.time_price_pico).collect();
             let amounts = costing::hour_amounts(
@@ -537,12 +537,12 @@ async fn write(
             c.tenant.push(r.tenant);
             c.job.push(r.job.map(|j| window.job_ids[j]));
             c.model.push(r.model);
-            c.gpu.push(r.gpu_mj);
-            c.node.push(r.node_overhead_mj);
-            c.idle.push(r.idle_mj);
-            c.facility.push(r.facility_overhead_mj);
-            c.total.push(r.total_mj());
-            c.estimated.push(r.estimated_mj);
+            c.gpu.push(r.energy.gpu_mj);
+            c.node.push(r.energy.node_overhead_mj);
+            c.idle.push(r.energy.idle_mj);
+            c.facility.push(r.energy.facility_overhead_mj);
+            c.total.push(r.energy.total_mj());
+            c.estimated.push(r.energy.estimated_mj);
             c.prompt.push(r.prompt_tokens);
             c.generated.push(r.generated_tokens);
             c.gpu_ms.push(r.gpu_ms);

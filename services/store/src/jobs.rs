@@ -1,10 +1,11 @@
 //! Jobs and their GPU allocations, upserted by stable scheduler key.
 
-use crate::usage::{Coverage, COVERAGE_SUMS};
+use crate::usage::{Coverage, COVERAGE_SUMS, ENERGY_SUMS};
 use crate::{dirty, Scope, StoreError, StoreResult};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
+use wattledger_domain::breakdown::EnergyBreakdown;
 
 #[derive(Debug, Clone)]
 pub struct JobRecord {
@@ -178,7 +179,8 @@ pub struct JobRow {
     pub submit_at: Option<DateTime<Utc>>,
     pub start_at: DateTime<Utc>,
     pub end_at: Option<DateTime<Utc>>,
-    pub total_mj: i64,
+    #[sqlx(flatten)]
+    pub energy: EnergyBreakdown,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
     /// What the job's figures rest on (its tenant's share only, for a tenant scope).
@@ -191,7 +193,7 @@ fn job_select() -> String {
     format!(
         "SELECT j.id, j.key, j.name, t.key AS tenant, m.key AS model, j.kind, j.priority,
                 j.submit_at, j.start_at, j.end_at,
-                coalesce(sum(l.total_mj), 0)::bigint AS total_mj,
+                coalesce(sum(l.total_mj), 0)::bigint AS total_mj, {ENERGY_SUMS},
                 coalesce(sum(l.prompt_tokens), 0)::bigint AS prompt_tokens,
                 coalesce(sum(l.generated_tokens), 0)::bigint AS generated_tokens, {COVERAGE_SUMS}
          FROM jobs j
@@ -259,12 +261,8 @@ pub async fn list(
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobHour {
     pub hour: DateTime<Utc>,
-    pub gpu_mj: i64,
-    pub node_overhead_mj: i64,
-    pub idle_mj: i64,
-    pub facility_overhead_mj: i64,
-    pub total_mj: i64,
-    pub estimated_mj: i64,
+    #[sqlx(flatten)]
+    pub energy: EnergyBreakdown,
     pub gpu_ms: i64,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
@@ -279,7 +277,7 @@ pub struct JobHour {
 
 /// A job's ledger hour by hour (its tenant's share only, for a tenant scope).
 pub async fn hours(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResult<Vec<JobHour>> {
-    Ok(sqlx::query_as(
+    let sql = format!(
         "WITH rows AS (
              SELECT l.*, s.currency::text AS currency FROM ledger l JOIN sites s ON s.id = l.site_id
              WHERE l.job_id = $2 AND ($1::bigint IS NULL OR l.tenant_id = $1)
@@ -287,21 +285,19 @@ pub async fn hours(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResult<Vec
              SELECT hour, array_agg(DISTINCT f ORDER BY f) AS flags
              FROM rows, unnest(rows.flags) AS f GROUP BY hour
          )
-         SELECT r.hour, sum(gpu_mj)::bigint AS gpu_mj,
-                sum(node_overhead_mj)::bigint AS node_overhead_mj, sum(idle_mj)::bigint AS idle_mj,
-                sum(facility_overhead_mj)::bigint AS facility_overhead_mj,
-                sum(total_mj)::bigint AS total_mj, sum(estimated_mj)::bigint AS estimated_mj,
+         SELECT l.hour, {ENERGY_SUMS},
                 sum(gpu_ms)::bigint AS gpu_ms, sum(prompt_tokens)::bigint AS prompt_tokens,
                 sum(generated_tokens)::bigint AS generated_tokens, sum(cost) AS cost,
                 sum(carbon_g) AS carbon_g, sum(embodied_carbon_g) AS embodied_carbon_g,
-                coalesce(f.flags, '{}') AS flags, min(r.currency) AS currency
-         FROM rows r LEFT JOIN flags f ON f.hour = r.hour
-         GROUP BY r.hour, f.flags ORDER BY r.hour",
-    )
-    .bind(scope.tenant())
-    .bind(job_id)
-    .fetch_all(pool)
-    .await?)
+                coalesce(f.flags, '{{}}') AS flags, min(l.currency) AS currency
+         FROM rows l LEFT JOIN flags f ON f.hour = l.hour
+         GROUP BY l.hour, f.flags ORDER BY l.hour"
+    );
+    Ok(sqlx::query_as(&sql)
+        .bind(scope.tenant())
+        .bind(job_id)
+        .fetch_all(pool)
+        .await?)
 }
 
 /// The GPUs (or MIG instances) a job held.

@@ -4,6 +4,7 @@ use crate::{Scope, StoreResult};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
+use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::metrics::EnergyTotals;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,12 +56,12 @@ pub struct UsageFilter {
     pub top_jobs: Option<i64>,
 }
 
-/// What a sum of ledger rows rests on: how much of its energy was estimated; priced by a
-/// signal, at the fallback, or not at all; counted for carbon likewise; covered by a marginal
-/// signal; and the union of the rows' data-quality flags.
+/// What a sum of ledger rows rests on beyond its estimated energy (which its
+/// [`EnergyBreakdown`] carries): how much was priced by a signal, at the fallback, or not at
+/// all; counted for carbon likewise; covered by a marginal signal; and the union of the rows'
+/// data-quality flags.
 #[derive(Debug, Clone, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct Coverage {
-    pub estimated_mj: i64,
     /// Energy of the rows that have a cost (signal or fallback), and the part of it priced
     /// at the fallback.
     pub priced_mj: i64,
@@ -73,10 +74,18 @@ pub struct Coverage {
     pub flags: Vec<String>,
 }
 
+/// The select list of [`EnergyBreakdown`] over rows `l` of the ledger, `ledger_rows` or
+/// `ledger_span(…)`, for a grouped query.
+pub const ENERGY_SUMS: &str = "
+    coalesce(sum(l.gpu_mj), 0)::bigint AS gpu_mj,
+    coalesce(sum(l.node_overhead_mj), 0)::bigint AS node_overhead_mj,
+    coalesce(sum(l.idle_mj), 0)::bigint AS idle_mj,
+    coalesce(sum(l.facility_overhead_mj), 0)::bigint AS facility_overhead_mj,
+    coalesce(sum(l.estimated_mj), 0)::bigint AS estimated_mj";
+
 /// The select list of [`Coverage`] over rows `l` of `ledger_rows` or `ledger_span(…)`
 /// (migration 0018), for a grouped query.
 pub const COVERAGE_SUMS: &str = "
-    coalesce(sum(l.estimated_mj), 0)::bigint AS estimated_mj,
     coalesce(sum(l.priced_mj), 0)::bigint AS priced_mj,
     coalesce(sum(l.price_fallback_mj), 0)::bigint AS price_fallback_mj,
     coalesce(sum(l.carbon_mj), 0)::bigint AS carbon_mj,
@@ -121,11 +130,8 @@ pub struct UsageRow {
     pub model: Option<String>,
     pub site: Option<String>,
     pub period: Option<DateTime<Utc>>,
-    pub total_mj: i64,
-    pub gpu_mj: i64,
-    pub node_overhead_mj: i64,
-    pub idle_mj: i64,
-    pub facility_overhead_mj: i64,
+    #[sqlx(flatten)]
+    pub energy: EnergyBreakdown,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
     pub gpu_ms: i64,
@@ -154,10 +160,10 @@ impl UsageRow {
     /// is the GPU's and the node's, before the facility's share.
     pub fn totals(&self) -> EnergyTotals {
         EnergyTotals {
-            total_mj: self.total_mj,
-            it_mj: self.gpu_mj + self.node_overhead_mj,
-            gpu_mj: self.gpu_mj,
-            idle_mj: self.idle_mj,
+            total_mj: self.energy.total_mj(),
+            it_mj: self.energy.it_mj(),
+            gpu_mj: self.energy.gpu_mj,
+            idle_mj: self.energy.idle_mj,
             tokens: self.tokens(),
             carbon_g: self.carbon_g,
             embodied_carbon_g: self.embodied_carbon_g,
@@ -199,15 +205,14 @@ pub async fn usage(
     );
     let (from, to) = bounds(filter);
     let order = match filter.top_jobs {
+        // Column 6 is total_mj, selected only to order by (the row's total is its breakdown's).
         Some(_) => "ORDER BY 6 DESC, 1, 2, 3, 4, 5",
         None => "ORDER BY 1, 2, 3, 4, 5",
     };
     let sql = format!(
         "WITH g AS (
              SELECT {}, {}, {}, {}, {period}, s.currency::text AS currency,
-                    sum(l.total_mj) AS total_mj, sum(l.gpu_mj) AS gpu_mj,
-                    sum(l.node_overhead_mj) AS node_overhead_mj, sum(l.idle_mj) AS idle_mj,
-                    sum(l.facility_overhead_mj) AS facility_overhead_mj,
+                    sum(l.total_mj) AS total_mj, {ENERGY_SUMS},
                     sum(l.prompt_tokens) AS prompt_tokens,
                     sum(l.generated_tokens) AS generated_tokens, sum(l.gpu_ms) AS gpu_ms,
                     sum(l.cost) AS cost, sum(l.gpu_time_cost) AS gpu_time_cost,

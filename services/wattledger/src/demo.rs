@@ -733,7 +733,7 @@ pub async fn summary(
         ..Default::default()
     };
     let tenants = usage::usage(pool, &Scope::All, &[GroupBy::Tenant], &filter).await?;
-    let total: i64 = tenants.iter().map(|r| r.total_mj).sum();
+    let total: i64 = tenants.iter().map(|r| r.energy.total_mj()).sum();
     let iso = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     println!(
         "Energy per tenant, {} to {} UTC (complete hours; the API gives the same figures:\n  GET /v1/usage?group_by=tenant&from={}&to={} )",
@@ -757,9 +757,9 @@ pub async fn summary(
         println!(
             "  {:<16} {:>12} {:>6.1}% {:>10} {:>10}  {}",
             r.tenant.as_deref().unwrap_or("-"),
-            kwh(r.total_mj).round_dp(1),
-            r.total_mj as f64 * 100.0 / total.max(1) as f64,
-            kwh(r.idle_mj).round_dp(1),
+            kwh(r.energy.total_mj()).round_dp(1),
+            r.energy.total_mj() as f64 * 100.0 / total.max(1) as f64,
+            kwh(r.energy.idle_mj).round_dp(1),
             r.carbon_g
                 .map(|g| (g / rust_decimal::Decimal::from(1000))
                     .round_dp(1)
@@ -790,7 +790,7 @@ pub async fn summary(
             "  {:<16} {:>14} {:>12} {:>14} {:>10} {:>12}",
             r.model.as_deref().unwrap_or("-"),
             tokens,
-            kwh(r.total_mj).round_dp(1),
+            kwh(r.energy.total_mj()).round_dp(1),
             e.tokens_per_kwh
                 .map_or_else(|| "-".into(), |d| d.round().to_string()),
             e.joules_per_token

@@ -114,7 +114,7 @@ fn shared_node_scenario(idle_policy: IdlePolicy) -> SiteHour {
 fn tenant_total(rows: &[Row], tenant: TenantId) -> i64 {
     rows.iter()
         .filter(|r| r.tenant == tenant)
-        .map(Row::total_mj)
+        .map(|r| r.energy.total_mj())
         .sum()
 }
 
@@ -134,9 +134,9 @@ fn known_answer_platform_idle() {
     let train = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
     assert_eq!(
         (
-            train.gpu_mj,
-            train.node_overhead_mj,
-            train.facility_overhead_mj
+            train.energy.gpu_mj,
+            train.energy.node_overhead_mj,
+            train.energy.facility_overhead_mj
         ),
         (2_520_000_000, 403_200_000, 730_800_000)
     );
@@ -145,16 +145,16 @@ fn known_answer_platform_idle() {
         .iter()
         .find(|r| r.job == Some(2) && r.tenant == B)
         .unwrap();
-    assert_eq!(endpoint_b.gpu_mj, 960_000_000);
-    assert_eq!(endpoint_b.node_overhead_mj, 153_600_000);
-    assert_eq!(endpoint_b.facility_overhead_mj, 278_400_000);
+    assert_eq!(endpoint_b.energy.gpu_mj, 960_000_000);
+    assert_eq!(endpoint_b.energy.node_overhead_mj, 153_600_000);
+    assert_eq!(endpoint_b.energy.facility_overhead_mj, 278_400_000);
     assert_eq!(
         (endpoint_b.prompt_tokens, endpoint_b.generated_tokens),
         (2000, 500)
     );
     let idle = out.rows.iter().find(|r| r.job.is_none()).unwrap();
     assert_eq!(
-        (idle.idle_mj, idle.facility_overhead_mj),
+        (idle.energy.idle_mj, idle.energy.facility_overhead_mj),
         (540_000_000, 135_000_000)
     );
     // The MIG half held half a GPU for the hour.
@@ -170,7 +170,7 @@ fn known_answer_proportional_idle() {
     assert_eq!(tenant_total(&out.rows, PLATFORM), 0);
     let train = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
     // 56 % of the IT energy: 302.4 MJ of the idle IT energy and 75.6 MJ of its facility share.
-    assert_eq!(train.idle_mj, 378_000_000);
+    assert_eq!(train.energy.idle_mj, 378_000_000);
 }
 
 /// Embodied carbon in the shared-node scenario, every GPU at 1000 ng/ms (3.6 g an hour):
@@ -213,7 +213,7 @@ fn a_facility_meter_sets_the_site_total() {
     let out = attribute(&hour);
     assert_eq!(out.totals.site_mj, 6_600_000_000);
     assert_eq!(
-        out.rows.iter().map(Row::total_mj).sum::<i64>(),
+        out.rows.iter().map(|r| r.energy.total_mj()).sum::<i64>(),
         6_600_000_000
     );
 }
@@ -237,7 +237,7 @@ fn negative_node_overhead_is_clamped_and_flagged() {
     hour.nodes[0].energy = Some(constant(80_000_000, 60));
     let out = attribute(&hour);
     assert!(out.totals.quality.contains(Quality::NEGATIVE_OVERHEAD));
-    assert!(out.rows.iter().all(|r| r.node_overhead_mj == 0));
+    assert!(out.rows.iter().all(|r| r.energy.node_overhead_mj == 0));
     assert_eq!(out.totals.it_mj, 84_000_000 * 60);
 }
 
@@ -248,7 +248,7 @@ fn a_job_is_charged_only_for_the_time_it_held_the_gpu() {
     hour.nodes[0].gpus[0].allocations[0].end_ms = HOUR / 2;
     let out = attribute(&hour);
     let train = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
-    assert_eq!(train.gpu_mj, 42_000_000 * 30);
+    assert_eq!(train.energy.gpu_mj, 42_000_000 * 30);
 }
 
 // ---- properties over random site-hours ----
@@ -441,10 +441,10 @@ proptest! {
     fn ledger_adds_up_to_the_meters_exactly(s in scenario()) {
         let out = attribute(&s.hour);
         prop_assert_eq!(out.totals.site_mj, s.expected_site_mj);
-        prop_assert_eq!(out.rows.iter().map(Row::total_mj).sum::<i64>(), s.expected_site_mj);
+        prop_assert_eq!(out.rows.iter().map(|r| r.energy.total_mj()).sum::<i64>(), s.expected_site_mj);
         for r in &out.rows {
-            prop_assert!(r.gpu_mj >= 0 && r.node_overhead_mj >= 0 && r.idle_mj >= 0 && r.facility_overhead_mj >= 0);
-            prop_assert!(r.estimated_mj <= r.total_mj());
+            prop_assert!(r.energy.gpu_mj >= 0 && r.energy.node_overhead_mj >= 0 && r.energy.idle_mj >= 0 && r.energy.facility_overhead_mj >= 0);
+            prop_assert!(r.energy.estimated_mj <= r.energy.total_mj());
         }
     }
 
@@ -454,7 +454,7 @@ proptest! {
     fn every_row_with_estimated_energy_says_so(s in scenario()) {
         let out = attribute(&s.hour);
         for r in &out.rows {
-            prop_assert!(r.estimated_mj == 0 || r.quality.is_estimated(), "{:?}", r);
+            prop_assert!(r.energy.estimated_mj == 0 || r.quality.is_estimated(), "{:?}", r);
         }
     }
 
@@ -468,7 +468,7 @@ proptest! {
         let out = attribute(&s.hour);
         for j in &s.absent_jobs {
             for r in out.rows.iter().filter(|r| r.job == Some(*j)) {
-                prop_assert_eq!(r.gpu_mj + r.node_overhead_mj + r.facility_overhead_mj, 0);
+                prop_assert_eq!(r.energy.gpu_mj + r.energy.node_overhead_mj + r.energy.facility_overhead_mj, 0);
                 prop_assert_eq!(r.gpu_ms, 0);
             }
         }
@@ -507,8 +507,8 @@ proptest! {
         };
         let out = attribute(&hour);
         let row = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
-        prop_assert_eq!(row.gpu_mj, gpu.iter().sum::<i64>());
-        prop_assert_eq!(row.node_overhead_mj, extra.iter().sum::<i64>());
+        prop_assert_eq!(row.energy.gpu_mj, gpu.iter().sum::<i64>());
+        prop_assert_eq!(row.energy.node_overhead_mj, extra.iter().sum::<i64>());
     }
 }
 
@@ -522,7 +522,7 @@ fn a_node_with_no_data_gets_no_invented_energy() {
     hour.nodes[0].energy = Some(MeterSteps::missing(60));
     let out = attribute(&hour);
     assert_eq!(out.totals.site_mj, 0);
-    assert!(out.rows.iter().all(|r| r.total_mj() == 0));
+    assert!(out.rows.iter().all(|r| r.energy.total_mj() == 0));
     assert!(out.totals.quality.contains(Quality::MISSING));
 
     // With the GPUs measured but the node meter silent, the static model fills the overhead.
@@ -546,7 +546,7 @@ fn a_share_of_overhead_measured_against_another_gpus_estimate_is_flagged() {
     hour.nodes[0].gpus[1].energy.quality[10] = Quality::GAP;
     let out = attribute(&hour);
     let a_train = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
-    assert!(a_train.estimated_mj > 0);
+    assert!(a_train.energy.estimated_mj > 0);
     assert!(
         a_train.quality.contains(Quality::OVERHEAD_ESTIMATED),
         "{a_train:?}"

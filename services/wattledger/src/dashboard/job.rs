@@ -12,6 +12,7 @@ use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use rust_decimal::Decimal;
+use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::metrics;
 use wattledger_store::{jobs, StoreError};
 
@@ -78,6 +79,18 @@ struct JobPage {
 
 const KW_PER_MJ_HOUR: i64 = 3_600_000_000;
 
+/// The parts of a job's energy as the page names them, in the order [`parts`] gives them.
+const PARTS: [&str; 4] = ["GPU", "Node overhead", "Idle share", "Facility overhead"];
+
+fn parts(e: &EnergyBreakdown) -> [i64; 4] {
+    [
+        e.gpu_mj,
+        e.node_overhead_mj,
+        e.idle_mj,
+        e.facility_overhead_mj,
+    ]
+}
+
 pub async fn show(
     State(state): State<AppState>,
     session: Session,
@@ -94,7 +107,8 @@ pub async fn show(
     let sum = |f: fn(&jobs::JobHour) -> i64| hours.iter().map(f).sum::<i64>();
     let dsum =
         |f: fn(&jobs::JobHour) -> Option<Decimal>| hours.iter().filter_map(f).sum::<Decimal>();
-    let total = sum(|h| h.total_mj);
+    let whole: EnergyBreakdown = hours.iter().map(|h| h.energy).sum();
+    let total = whole.total_mj();
     let tokens = sum(|h| h.prompt_tokens + h.generated_tokens);
     let currency = hours
         .first()
@@ -106,7 +120,7 @@ pub async fn show(
             energy(total),
             format!(
                 "{} estimated",
-                pct(Decimal::from(sum(|h| h.estimated_mj)), Decimal::from(total))
+                pct(Decimal::from(whole.estimated_mj), Decimal::from(total))
             ),
         ),
         (
@@ -128,32 +142,30 @@ pub async fn show(
             ),
         ),
     ];
-    let components = [
-        ("GPU", sum(|h| h.gpu_mj)),
-        ("Node overhead", sum(|h| h.node_overhead_mj)),
-        ("Idle share", sum(|h| h.idle_mj)),
-        ("Facility overhead", sum(|h| h.facility_overhead_mj)),
-    ]
-    .into_iter()
-    .map(|(name, mj)| {
-        (
-            name.to_owned(),
-            energy(mj),
-            pct(Decimal::from(mj), Decimal::from(total)),
-        )
-    })
-    .collect();
+    let components = PARTS
+        .iter()
+        .zip(parts(&whole))
+        .map(|(name, mj)| {
+            (
+                (*name).to_owned(),
+                energy(mj),
+                pct(Decimal::from(mj), Decimal::from(total)),
+            )
+        })
+        .collect();
     let kw = |mj: i64| f64_of(Decimal::from(mj) / Decimal::from(KW_PER_MJ_HOUR));
     let chart_svg = chart::stacked(&Stacked {
         title: &format!("{}: average power per hour by component", job.key),
         description: "Stacked bars: the job's average power in each hour (kW), split into GPU, node overhead, idle share and facility overhead. The table below has the same figures.",
         labels: hours.iter().map(|h| h.hour.format("%d %H:00").to_string()).collect(),
-        series: vec![
-            ("GPU".into(), hours.iter().map(|h| kw(h.gpu_mj)).collect()),
-            ("Node overhead".into(), hours.iter().map(|h| kw(h.node_overhead_mj)).collect()),
-            ("Idle share".into(), hours.iter().map(|h| kw(h.idle_mj)).collect()),
-            ("Facility overhead".into(), hours.iter().map(|h| kw(h.facility_overhead_mj)).collect()),
-        ],
+        series: PARTS
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                let kws = hours.iter().map(|h| kw(parts(&h.energy)[k])).collect();
+                ((*name).to_owned(), kws)
+            })
+            .collect(),
         line: None,
         unit: "kW",
     });
@@ -177,11 +189,11 @@ pub async fn show(
             (
                 vec![
                     Key::Text(h.hour.to_rfc3339()),
-                    n(h.total_mj),
-                    n(h.gpu_mj),
-                    n(h.node_overhead_mj),
-                    n(h.idle_mj),
-                    n(h.facility_overhead_mj),
+                    n(h.energy.total_mj()),
+                    n(h.energy.gpu_mj),
+                    n(h.energy.node_overhead_mj),
+                    n(h.energy.idle_mj),
+                    n(h.energy.facility_overhead_mj),
                     Key::Num(h.cost.unwrap_or_default()),
                     Key::Num(h.carbon_g.unwrap_or_default()),
                     n(h.prompt_tokens + h.generated_tokens),
@@ -189,11 +201,14 @@ pub async fn show(
                 ],
                 HourRow {
                     hour: h.hour.format("%b %-d %H:00").to_string(),
-                    power_kw: grouped(Decimal::from(h.total_mj) / Decimal::from(KW_PER_MJ_HOUR), 2),
-                    gpu: grouped(kwh_of_mj(h.gpu_mj), 3),
-                    node: grouped(kwh_of_mj(h.node_overhead_mj), 3),
-                    idle: grouped(kwh_of_mj(h.idle_mj), 3),
-                    facility: grouped(kwh_of_mj(h.facility_overhead_mj), 3),
+                    power_kw: grouped(
+                        Decimal::from(h.energy.total_mj()) / Decimal::from(KW_PER_MJ_HOUR),
+                        2,
+                    ),
+                    gpu: grouped(kwh_of_mj(h.energy.gpu_mj), 3),
+                    node: grouped(kwh_of_mj(h.energy.node_overhead_mj), 3),
+                    idle: grouped(kwh_of_mj(h.energy.idle_mj), 3),
+                    facility: grouped(kwh_of_mj(h.energy.facility_overhead_mj), 3),
                     cost: h.cost.map(|c| grouped(c, 4)).unwrap_or_else(|| "–".into()),
                     carbon: h
                         .carbon_g

@@ -97,14 +97,14 @@ pub async fn index(
             (
                 vec![
                     Key::Text(r.tenant.clone().unwrap_or_default()),
-                    Key::Num(Decimal::from(r.total_mj)),
+                    Key::Num(Decimal::from(r.energy.total_mj())),
                     Key::Num(cost_key(r)),
                     Key::Num(r.carbon_g.unwrap_or_default()),
                     Key::Num(Decimal::from(tokens)),
                 ],
                 TenantRow {
                     key: r.tenant.clone().unwrap_or_default(),
-                    energy: energy(r.total_mj),
+                    energy: energy(r.energy.total_mj()),
                     cost: costs(r),
                     carbon: carbon_kg(r.carbon_g.unwrap_or_default()),
                     tokens: count(tokens),
@@ -256,7 +256,7 @@ pub async fn overview(
     };
     let by_job = usage::usage(pool, &scope, &[GroupBy::Job, GroupBy::Model], &top).await?;
 
-    let empty = total.as_ref().is_none_or(|t| t.total_mj == 0);
+    let empty = total.as_ref().is_none_or(|t| t.energy.total_mj() == 0);
     let saved =
         wattledger_store::admission::deferred_savings(pool, &scope, range.from, range.to).await?;
     let deferred = Deferred {
@@ -281,10 +281,13 @@ pub async fn overview(
     if let Some(t) = &total {
         figures.push(Figure {
             label: "Energy".into(),
-            value: energy(t.total_mj),
+            value: energy(t.energy.total_mj()),
             note: format!(
                 "idle share {}",
-                pct(Decimal::from(t.idle_mj), Decimal::from(t.total_mj))
+                pct(
+                    Decimal::from(t.energy.idle_mj),
+                    Decimal::from(t.energy.total_mj())
+                )
             ),
         });
         figures.push(Figure {
@@ -370,7 +373,7 @@ pub async fn overview(
     for r in &by_day_model {
         let m = r.model.clone().unwrap_or_else(|| "no model".into());
         let day = r.period.map(|p| (p - from).num_days()).unwrap_or(0);
-        *grid.entry((m, day)).or_default() += r.total_mj;
+        *grid.entry((m, day)).or_default() += r.energy.total_mj();
     }
     let series: Vec<(String, Vec<f64>)> = models
         .iter()
@@ -387,7 +390,7 @@ pub async fn overview(
         .map(|r| {
             let day = r.period.map(|p| (p - from).num_days()).unwrap_or(0);
             let g_per_kwh = metrics::g_co2e_per_kwh(r.carbon_g, r.coverage.carbon_mj);
-            (day, (r.total_mj, g_per_kwh))
+            (day, (r.energy.total_mj(), g_per_kwh))
         })
         .collect();
     let g_per_kwh = |d: i64| intensity.get(&d).and_then(|(_, g)| *g);
@@ -471,16 +474,14 @@ pub async fn overview(
         .iter()
         .map(|r| {
             let job = r.job.clone().unwrap_or_default();
-            let idle = if r.total_mj == 0 {
-                Decimal::ZERO
-            } else {
-                Decimal::from(r.idle_mj) / Decimal::from(r.total_mj)
-            };
+            let idle = metrics::efficiency(r.totals())
+                .idle_fraction
+                .unwrap_or_default();
             (
                 vec![
                     Key::Text(job.clone()),
                     Key::Text(r.model.clone().unwrap_or_default()),
-                    Key::Num(Decimal::from(r.total_mj)),
+                    Key::Num(Decimal::from(r.energy.total_mj())),
                     Key::Num(cost_key(r)),
                     Key::Num(r.carbon_g.unwrap_or_default()),
                     Key::Num(idle),
@@ -489,10 +490,13 @@ pub async fn overview(
                     href: format!("/jobs/{}", super::segment(&job)),
                     key: job,
                     model: r.model.clone().unwrap_or_else(|| "–".into()),
-                    energy: energy(r.total_mj),
+                    energy: energy(r.energy.total_mj()),
                     cost: costs(r),
                     carbon: carbon_kg(r.carbon_g.unwrap_or_default()),
-                    idle: pct(Decimal::from(r.idle_mj), Decimal::from(r.total_mj)),
+                    idle: pct(
+                        Decimal::from(r.energy.idle_mj),
+                        Decimal::from(r.energy.total_mj()),
+                    ),
                 },
             )
         })
@@ -546,14 +550,14 @@ fn model_row(r: &UsageRow) -> (Vec<Key>, ModelRow) {
     (
         vec![
             Key::Text(model.clone()),
-            Key::Num(Decimal::from(r.total_mj)),
+            Key::Num(Decimal::from(r.energy.total_mj())),
             Key::Num(Decimal::from(tokens)),
             Key::Num(e.tokens_per_kwh.unwrap_or_default()),
             Key::Num(e.sci_g_per_1k_tokens.unwrap_or_default()),
         ],
         ModelRow {
             model,
-            energy: energy(r.total_mj),
+            energy: energy(r.energy.total_mj()),
             tokens: count(tokens),
             tokens_per_kwh: shown(e.tokens_per_kwh, 0),
             sci_per_1k: shown(e.sci_g_per_1k_tokens, 3),
@@ -564,12 +568,16 @@ fn model_row(r: &UsageRow) -> (Vec<Key>, ModelRow) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wattledger_domain::breakdown::EnergyBreakdown;
 
     fn row(tokens: i64, carbon: Option<&str>, embodied: Option<&str>) -> UsageRow {
         UsageRow {
             model: Some("m".into()),
-            total_mj: 7_200_000_000,
-            gpu_mj: 3_600_000_000,
+            energy: EnergyBreakdown {
+                gpu_mj: 3_600_000_000,
+                facility_overhead_mj: 3_600_000_000,
+                ..Default::default()
+            },
             prompt_tokens: tokens,
             carbon_g: carbon.map(|c| c.parse().unwrap()),
             embodied_carbon_g: embodied.map(|c| c.parse().unwrap()),

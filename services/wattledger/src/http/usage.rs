@@ -12,6 +12,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
+use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::input;
 use wattledger_domain::metrics::{self, effectiveness, efficiency};
 use wattledger_domain::units::{kwh, ratio};
@@ -70,11 +71,10 @@ pub struct UsageRowOut {
     pub period: Option<DateTime<Utc>>,
     #[schema(value_type = String)]
     pub kwh: Decimal,
+    /// The four parts of `energy`, summed.
     pub total_mj: i64,
-    pub gpu_mj: i64,
-    pub node_overhead_mj: i64,
-    pub idle_mj: i64,
-    pub facility_overhead_mj: i64,
+    #[serde(flatten)]
+    pub energy: EnergyBreakdown,
     /// What these figures rest on: flags and the shares of measured, estimated,
     /// signal-priced and fallback-priced energy.
     #[serde(flatten)]
@@ -163,11 +163,11 @@ pub struct DataQuality {
 }
 
 impl DataQuality {
-    pub fn of(total_mj: i64, c: &usage::Coverage) -> DataQuality {
-        let share = |mj: i64| ratio(mj, total_mj);
+    pub fn of(energy: &EnergyBreakdown, c: &usage::Coverage) -> DataQuality {
+        let share = |mj: i64| ratio(mj, energy.total_mj());
         DataQuality {
             flags: c.flags.clone(),
-            estimated_fraction: share(c.estimated_mj),
+            estimated_fraction: share(energy.estimated_mj),
             priced_fraction: share(c.priced_mj),
             price_signal_fraction: share(c.priced_mj - c.price_fallback_mj),
             price_fallback_fraction: share(c.price_fallback_mj),
@@ -312,12 +312,9 @@ pub async fn get_usage(
                     site: r.site,
                     period: r.period,
                     kwh: e.kwh,
-                    total_mj: r.total_mj,
-                    gpu_mj: r.gpu_mj,
-                    node_overhead_mj: r.node_overhead_mj,
-                    idle_mj: r.idle_mj,
-                    facility_overhead_mj: r.facility_overhead_mj,
-                    quality: DataQuality::of(r.total_mj, &r.coverage),
+                    total_mj: r.energy.total_mj(),
+                    energy: r.energy,
+                    quality: DataQuality::of(&r.energy, &r.coverage),
                     prompt_tokens: r.prompt_tokens,
                     generated_tokens: r.generated_tokens,
                     tokens,
@@ -390,7 +387,10 @@ pub struct JobOut {
     /// Energy attributed to the caller's view of the job (a tenant sees its own share).
     #[schema(value_type = String)]
     pub kwh: Decimal,
+    /// The four parts of `energy`, summed.
     pub total_mj: i64,
+    #[serde(flatten)]
+    pub energy: EnergyBreakdown,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
     /// What the job's figures rest on (the caller's share of it).
@@ -401,8 +401,10 @@ pub struct JobOut {
 impl From<jobs::JobRow> for JobOut {
     fn from(j: jobs::JobRow) -> Self {
         JobOut {
-            quality: DataQuality::of(j.total_mj, &j.coverage),
-            kwh: kwh(j.total_mj).round_dp(6),
+            quality: DataQuality::of(&j.energy, &j.coverage),
+            kwh: kwh(j.energy.total_mj()).round_dp(6),
+            total_mj: j.energy.total_mj(),
+            energy: j.energy,
             key: j.key,
             name: j.name,
             tenant: j.tenant,
@@ -412,7 +414,6 @@ impl From<jobs::JobRow> for JobOut {
             submit_at: j.submit_at,
             start_at: j.start_at,
             end_at: j.end_at,
-            total_mj: j.total_mj,
             prompt_tokens: j.prompt_tokens,
             generated_tokens: j.generated_tokens,
         }
