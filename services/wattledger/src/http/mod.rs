@@ -137,7 +137,7 @@ pub struct Health {
     /// Hours waiting for attribution.
     pub dirty_hours: Option<i64>,
     /// The admission decision writer.
-    pub admission: crate::admission::hot::WriterHealth,
+    pub admission: crate::admission::WriterHealth,
     pub version: String,
 }
 

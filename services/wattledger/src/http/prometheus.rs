@@ -9,7 +9,7 @@
 use super::error::ApiResult;
 use super::extract::Caller;
 use super::AppState;
-use crate::admission::hot::WriterHealth;
+use crate::admission::WriterHealth;
 use crate::auth::Role;
 use axum::extract::State;
 use axum::http::header;
