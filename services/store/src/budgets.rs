@@ -197,10 +197,12 @@ pub async fn list(
         .await?)
 }
 
-/// Alerts raised for a budget in a period, oldest first.
+/// An alert raised for a budget.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct EventRow {
     pub id: uuid::Uuid,
+    /// The budget period it was raised in.
+    pub period_start: DateTime<Utc>,
     pub metric: String,
     pub threshold: String,
     pub used: Decimal,
@@ -209,18 +211,21 @@ pub struct EventRow {
     pub created_at: DateTime<Utc>,
 }
 
+/// Alerts raised for a budget `scope` may see, in the period starting at `period_start` (or
+/// in every period), oldest first.
 pub async fn events(
     pool: &PgPool,
     scope: &Scope,
     budget_id: i64,
-    period_start: DateTime<Utc>,
+    period_start: Option<DateTime<Utc>>,
 ) -> StoreResult<Vec<EventRow>> {
     Ok(sqlx::query_as(
-        "SELECT e.id, e.metric, e.threshold, e.used, e.limit_value, e.projected_at, e.created_at
+        "SELECT e.id, e.period_start, e.metric, e.threshold, e.used, e.limit_value,
+                e.projected_at, e.created_at
          FROM budget_events e JOIN budgets b ON b.id = e.budget_id
-         WHERE e.budget_id = $1 AND e.period_start = $2
+         WHERE e.budget_id = $1 AND ($2::timestamptz IS NULL OR e.period_start = $2)
            AND ($3::bigint IS NULL OR b.tenant_id = $3)
-         ORDER BY e.created_at, e.id",
+         ORDER BY e.period_start, e.created_at, e.id",
     )
     .bind(budget_id)
     .bind(period_start)

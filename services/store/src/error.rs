@@ -9,6 +9,9 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A database name that is not letters, digits and `_` (it cannot be bound).
+    #[error("invalid database name {0:?}")]
+    DatabaseName(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -400,3 +400,21 @@ pub async fn list_tenants(pool: &PgPool, scope: &crate::Scope) -> StoreResult<Ve
     .fetch_all(pool)
     .await?)
 }
+
+/// Every model's key by its id.
+pub async fn model_keys(pool: &PgPool) -> StoreResult<std::collections::HashMap<i64, String>> {
+    let rows: Vec<(i64, String)> = sqlx::query_as("SELECT id, key FROM models")
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// How many of `uuids` are registered as GPU meters (an agent registers its GPUs on its
+/// first scrape).
+pub async fn gpus_registered(pool: &PgPool, uuids: &[String]) -> StoreResult<usize> {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM meters WHERE gpu_uuid = ANY($1)")
+        .bind(uuids)
+        .fetch_one(pool)
+        .await?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}

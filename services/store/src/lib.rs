@@ -10,6 +10,7 @@ pub mod budget_alerts;
 pub mod budgets;
 pub mod chargeback;
 pub mod compaction;
+pub mod databases;
 pub mod dirty;
 pub mod error;
 pub mod inventory;

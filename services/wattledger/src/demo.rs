@@ -16,7 +16,7 @@ use wattledger_domain::chargeback::{Close, Month};
 use wattledger_domain::metrics::{effectiveness, efficiency};
 use wattledger_domain::units::kwh;
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
-use wattledger_store::Scope;
+use wattledger_store::{budgets, inventory, Scope};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
@@ -300,13 +300,8 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
 }
 
 async fn reset_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(admin_url).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&mut conn)
-        .await?;
-    drop(conn);
-    embedded_pg::ensure_database(admin_url, name).await
+    wattledger_store::databases::drop(admin_url, name).await?;
+    Ok(wattledger_store::databases::ensure(admin_url, name).await?)
 }
 
 /// Starts the live node: simulated exporters on loopback and the real `wattledger-agent`
@@ -370,11 +365,7 @@ async fn live_node(
     let uuids: Vec<String> = (0..8).map(live::gpu_uuid).collect();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM meters WHERE gpu_uuid = ANY($1)")
-            .bind(&uuids)
-            .fetch_one(pool)
-            .await?;
-        if n == uuids.len() as i64 {
+        if inventory::gpus_registered(pool, &uuids).await? == uuids.len() {
             break;
         }
         if std::time::Instant::now() > deadline {
@@ -635,22 +626,16 @@ async fn budget_summary(pool: &sqlx::PgPool) -> anyhow::Result<()> {
             (_, _, Some(l)) => (l, b.used_carbon_kg, "kgCO2e".to_owned()),
             _ => continue,
         };
-        let alerts: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT threshold, period_start FROM budget_events WHERE budget_id = $1
-             ORDER BY period_start, created_at",
-        )
-        .bind(b.id)
-        .fetch_all(pool)
-        .await?;
-        let alerts: Vec<String> = alerts
+        let alerts: Vec<String> = budgets::events(pool, &Scope::All, b.id, None)
+            .await?
             .iter()
-            .map(|(t, p)| {
-                let t = if t == "projected" {
-                    t.clone()
+            .map(|e| {
+                let t = if e.threshold == "projected" {
+                    e.threshold.clone()
                 } else {
-                    format!("{t}%")
+                    format!("{}%", e.threshold)
                 };
-                format!("{} {t}", p.format("%b"))
+                format!("{} {t}", e.period_start.format("%b"))
             })
             .collect();
         println!(

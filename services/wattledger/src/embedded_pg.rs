@@ -205,20 +205,5 @@ impl EmbeddedPostgres {
 
 /// Creates `name` on the server at `admin_url` (a database that exists) if it is missing.
 pub async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(admin_url).await?;
-    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
-        .bind(name)
-        .fetch_optional(&mut conn)
-        .await?;
-    if exists.is_none() {
-        // Identifiers cannot be bound; callers pass fixed or generated names only.
-        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            bail!("invalid database name {name}");
-        }
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut conn)
-            .await?;
-    }
-    Ok(())
+    Ok(wattledger_store::databases::ensure(admin_url, name).await?)
 }

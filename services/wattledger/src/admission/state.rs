@@ -146,9 +146,6 @@ fn add_to_budgets(
 }
 
 pub(super) async fn load_slow(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Slow> {
-    let models: Vec<(i64, String)> = sqlx::query_as("SELECT id, key FROM models")
-        .fetch_all(pool)
-        .await?;
     Ok(Slow {
         sites: store::sites(pool).await?,
         draw: store::site_draw(pool, now).await?,
@@ -161,7 +158,7 @@ pub(super) async fn load_slow(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<
         // Every budget over its period containing now (a custom one: its own range); a
         // question counts against those its job's start falls in.
         budgets: wattledger_store::budgets::list(pool, &Scope::All, None, now).await?,
-        models: Arc::new(models.into_iter().collect()),
+        models: Arc::new(wattledger_store::inventory::model_keys(pool).await?),
         policies: store::policies(pool, &Scope::All)
             .await?
             .into_iter()

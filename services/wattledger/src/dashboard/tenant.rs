@@ -342,7 +342,7 @@ pub async fn overview(
                 hard: b.hard,
             });
         }
-        for e in budgets::events(pool, &scope, b.id, b.period_start).await? {
+        for e in budgets::events(pool, &scope, b.id, Some(b.period_start)).await? {
             alerts.push((
                 e.created_at,
                 AlertRow {

@@ -96,7 +96,7 @@ async fn view(
             projected_exhausted_at: runs_out_at(&u, now).filter(|t| *t < b.period_end),
         })
         .collect();
-    let alerts = store::events(&state.pool, scope, b.id, b.period_start)
+    let alerts = store::events(&state.pool, scope, b.id, Some(b.period_start))
         .await?
         .into_iter()
         .map(|e| AlertView {
