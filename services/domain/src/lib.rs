@@ -11,6 +11,7 @@ pub mod chargeback;
 pub mod costing;
 pub mod energy;
 pub mod input;
+pub mod job_kind;
 pub mod metrics;
 pub mod peaks;
 pub mod quality;

@@ -4,10 +4,8 @@ use crate::{Problem, Problems};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
+use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::{input, units};
-
-/// What a job does, which decides how admission treats it.
-pub const JOB_KINDS: [&str; 4] = ["training", "inference", "batch", "interactive"];
 
 const MAX_NAME_LEN: usize = 512;
 const MAX_PRIORITY_LEN: usize = 64;
@@ -73,7 +71,7 @@ impl Job {
         if let Some(model) = &self.model {
             p.key("model", model);
         }
-        p.one_of("kind", &self.kind, &JOB_KINDS);
+        p.one_of("kind", &self.kind, &JobKind::NAMES);
         if let Some(priority) = &self.priority {
             p.text("priority", priority, MAX_PRIORITY_LEN);
         }

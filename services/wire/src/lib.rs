@@ -18,7 +18,7 @@ mod signal;
 mod time;
 mod tokens;
 
-pub use job::{Allocation, Job, JOB_KINDS};
+pub use job::{Allocation, Job};
 pub use meter::{Meter, METER_KINDS};
 pub use sample::Sample;
 pub use signal::{SignalPoint, MAX_AHEAD_DAYS};

@@ -23,6 +23,8 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::ops::{Add, Sub};
 
+use crate::job_kind::JobKind;
+
 /// What a statement line is for: the job kinds, a job's share of idle capacity, and the idle
 /// energy a site gives its platform tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -50,10 +52,11 @@ impl LineClass {
 
     pub fn as_str(self) -> &'static str {
         match self {
-            LineClass::Training => "training",
-            LineClass::Inference => "inference",
-            LineClass::Batch => "batch",
-            LineClass::Interactive => "interactive",
+            // A job's line is named by its kind, as the ledger's jobs are.
+            LineClass::Training => JobKind::Training.as_str(),
+            LineClass::Inference => JobKind::Inference.as_str(),
+            LineClass::Batch => JobKind::Batch.as_str(),
+            LineClass::Interactive => JobKind::Interactive.as_str(),
             LineClass::IdleShare => "idle_share",
             LineClass::Platform => "platform",
         }
@@ -250,4 +253,18 @@ pub fn checksums(exports: &[Export]) -> String {
         .iter()
         .map(|e| format!("{}  {}\n", e.sha256, e.file_name))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_job_kind_is_billed_under_a_class_of_its_name() {
+        for k in JobKind::ALL {
+            let class = LineClass::parse(k.as_str()).expect("a class for every job kind");
+            assert_eq!(class.as_str(), k.as_str());
+            assert_eq!(class.allocation_method(), "metered-gpu-share");
+        }
+    }
 }

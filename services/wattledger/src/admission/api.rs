@@ -9,8 +9,7 @@ use uuid::Uuid;
 use wattledger_domain::admission::budget::Remaining;
 use wattledger_domain::admission::{Estimate, Verdict};
 use wattledger_domain::input;
-
-pub const KINDS: [&str; 4] = ["training", "inference", "batch", "interactive"];
+use wattledger_domain::job_kind::JobKind;
 
 /// A scheduler's question.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -173,8 +172,11 @@ pub(super) fn validate(ask: &Ask, now: DateTime<Utc>) -> Vec<(&'static str, Stri
             bad.push(("power_per_gpu_w", "must be between 1 and 10000 W".into()));
         }
     }
-    if !KINDS.contains(&ask.kind.as_str()) {
-        bad.push(("kind", format!("must be one of {}", KINDS.join(", "))));
+    if JobKind::parse(&ask.kind).is_none() {
+        bad.push((
+            "kind",
+            format!("must be one of {}", JobKind::NAMES.join(", ")),
+        ));
     }
     if ask.tenant.trim().is_empty() {
         bad.push(("tenant", "must not be empty".into()));

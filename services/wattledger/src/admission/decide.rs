@@ -12,6 +12,7 @@ use uuid::Uuid;
 use wattledger_domain::admission::budget::Budget;
 use wattledger_domain::admission::envelope::Reservation;
 use wattledger_domain::admission::{decide, Estimate, Job, Site, Verdict};
+use wattledger_domain::job_kind::JobKind;
 use wattledger_store::admission as store;
 
 impl Admission {
@@ -212,7 +213,7 @@ impl Hot {
             gpus: u32::try_from(ask.gpus).unwrap_or(u32::MAX),
             gpu_draw_w: power.gpu_draw_w,
             duration: Duration::seconds(ask.duration_s),
-            inference: ask.kind == "inference",
+            inference: JobKind::parse(&ask.kind) == Some(JobKind::Inference),
             earliest_start: earliest,
             deadline: ask.deadline,
             priority: ask.priority.clone(),

@@ -11,6 +11,7 @@
 use super::{iso, rng};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
+use wattledger_domain::job_kind::JobKind;
 
 const MINUTE: i64 = 60_000;
 const HOUR: i64 = 60 * MINUTE;
@@ -23,17 +24,10 @@ const SITES: [(&str, &str, &str, &str); 2] = [
 const MODELS: [&str; 3] = ["llama-3.1-70b", "mistral-7b", "acme-llm-34b"];
 const DEVICE: &str = "NVIDIA H100 80GB HBM3";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Training,
-    Inference,
-    Batch,
-}
-
 #[derive(Debug, Clone)]
 struct Job {
     tenant: usize,
-    kind: Kind,
+    kind: JobKind,
     start: i64,
     end: i64,
     /// Global GPU indices.
@@ -118,7 +112,7 @@ impl Fleet {
                     let end = t + rng::int(seed, 2, n as u64, i, 6 * HOUR, 30 * HOUR);
                     jobs.push(Job {
                         tenant: rng::int(seed, 3, n as u64, i, 0, tenants) as usize,
-                        kind: Kind::Training,
+                        kind: JobKind::Training,
                         start: t.max(from),
                         end: end.min(to),
                         gpus: gang.iter().flat_map(|&m| gpus_of(m)).collect(),
@@ -133,7 +127,7 @@ impl Fleet {
                 let served = std::array::from_fn(|s| ((first + s as i64) % tenants) as usize);
                 jobs.push(Job {
                     tenant: served[0],
-                    kind: Kind::Inference,
+                    kind: JobKind::Inference,
                     start: from,
                     end: to,
                     gpus: gpus_of(n).collect(),
@@ -148,7 +142,7 @@ impl Fleet {
                         if end > from {
                             jobs.push(Job {
                                 tenant: rng::int(seed, 8, g as u64, i, 0, tenants) as usize,
-                                kind: Kind::Batch,
+                                kind: JobKind::Batch,
                                 start: t.max(from),
                                 end: end.min(to),
                                 gpus: vec![g],
@@ -279,11 +273,12 @@ impl Fleet {
             .iter()
             .enumerate()
             .map(|(j, job)| {
-                let (kind, model, priority) = match job.kind {
-                    Kind::Training => ("training", Some(MODELS[2]), "normal"),
-                    Kind::Inference => ("inference", Some(MODELS[j % 2]), "high"),
-                    Kind::Batch => ("batch", None, "low"),
+                let (model, priority) = match job.kind {
+                    JobKind::Training => (Some(MODELS[2]), "normal"),
+                    JobKind::Inference => (Some(MODELS[j % 2]), "high"),
+                    JobKind::Batch | JobKind::Interactive => (None, "low"),
                 };
+                let kind = job.kind.as_str();
                 json!({
                     "key": format!("fleet:{j}"), "tenant": Self::tenant_key(job.tenant),
                     "kind": kind, "model": model, "priority": priority,
@@ -301,7 +296,7 @@ impl Fleet {
             .jobs
             .iter()
             .enumerate()
-            .filter(|(_, j)| j.kind == Kind::Inference)
+            .filter(|(_, j)| j.kind == JobKind::Inference)
         {
             let mut t = job.start;
             while t + 5 * MINUTE <= job.end {
@@ -343,18 +338,19 @@ impl Fleet {
         match job {
             None => (70 + noise(13, 0, 10), 80 + noise(14, 0, 15)),
             Some((start, j)) => match self.jobs[j].kind {
-                Kind::Training => {
+                JobKind::Training => {
                     // The gang moves together: one phase per job and step, checkpoints every 45 min.
                     let minute = (t - start) / MINUTE;
                     let phase = rng::int(self.seed, 15, j as u64, s as u64, 0, 120);
                     let mean = if minute % 45 < 2 { 260 } else { 540 + phase } + noise(16, -10, 10);
                     (mean, mean + 40 + phase / 2)
                 }
-                Kind::Inference => {
+                JobKind::Inference => {
                     let mean = 110 + self.load(j, t) * 5 + noise(17, -20, 20);
                     (mean, (mean + 120).min(700))
                 }
-                Kind::Batch => {
+                // The fleet makes no interactive jobs; one would draw like batch.
+                JobKind::Batch | JobKind::Interactive => {
                     let mean = 380 + noise(18, 0, 80);
                     (mean, mean + 30)
                 }

@@ -16,6 +16,7 @@ pub mod rng;
 pub mod signals;
 
 use serde_json::{json, Value};
+use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::steps;
 
 const MINUTE: i64 = 60_000;
@@ -73,7 +74,7 @@ struct Job {
     name: String,
     tenant: &'static str,
     model: Option<&'static str>,
-    kind: &'static str,
+    kind: JobKind,
     start: i64,
     end: i64,
     /// (GPU, MIG slot) pairs; a MIG slot means a half share.
@@ -290,7 +291,7 @@ impl Simulation {
                     name: format!("{model}-pretrain-r{k}"),
                     tenant,
                     model: Some(model),
-                    kind: "training",
+                    kind: JobKind::Training,
                     start: t,
                     end: t + len,
                     gpus,
@@ -317,7 +318,7 @@ impl Simulation {
                     name: format!("{model}-serving"),
                     tenant,
                     model: Some(model),
-                    kind: "inference",
+                    kind: JobKind::Inference,
                     start: t,
                     end: t + len,
                     gpus: self.node_gpus(*node, range.clone()),
@@ -343,7 +344,7 @@ impl Simulation {
                     name: "quanta-risk-notebook".into(),
                     tenant: "quanta-fin",
                     model: None,
-                    kind: "interactive",
+                    kind: JobKind::Interactive,
                     start,
                     end,
                     gpus: vec![(mig_gpu, Some(0))],
@@ -383,7 +384,7 @@ impl Simulation {
                         name: format!("{tenant}-batch-{k}"),
                         tenant,
                         model: None,
-                        kind: "batch",
+                        kind: JobKind::Batch,
                         start: t,
                         end: t + len,
                         gpus: self.node_gpus(node, lane * 2..lane * 2 + width),
@@ -514,7 +515,7 @@ impl Simulation {
                     .collect();
                 json!({
                     "key": j.key, "name": j.name, "tenant": j.tenant, "model": j.model, "kind": j.kind,
-                    "priority": if j.kind == "inference" { "high" } else { "normal" },
+                    "priority": if j.kind == JobKind::Inference { "high" } else { "normal" },
                     "submit_at": iso(j.start - 7 * MINUTE), "start_at": iso(j.start), "end_at": end,
                     "allocations": allocations,
                 })
@@ -764,9 +765,9 @@ mod tests {
         let s = sim();
         assert_eq!(s.nodes.len(), 20);
         assert_eq!(s.gpus.len(), 160);
-        assert!(s.jobs.iter().any(|j| j.kind == "training"));
-        assert!(s.jobs.iter().any(|j| j.kind == "inference"));
-        assert!(s.jobs.iter().any(|j| j.kind == "batch"));
+        assert!(s.jobs.iter().any(|j| j.kind == JobKind::Training));
+        assert!(s.jobs.iter().any(|j| j.kind == JobKind::Inference));
+        assert!(s.jobs.iter().any(|j| j.kind == JobKind::Batch));
         for g in 0..s.gpus.len() {
             for k in 0..50 {
                 let p = s.gpu_power(g, s.from_ms + k * s.interval_ms);
