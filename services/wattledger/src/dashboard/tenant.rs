@@ -227,6 +227,54 @@ pub struct Deferred {
     pub cost: String,
 }
 
+/// Everything the overview shows, read from the store for one tenant and range.
+struct Loaded {
+    total: Option<UsageRow>,
+    by_model: Vec<UsageRow>,
+    by_day_model: Vec<UsageRow>,
+    by_day: Vec<UsageRow>,
+    /// The ten jobs with the most energy.
+    by_job: Vec<UsageRow>,
+    saved: wattledger_store::admission::DeferredSavings,
+    /// The budgets over their current period, each with the alerts raised in it.
+    budgets: Vec<(budgets::BudgetState, Vec<budgets::EventRow>)>,
+}
+
+async fn load(
+    pool: &sqlx::PgPool,
+    scope: &Scope,
+    range: &Range,
+    now: DateTime<Utc>,
+) -> Result<Loaded, PageError> {
+    let filter = UsageFilter {
+        from: Some(range.from),
+        to: Some(range.to),
+        ..Default::default()
+    };
+    let top = UsageFilter {
+        top_jobs: Some(10),
+        ..filter.clone()
+    };
+    let mut with_alerts = Vec::new();
+    for b in budgets::list(pool, scope, None, now).await? {
+        let events = budgets::events(pool, scope, b.id, Some(b.period_start)).await?;
+        with_alerts.push((b, events));
+    }
+    Ok(Loaded {
+        total: usage::usage(pool, scope, &[], &filter)
+            .await?
+            .into_iter()
+            .next(),
+        by_model: usage::usage(pool, scope, &[GroupBy::Model], &filter).await?,
+        by_day_model: usage::usage(pool, scope, &[GroupBy::Day, GroupBy::Model], &filter).await?,
+        by_day: usage::usage(pool, scope, &[GroupBy::Day], &filter).await?,
+        by_job: usage::usage(pool, scope, &[GroupBy::Job, GroupBy::Model], &top).await?,
+        saved: wattledger_store::admission::deferred_savings(pool, scope, range.from, range.to)
+            .await?,
+        budgets: with_alerts,
+    })
+}
+
 pub async fn overview(
     State(state): State<AppState>,
     session: Session,
@@ -238,127 +286,38 @@ pub async fn overview(
     let scope = session.scope.narrow(id).ok_or(PageError::NotFound)?;
     let now = Utc::now();
     let range = Range::parse(view.from.as_deref(), view.to.as_deref(), now)?;
+    let loaded = load(&state.pool, &scope, &range, now).await?;
+    let nav = Nav::new(&session, &format!("/tenants/{key}"));
+    Ok(html(page(key, nav, range, &view, &loaded, now).render()))
+}
+
+/// The page from what was loaded: no I/O from here on.
+fn page(
+    key: String,
+    nav: Nav,
+    range: Range,
+    view: &View,
+    loaded: &Loaded,
+    now: DateTime<Utc>,
+) -> OverviewPage {
+    let Loaded {
+        total,
+        by_model,
+        by_day_model,
+        by_day,
+        by_job,
+        saved,
+        budgets: budgets_now,
+    } = loaded;
     let from = range.from;
-    let filter = UsageFilter {
-        from: Some(range.from),
-        to: Some(range.to),
-        ..Default::default()
-    };
-    let pool = &state.pool;
-    let total = usage::usage(pool, &scope, &[], &filter).await?;
-    let total = total.into_iter().next();
-    let by_model = usage::usage(pool, &scope, &[GroupBy::Model], &filter).await?;
-    let by_day_model = usage::usage(pool, &scope, &[GroupBy::Day, GroupBy::Model], &filter).await?;
-    let by_day = usage::usage(pool, &scope, &[GroupBy::Day], &filter).await?;
-    let top = UsageFilter {
-        top_jobs: Some(10),
-        ..filter.clone()
-    };
-    let by_job = usage::usage(pool, &scope, &[GroupBy::Job, GroupBy::Model], &top).await?;
-
     let empty = total.as_ref().is_none_or(|t| t.energy.total_mj() == 0);
-    let saved =
-        wattledger_store::admission::deferred_savings(pool, &scope, range.from, range.to).await?;
-    let deferred = Deferred {
-        count: saved.deferred,
-        carbon: format!(
-            "{} kgCO2e marginal ({} average)",
-            grouped(saved.carbon_marginal_kg.unwrap_or_default(), 1),
-            grouped(saved.carbon_average_kg.unwrap_or_default(), 1)
-        ),
-        cost: if saved.costs.is_empty() {
-            "–".into()
-        } else {
-            saved
-                .costs
-                .iter()
-                .map(|(c, a)| money(*a, c))
-                .collect::<Vec<_>>()
-                .join(" + ")
-        },
-    };
-    let mut figures = Vec::new();
-    if let Some(t) = &total {
-        figures.push(Figure {
-            label: "Energy".into(),
-            value: energy(t.energy.total_mj()),
-            note: format!(
-                "idle share {}",
-                pct(
-                    Decimal::from(t.energy.idle_mj),
-                    Decimal::from(t.energy.total_mj())
-                )
-            ),
-        });
-        figures.push(Figure {
-            label: "Cost".into(),
-            value: costs(t),
-            note: "energy at the sites' prices".into(),
-        });
-        let carbon = t.carbon_g.unwrap_or_default();
-        figures.push(Figure {
-            label: "Carbon".into(),
-            value: carbon_kg(carbon),
-            note: format!(
-                "+ {} embodied",
-                carbon_kg(t.embodied_carbon_g.unwrap_or_default())
-            ),
-        });
-        figures.push(tokens_figure(t));
-    }
-
-    let budgets_now = budgets::list(pool, &scope, None, now).await?;
-    let mut bars = Vec::new();
-    let mut alerts = Vec::new();
-    for b in &budgets_now {
-        for (metric, u) in b.usages(now) {
-            let unit = match metric {
-                "kwh" => "kWh".to_owned(),
-                "cost" => b.currency.clone().unwrap_or_default(),
-                _ => "kgCO2e".to_owned(),
-            };
-            let p = if u.limit.is_zero() {
-                Decimal::ZERO
-            } else {
-                u.used * Decimal::ONE_HUNDRED / u.limit
-            };
-            bars.push(BudgetBar {
-                key: b.key.clone(),
-                metric: match metric {
-                    "kwh" => "Energy",
-                    "cost" => "Cost",
-                    _ => "Carbon",
-                }
-                .into(),
-                used: format!("{} {unit}", grouped(u.used, 1)),
-                limit: format!("{} {unit}", grouped(u.limit, 0)),
-                pct: grouped(p.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
-                pct_label: format!("{}%", grouped(p, 1)),
-                projected: runs_out_at(&u, now)
-                    .filter(|t| *t < b.period_end)
-                    .map(|t| format!("at this rate, reached {}", t.format("%b %-d")))
-                    .unwrap_or_else(|| "within budget at this rate".into()),
-                over: p >= Decimal::ONE_HUNDRED,
-                hard: b.hard,
-            });
-        }
-        for e in budgets::events(pool, &scope, b.id, Some(b.period_start)).await? {
-            alerts.push((
-                e.created_at,
-                AlertRow {
-                    budget: b.key.clone(),
-                    what: if e.threshold == "projected" {
-                        format!("{} projected to run out", e.metric)
-                    } else {
-                        format!("{} crossed {}%", e.metric, e.threshold)
-                    },
-                    when: e.created_at.format("%b %-d, %H:%M UTC").to_string(),
-                },
-            ));
-        }
-    }
-    alerts.sort_by_key(|a| std::cmp::Reverse(a.0));
-    let alerts = alerts.into_iter().map(|a| a.1).take(10).collect();
+    let deferred = deferred(saved);
+    let figures = total.as_ref().map(headline).unwrap_or_default();
+    let bars = budgets_now
+        .iter()
+        .flat_map(|(b, _)| budget_bars(b, now))
+        .collect();
+    let alerts = alert_rows(budgets_now);
 
     // Days of the month so far × models, in kWh; carbon intensity per day on the line.
     let days_n = range.days();
@@ -370,7 +329,7 @@ pub async fn overview(
     models.sort();
     models.dedup();
     let mut grid: BTreeMap<(String, i64), i64> = BTreeMap::new();
-    for r in &by_day_model {
+    for r in by_day_model {
         let m = r.model.clone().unwrap_or_else(|| "no model".into());
         let day = r.period.map(|p| (p - from).num_days()).unwrap_or(0);
         *grid.entry((m, day)).or_default() += r.energy.total_mj();
@@ -470,62 +429,176 @@ pub async fn overview(
     let mut model_rows: Vec<(Vec<Key>, ModelRow)> = by_model.iter().map(model_row).collect();
     model_sort.apply(&mut model_rows);
     let job_sort = Sort::parse("sort", view.sort.as_deref(), &JOB_COLUMNS, 2);
-    let mut jobs: Vec<(Vec<Key>, JobRow)> = by_job
-        .iter()
-        .map(|r| {
-            let job = r.job.clone().unwrap_or_default();
-            let idle = metrics::efficiency(r.totals())
-                .idle_fraction
-                .unwrap_or_default();
-            (
-                vec![
-                    Key::Text(job.clone()),
-                    Key::Text(r.model.clone().unwrap_or_default()),
-                    Key::Num(Decimal::from(r.energy.total_mj())),
-                    Key::Num(cost_key(r)),
-                    Key::Num(r.carbon_g.unwrap_or_default()),
-                    Key::Num(idle),
-                ],
-                JobRow {
-                    href: format!("/jobs/{}", super::segment(&job)),
-                    key: job,
-                    model: r.model.clone().unwrap_or_else(|| "–".into()),
-                    energy: energy(r.energy.total_mj()),
-                    cost: costs(r),
-                    carbon: carbon_kg(r.carbon_g.unwrap_or_default()),
-                    idle: pct(
-                        Decimal::from(r.energy.idle_mj),
-                        Decimal::from(r.energy.total_mj()),
-                    ),
-                },
-            )
-        })
-        .collect();
+    let mut jobs: Vec<(Vec<Key>, JobRow)> = by_job.iter().map(job_row).collect();
     job_sort.apply(&mut jobs);
     let model_headers = model_sort.headers(&MODEL_COLUMNS, &keep("msort"));
     let job_headers = job_sort.headers(&JOB_COLUMNS, &keep("sort"));
-    Ok(html(
-        OverviewPage {
-            nav: Nav::new(&session, &format!("/tenants/{key}")),
-            tenant: key,
-            range,
-            model_headers,
-            job_headers,
-            day_headers,
-            days_open: view.dsort.is_some(),
-            figures,
-            budgets: bars,
-            chart_svg,
-            legend,
-            days,
-            models: model_rows.into_iter().map(|m| m.1).collect(),
-            jobs: jobs.into_iter().map(|j| j.1).collect(),
-            alerts,
-            deferred,
-            empty,
-        }
-        .render(),
-    ))
+    OverviewPage {
+        nav,
+        tenant: key,
+        range,
+        model_headers,
+        job_headers,
+        day_headers,
+        days_open: view.dsort.is_some(),
+        figures,
+        budgets: bars,
+        chart_svg,
+        legend,
+        days,
+        models: model_rows.into_iter().map(|m| m.1).collect(),
+        jobs: jobs.into_iter().map(|j| j.1).collect(),
+        alerts,
+        deferred,
+        empty,
+    }
+}
+
+/// What the tenant's deferred jobs saved, as estimated when they were deferred.
+fn deferred(saved: &wattledger_store::admission::DeferredSavings) -> Deferred {
+    Deferred {
+        count: saved.deferred,
+        carbon: format!(
+            "{} kgCO2e marginal ({} average)",
+            grouped(saved.carbon_marginal_kg.unwrap_or_default(), 1),
+            grouped(saved.carbon_average_kg.unwrap_or_default(), 1)
+        ),
+        cost: if saved.costs.is_empty() {
+            "–".into()
+        } else {
+            saved
+                .costs
+                .iter()
+                .map(|(c, a)| money(*a, c))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        },
+    }
+}
+
+/// The headline figures of the range: energy, cost, carbon, tokens.
+fn headline(t: &UsageRow) -> Vec<Figure> {
+    vec![
+        Figure {
+            label: "Energy".into(),
+            value: energy(t.energy.total_mj()),
+            note: format!(
+                "idle share {}",
+                pct(
+                    Decimal::from(t.energy.idle_mj),
+                    Decimal::from(t.energy.total_mj())
+                )
+            ),
+        },
+        Figure {
+            label: "Cost".into(),
+            value: costs(t),
+            note: "energy at the sites' prices".into(),
+        },
+        Figure {
+            label: "Carbon".into(),
+            value: carbon_kg(t.carbon_g.unwrap_or_default()),
+            note: format!(
+                "+ {} embodied",
+                carbon_kg(t.embodied_carbon_g.unwrap_or_default())
+            ),
+        },
+        tokens_figure(t),
+    ]
+}
+
+/// One bar per limit of a budget: used against the limit, and when it runs out at the
+/// recent rate.
+fn budget_bars(b: &budgets::BudgetState, now: DateTime<Utc>) -> Vec<BudgetBar> {
+    b.usages(now)
+        .into_iter()
+        .map(|(metric, u)| {
+            let unit = match metric {
+                "kwh" => "kWh".to_owned(),
+                "cost" => b.currency.clone().unwrap_or_default(),
+                _ => "kgCO2e".to_owned(),
+            };
+            let p = if u.limit.is_zero() {
+                Decimal::ZERO
+            } else {
+                u.used * Decimal::ONE_HUNDRED / u.limit
+            };
+            BudgetBar {
+                key: b.key.clone(),
+                metric: match metric {
+                    "kwh" => "Energy",
+                    "cost" => "Cost",
+                    _ => "Carbon",
+                }
+                .into(),
+                used: format!("{} {unit}", grouped(u.used, 1)),
+                limit: format!("{} {unit}", grouped(u.limit, 0)),
+                pct: grouped(p.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
+                pct_label: format!("{}%", grouped(p, 1)),
+                projected: runs_out_at(&u, now)
+                    .filter(|t| *t < b.period_end)
+                    .map(|t| format!("at this rate, reached {}", t.format("%b %-d")))
+                    .unwrap_or_else(|| "within budget at this rate".into()),
+                over: p >= Decimal::ONE_HUNDRED,
+                hard: b.hard,
+            }
+        })
+        .collect()
+}
+
+/// The ten latest alerts of the budgets, newest first.
+fn alert_rows(budgets: &[(budgets::BudgetState, Vec<budgets::EventRow>)]) -> Vec<AlertRow> {
+    let mut alerts: Vec<(DateTime<Utc>, AlertRow)> = budgets
+        .iter()
+        .flat_map(|(b, events)| {
+            events.iter().map(|e| {
+                (
+                    e.created_at,
+                    AlertRow {
+                        budget: b.key.clone(),
+                        what: if e.threshold == "projected" {
+                            format!("{} projected to run out", e.metric)
+                        } else {
+                            format!("{} crossed {}%", e.metric, e.threshold)
+                        },
+                        when: e.created_at.format("%b %-d, %H:%M UTC").to_string(),
+                    },
+                )
+            })
+        })
+        .collect();
+    alerts.sort_by_key(|a| std::cmp::Reverse(a.0));
+    alerts.into_iter().map(|a| a.1).take(10).collect()
+}
+
+/// A row of the largest-jobs table: its sort keys and what it shows.
+fn job_row(r: &UsageRow) -> (Vec<Key>, JobRow) {
+    let job = r.job.clone().unwrap_or_default();
+    let idle = metrics::efficiency(r.totals())
+        .idle_fraction
+        .unwrap_or_default();
+    (
+        vec![
+            Key::Text(job.clone()),
+            Key::Text(r.model.clone().unwrap_or_default()),
+            Key::Num(Decimal::from(r.energy.total_mj())),
+            Key::Num(cost_key(r)),
+            Key::Num(r.carbon_g.unwrap_or_default()),
+            Key::Num(idle),
+        ],
+        JobRow {
+            href: format!("/jobs/{}", super::segment(&job)),
+            key: job,
+            model: r.model.clone().unwrap_or_else(|| "–".into()),
+            energy: energy(r.energy.total_mj()),
+            cost: costs(r),
+            carbon: carbon_kg(r.carbon_g.unwrap_or_default()),
+            idle: pct(
+                Decimal::from(r.energy.idle_mj),
+                Decimal::from(r.energy.total_mj()),
+            ),
+        },
+    )
 }
 
 /// The headline figure of tokens served, with their tokens per kWh.
@@ -615,5 +688,136 @@ mod tests {
             (none.value.as_str(), none.note.as_str()),
             ("0", "no inference tokens")
         );
+    }
+
+    fn budget(limit_kwh: &str, used_kwh: &str, recent_kwh: &str) -> budgets::BudgetState {
+        let start = "2026-11-01T00:00:00Z".parse().unwrap();
+        budgets::BudgetState {
+            id: 1,
+            key: "gpu-energy".into(),
+            tenant_id: 1,
+            tenant: "acme".into(),
+            model: None,
+            period: "month".into(),
+            period_start: start,
+            period_end: "2026-12-01T00:00:00Z".parse().unwrap(),
+            limit_kwh: Some(limit_kwh.parse().unwrap()),
+            limit_cost: None,
+            currency: None,
+            limit_carbon_kg: None,
+            hard: true,
+            thresholds_pct: vec![80, 100],
+            used_kwh: used_kwh.parse().unwrap(),
+            used_cost: Decimal::ZERO,
+            used_carbon_kg: Decimal::ZERO,
+            recent_kwh: recent_kwh.parse().unwrap(),
+            recent_cost: Decimal::ZERO,
+            recent_carbon_kg: Decimal::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_budget_bar_says_how_far_it_is_used_and_when_it_runs_out() {
+        // Nov 15: 600 of 1,000 kWh used, 350 kWh in the last 7 days (50 a day): the 400 left
+        // last 8 more days, to Nov 23.
+        let now = "2026-11-15T00:00:00Z".parse().unwrap();
+        let bars = budget_bars(&budget("1000", "600", "350"), now);
+        assert_eq!(bars.len(), 1, "one bar per limit set");
+        let b = &bars[0];
+        assert_eq!(
+            (b.metric.as_str(), b.used.as_str(), b.limit.as_str()),
+            ("Energy", "600.0 kWh", "1,000 kWh")
+        );
+        assert_eq!((b.pct.as_str(), b.pct_label.as_str()), ("60.0", "60.0%"));
+        assert_eq!(b.projected, "at this rate, reached Nov 23");
+        assert!(!b.over && b.hard);
+        // Over the limit: the meter stops at 100, the label does not.
+        let over = &budget_bars(&budget("1000", "1250", "0"), now)[0];
+        assert_eq!(
+            (over.pct.as_str(), over.pct_label.as_str()),
+            ("100.0", "125.0%")
+        );
+        assert!(over.over);
+        assert_eq!(over.projected, "within budget at this rate");
+    }
+
+    #[test]
+    fn the_alerts_are_the_ten_latest_of_every_budget_newest_first() {
+        let event = |hour: u32, threshold: &str| budgets::EventRow {
+            id: uuid::Uuid::nil(),
+            period_start: "2026-11-01T00:00:00Z".parse().unwrap(),
+            metric: "kwh".into(),
+            threshold: threshold.into(),
+            used: Decimal::ZERO,
+            limit_value: Decimal::ZERO,
+            projected_at: None,
+            created_at: format!("2026-11-{:02}T{hour:02}:00:00Z", 2 + hour / 24)
+                .parse()
+                .unwrap(),
+        };
+        let a = budget("1000", "0", "0");
+        let b = budgets::BudgetState {
+            key: "other".into(),
+            ..a.clone()
+        };
+        let many: Vec<_> = (0..12).map(|h| event(h, "80")).collect();
+        let rows = alert_rows(&[(a, many), (b, vec![event(20, "projected")])]);
+        assert_eq!(rows.len(), 10);
+        assert_eq!(
+            (rows[0].budget.as_str(), rows[0].what.as_str()),
+            ("other", "kwh projected to run out")
+        );
+        assert_eq!(rows[1].what, "kwh crossed 80%");
+        assert_eq!(rows[1].when, "Nov 2, 11:00 UTC");
+        assert_eq!(
+            rows[9].when, "Nov 2, 03:00 UTC",
+            "the two oldest are left out"
+        );
+    }
+
+    #[test]
+    fn deferred_savings_show_each_currency_or_a_dash() {
+        let saved = wattledger_store::admission::DeferredSavings {
+            deferred: 3,
+            carbon_marginal_kg: Some("12.34".parse().unwrap()),
+            carbon_average_kg: None,
+            costs: vec![
+                ("EUR".into(), "5.5".parse().unwrap()),
+                ("USD".into(), Decimal::ONE),
+            ],
+        };
+        let d = deferred(&saved);
+        assert_eq!(d.count, 3);
+        assert_eq!(d.carbon, "12.3 kgCO2e marginal (0.0 average)");
+        assert_eq!(
+            d.cost,
+            format!(
+                "{} + {}",
+                money("5.5".parse().unwrap(), "EUR"),
+                money(Decimal::ONE, "USD")
+            )
+        );
+        assert_eq!(deferred(&Default::default()).cost, "–");
+    }
+
+    #[test]
+    fn a_job_row_shows_its_idle_share_of_its_own_energy() {
+        let r = UsageRow {
+            job: Some("slurm:c/42".into()),
+            energy: EnergyBreakdown {
+                gpu_mj: 3_000_000_000,
+                idle_mj: 600_000_000,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let (keys, shown) = job_row(&r);
+        assert_eq!(shown.href, "/jobs/slurm%3Ac%2F42");
+        assert_eq!(
+            (shown.energy.as_str(), shown.model.as_str()),
+            ("1.0 kWh", "–")
+        );
+        assert_eq!(shown.idle, pct(Decimal::from(600), Decimal::from(3_600)));
+        assert_eq!(keys[5], Key::Num("0.166667".parse().unwrap()));
     }
 }
