@@ -181,27 +181,80 @@ struct Scratch {
 }
 
 /// Attributes one site-hour. Pure and deterministic: the same input gives the same rows.
+/// Each step goes through rules 1–3 ([`Hour::gpus`], [`Hour::node_overhead`],
+/// [`Hour::facility_overhead`]); rules 4 and 5 make the rows ([`Hour::rows`]).
 pub fn attribute(input: &SiteHour) -> Attributed {
-    let grid = input.grid;
-    let jobs = input.jobs.len();
-    let mut acc = vec![Acc::default(); jobs];
-    let mut idle = Acc::default();
-    let mut totals = HourTotals {
-        site_mj_by_step: Vec::with_capacity(grid.steps),
-        ..HourTotals::default()
-    };
-    let mut s = Scratch {
-        step_gpu: vec![0; jobs],
-        step_it: vec![0; jobs],
-        step_est: vec![false; jobs],
-        in_step: vec![false; jobs],
-        ..Scratch::default()
-    };
-    let pue_overhead = input.policy.static_pue - Decimal::ONE;
+    let mut hour = Hour::new(input);
+    for index in 0..input.grid.steps {
+        let mut step = hour.begin_step(index);
+        for node in &input.nodes {
+            let gpus = hour.gpus(node, &mut step);
+            hour.node_overhead(node, gpus, &mut step);
+        }
+        hour.facility_overhead(&mut step);
+        hour.end_step(&step);
+    }
+    hour.rows()
+}
 
-    for step in 0..grid.steps {
-        let t0 = grid.step_start(step);
-        let t1 = t0 + grid.step_ms;
+/// The hour being attributed: what every rule adds to.
+struct Hour<'a> {
+    input: &'a SiteHour,
+    /// Per job, and for energy no job used.
+    acc: Vec<Acc>,
+    idle: Acc,
+    totals: HourTotals,
+    s: Scratch,
+    pue_overhead: Decimal,
+}
+
+/// What one step has gathered so far, across its nodes.
+struct Step {
+    index: usize,
+    t0: i64,
+    t1: i64,
+    /// IT energy of the site, and the part of it no job used.
+    site_it: i64,
+    idle_it: i64,
+    idle_est: bool,
+    /// The facility's overhead in the step, once rule 3 has run.
+    overhead: i64,
+    quality: Quality,
+}
+
+/// A node's GPUs in one step, as rule 2 needs them.
+#[derive(Clone, Copy)]
+struct NodeGpus {
+    sum: i64,
+    estimated: bool,
+    /// Some GPU reported: the node was alive, so a missing node reading is modelled.
+    measured: bool,
+}
+
+impl<'a> Hour<'a> {
+    fn new(input: &'a SiteHour) -> Self {
+        let jobs = input.jobs.len();
+        Hour {
+            input,
+            acc: vec![Acc::default(); jobs],
+            idle: Acc::default(),
+            totals: HourTotals {
+                site_mj_by_step: Vec::with_capacity(input.grid.steps),
+                ..HourTotals::default()
+            },
+            s: Scratch {
+                step_gpu: vec![0; jobs],
+                step_it: vec![0; jobs],
+                step_est: vec![false; jobs],
+                in_step: vec![false; jobs],
+                ..Scratch::default()
+            },
+            pue_overhead: input.policy.static_pue - Decimal::ONE,
+        }
+    }
+
+    fn begin_step(&mut self, index: usize) -> Step {
+        let s = &mut self.s;
         for &j in &s.touched {
             s.step_gpu[j] = 0;
             s.step_it[j] = 0;
@@ -209,175 +262,195 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             s.in_step[j] = false;
         }
         s.touched.clear();
-        let mut site_it = 0i64;
-        let mut idle_it = 0i64;
-        let mut idle_est = false;
-        let mut step_quality = Quality::EMPTY;
+        let t0 = self.input.grid.step_start(index);
+        Step {
+            index,
+            t0,
+            t1: t0 + self.input.grid.step_ms,
+            site_it: 0,
+            idle_it: 0,
+            idle_est: false,
+            overhead: 0,
+            quality: Quality::EMPTY,
+        }
+    }
 
-        for node in &input.nodes {
-            s.node_jobs.clear();
-            hold_estimates_to_node(node, step, &mut s.gpu_e);
-            let mut gpu_sum = 0i64;
-            let mut gpus_estimated = false;
-            let mut gpus_measured = false;
-            for (g, gpu) in node.gpus.iter().enumerate() {
-                let e = s.gpu_e[g];
-                let q = gpu.energy.quality[step];
-                step_quality |= q;
-                gpus_estimated |= q.is_estimated();
-                gpus_measured |= !q.contains(Quality::MISSING) || e != 0;
-                gpu_sum += e;
-                totals.gpu_steps += 1;
-                totals.capacity_gpu_ms += grid.step_ms;
-                // Rule 1: split over allocations by overlap × share; the rest is idle.
-                s.weights.clear();
-                s.owners.clear();
-                let mut held: u128 = 0;
-                let mut held_ms = 0i64;
-                for a in &gpu.allocations {
-                    let overlap = t1.min(a.end_ms) - t0.max(a.start_ms);
-                    if overlap <= 0 {
-                        continue;
-                    }
-                    let w = overlap as u128 * u128::from(a.share_ppm);
-                    held += w;
-                    s.weights.push(w);
-                    s.owners.push(a.job);
-                    let ms = (w / u128::from(PPM)) as i64;
-                    acc[a.job].gpu_ms += ms;
-                    acc[a.job].embodied += ms * gpu.embodied_ng_per_ms;
-                    acc[a.job].time_price += ms * gpu.time_price_pico_per_ms;
-                    acc[a.job].quality |= q;
-                    totals.allocated_gpu_ms += ms;
-                    held_ms += ms;
-                }
-                // The device ages whether or not anyone holds it: the rest is idle.
-                let unheld = (grid.step_ms - held_ms).max(0);
-                idle.embodied += unheld * gpu.embodied_ng_per_ms;
-                idle.time_price += unheld * gpu.time_price_pico_per_ms;
-                totals.embodied_ng += grid.step_ms.max(held_ms) * gpu.embodied_ng_per_ms;
-                let capacity = grid.step_ms as u128 * u128::from(PPM);
-                s.weights.push(capacity.saturating_sub(held));
-                s.parts.resize(s.weights.len(), 0);
-                split_into(e, &s.weights, &mut s.parts);
-                let last = s.parts.len() - 1;
-                for (k, &j) in s.owners.iter().enumerate() {
-                    let part = s.parts[k];
-                    if !s.in_step[j] {
-                        s.in_step[j] = true;
-                        s.touched.push(j);
-                    }
-                    if !s.node_jobs.contains(&j) {
-                        s.node_jobs.push(j);
-                    }
-                    s.step_gpu[j] += part;
-                    s.step_it[j] += part;
-                    acc[j].energy.gpu_mj += part;
-                    if q.is_estimated() {
-                        acc[j].energy.estimated_mj += part;
-                        s.step_est[j] = true;
-                    }
-                }
-                idle_it += s.parts[last];
-                if q.is_estimated() {
-                    idle.energy.estimated_mj += s.parts[last];
-                    idle_est |= s.parts[last] != 0;
-                }
-                idle.quality |= q;
-            }
-            totals.gpu_mj += gpu_sum;
-
-            // Rule 2: node overhead = node meter − Σ GPUs, split by the jobs' GPU energy.
-            // Static node model only where the node was alive (some GPU measured) but its own
-            // reading is absent; a node with no data at all gets no invented energy.
-            let model_e = if gpus_measured {
-                gpu_sum + energy_at_power_mj(input.policy.node_static_overhead_mw, grid.step_ms)
-            } else {
-                gpu_sum
-            };
-            let model_q = if gpus_measured {
-                Quality::NODE_MODEL
-            } else {
-                Quality::MISSING
-            };
-            let (node_e, node_q) = match &node.energy {
-                Some(m) if !m.quality[step].contains(Quality::MISSING) => {
-                    (m.mj[step], m.quality[step])
-                }
-                // A partial step still carries measured energy.
-                Some(m) if m.mj[step] > 0 => (m.mj[step], m.quality[step]),
-                Some(m) => (model_e, m.quality[step] | model_q),
-                None => (model_e, model_q),
-            };
-            let mut node_q = node_q;
-            let mut overhead = node_e - gpu_sum;
-            if overhead < 0 {
-                node_q |= Quality::NEGATIVE_OVERHEAD;
-                overhead = 0;
-            }
-            // Measured node energy minus an estimated GPU's is an estimated overhead: whoever
-            // shares it is told so, though their own readings were fine.
-            if gpus_estimated && overhead != 0 {
-                node_q |= Quality::OVERHEAD_ESTIMATED;
-            }
-            step_quality |= node_q;
-            let overhead_est = node_q.is_estimated();
-            site_it += gpu_sum + overhead;
+    /// Rule 1: each GPU's energy split over its allocations by overlap × share; the rest
+    /// is idle. GPU time held (and its embodied carbon and GPU-hour price) follows too.
+    fn gpus(&mut self, node: &Node, step: &mut Step) -> NodeGpus {
+        let grid = self.input.grid;
+        let (acc, idle, totals, s) = (&mut self.acc, &mut self.idle, &mut self.totals, &mut self.s);
+        s.node_jobs.clear();
+        hold_estimates_to_node(node, step.index, &mut s.gpu_e);
+        let mut out = NodeGpus {
+            sum: 0,
+            estimated: false,
+            measured: false,
+        };
+        for (g, gpu) in node.gpus.iter().enumerate() {
+            let e = s.gpu_e[g];
+            let q = gpu.energy.quality[step.index];
+            step.quality |= q;
+            out.estimated |= q.is_estimated();
+            out.measured |= !q.contains(Quality::MISSING) || e != 0;
+            out.sum += e;
+            totals.gpu_steps += 1;
+            totals.capacity_gpu_ms += grid.step_ms;
             s.weights.clear();
-            for &j in &s.node_jobs {
-                s.weights.push(s.step_gpu[j].max(0) as u128);
+            s.owners.clear();
+            let mut held: u128 = 0;
+            let mut held_ms = 0i64;
+            for a in &gpu.allocations {
+                let overlap = step.t1.min(a.end_ms) - step.t0.max(a.start_ms);
+                if overlap <= 0 {
+                    continue;
+                }
+                let w = overlap as u128 * u128::from(a.share_ppm);
+                held += w;
+                s.weights.push(w);
+                s.owners.push(a.job);
+                let ms = (w / u128::from(PPM)) as i64;
+                acc[a.job].gpu_ms += ms;
+                acc[a.job].embodied += ms * gpu.embodied_ng_per_ms;
+                acc[a.job].time_price += ms * gpu.time_price_pico_per_ms;
+                acc[a.job].quality |= q;
+                totals.allocated_gpu_ms += ms;
+                held_ms += ms;
             }
-            let job_gpu: u128 = s.weights.iter().sum();
-            if job_gpu == 0 {
-                idle_it += overhead;
-                idle.quality |= node_q;
+            // The device ages whether or not anyone holds it: the rest is idle.
+            let unheld = (grid.step_ms - held_ms).max(0);
+            idle.embodied += unheld * gpu.embodied_ng_per_ms;
+            idle.time_price += unheld * gpu.time_price_pico_per_ms;
+            totals.embodied_ng += grid.step_ms.max(held_ms) * gpu.embodied_ng_per_ms;
+            let capacity = grid.step_ms as u128 * u128::from(PPM);
+            s.weights.push(capacity.saturating_sub(held));
+            s.parts.resize(s.weights.len(), 0);
+            split_into(e, &s.weights, &mut s.parts);
+            let last = s.parts.len() - 1;
+            for (k, &j) in s.owners.iter().enumerate() {
+                let part = s.parts[k];
+                if !s.in_step[j] {
+                    s.in_step[j] = true;
+                    s.touched.push(j);
+                }
+                if !s.node_jobs.contains(&j) {
+                    s.node_jobs.push(j);
+                }
+                s.step_gpu[j] += part;
+                s.step_it[j] += part;
+                acc[j].energy.gpu_mj += part;
+                if q.is_estimated() {
+                    acc[j].energy.estimated_mj += part;
+                    s.step_est[j] = true;
+                }
+            }
+            step.idle_it += s.parts[last];
+            if q.is_estimated() {
+                idle.energy.estimated_mj += s.parts[last];
+                step.idle_est |= s.parts[last] != 0;
+            }
+            idle.quality |= q;
+        }
+        totals.gpu_mj += out.sum;
+        out
+    }
+
+    /// Rule 2: node overhead = node meter − Σ GPUs, split by the jobs' GPU energy on the
+    /// node. The static node model only where the node was alive (some GPU measured) but
+    /// its own reading is absent; a node with no data at all gets no invented energy.
+    fn node_overhead(&mut self, node: &Node, gpus: NodeGpus, step: &mut Step) {
+        let (acc, idle, s) = (&mut self.acc, &mut self.idle, &mut self.s);
+        let policy = &self.input.policy;
+        let (model_e, model_q) = if gpus.measured {
+            let modelled =
+                energy_at_power_mj(policy.node_static_overhead_mw, self.input.grid.step_ms);
+            (gpus.sum + modelled, Quality::NODE_MODEL)
+        } else {
+            (gpus.sum, Quality::MISSING)
+        };
+        let (node_e, mut node_q) = match &node.energy {
+            Some(m) if !m.quality[step.index].contains(Quality::MISSING) => {
+                (m.mj[step.index], m.quality[step.index])
+            }
+            // A partial step still carries measured energy.
+            Some(m) if m.mj[step.index] > 0 => (m.mj[step.index], m.quality[step.index]),
+            Some(m) => (model_e, m.quality[step.index] | model_q),
+            None => (model_e, model_q),
+        };
+        let mut overhead = node_e - gpus.sum;
+        if overhead < 0 {
+            node_q |= Quality::NEGATIVE_OVERHEAD;
+            overhead = 0;
+        }
+        // Measured node energy minus an estimated GPU's is an estimated overhead: whoever
+        // shares it is told so, though their own readings were fine.
+        if gpus.estimated && overhead != 0 {
+            node_q |= Quality::OVERHEAD_ESTIMATED;
+        }
+        step.quality |= node_q;
+        let overhead_est = node_q.is_estimated();
+        step.site_it += gpus.sum + overhead;
+        s.weights.clear();
+        for &j in &s.node_jobs {
+            s.weights.push(s.step_gpu[j].max(0) as u128);
+        }
+        let job_gpu: u128 = s.weights.iter().sum();
+        if job_gpu == 0 {
+            step.idle_it += overhead;
+            idle.quality |= node_q;
+            if overhead_est {
+                idle.energy.estimated_mj += overhead;
+                step.idle_est |= overhead != 0;
+            }
+        } else {
+            s.parts.resize(s.weights.len(), 0);
+            split_into(overhead, &s.weights, &mut s.parts);
+            for (k, &j) in s.node_jobs.iter().enumerate() {
+                let part = s.parts[k];
+                acc[j].energy.node_overhead_mj += part;
+                acc[j].quality |= node_q;
+                s.step_it[j] += part;
                 if overhead_est {
-                    idle.energy.estimated_mj += overhead;
-                    idle_est |= overhead != 0;
+                    acc[j].energy.estimated_mj += part;
+                    s.step_est[j] = true;
                 }
-            } else {
-                s.parts.resize(s.weights.len(), 0);
-                split_into(overhead, &s.weights, &mut s.parts);
-                for (k, &j) in s.node_jobs.iter().enumerate() {
-                    let part = s.parts[k];
-                    acc[j].energy.node_overhead_mj += part;
-                    acc[j].quality |= node_q;
-                    s.step_it[j] += part;
-                    if overhead_est {
-                        acc[j].energy.estimated_mj += part;
-                        s.step_est[j] = true;
-                    }
-                }
-            }
-            // Per-step GPU sums are per node; reset them so the next node's overhead split
-            // only weighs its own GPUs.
-            for &j in &s.node_jobs {
-                s.step_gpu[j] = 0;
             }
         }
+        // Per-step GPU sums are per node; reset them so the next node's overhead split
+        // only weighs its own GPUs.
+        for &j in &s.node_jobs {
+            s.step_gpu[j] = 0;
+        }
+    }
 
-        // Rule 3: facility overhead = facility meter − IT, or IT × (PUE − 1).
-        let (mut overhead, mut fac_q) = match &input.facility {
-            Some(m) if !m.quality[step].contains(Quality::MISSING) => {
-                (m.mj[step] - site_it, m.quality[step])
+    /// Rule 3: facility overhead = facility meter − IT, or IT × (PUE − 1), split by each
+    /// job's IT energy in the step; what no IT energy weighs is idle.
+    fn facility_overhead(&mut self, step: &mut Step) {
+        let (acc, idle, s) = (&mut self.acc, &mut self.idle, &mut self.s);
+        let (mut overhead, mut fac_q) = match &self.input.facility {
+            Some(m) if !m.quality[step.index].contains(Quality::MISSING) => {
+                (m.mj[step.index] - step.site_it, m.quality[step.index])
             }
             Some(m) => (
-                static_overhead(site_it, pue_overhead),
-                m.quality[step] | Quality::FACILITY_FALLBACK,
+                static_overhead(step.site_it, self.pue_overhead),
+                m.quality[step.index] | Quality::FACILITY_FALLBACK,
             ),
-            None => (static_overhead(site_it, pue_overhead), Quality::EMPTY),
+            None => (
+                static_overhead(step.site_it, self.pue_overhead),
+                Quality::EMPTY,
+            ),
         };
         if overhead < 0 {
             fac_q |= Quality::NEGATIVE_OVERHEAD;
             overhead = 0;
         }
-        step_quality |= fac_q;
+        step.quality |= fac_q;
         let fac_est = fac_q.is_estimated();
         s.weights.clear();
         for &j in &s.touched {
             s.weights.push(s.step_it[j].max(0) as u128);
         }
-        s.weights.push(idle_it.max(0) as u128);
+        s.weights.push(step.idle_it.max(0) as u128);
         s.parts.resize(s.weights.len(), 0);
         split_into(overhead, &s.weights, &mut s.parts);
         let mut unplaced = overhead;
@@ -391,21 +464,52 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             }
         }
         // What no IT energy weighs (a facility drawing power with every node dark) is idle.
-        idle.energy.idle_mj += idle_it;
+        idle.energy.idle_mj += step.idle_it;
         idle.energy.facility_overhead_mj += unplaced;
         idle.quality |= fac_q;
-        if fac_est || idle_est {
+        if fac_est || step.idle_est {
             idle.energy.estimated_mj += unplaced;
         }
-        totals.it_mj += site_it;
-        totals.site_mj += site_it + overhead;
-        totals.site_mj_by_step.push(site_it + overhead);
-        totals.quality |= step_quality;
+        step.overhead = overhead;
     }
-    totals.idle_mj = idle.energy.idle_mj + idle.energy.facility_overhead_mj;
 
-    let mut rows = Vec::with_capacity(jobs + 1);
-    // Rule 5: a job whose tokens name tenants is split over them by weighted tokens.
+    fn end_step(&mut self, step: &Step) {
+        let site = step.site_it + step.overhead;
+        self.totals.it_mj += step.site_it;
+        self.totals.site_mj += site;
+        self.totals.site_mj_by_step.push(site);
+        self.totals.quality |= step.quality;
+    }
+
+    /// The hour's rows: rule 5's job rows, then rule 4's idle.
+    fn rows(self) -> Attributed {
+        let Hour {
+            input,
+            acc,
+            idle,
+            mut totals,
+            ..
+        } = self;
+        totals.idle_mj = idle.energy.idle_mj + idle.energy.facility_overhead_mj;
+
+        let mut rows = job_rows(input, &acc);
+        place_idle(&mut rows, &idle, &input.policy);
+        totals.estimated_mj = rows.iter().map(|r| r.energy.estimated_mj).sum();
+        debug_assert_eq!(
+            rows.iter().map(|r| r.energy.total_mj()).sum::<i64>(),
+            totals.site_mj
+        );
+        debug_assert!(
+            rows.is_empty()
+                || rows.iter().map(|r| r.embodied_ng).sum::<i64>() == totals.embodied_ng
+        );
+        Attributed { rows, totals }
+    }
+}
+
+/// Rule 5: one row per job, or per tenant its tokens name (split by weighted tokens).
+fn job_rows(input: &SiteHour, acc: &[Acc]) -> Vec<Row> {
+    let mut rows = Vec::with_capacity(acc.len() + 1);
     for (j, job_acc) in acc.iter().enumerate() {
         let has_energy = job_acc.gpu_ms != 0
             || job_acc.energy.it_mj() != 0
@@ -416,14 +520,19 @@ pub fn attribute(input: &SiteHour) -> Attributed {
         }
         push_job_rows(&mut rows, j, &input.jobs[j], job_acc, &tokens);
     }
-    // Rule 4: idle to the platform tenant, or over the hour's jobs by IT energy.
+    rows
+}
+
+/// Rule 4: the energy no job used, to the platform tenant, or over the hour's job rows by
+/// their IT energy (the proportional policy).
+fn place_idle(rows: &mut Vec<Row>, idle: &Acc, policy: &SitePolicy) {
     let idle_total = idle.energy.idle_mj + idle.energy.facility_overhead_mj;
     let job_it: Vec<u128> = rows
         .iter()
         .map(|r| r.energy.it_mj().max(0) as u128)
         .collect();
     let spread_idle =
-        input.policy.idle_policy == IdlePolicy::Proportional && job_it.iter().any(|&w| w > 0);
+        policy.idle_policy == IdlePolicy::Proportional && job_it.iter().any(|&w| w > 0);
     if spread_idle {
         let idle_parts = split(idle.energy.idle_mj, &job_it);
         let fac_parts = split(idle.energy.facility_overhead_mj, &job_it);
@@ -450,7 +559,7 @@ pub fn attribute(input: &SiteHour) -> Attributed {
         }
     } else if idle_total != 0 || idle.embodied != 0 || idle.time_price != 0 {
         rows.push(Row {
-            tenant: input.policy.platform_tenant,
+            tenant: policy.platform_tenant,
             job: None,
             model: None,
             energy: idle.energy,
@@ -462,15 +571,6 @@ pub fn attribute(input: &SiteHour) -> Attributed {
             quality: idle.quality,
         });
     }
-    totals.estimated_mj = rows.iter().map(|r| r.energy.estimated_mj).sum();
-    debug_assert_eq!(
-        rows.iter().map(|r| r.energy.total_mj()).sum::<i64>(),
-        totals.site_mj
-    );
-    debug_assert!(
-        rows.is_empty() || rows.iter().map(|r| r.embodied_ng).sum::<i64>() == totals.embodied_ng
-    );
-    Attributed { rows, totals }
 }
 
 /// The node's GPUs' energy in `step` into `out`. A counter reset's estimate (the only GPU
