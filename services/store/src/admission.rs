@@ -23,11 +23,12 @@ pub struct SiteRow {
 }
 
 pub async fn sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
-    Ok(sqlx::query_as(
-        "SELECT id, key, power_envelope_w AS envelope_w, static_pue AS pue, currency::text AS currency,
-                grid_region, coalesce(price_region, grid_region) AS price_region,
-                inference_power_factor
-         FROM sites ORDER BY id",
+    Ok(sqlx::query_as!(
+        SiteRow,
+        r#"SELECT id, key, power_envelope_w AS envelope_w, static_pue AS pue,
+                currency::text AS "currency!", grid_region,
+                coalesce(price_region, grid_region) AS "price_region!", inference_power_factor
+         FROM sites ORDER BY id"#,
     )
     .fetch_all(pool)
     .await?)
@@ -40,12 +41,12 @@ pub async fn sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
 /// of its last two energy counters. Summing each meter's own peak bounds the site's
 /// coincident peak from above: the safe side for an envelope.
 pub async fn site_draw(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<HashMap<i64, i64>> {
-    let rows: Vec<(i64, String, i64, Decimal)> = sqlx::query_as(
-        "WITH recent AS (
+    let rows = sqlx::query!(
+        r#"WITH recent AS (
              SELECT meter_id, ts, counter_mj, power_mw,
                     max(peak_mw) OVER (PARTITION BY meter_id) AS peak_mw,
                     row_number() OVER (PARTITION BY meter_id ORDER BY ts DESC) AS n
-             FROM samples WHERE ts > $1 - interval '10 minutes' AND ts <= $1
+             FROM samples WHERE ts > $1::timestamptz - interval '10 minutes' AND ts <= $1
          ), per_meter AS (
              SELECT a.meter_id, coalesce(a.peak_mw, a.power_mw,
                  CASE WHEN b.ts IS NOT NULL AND a.counter_mj >= b.counter_mj
@@ -54,24 +55,24 @@ pub async fn site_draw(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<HashMap<
              FROM recent a LEFT JOIN recent b ON b.meter_id = a.meter_id AND b.n = 2
              WHERE a.n = 1
          )
-         SELECT m.site_id, m.kind, (sum(p.mw) / 1000)::bigint, s.static_pue
+         SELECT m.site_id, m.kind, (sum(p.mw) / 1000)::bigint AS "w!", s.static_pue
          FROM per_meter p JOIN meters m ON m.id = p.meter_id JOIN sites s ON s.id = m.site_id
          WHERE p.mw IS NOT NULL AND m.kind IN ('facility', 'node', 'gpu')
-         GROUP BY m.site_id, m.kind, s.static_pue",
+         GROUP BY m.site_id, m.kind, s.static_pue"#,
+        at,
     )
-    .bind(at)
     .fetch_all(pool)
     .await?;
     let mut by_site: HashMap<i64, [Option<i64>; 3]> = HashMap::new();
     let mut pue: HashMap<i64, Decimal> = HashMap::new();
-    for (site, kind, w, p) in rows {
-        let slot = match kind.as_str() {
+    for r in rows {
+        let slot = match r.kind.as_str() {
             "facility" => 0,
             "node" => 1,
             _ => 2,
         };
-        by_site.entry(site).or_default()[slot] = Some(w);
-        pue.insert(site, p);
+        by_site.entry(r.site_id).or_default()[slot] = Some(r.w);
+        pue.insert(r.site_id, r.static_pue);
     }
     Ok(by_site
         .into_iter()
@@ -106,14 +107,15 @@ pub async fn signal_points(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<Vec<SignalPoint>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as!(
+        SignalPoint,
         "SELECT DISTINCT ON (region, signal, basis, start_at)
                 region, signal, basis, start_at, end_at, value
          FROM signal_points WHERE end_at > $1 AND start_at < $2
          ORDER BY region, signal, basis, start_at, status = 'forecast', received_at DESC",
+        from,
+        to,
     )
-    .bind(from)
-    .bind(to)
     .fetch_all(pool)
     .await?)
 }
@@ -145,19 +147,23 @@ pub async fn reservations(
     ends_after: DateTime<Utc>,
     decided_after: Option<DateTime<Utc>>,
 ) -> StoreResult<Vec<ReservationRow>> {
-    Ok(sqlx::query_as(
-        "SELECT d.id, d.site_id, d.tenant_id, d.start_at, d.end_at, d.reserved_w,
+    Ok(sqlx::query_as!(
+        ReservationRow,
+        // Rejections have no site, start or draw; the rest always do.
+        r#"SELECT d.id, d.site_id AS "site_id!", d.tenant_id, d.start_at AS "start_at!",
+                d.end_at AS "end_at!", d.reserved_w AS "reserved_w!",
                 d.est_kwh AS kwh, d.est_cost AS cost, d.est_currency AS currency,
-                d.est_carbon_kg AS carbon_kg, m.id AS model_id, d.job_id IS NOT NULL AS joined
+                d.est_carbon_kg AS carbon_kg, m.id AS "model_id?",
+                d.job_id IS NOT NULL AS "joined!"
          FROM admission_decisions d
          LEFT JOIN models m ON m.key = d.model
          WHERE d.decision <> 'reject' AND d.end_at > $1
            AND ($2::timestamptz IS NULL OR d.decided_at > $2)
-           AND ($3::bigint IS NULL OR d.tenant_id = $3)",
+           AND ($3::bigint IS NULL OR d.tenant_id = $3)"#,
+        ends_after,
+        decided_after,
+        scope.tenant(),
     )
-    .bind(ends_after)
-    .bind(decided_after)
-    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }
@@ -173,24 +179,26 @@ pub struct PolicyRow {
 }
 
 pub async fn policies(pool: &PgPool, scope: &Scope) -> StoreResult<Vec<PolicyRow>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as!(
+        PolicyRow,
         "SELECT tenant_id, threshold_pct, carbon_weight, basis, bypass_priorities,
                 budget_bypass_priorities FROM admission_policies
          WHERE ($1::bigint IS NULL OR tenant_id = $1)",
+        scope.tenant(),
     )
-    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }
 
 /// Tenants by key.
 pub async fn tenants(pool: &PgPool, scope: &Scope) -> StoreResult<HashMap<String, i64>> {
-    let rows: Vec<(String, i64)> =
-        sqlx::query_as("SELECT key, id FROM tenants WHERE ($1::bigint IS NULL OR id = $1)")
-            .bind(scope.tenant())
-            .fetch_all(pool)
-            .await?;
-    Ok(rows.into_iter().collect())
+    let rows = sqlx::query!(
+        "SELECT key, id FROM tenants WHERE ($1::bigint IS NULL OR id = $1)",
+        scope.tenant(),
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.key, r.id)).collect())
 }
 
 /// A tenant's learned IT draw per allocated GPU (its node share included), W, per model
@@ -208,28 +216,31 @@ pub async fn learned_draw(
     scope: &Scope,
     since: DateTime<Utc>,
 ) -> StoreResult<Vec<LearnedDraw>> {
-    Ok(sqlx::query_as(
-        "SELECT l.tenant_id, m.key AS model, j.kind,
-                (sum(l.gpu_mj + l.node_overhead_mj) * 1000 / sum(l.gpu_ms))::bigint AS gpu_draw_w
+    Ok(sqlx::query_as!(
+        LearnedDraw,
+        r#"SELECT l.tenant_id AS "tenant_id!", m.key AS "model?", j.kind AS "kind!",
+                (sum(l.gpu_mj + l.node_overhead_mj) * 1000 / sum(l.gpu_ms))::bigint
+                    AS "gpu_draw_w!"
          FROM ledger l JOIN jobs j ON j.id = l.job_id LEFT JOIN models m ON m.id = l.model_id
          WHERE l.hour >= $1 AND ($2::bigint IS NULL OR l.tenant_id = $2)
          GROUP BY GROUPING SETS ((l.tenant_id, m.key, j.kind), (l.tenant_id, j.kind))
-         HAVING sum(l.gpu_ms) > 0",
+         HAVING sum(l.gpu_ms) > 0"#,
+        since,
+        scope.tenant(),
     )
-    .bind(since)
-    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }
 
 /// Device models' typical draw, W.
 pub async fn typical_draw(pool: &PgPool) -> StoreResult<HashMap<String, i64>> {
-    let rows: Vec<(String, i32)> = sqlx::query_as(
-        "SELECT key, typical_power_w FROM device_models WHERE typical_power_w IS NOT NULL",
+    let rows = sqlx::query!(
+        r#"SELECT key, typical_power_w AS "w!" FROM device_models
+           WHERE typical_power_w IS NOT NULL"#,
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows.into_iter().map(|(k, w)| (k, i64::from(w))).collect())
+    Ok(rows.into_iter().map(|r| (r.key, i64::from(r.w))).collect())
 }
 
 #[derive(Debug, Clone)]
@@ -317,14 +328,14 @@ pub async fn dead_letter_decision(
     })
     .to_string();
     let error: String = error.chars().filter(|c| *c != '\0').collect();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO admission_dead_letters (decision_id, decided_at, record, error)
          VALUES ($1, $2, $3, $4) ON CONFLICT (decision_id) DO NOTHING",
+        row.id,
+        row.decided_at,
+        record,
+        error,
     )
-    .bind(row.id)
-    .bind(row.decided_at)
-    .bind(record)
-    .bind(error)
     .execute(pool)
     .await?;
     Ok(())
@@ -333,7 +344,7 @@ pub async fn dead_letter_decision(
 /// Decisions kept as dead letters.
 pub async fn dead_letters(pool: &PgPool) -> StoreResult<i64> {
     Ok(
-        sqlx::query_scalar("SELECT count(*) FROM admission_dead_letters")
+        sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM admission_dead_letters"#)
             .fetch_one(pool)
             .await?,
     )
@@ -344,7 +355,7 @@ pub async fn dead_letters(pool: &PgPool) -> StoreResult<i64> {
 /// ran) the tenant's job of the same name submitted within 10 s of the decision, nearest
 /// first, each job joined once.
 pub async fn join_decisions(pool: &PgPool) -> StoreResult<u64> {
-    let by_key = sqlx::query(
+    let by_key = sqlx::query!(
         "UPDATE admission_decisions d SET job_id = j.id FROM jobs j
          WHERE d.job_id IS NULL AND d.decision <> 'reject' AND d.job_key IS NOT NULL
            AND j.key = d.job_key",
@@ -352,7 +363,7 @@ pub async fn join_decisions(pool: &PgPool) -> StoreResult<u64> {
     .execute(pool)
     .await?
     .rows_affected();
-    let by_submission = sqlx::query(
+    let by_submission = sqlx::query!(
         "WITH c AS (
              SELECT DISTINCT ON (j.id) j.id AS job_id, d.id AS decision_id
              FROM admission_decisions d
@@ -410,9 +421,10 @@ pub async fn list_decisions(
     filter: &DecisionFilter,
 ) -> StoreResult<Vec<DecisionRow>> {
     let (before_at, before_id) = filter.before.unzip();
-    Ok(sqlx::query_as(
-        "SELECT d.id, d.decided_at, t.key AS tenant, d.source, d.job_name, d.decision,
-                s.key AS site, d.start_at, d.answer, j.key AS job_key,
+    Ok(sqlx::query_as!(
+        DecisionRow,
+        r#"SELECT d.id, d.decided_at, t.key AS tenant, d.source, d.job_name, d.decision,
+                s.key AS "site?", d.start_at, d.answer, j.key AS "job_key?",
                 a.mj::numeric / 3600000000 AS actual_kwh, a.cost AS actual_cost,
                 a.carbon_g / 1000 AS actual_carbon_kg
          FROM admission_decisions d
@@ -429,15 +441,15 @@ pub async fn list_decisions(
            AND ($4::timestamptz IS NULL OR d.decided_at < $4)
            AND ($5::timestamptz IS NULL OR (d.decided_at, d.id) < ($5, $6))
          ORDER BY d.decided_at DESC, d.id DESC
-         LIMIT $7",
+         LIMIT $7"#,
+        scope.tenant(),
+        filter.decision.as_deref(),
+        filter.from,
+        filter.to,
+        before_at,
+        before_id,
+        filter.limit,
     )
-    .bind(scope.tenant())
-    .bind(&filter.decision)
-    .bind(filter.from)
-    .bind(filter.to)
-    .bind(before_at)
-    .bind(before_id)
-    .bind(filter.limit)
     .fetch_all(pool)
     .await?)
 }
@@ -458,35 +470,36 @@ pub async fn deferred_savings(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<DeferredSavings> {
-    let (deferred, marginal, average): (i64, Option<Decimal>, Option<Decimal>) = sqlx::query_as(
-        "SELECT count(*), sum((answer #>> '{savings,carbon_marginal_kg}')::numeric),
-                    sum((answer #>> '{savings,carbon_average_kg}')::numeric)
-             FROM admission_decisions
-             WHERE ($1::bigint IS NULL OR tenant_id = $1) AND decided_at >= $2 AND decided_at < $3
-               AND decision = 'defer'",
+    let totals = sqlx::query!(
+        r#"SELECT count(*) AS "deferred!",
+                  sum((answer #>> '{savings,carbon_marginal_kg}')::numeric) AS marginal,
+                  sum((answer #>> '{savings,carbon_average_kg}')::numeric) AS average
+           FROM admission_decisions
+           WHERE ($1::bigint IS NULL OR tenant_id = $1) AND decided_at >= $2 AND decided_at < $3
+             AND decision = 'defer'"#,
+        scope.tenant(),
+        from,
+        to,
     )
-    .bind(scope.tenant())
-    .bind(from)
-    .bind(to)
     .fetch_one(pool)
     .await?;
-    let costs: Vec<(String, Decimal)> = sqlx::query_as(
-        "SELECT est_currency, sum((answer #>> '{savings,cost}')::numeric)
-         FROM admission_decisions
-         WHERE ($1::bigint IS NULL OR tenant_id = $1) AND decided_at >= $2 AND decided_at < $3
-           AND decision = 'defer'
-           AND est_currency IS NOT NULL AND answer #>> '{savings,cost}' IS NOT NULL
-         GROUP BY est_currency ORDER BY est_currency",
+    let costs = sqlx::query!(
+        r#"SELECT est_currency AS "currency!", sum((answer #>> '{savings,cost}')::numeric) AS "cost!"
+           FROM admission_decisions
+           WHERE ($1::bigint IS NULL OR tenant_id = $1) AND decided_at >= $2 AND decided_at < $3
+             AND decision = 'defer'
+             AND est_currency IS NOT NULL AND answer #>> '{savings,cost}' IS NOT NULL
+           GROUP BY est_currency ORDER BY est_currency"#,
+        scope.tenant(),
+        from,
+        to,
     )
-    .bind(scope.tenant())
-    .bind(from)
-    .bind(to)
     .fetch_all(pool)
     .await?;
     Ok(DeferredSavings {
-        deferred,
-        carbon_marginal_kg: marginal,
-        carbon_average_kg: average,
-        costs,
+        deferred: totals.deferred,
+        carbon_marginal_kg: totals.marginal,
+        carbon_average_kg: totals.average,
+        costs: costs.into_iter().map(|c| (c.currency, c.cost)).collect(),
     })
 }

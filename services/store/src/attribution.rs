@@ -21,7 +21,6 @@ use wattledger_domain::units::{share_ppm, PPM};
 
 /// The step of attribution (DESIGN.md: 60 s by default).
 pub const STEP_MS: i64 = 60_000;
-const LEASE: &str = "10 minutes";
 
 #[derive(Debug, Clone)]
 pub struct Claim {
@@ -29,9 +28,10 @@ pub struct Claim {
     pub hours: Vec<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
-/// Claims up to `max_hours` dirty hours of one site within one day, oldest first.
+/// Claims up to `max_hours` dirty hours of one site within one day, oldest first, for ten
+/// minutes: a worker that dies holding them lets them go to another after that.
 pub async fn claim(pool: &PgPool, max_hours: i64) -> StoreResult<Option<Claim>> {
-    let rows: Vec<(i64, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(&format!(
+    let rows = sqlx::query!(
         "WITH first AS (
              SELECT site_id, hour FROM dirty_hours
              WHERE claimed_until IS NULL OR claimed_until < now()
@@ -43,17 +43,17 @@ pub async fn claim(pool: &PgPool, max_hours: i64) -> StoreResult<Option<Claim>> 
              ORDER BY d.hour LIMIT $1
              FOR UPDATE OF d SKIP LOCKED
          )
-         UPDATE dirty_hours d SET claimed_until = now() + interval '{LEASE}'
+         UPDATE dirty_hours d SET claimed_until = now() + interval '10 minutes'
          FROM pick WHERE d.site_id = pick.site_id AND d.hour = pick.hour
-         RETURNING d.site_id, d.hour, d.marked_at"
-    ))
-    .bind(max_hours)
+         RETURNING d.site_id, d.hour, d.marked_at",
+        max_hours,
+    )
     .fetch_all(pool)
     .await?;
-    let Some(site_id) = rows.first().map(|r| r.0) else {
+    let Some(site_id) = rows.first().map(|r| r.site_id) else {
         return Ok(None);
     };
-    let mut hours: Vec<_> = rows.into_iter().map(|(_, h, m)| (h, m)).collect();
+    let mut hours: Vec<_> = rows.into_iter().map(|r| (r.hour, r.marked_at)).collect();
     hours.sort();
     Ok(Some(Claim { site_id, hours }))
 }
@@ -89,7 +89,6 @@ struct TokenSpan {
     generated: i64,
 }
 
-#[derive(sqlx::FromRow)]
 struct RawSample {
     meter_id: i64,
     ts: DateTime<Utc>,
@@ -99,7 +98,6 @@ struct RawSample {
     raw: bool,
 }
 
-#[derive(sqlx::FromRow)]
 struct AllocationRow {
     meter_id: i64,
     job_id: i64,
@@ -109,7 +107,6 @@ struct AllocationRow {
     end_at: Option<DateTime<Utc>>,
 }
 
-#[derive(sqlx::FromRow)]
 struct JobWeightsRow {
     id: i64,
     tenant_id: i64,
@@ -118,7 +115,6 @@ struct JobWeightsRow {
     decode_weight: Option<Decimal>,
 }
 
-#[derive(sqlx::FromRow)]
 struct TokenRecordRow {
     job_id: i64,
     tenant_id: Option<i64>,
@@ -134,17 +130,21 @@ async fn load(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<Window> {
-    let (static_pue, idle_policy, platform, node_w, gap_s): (Decimal, String, i64, Decimal, i32) =
-        sqlx::query_as(
-            "SELECT static_pue, idle_policy, platform_tenant_id, node_static_overhead_w, gap_limit_s
-             FROM sites WHERE id = $1",
-        )
-        .bind(site_id)
-        .fetch_one(pool)
-        .await?;
+    let site = sqlx::query!(
+        "SELECT static_pue, idle_policy, platform_tenant_id, node_static_overhead_w, gap_limit_s
+         FROM sites WHERE id = $1",
+        site_id,
+    )
+    .fetch_one(pool)
+    .await?;
+    let (platform, node_w, gap_s) = (
+        site.platform_tenant_id,
+        site.node_static_overhead_w,
+        site.gap_limit_s,
+    );
     let policy = SitePolicy {
-        static_pue,
-        idle_policy: if idle_policy == "proportional" {
+        static_pue: site.static_pue,
+        idle_policy: if site.idle_policy == "proportional" {
             IdlePolicy::Proportional
         } else {
             IdlePolicy::Platform
@@ -153,70 +153,73 @@ async fn load(
         node_static_overhead_mw: (node_w * Decimal::from(1000)).round().to_i64().unwrap_or(0),
     };
 
-    let meters: Vec<(i64, String, Option<i64>)> =
-        sqlx::query_as("SELECT id, kind, parent_id FROM meters WHERE site_id = $1 ORDER BY id")
-            .bind(site_id)
-            .fetch_all(pool)
-            .await?;
+    let meters = sqlx::query!(
+        "SELECT id, kind, parent_id FROM meters WHERE site_id = $1 ORDER BY id",
+        site_id,
+    )
+    .fetch_all(pool)
+    .await?;
     // Per GPU: embodied kg over the lifetime as ng per ms of life (kg × 1e12 ng / (h × 3.6e6
     // ms)), and the GPU-hour rate as 1e-12 currency per ms where it is in the site's currency.
-    let embodied: HashMap<i64, (i64, i64)> =
-        sqlx::query_as::<_, (i64, Decimal, i32, Option<Decimal>)>(
-            "SELECT m.id, d.embodied_kg, d.lifetime_hours,
-                    CASE WHEN d.rate_currency = s.currency THEN d.gpu_hour_rate END
-             FROM meters m JOIN device_models d ON d.key = m.device_model
-             JOIN sites s ON s.id = m.site_id
-             WHERE m.site_id = $1 AND m.kind = 'gpu'",
-        )
-        .bind(site_id)
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(|(id, kg, hours, rate)| {
-            let per_ms = |amount: Decimal, over_ms: Decimal| {
-                (amount * Decimal::from(1_000_000_000_000i64) / over_ms)
-                    .round()
-                    .to_i64()
-                    .unwrap_or(0)
-            };
-            let ng = per_ms(kg, Decimal::from(hours) * Decimal::from(HOUR_MS));
-            let pico = rate.map_or(0, |r| per_ms(r, Decimal::from(HOUR_MS)));
-            (id, (ng, pico))
-        })
-        .collect();
+    let embodied: HashMap<i64, (i64, i64)> = sqlx::query!(
+        "SELECT m.id, d.embodied_kg, d.lifetime_hours,
+                CASE WHEN d.rate_currency = s.currency THEN d.gpu_hour_rate END AS rate
+         FROM meters m JOIN device_models d ON d.key = m.device_model
+         JOIN sites s ON s.id = m.site_id
+         WHERE m.site_id = $1 AND m.kind = 'gpu'",
+        site_id,
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| {
+        let (id, kg, hours, rate) = (r.id, r.embodied_kg, r.lifetime_hours, r.rate);
+        let per_ms = |amount: Decimal, over_ms: Decimal| {
+            (amount * Decimal::from(1_000_000_000_000i64) / over_ms)
+                .round()
+                .to_i64()
+                .unwrap_or(0)
+        };
+        let ng = per_ms(kg, Decimal::from(hours) * Decimal::from(HOUR_MS));
+        let pico = rate.map_or(0, |r| per_ms(r, Decimal::from(HOUR_MS)));
+        (id, (ng, pico))
+    })
+    .collect();
     let facility: Vec<i64> = meters
         .iter()
-        .filter(|m| m.1 == "facility")
-        .map(|m| m.0)
+        .filter(|m| m.kind == "facility")
+        .map(|m| m.id)
         .collect();
     let mut nodes: Vec<(i64, Vec<i64>)> = meters
         .iter()
-        .filter(|m| m.1 == "node")
-        .map(|m| (m.0, Vec::new()))
+        .filter(|m| m.kind == "node")
+        .map(|m| (m.id, Vec::new()))
         .collect();
     let node_index: HashMap<i64, usize> = nodes.iter().enumerate().map(|(i, n)| (n.0, i)).collect();
     let mut mig_parent: HashMap<i64, i64> = HashMap::new();
-    for (id, kind, parent) in &meters {
-        match (kind.as_str(), parent) {
+    for m in &meters {
+        match (m.kind.as_str(), m.parent_id) {
             ("gpu", Some(p)) => {
-                if let Some(&i) = node_index.get(p) {
-                    nodes[i].1.push(*id);
+                if let Some(&i) = node_index.get(&p) {
+                    nodes[i].1.push(m.id);
                 }
             }
             ("mig", Some(p)) => {
-                mig_parent.insert(*id, *p);
+                mig_parent.insert(m.id, p);
             }
             _ => {}
         }
     }
     let metered: Vec<i64> = meters
         .iter()
-        .filter(|m| m.1 != "mig")
-        .map(|m| m.0)
+        .filter(|m| m.kind != "mig")
+        .map(|m| m.id)
         .collect();
 
-    let mut rows: Vec<RawSample> = sqlx::query_as(
-        "SELECT meter_id, ts, counter_mj, power_mw, peak_mw, raw FROM samples
+    let mut rows = sqlx::query_as!(
+        RawSample,
+        r#"SELECT meter_id AS "meter_id!", ts AS "ts!", counter_mj, power_mw, peak_mw,
+                raw AS "raw!" FROM samples
          WHERE meter_id = ANY($1) AND ts >= $2 AND ts < $3
          UNION ALL
          SELECT m.id, p.ts, p.counter_mj, p.power_mw, p.peak_mw, p.raw FROM unnest($1::bigint[]) AS m(id)
@@ -225,11 +228,11 @@ async fn load(
          UNION ALL
          SELECT m.id, n.ts, n.counter_mj, n.power_mw, n.peak_mw, n.raw FROM unnest($1::bigint[]) AS m(id)
          CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw FROM samples s
-                             WHERE s.meter_id = m.id AND s.ts >= $3 ORDER BY ts LIMIT 2) n",
+                             WHERE s.meter_id = m.id AND s.ts >= $3 ORDER BY ts LIMIT 2) n"#,
+        &metered,
+        from,
+        to,
     )
-    .bind(&metered)
-    .bind(from)
-    .bind(to)
     .fetch_all(pool)
     .await?;
     // In time order; where a meter has a step record and a raw reading at the same instant
@@ -241,8 +244,8 @@ async fn load(
     let it_kind = if nodes.is_empty() { "gpu" } else { "node" };
     let it: std::collections::HashSet<i64> = meters
         .iter()
-        .filter(|m| m.1 == it_kind)
-        .map(|m| m.0)
+        .filter(|m| m.kind == it_kind)
+        .map(|m| m.id)
         .collect();
     let readings = wattledger_domain::peaks::power_readings(
         rows.iter().filter(|r| it.contains(&r.meter_id)).map(|r| {
@@ -274,14 +277,15 @@ async fn load(
         });
     }
 
-    let allocs: Vec<AllocationRow> = sqlx::query_as(
+    let allocs = sqlx::query_as!(
+        AllocationRow,
         "SELECT a.meter_id, a.job_id, j.key AS job_key, a.share, a.start_at, a.end_at
          FROM allocations a JOIN meters m ON m.id = a.meter_id JOIN jobs j ON j.id = a.job_id
          WHERE m.site_id = $1 AND a.start_at < $3 AND (a.end_at IS NULL OR a.end_at > $2)",
+        site_id,
+        from,
+        to,
     )
-    .bind(site_id)
-    .bind(from)
-    .bind(to)
     .fetch_all(pool)
     .await?;
     let mut job_keys: Vec<(String, i64)> = allocs
@@ -293,11 +297,13 @@ async fn load(
     let job_ids: Vec<i64> = job_keys.iter().map(|k| k.1).collect();
     let job_index: HashMap<i64, usize> =
         job_ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    let job_rows: Vec<JobWeightsRow> = sqlx::query_as(
-        "SELECT j.id, j.tenant_id, j.model_id, m.prefill_weight, m.decode_weight
-         FROM jobs j LEFT JOIN models m ON m.id = j.model_id WHERE j.id = ANY($1)",
+    let job_rows = sqlx::query_as!(
+        JobWeightsRow,
+        r#"SELECT j.id, j.tenant_id, j.model_id, m.prefill_weight AS "prefill_weight?",
+                  m.decode_weight AS "decode_weight?"
+           FROM jobs j LEFT JOIN models m ON m.id = j.model_id WHERE j.id = ANY($1)"#,
+        &job_ids,
     )
-    .bind(&job_ids)
     .fetch_all(pool)
     .await?;
     let ppm = |d: Option<Decimal>, default: u64| {
@@ -332,13 +338,14 @@ async fn load(
         });
     }
 
-    let token_rows: Vec<TokenRecordRow> = sqlx::query_as(
+    let token_rows = sqlx::query_as!(
+        TokenRecordRow,
         "SELECT job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens
          FROM token_records WHERE job_id = ANY($1) AND start_at < $3 AND end_at >= $2",
+        &job_ids,
+        from,
+        to,
     )
-    .bind(&job_ids)
-    .bind(from)
-    .bind(to)
     .fetch_all(pool)
     .await?;
     let tokens = token_rows
@@ -511,15 +518,17 @@ async fn write(
     let mut stats = RunStats::default();
     let mut tx = pool.begin().await?;
     let run_id: i64 =
-        sqlx::query_scalar("INSERT INTO attribution_runs DEFAULT VALUES RETURNING id")
+        sqlx::query_scalar!("INSERT INTO attribution_runs DEFAULT VALUES RETURNING id")
             .fetch_one(&mut *tx)
             .await?;
     let hours: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.0).collect();
-    sqlx::query("DELETE FROM ledger WHERE site_id = $1 AND hour = ANY($2)")
-        .bind(claim.site_id)
-        .bind(&hours)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "DELETE FROM ledger WHERE site_id = $1 AND hour = ANY($2)",
+        claim.site_id,
+        &hours,
+    )
+    .execute(&mut *tx)
+    .await?;
 
     let mut c = LedgerColumns::default();
     for (hour, out, amounts) in results {
@@ -552,7 +561,7 @@ async fn write(
         }
     }
     stats.rows = c.hour.len() as u64;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO ledger (hour, site_id, tenant_id, job_id, model_id, gpu_mj, node_overhead_mj,
                              idle_mj, facility_overhead_mj, total_mj, estimated_mj, prompt_tokens,
                              generated_tokens, gpu_ms, flags, cost, carbon_g, carbon_marginal_g,
@@ -568,29 +577,29 @@ async fn write(
                      $21::bigint[], $22::bigint[])
               AS t(hour, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
                    flags, cost, carbon, marginal, embodied, gpu_time, price_fb, carbon_fb)",
+        claim.site_id,
+        &c.hour,
+        &c.tenant,
+        &c.job as &[Option<i64>],
+        &c.model as &[Option<i64>],
+        &c.gpu,
+        &c.node,
+        &c.idle,
+        &c.facility,
+        &c.total,
+        &c.estimated,
+        &c.prompt,
+        &c.generated,
+        &c.gpu_ms,
+        &c.flags,
+        &c.cost as &[Option<Decimal>],
+        &c.carbon as &[Option<Decimal>],
+        &c.marginal as &[Option<Decimal>],
+        &c.embodied as &[Option<Decimal>],
+        &c.gpu_time_cost as &[Option<Decimal>],
+        &c.price_fallback,
+        &c.carbon_fallback,
     )
-    .bind(claim.site_id)
-    .bind(&c.hour)
-    .bind(&c.tenant)
-    .bind(&c.job)
-    .bind(&c.model)
-    .bind(&c.gpu)
-    .bind(&c.node)
-    .bind(&c.idle)
-    .bind(&c.facility)
-    .bind(&c.total)
-    .bind(&c.estimated)
-    .bind(&c.prompt)
-    .bind(&c.generated)
-    .bind(&c.gpu_ms)
-    .bind(&c.flags)
-    .bind(&c.cost)
-    .bind(&c.carbon)
-    .bind(&c.marginal)
-    .bind(&c.embodied)
-    .bind(&c.gpu_time_cost)
-    .bind(&c.price_fallback)
-    .bind(&c.carbon_fallback)
     .execute(&mut *tx)
     .await?;
 
@@ -604,81 +613,83 @@ async fn write(
     // claims' ledger rows (each statement reads what is committed by then). Taken in day
     // order, so two claims spanning midnight cannot deadlock.
     for day in &days {
-        sqlx::query("SELECT pg_advisory_xact_lock($1::int4, $2::int4)")
-            .bind(claim.site_id as i32)
-            .bind((day.timestamp() / 86_400) as i32)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query!(
+            "SELECT pg_advisory_xact_lock($1::int4, $2::int4)",
+            claim.site_id as i32,
+            (day.timestamp() / 86_400) as i32,
+        )
+        .execute(&mut *tx)
+        .await?;
     }
-    sqlx::query("SELECT usage_days_rebuild($1, $2)")
-        .bind(claim.site_id)
-        .bind(&days)
+    sqlx::query!("SELECT usage_days_rebuild($1, $2)", claim.site_id, &days)
         .execute(&mut *tx)
         .await?;
 
     // An hour with no energy and no rows had no data at all (say, before monitoring began):
     // it leaves no site-hour, so it does not count as available GPU time.
-    sqlx::query("DELETE FROM site_hours WHERE site_id = $1 AND hour = ANY($2)")
-        .bind(claim.site_id)
-        .bind(&hours)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "DELETE FROM site_hours WHERE site_id = $1 AND hour = ANY($2)",
+        claim.site_id,
+        &hours,
+    )
+    .execute(&mut *tx)
+    .await?;
     let measured: Vec<&(DateTime<Utc>, Attributed, HourAmounts)> = results
         .iter()
         .filter(|(_, a, _)| a.totals.site_mj != 0 || !a.rows.is_empty())
         .collect();
     let t = |f: fn(&Attributed) -> i64| measured.iter().map(|(_, a, _)| f(a)).collect::<Vec<i64>>();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO site_hours (site_id, hour, site_mj, it_mj, gpu_mj, idle_mj, estimated_mj,
                                  allocated_gpu_ms, capacity_gpu_ms, flags, run_id, computed_at)
          SELECT $1, hour, site, it, gpu, idle, est, alloc, cap, coalesce(string_to_array(nullif(flags, ''), ','), '{}'), $11, now()
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
                      $7::bigint[], $8::bigint[], $9::bigint[], $10::text[])
               AS t(hour, site, it, gpu, idle, est, alloc, cap, flags)",
+        claim.site_id,
+        &measured.iter().map(|(h, _, _)| *h).collect::<Vec<_>>(),
+        &t(|a| a.totals.site_mj),
+        &t(|a| a.totals.it_mj),
+        &t(|a| a.totals.gpu_mj),
+        &t(|a| a.totals.idle_mj),
+        &t(|a| a.totals.estimated_mj),
+        &t(|a| a.totals.allocated_gpu_ms),
+        &t(|a| a.totals.capacity_gpu_ms),
+        &measured.iter().map(|(_, a, _)| a.totals.quality.names().join(",")).collect::<Vec<_>>(),
+        run_id,
     )
-    .bind(claim.site_id)
-    .bind(measured.iter().map(|(h, _, _)| *h).collect::<Vec<_>>())
-    .bind(t(|a| a.totals.site_mj))
-    .bind(t(|a| a.totals.it_mj))
-    .bind(t(|a| a.totals.gpu_mj))
-    .bind(t(|a| a.totals.idle_mj))
-    .bind(t(|a| a.totals.estimated_mj))
-    .bind(t(|a| a.totals.allocated_gpu_ms))
-    .bind(t(|a| a.totals.capacity_gpu_ms))
-    .bind(measured.iter().map(|(_, a, _)| a.totals.quality.names().join(",")).collect::<Vec<_>>())
-    .bind(run_id)
     .execute(&mut *tx)
     .await?;
 
     // The hours' IT peak (migration 0020), computed from the samples the window loaded.
-    sqlx::query(
+    sqlx::query!(
         "UPDATE site_hours h SET it_peak_mw = p.mw
          FROM UNNEST($2::timestamptz[], $3::bigint[]) AS p(hour, mw)
          WHERE h.site_id = $1 AND h.hour = p.hour AND h.hour = ANY($4)",
+        claim.site_id,
+        &window.it_peaks.iter().map(|p| p.0).collect::<Vec<_>>(),
+        &window.it_peaks.iter().map(|p| p.1).collect::<Vec<_>>(),
+        &hours,
     )
-    .bind(claim.site_id)
-    .bind(window.it_peaks.iter().map(|p| p.0).collect::<Vec<_>>())
-    .bind(window.it_peaks.iter().map(|p| p.1).collect::<Vec<_>>())
-    .bind(&hours)
     .execute(&mut *tx)
     .await?;
 
     // Clear the marks we computed; a mark bumped meanwhile stays, with its lease released.
     let marked: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.1).collect();
-    sqlx::query(
+    sqlx::query!(
         "DELETE FROM dirty_hours d USING UNNEST($2::timestamptz[], $3::timestamptz[]) AS t(hour, marked_at)
          WHERE d.site_id = $1 AND d.hour = t.hour AND d.marked_at = t.marked_at",
+        claim.site_id,
+        &hours,
+        &marked,
     )
-    .bind(claim.site_id)
-    .bind(&hours)
-    .bind(&marked)
     .execute(&mut *tx)
     .await?;
-    sqlx::query(
+    sqlx::query!(
         "UPDATE dirty_hours SET claimed_until = NULL WHERE site_id = $1 AND hour = ANY($2)",
+        claim.site_id,
+        &hours,
     )
-    .bind(claim.site_id)
-    .bind(&hours)
     .execute(&mut *tx)
     .await?;
     // Budget alerts in the same transaction as the ledger rows that cross them.
@@ -686,12 +697,14 @@ async fn write(
     tenants.sort_unstable();
     tenants.dedup();
     stats.alerts = crate::budget_alerts::evaluate(&mut tx, &tenants, &hours, Utc::now()).await?;
-    sqlx::query("UPDATE attribution_runs SET finished_at = clock_timestamp(), hours = $2, rows = $3 WHERE id = $1")
-        .bind(run_id)
-        .bind(stats.hours as i32)
-        .bind(stats.rows as i32)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE attribution_runs SET finished_at = clock_timestamp(), hours = $2, rows = $3 WHERE id = $1",
+        run_id,
+        stats.hours as i32,
+        stats.rows as i32,
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(stats)
 }

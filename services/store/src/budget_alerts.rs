@@ -78,22 +78,22 @@ async fn record(
         Alert::Projected(at) => Some(*at),
         Alert::Threshold(_) => None,
     };
-    let inserted = sqlx::query(
+    let inserted = sqlx::query!(
         "INSERT INTO budget_events (id, budget_id, tenant_id, period_start, period_end, metric,
                                     threshold, used, limit_value, projected_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          ON CONFLICT (budget_id, period_start, metric, threshold) DO NOTHING",
+        id,
+        b.id,
+        b.tenant_id,
+        b.period_start,
+        b.period_end,
+        metric,
+        alert.key(),
+        u.used.round_dp(6),
+        u.limit,
+        projected_at,
     )
-    .bind(id)
-    .bind(b.id)
-    .bind(b.tenant_id)
-    .bind(b.period_start)
-    .bind(b.period_end)
-    .bind(metric)
-    .bind(alert.key())
-    .bind(u.used.round_dp(6))
-    .bind(u.limit)
-    .bind(projected_at)
     .execute(&mut **tx)
     .await?
     .rows_affected();

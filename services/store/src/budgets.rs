@@ -28,8 +28,8 @@ pub struct BudgetSpec {
 
 /// Creates the budget, or replaces the one with this key; true if it was new.
 pub async fn upsert(pool: &PgPool, b: &BudgetSpec) -> StoreResult<bool> {
-    let new: bool = sqlx::query_scalar(
-        "INSERT INTO budgets (key, tenant_id, model_id, period, starts_at, ends_at, limit_kwh,
+    let new: bool = sqlx::query_scalar!(
+        r#"INSERT INTO budgets (key, tenant_id, model_id, period, starts_at, ends_at, limit_kwh,
                               limit_cost, currency, limit_carbon_kg, hard, thresholds_pct)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (key) DO UPDATE SET tenant_id = EXCLUDED.tenant_id,
@@ -38,20 +38,20 @@ pub async fn upsert(pool: &PgPool, b: &BudgetSpec) -> StoreResult<bool> {
              limit_kwh = EXCLUDED.limit_kwh, limit_cost = EXCLUDED.limit_cost,
              currency = EXCLUDED.currency, limit_carbon_kg = EXCLUDED.limit_carbon_kg,
              hard = EXCLUDED.hard, thresholds_pct = EXCLUDED.thresholds_pct, updated_at = now()
-         RETURNING (xmax = 0)",
+         RETURNING (xmax = 0) AS "new!""#,
+        &b.key,
+        b.tenant_id,
+        b.model_id,
+        &b.period,
+        b.starts_at,
+        b.ends_at,
+        b.limit_kwh,
+        b.limit_cost,
+        b.currency.as_deref(),
+        b.limit_carbon_kg,
+        b.hard,
+        &b.thresholds_pct,
     )
-    .bind(&b.key)
-    .bind(b.tenant_id)
-    .bind(b.model_id)
-    .bind(&b.period)
-    .bind(b.starts_at)
-    .bind(b.ends_at)
-    .bind(b.limit_kwh)
-    .bind(b.limit_cost)
-    .bind(&b.currency)
-    .bind(b.limit_carbon_kg)
-    .bind(b.hard)
-    .bind(&b.thresholds_pct)
     .fetch_one(pool)
     .await?;
     Ok(new)
@@ -60,16 +60,14 @@ pub async fn upsert(pool: &PgPool, b: &BudgetSpec) -> StoreResult<bool> {
 /// The tenant a budget belongs to, for checking who may change it.
 pub async fn tenant_of(pool: &PgPool, key: &str) -> StoreResult<Option<i64>> {
     Ok(
-        sqlx::query_scalar("SELECT tenant_id FROM budgets WHERE key = $1")
-            .bind(key)
+        sqlx::query_scalar!("SELECT tenant_id FROM budgets WHERE key = $1", key)
             .fetch_optional(pool)
             .await?,
     )
 }
 
 pub async fn delete(pool: &PgPool, key: &str) -> StoreResult<bool> {
-    Ok(sqlx::query("DELETE FROM budgets WHERE key = $1")
-        .bind(key)
+    Ok(sqlx::query!("DELETE FROM budgets WHERE key = $1", key)
         .execute(pool)
         .await?
         .rows_affected()
@@ -219,17 +217,18 @@ pub async fn events(
     budget_id: i64,
     period_start: Option<DateTime<Utc>>,
 ) -> StoreResult<Vec<EventRow>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as!(
+        EventRow,
         "SELECT e.id, e.period_start, e.metric, e.threshold, e.used, e.limit_value,
                 e.projected_at, e.created_at
          FROM budget_events e JOIN budgets b ON b.id = e.budget_id
          WHERE e.budget_id = $1 AND ($2::timestamptz IS NULL OR e.period_start = $2)
            AND ($3::bigint IS NULL OR b.tenant_id = $3)
          ORDER BY e.period_start, e.created_at, e.id",
+        budget_id,
+        period_start,
+        scope.tenant(),
     )
-    .bind(budget_id)
-    .bind(period_start)
-    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }

@@ -65,21 +65,24 @@ pub struct MonthStatus {
 
 /// Every month with metered energy or a close, newest first.
 pub async fn months(pool: &PgPool) -> StoreResult<Vec<MonthStatus>> {
-    Ok(sqlx::query_as(
-        "WITH metered AS (
+    Ok(sqlx::query_as!(
+        MonthStatus,
+        r#"WITH metered AS (
              SELECT (date_trunc('month', hour AT TIME ZONE 'UTC'))::date AS month,
                     sum(site_mj)::bigint AS mj
              FROM site_hours GROUP BY 1
          ), all_months AS (
              SELECT month FROM metered UNION SELECT month FROM month_closes
          )
-         SELECT a.month, c.version, c.closed_at, c.closed_by,
-                (SELECT count(*) FROM month_closes r WHERE r.month = a.month AND r.reopened_at IS NOT NULL) AS reopened,
-                coalesce(m.mj, 0) AS metered_mj
+         SELECT a.month AS "month!", c.version AS "version?", c.closed_at AS "closed_at?",
+                c.closed_by AS "closed_by?",
+                (SELECT count(*) FROM month_closes r
+                 WHERE r.month = a.month AND r.reopened_at IS NOT NULL) AS "reopened!",
+                coalesce(m.mj, 0) AS "metered_mj!"
          FROM all_months a
          LEFT JOIN metered m ON m.month = a.month
          LEFT JOIN month_closes c ON c.month = a.month AND c.reopened_at IS NULL
-         ORDER BY a.month DESC",
+         ORDER BY a.month DESC"#,
     )
     .fetch_all(pool)
     .await?)
@@ -87,12 +90,12 @@ pub async fn months(pool: &PgPool) -> StoreResult<Vec<MonthStatus>> {
 
 /// Site-hours up to the end of `month` still waiting for the attribution worker.
 pub async fn pending_hours(pool: &PgPool, month: Month) -> StoreResult<i64> {
-    Ok(
-        sqlx::query_scalar("SELECT count(*) FROM dirty_hours WHERE hour < $1")
-            .bind(month.end())
-            .fetch_one(pool)
-            .await?,
+    Ok(sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM dirty_hours WHERE hour < $1"#,
+        month.end(),
     )
+    .fetch_one(pool)
+    .await?)
 }
 
 /// What a close wrote.
@@ -119,55 +122,59 @@ pub async fn close(
         return Err(CloseError::NotEnded(month));
     }
     let first = month.first_day();
-    let in_force: Vec<NaiveDate> = sqlx::query_scalar(
-        "SELECT month FROM month_closes WHERE reopened_at IS NULL ORDER BY month",
+    let in_force: Vec<NaiveDate> = sqlx::query_scalar!(
+        "SELECT month FROM month_closes WHERE reopened_at IS NULL ORDER BY month"
     )
     .fetch_all(&mut *tx)
     .await?;
     if in_force.contains(&first) {
         return Err(CloseError::AlreadyClosed(month));
     }
-    let earliest_open: Option<NaiveDate> = sqlx::query_scalar(
+    let earliest_open: Option<NaiveDate> = sqlx::query_scalar!(
         "SELECT min((date_trunc('month', hour AT TIME ZONE 'UTC'))::date) FROM site_hours
          WHERE hour < $1
            AND (date_trunc('month', hour AT TIME ZONE 'UTC'))::date <> ALL($2)",
+        month.start(),
+        &in_force,
     )
-    .bind(month.start())
-    .bind(&in_force)
     .fetch_one(&mut *tx)
     .await?;
     if let Some(open) = earliest_open {
         return Err(CloseError::EarlierOpen(Month::of(open)));
     }
-    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM dirty_hours WHERE hour < $1")
-        .bind(month.end())
-        .fetch_one(&mut *tx)
-        .await?;
+    let pending: i64 = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM dirty_hours WHERE hour < $1"#,
+        month.end(),
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     if pending > 0 {
         return Err(CloseError::Pending {
             month,
             hours: pending,
         });
     }
-    let (rows, mj): (i64, Option<Decimal>) = sqlx::query_as(
-        "SELECT count(*), sum(total_mj)::numeric FROM ledger
+    let unpriced = sqlx::query!(
+        r#"SELECT count(*) AS "rows!", sum(total_mj)::numeric AS mj FROM ledger
          WHERE hour >= $1 AND hour < $2 AND (cost IS NULL OR carbon_g IS NULL)
            -- Energy with no amount cannot be billed; no energy (GPU time held in a dark
            -- hour) costs nothing whatever the rate, known or not.
-           AND total_mj <> 0",
+           AND total_mj <> 0"#,
+        month.start(),
+        month.end(),
     )
-    .bind(month.start())
-    .bind(month.end())
     .fetch_one(&mut *tx)
     .await?;
-    if rows > 0 {
-        let kwh = (mj.unwrap_or_default() / Decimal::from(chargeback::MJ_PER_KWH)).round_dp(3);
+    if unpriced.rows > 0 {
+        let rows = unpriced.rows;
+        let kwh =
+            (unpriced.mj.unwrap_or_default() / Decimal::from(chargeback::MJ_PER_KWH)).round_dp(3);
         return Err(CloseError::Unpriced { month, rows, kwh });
     }
-    let version: i32 = sqlx::query_scalar(
-        "SELECT coalesce(max(version), 0) + 1 FROM month_closes WHERE month = $1",
+    let version: i32 = sqlx::query_scalar!(
+        r#"SELECT coalesce(max(version), 0) + 1 AS "version!" FROM month_closes WHERE month = $1"#,
+        first,
     )
-    .bind(first)
     .fetch_one(&mut *tx)
     .await?;
 
@@ -189,15 +196,17 @@ pub async fn close(
     let statements = statement::statements(month, version as u32, entries);
 
     let directory = directory(&mut tx).await?;
-    let metered: BTreeMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
-        "SELECT s.key, sum(h.site_mj)::bigint FROM site_hours h JOIN sites s ON s.id = h.site_id
-         WHERE h.hour >= $1 AND h.hour < $2 GROUP BY s.key",
+    let metered: BTreeMap<String, i64> = sqlx::query!(
+        r#"SELECT s.key, sum(h.site_mj)::bigint AS "mj!"
+           FROM site_hours h JOIN sites s ON s.id = h.site_id
+           WHERE h.hour >= $1 AND h.hour < $2 GROUP BY s.key"#,
+        month.start(),
+        month.end(),
     )
-    .bind(month.start())
-    .bind(month.end())
     .fetch_all(&mut *tx)
     .await?
     .into_iter()
+    .map(|r| (r.key, r.mj))
     .collect();
     let reconciliation = reconcile::reconcile(month, &metered, &statements)?;
     let close = Close {
@@ -219,7 +228,6 @@ pub async fn close(
     })
 }
 
-#[derive(sqlx::FromRow)]
 struct EntryRow {
     tenant: String,
     currency: String,
@@ -227,13 +235,6 @@ struct EntryRow {
     class: String,
     model: Option<String>,
     period: NaiveDate,
-    #[sqlx(flatten)]
-    amounts: AmountsRow,
-}
-
-/// The amount columns a ledger aggregate and a statement line share.
-#[derive(sqlx::FromRow)]
-struct AmountsRow {
     energy_mj: i64,
     energy_cost: Decimal,
     gpu_time_cost: Decimal,
@@ -244,23 +245,26 @@ struct AmountsRow {
     gpu_ms: i64,
 }
 
-impl From<AmountsRow> for Amounts {
-    fn from(r: AmountsRow) -> Amounts {
+/// The [`Amounts`] of a row with the amount columns a ledger aggregate and a statement line
+/// share (a macro: `query_as!` rows cannot hold a nested struct).
+macro_rules! amounts_of {
+    ($r:expr) => {
         Amounts {
-            energy_mj: r.energy_mj,
-            energy_cost: r.energy_cost,
-            gpu_time_cost: r.gpu_time_cost,
-            carbon_g: r.carbon_g,
-            embodied_g: r.embodied_g,
-            prompt_tokens: r.prompt_tokens,
-            generated_tokens: r.generated_tokens,
-            gpu_ms: r.gpu_ms,
+            energy_mj: $r.energy_mj,
+            energy_cost: $r.energy_cost,
+            gpu_time_cost: $r.gpu_time_cost,
+            carbon_g: $r.carbon_g,
+            embodied_g: $r.embodied_g,
+            prompt_tokens: $r.prompt_tokens,
+            generated_tokens: $r.generated_tokens,
+            gpu_ms: $r.gpu_ms,
         }
-    }
+    };
 }
 
 impl EntryRow {
     fn into_entry(self) -> Entry {
+        let amounts = amounts_of!(self);
         (
             LineKey {
                 tenant: self.tenant,
@@ -270,7 +274,7 @@ impl EntryRow {
                 model: self.model,
                 period: Month::of(self.period),
             },
-            self.amounts.into(),
+            amounts,
         )
     }
 }
@@ -284,13 +288,15 @@ async fn ledger_entries(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<Vec<Entry>> {
-    let rows: Vec<EntryRow> = sqlx::query_as(
-        "SELECT t.key AS tenant, s.currency::text AS currency, s.key AS site, c.class, c.model,
-                (date_trunc('month', l.hour AT TIME ZONE 'UTC'))::date AS period,
-                sum(c.mj)::bigint AS energy_mj, sum(c.cost) AS energy_cost,
-                sum(c.gpu_time) AS gpu_time_cost, sum(c.carbon) AS carbon_g,
-                sum(c.embodied) AS embodied_g, sum(c.prompt)::bigint AS prompt_tokens,
-                sum(c.gen)::bigint AS generated_tokens, sum(c.gpu_ms)::bigint AS gpu_ms
+    let rows = sqlx::query_as!(
+        EntryRow,
+        r#"SELECT t.key AS "tenant!", s.currency::text AS "currency!", s.key AS "site!",
+                c.class AS "class!", c.model AS "model?",
+                (date_trunc('month', l.hour AT TIME ZONE 'UTC'))::date AS "period!",
+                sum(c.mj)::bigint AS "energy_mj!", sum(c.cost) AS "energy_cost!",
+                sum(c.gpu_time) AS "gpu_time_cost!", sum(c.carbon) AS "carbon_g!",
+                sum(c.embodied) AS "embodied_g!", sum(c.prompt)::bigint AS "prompt_tokens!",
+                sum(c.gen)::bigint AS "generated_tokens!", sum(c.gpu_ms)::bigint AS "gpu_ms!"
          FROM ledger l
          JOIN tenants t ON t.id = l.tenant_id
          JOIN sites s ON s.id = l.site_id
@@ -311,10 +317,10 @@ async fn ledger_entries(
              ('idle_share', NULL, i.mj, idle.cost, 0, idle.carbon, 0, 0, 0, 0)
          ) AS c(class, model, mj, cost, gpu_time, carbon, embodied, prompt, gen, gpu_ms)
          WHERE l.hour >= $1 AND l.hour < $2 AND (c.class <> 'idle_share' OR c.mj <> 0)
-         GROUP BY 1, 2, 3, 4, 5, 6",
+         GROUP BY 1, 2, 3, 4, 5, 6"#,
+        from,
+        to,
     )
-    .bind(from)
-    .bind(to)
     .fetch_all(&mut **tx)
     .await?;
     Ok(rows.into_iter().map(EntryRow::into_entry).collect())
@@ -325,38 +331,41 @@ async fn billed_entries(
     tx: &mut Transaction<'_, Postgres>,
     periods: &[NaiveDate],
 ) -> StoreResult<Vec<Entry>> {
-    let rows: Vec<EntryRow> = sqlx::query_as(
-        "SELECT st.tenant_key AS tenant, st.currency::text AS currency, sl.site_key AS site,
+    let rows = sqlx::query_as!(
+        EntryRow,
+        r#"SELECT st.tenant_key AS tenant, st.currency::text AS "currency!", sl.site_key AS site,
                 sl.class, sl.model_key AS model, sl.period,
-                sum(sl.energy_mj)::bigint AS energy_mj, sum(sl.energy_cost) AS energy_cost,
-                sum(sl.gpu_time_cost) AS gpu_time_cost, sum(sl.carbon_g) AS carbon_g,
-                sum(sl.embodied_g) AS embodied_g, sum(sl.prompt_tokens)::bigint AS prompt_tokens,
-                sum(sl.generated_tokens)::bigint AS generated_tokens, sum(sl.gpu_ms)::bigint AS gpu_ms
+                sum(sl.energy_mj)::bigint AS "energy_mj!", sum(sl.energy_cost) AS "energy_cost!",
+                sum(sl.gpu_time_cost) AS "gpu_time_cost!", sum(sl.carbon_g) AS "carbon_g!",
+                sum(sl.embodied_g) AS "embodied_g!",
+                sum(sl.prompt_tokens)::bigint AS "prompt_tokens!",
+                sum(sl.generated_tokens)::bigint AS "generated_tokens!",
+                sum(sl.gpu_ms)::bigint AS "gpu_ms!"
          FROM statement_lines sl
          JOIN statements st ON st.id = sl.statement_id
          JOIN month_closes mc ON mc.id = st.close_id
          WHERE mc.reopened_at IS NULL AND sl.period = ANY($1)
-         GROUP BY 1, 2, 3, 4, 5, 6",
+         GROUP BY 1, 2, 3, 4, 5, 6"#,
+        periods,
     )
-    .bind(periods)
     .fetch_all(&mut **tx)
     .await?;
     Ok(rows.into_iter().map(EntryRow::into_entry).collect())
 }
 
 async fn directory(tx: &mut Transaction<'_, Postgres>) -> StoreResult<Directory> {
-    let tenants = sqlx::query_as::<_, (String, String)>("SELECT key, name FROM tenants")
+    let tenants = sqlx::query!("SELECT key, name FROM tenants")
         .fetch_all(&mut **tx)
         .await?
         .into_iter()
+        .map(|r| (r.key, r.name))
         .collect();
-    let sites =
-        sqlx::query_as::<_, (String, String, String)>("SELECT key, name, grid_region FROM sites")
-            .fetch_all(&mut **tx)
-            .await?
-            .into_iter()
-            .map(|(k, n, r)| (k, (n, r)))
-            .collect();
+    let sites = sqlx::query!("SELECT key, name, grid_region FROM sites")
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .map(|r| (r.key, (r.name, r.grid_region)))
+        .collect();
     Ok(Directory { tenants, sites })
 }
 
@@ -367,42 +376,42 @@ async fn write(
     exports: &[Export],
 ) -> StoreResult<u64> {
     let month = close.month.first_day();
-    let close_id: i64 = sqlx::query_scalar(
+    let close_id: i64 = sqlx::query_scalar!(
         "INSERT INTO month_closes (month, version, closed_at, closed_by, issuer_name)
          VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        month,
+        close.version as i32,
+        close.closed_at,
+        actor,
+        &close.issuer.name,
     )
-    .bind(month)
-    .bind(close.version as i32)
-    .bind(close.closed_at)
-    .bind(actor)
-    .bind(&close.issuer.name)
     .fetch_one(&mut **tx)
     .await?;
     let mut messages = 0;
     for s in &close.statements {
-        let tenant_id: i64 = sqlx::query_scalar("SELECT id FROM tenants WHERE key = $1")
-            .bind(&s.tenant)
-            .fetch_one(&mut **tx)
-            .await?;
-        let statement_id: i64 = sqlx::query_scalar(
+        let tenant_id: i64 =
+            sqlx::query_scalar!("SELECT id FROM tenants WHERE key = $1", &s.tenant)
+                .fetch_one(&mut **tx)
+                .await?;
+        let statement_id: i64 = sqlx::query_scalar!(
             "INSERT INTO statements (close_id, tenant_id, tenant_key, tenant_name, currency, number,
                                      billed_cost, energy_kwh, gpu_hours)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+            close_id,
+            tenant_id,
+            &s.tenant,
+            close.directory.tenant_name(&s.tenant),
+            &s.currency,
+            &s.number,
+            s.billed_cost,
+            s.energy_kwh,
+            s.gpu_hours,
         )
-        .bind(close_id)
-        .bind(tenant_id)
-        .bind(&s.tenant)
-        .bind(close.directory.tenant_name(&s.tenant))
-        .bind(&s.currency)
-        .bind(&s.number)
-        .bind(s.billed_cost)
-        .bind(s.energy_kwh)
-        .bind(s.gpu_hours)
         .fetch_one(&mut **tx)
         .await?;
         let col = |f: fn(&Line) -> Decimal| s.lines.iter().map(f).collect::<Vec<_>>();
         let int = |f: fn(&Line) -> i64| s.lines.iter().map(f).collect::<Vec<_>>();
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO statement_lines (statement_id, line_no, period, site_id, site_key, model_key,
                  class, energy_mj, energy_cost, gpu_time_cost, carbon_g, embodied_g, prompt_tokens,
                  generated_tokens, gpu_ms, billed_energy_cost, billed_gpu_time_cost, energy_kwh, gpu_hours)
@@ -415,25 +424,25 @@ async fn write(
                   AS t(no, period, site, model, class, mj, cost, gpu_time, carbon, embodied, prompt,
                        gen, gpu_ms, billed, billed_gpu, kwh, hours)
              JOIN sites s ON s.key = t.site",
+            statement_id,
+            &s.lines.iter().map(|l| l.no as i32).collect::<Vec<_>>(),
+            &s.lines.iter().map(|l| l.key.period.first_day()).collect::<Vec<_>>(),
+            &s.lines.iter().map(|l| l.key.site.clone()).collect::<Vec<_>>(),
+            &s.lines.iter().map(|l| l.key.model.clone()).collect::<Vec<_>>() as &[Option<String>],
+            &s.lines.iter().map(|l| l.key.class.as_str()).collect::<Vec<_>>() as &[&str],
+            &int(|l| l.amounts.energy_mj),
+            &col(|l| l.amounts.energy_cost),
+            &col(|l| l.amounts.gpu_time_cost),
+            &col(|l| l.amounts.carbon_g),
+            &col(|l| l.amounts.embodied_g),
+            &int(|l| l.amounts.prompt_tokens),
+            &int(|l| l.amounts.generated_tokens),
+            &int(|l| l.amounts.gpu_ms),
+            &col(|l| l.billed_energy_cost),
+            &col(|l| l.billed_gpu_time_cost),
+            &col(|l| l.energy_kwh),
+            &col(|l| l.gpu_hours),
         )
-        .bind(statement_id)
-        .bind(s.lines.iter().map(|l| l.no as i32).collect::<Vec<_>>())
-        .bind(s.lines.iter().map(|l| l.key.period.first_day()).collect::<Vec<_>>())
-        .bind(s.lines.iter().map(|l| l.key.site.clone()).collect::<Vec<_>>())
-        .bind(s.lines.iter().map(|l| l.key.model.clone()).collect::<Vec<_>>())
-        .bind(s.lines.iter().map(|l| l.key.class.as_str()).collect::<Vec<_>>())
-        .bind(int(|l| l.amounts.energy_mj))
-        .bind(col(|l| l.amounts.energy_cost))
-        .bind(col(|l| l.amounts.gpu_time_cost))
-        .bind(col(|l| l.amounts.carbon_g))
-        .bind(col(|l| l.amounts.embodied_g))
-        .bind(int(|l| l.amounts.prompt_tokens))
-        .bind(int(|l| l.amounts.generated_tokens))
-        .bind(int(|l| l.amounts.gpu_ms))
-        .bind(col(|l| l.billed_energy_cost))
-        .bind(col(|l| l.billed_gpu_time_cost))
-        .bind(col(|l| l.energy_kwh))
-        .bind(col(|l| l.gpu_hours))
         .execute(&mut **tx)
         .await?;
         messages += crate::webhooks::enqueue(
@@ -458,47 +467,49 @@ async fn write(
     }
     for r in &close.reconciliation {
         let (name, region) = close.directory.site(&r.site);
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO site_reconciliations (close_id, site_id, site_key, site_name, grid_region,
                  metered_mj, attributed_mj, unallocated_mj, adjustments_mj)
              SELECT $1, id, key, $3, $4, $5, $6, $7, $8 FROM sites WHERE key = $2",
+            close_id,
+            &r.site,
+            name,
+            region,
+            r.metered_mj,
+            r.attributed_mj,
+            r.unallocated_mj,
+            r.adjustments_mj,
         )
-        .bind(close_id)
-        .bind(&r.site)
-        .bind(name)
-        .bind(region)
-        .bind(r.metered_mj)
-        .bind(r.attributed_mj)
-        .bind(r.unallocated_mj)
-        .bind(r.adjustments_mj)
         .execute(&mut **tx)
         .await?;
     }
     for e in exports {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO chargeback_exports (close_id, format, file_name, content, sha256)
              VALUES ($1, $2, $3, $4, $5)",
+            close_id,
+            e.format,
+            &e.file_name,
+            &e.content,
+            &e.sha256,
         )
-        .bind(close_id)
-        .bind(e.format)
-        .bind(&e.file_name)
-        .bind(&e.content)
-        .bind(&e.sha256)
         .execute(&mut **tx)
         .await?;
     }
-    sqlx::query("INSERT INTO chargeback_audit (month, action, actor, version) VALUES ($1, 'closed', $2, $3)")
-        .bind(month)
-        .bind(actor)
-        .bind(close.version as i32)
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO chargeback_audit (month, action, actor, version) VALUES ($1, 'closed', $2, $3)",
+        month,
+        actor,
+        close.version as i32,
+    )
+    .execute(&mut **tx)
+    .await?;
     Ok(messages)
 }
 
 /// One close or reopening at a time: what a transaction checked must still hold at commit.
 async fn lock(tx: &mut Transaction<'_, Postgres>) -> StoreResult<()> {
-    sqlx::query("LOCK TABLE month_closes IN SHARE ROW EXCLUSIVE MODE")
+    sqlx::query!("LOCK TABLE month_closes IN SHARE ROW EXCLUSIVE MODE")
         .execute(&mut **tx)
         .await?;
     Ok(())
@@ -519,10 +530,10 @@ pub async fn reopen(
 ) -> Result<u32, CloseError> {
     let mut tx = pool.begin().await?;
     lock(&mut tx).await?;
-    let later: Option<NaiveDate> = sqlx::query_scalar(
+    let later: Option<NaiveDate> = sqlx::query_scalar!(
         "SELECT max(month) FROM month_closes WHERE reopened_at IS NULL AND month > $1",
+        month.first_day(),
     )
-    .bind(month.first_day())
     .fetch_one(&mut *tx)
     .await?;
     if let Some(later) = later {
@@ -531,28 +542,28 @@ pub async fn reopen(
             later: Month::of(later),
         });
     }
-    let version: Option<i32> = sqlx::query_scalar(
+    let version: Option<i32> = sqlx::query_scalar!(
         "UPDATE month_closes SET reopened_at = $2, reopened_by = $3, reopen_reason = $4
          WHERE month = $1 AND reopened_at IS NULL RETURNING version",
+        month.first_day(),
+        now,
+        actor,
+        reason,
     )
-    .bind(month.first_day())
-    .bind(now)
-    .bind(actor)
-    .bind(reason)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(version) = version else {
         return Err(CloseError::NotClosed(month));
     };
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO chargeback_audit (month, action, actor, reason, version, at)
          VALUES ($1, 'reopened', $2, $3, $4, $5)",
+        month.first_day(),
+        actor,
+        reason,
+        version,
+        now,
     )
-    .bind(month.first_day())
-    .bind(actor)
-    .bind(reason)
-    .bind(version)
-    .bind(now)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -570,15 +581,15 @@ pub struct AuditEntry {
 }
 
 pub async fn audit(pool: &PgPool, month: Month) -> StoreResult<Vec<AuditEntry>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as!(
+        AuditEntry,
         "SELECT action, actor, reason, version, at FROM chargeback_audit WHERE month = $1 ORDER BY id",
+        month.first_day(),
     )
-    .bind(month.first_day())
     .fetch_all(pool)
     .await?)
 }
 
-#[derive(sqlx::FromRow)]
 struct CloseRow {
     id: i64,
     version: i32,
@@ -586,7 +597,6 @@ struct CloseRow {
     issuer_name: String,
 }
 
-#[derive(sqlx::FromRow)]
 struct StatementRow {
     id: i64,
     tenant_key: String,
@@ -598,61 +608,48 @@ struct StatementRow {
     gpu_hours: Decimal,
 }
 
-#[derive(sqlx::FromRow)]
-struct LineRow {
-    statement_id: i64,
-    line_no: i32,
-    period: NaiveDate,
-    site_key: String,
-    model_key: Option<String>,
-    class: String,
-    #[sqlx(flatten)]
-    amounts: AmountsRow,
-    billed_energy_cost: Decimal,
-    billed_gpu_time_cost: Decimal,
-    energy_kwh: Decimal,
-    gpu_hours: Decimal,
-}
-
 /// The close in force of `month` as it was frozen, with the statements `scope` may read. A
 /// tenant sees its own statements and no site reconciliation; `None` if the month is not
 /// closed.
 pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Option<Close>> {
-    let Some(c): Option<CloseRow> = sqlx::query_as(
-        "SELECT id, version, closed_at, issuer_name FROM month_closes WHERE month = $1 AND reopened_at IS NULL",
+    let Some(c) = sqlx::query_as!(
+        CloseRow,
+        "SELECT id, version, closed_at, issuer_name FROM month_closes
+         WHERE month = $1 AND reopened_at IS NULL",
+        month.first_day(),
     )
-    .bind(month.first_day())
     .fetch_optional(pool)
     .await?
     else {
         return Ok(None);
     };
-    let statements: Vec<StatementRow> = sqlx::query_as(
-        "SELECT id, tenant_key, tenant_name, currency::text AS currency, number, billed_cost,
+    let statements = sqlx::query_as!(
+        StatementRow,
+        r#"SELECT id, tenant_key, tenant_name, currency::text AS "currency!", number, billed_cost,
                 energy_kwh, gpu_hours
          FROM statements WHERE close_id = $1 AND ($2::bigint IS NULL OR tenant_id = $2)
-         ORDER BY tenant_key, currency",
+         ORDER BY tenant_key, currency"#,
+        c.id,
+        scope.tenant(),
     )
-    .bind(c.id)
-    .bind(scope.tenant())
     .fetch_all(pool)
     .await?;
     let ids: Vec<i64> = statements.iter().map(|s| s.id).collect();
-    let lines: Vec<LineRow> = sqlx::query_as(
+    let lines = sqlx::query!(
         "SELECT statement_id, line_no, period, site_key, model_key, class, energy_mj, energy_cost,
                 gpu_time_cost, carbon_g, embodied_g, prompt_tokens, generated_tokens, gpu_ms,
                 billed_energy_cost, billed_gpu_time_cost, energy_kwh, gpu_hours
          FROM statement_lines WHERE statement_id = ANY($1) ORDER BY statement_id, line_no",
+        &ids,
     )
-    .bind(&ids)
     .fetch_all(pool)
     .await?;
-    let sites: Vec<(String, String, String, i64, i64, i64, i64)> = sqlx::query_as(
+    let sites = sqlx::query!(
         "SELECT site_key, site_name, grid_region, metered_mj, attributed_mj, unallocated_mj,
                 adjustments_mj
          FROM site_reconciliations WHERE close_id = $1 ORDER BY site_key",
+        c.id,
     )
-    .bind(c.id)
     .fetch_all(pool)
     .await?;
     let mut directory = Directory::default();
@@ -679,7 +676,7 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
         let Some(s) = by_id.get_mut(&l.statement_id) else {
             continue;
         };
-        let amounts: Amounts = l.amounts.into();
+        let amounts = amounts_of!(l);
         s.total = s.total + amounts;
         s.lines.push(Line {
             no: l.line_no as u32,
@@ -699,15 +696,17 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
         });
     }
     let mut reconciliation = Vec::new();
-    for (site, name, region, metered, attributed, unallocated, adjustments) in sites {
-        directory.sites.insert(site.clone(), (name, region));
+    for r in sites {
+        directory
+            .sites
+            .insert(r.site_key.clone(), (r.site_name, r.grid_region));
         if scope.tenant().is_none() {
             reconciliation.push(SiteReconciliation {
-                site,
-                metered_mj: metered,
-                attributed_mj: attributed,
-                unallocated_mj: unallocated,
-                adjustments_mj: adjustments,
+                site: r.site_key,
+                metered_mj: r.metered_mj,
+                attributed_mj: r.attributed_mj,
+                unallocated_mj: r.unallocated_mj,
+                adjustments_mj: r.adjustments_mj,
             });
         }
     }
@@ -735,27 +734,27 @@ pub async fn export(
     if *scope != Scope::All {
         return Ok(None);
     }
-    let row: Option<(i32, String, String, Vec<u8>, String)> = sqlx::query_as(
+    let row = sqlx::query!(
         "SELECT c.version, e.format, e.file_name, e.content, e.sha256 FROM chargeback_exports e
          JOIN month_closes c ON c.id = e.close_id
          WHERE c.month = $1 AND c.reopened_at IS NULL AND e.format = $2",
+        month.first_day(),
+        format,
     )
-    .bind(month.first_day())
-    .bind(format)
     .fetch_optional(pool)
     .await?;
-    Ok(
-        row.and_then(|(version, format, file_name, content, sha256)| {
-            let format = chargeback::FORMATS.into_iter().find(|f| *f == format)?;
-            Some((
-                version as u32,
-                Export {
-                    format,
-                    file_name,
-                    content,
-                    sha256,
-                },
-            ))
-        }),
-    )
+    Ok(row.and_then(|r| {
+        let (version, format, file_name, content, sha256) =
+            (r.version, r.format, r.file_name, r.content, r.sha256);
+        let format = chargeback::FORMATS.into_iter().find(|f| *f == format)?;
+        Some((
+            version as u32,
+            Export {
+                format,
+                file_name,
+                content,
+                sha256,
+            },
+        ))
+    }))
 }

@@ -44,7 +44,7 @@ pub fn due<'a>(spans: &'a [Span], done: &[String], now: DateTime<Utc>) -> Vec<&'
 /// Compacts the partitions due, unless another replica is at it; returns what it did.
 pub async fn run(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Vec<Compaction>> {
     let spans = partitions::existing(pool).await?;
-    let done: Vec<String> = sqlx::query_scalar("SELECT name FROM partition_compactions")
+    let done: Vec<String> = sqlx::query_scalar!("SELECT name FROM partition_compactions")
         .fetch_all(pool)
         .await?;
     let due = due(&spans, &done, now);
@@ -54,8 +54,7 @@ pub async fn run(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Vec<Compactio
     // REINDEX CONCURRENTLY runs outside a transaction, so the lock is the session's, on one
     // connection held throughout.
     let mut conn = pool.acquire().await?;
-    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(LOCK)
+    let locked: bool = sqlx::query_scalar!(r#"SELECT pg_try_advisory_lock($1) AS "locked!""#, LOCK)
         .fetch_one(&mut *conn)
         .await?;
     if !locked {
@@ -64,26 +63,19 @@ pub async fn run(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Vec<Compactio
     let mut out = Vec::new();
     let result = async {
         for span in due {
-            let size = "SELECT pg_indexes_size($1::regclass)";
-            let before: i64 = sqlx::query_scalar(size)
-                .bind(&span.name)
-                .fetch_one(&mut *conn)
-                .await?;
+            let before = index_bytes(&mut conn, &span.name).await?;
             // The name is one of ours (parse_name rebuilt it from integers), safe to splice.
             sqlx::query(&format!("REINDEX TABLE CONCURRENTLY {}", span.name))
                 .execute(&mut *conn)
                 .await?;
-            let after: i64 = sqlx::query_scalar(size)
-                .bind(&span.name)
-                .fetch_one(&mut *conn)
-                .await?;
-            sqlx::query(
+            let after = index_bytes(&mut conn, &span.name).await?;
+            sqlx::query!(
                 "INSERT INTO partition_compactions (name, index_bytes_before, index_bytes_after)
                  VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
+                &span.name,
+                before,
+                after,
             )
-            .bind(&span.name)
-            .bind(before)
-            .bind(after)
             .execute(&mut *conn)
             .await?;
             out.push(Compaction {
@@ -95,11 +87,20 @@ pub async fn run(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Vec<Compactio
         StoreResult::Ok(())
     }
     .await;
-    sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(LOCK)
-        .execute(&mut *conn)
+    sqlx::query_scalar!("SELECT pg_advisory_unlock($1)", LOCK)
+        .fetch_one(&mut *conn)
         .await?;
     result.map(|()| out)
+}
+
+/// The size of a partition's indexes, bytes.
+async fn index_bytes(conn: &mut sqlx::PgConnection, partition: &str) -> StoreResult<i64> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT pg_indexes_size($1::regclass) AS "bytes!""#,
+        partition as &str,
+    )
+    .fetch_one(conn)
+    .await?)
 }
 
 #[cfg(test)]

@@ -17,8 +17,7 @@ fn checked(name: &str) -> StoreResult<&str> {
 /// Creates `name` on the server at `admin_url` (a database that exists) if it is missing.
 pub async fn ensure(admin_url: &str, name: &str) -> StoreResult<()> {
     let mut conn = sqlx::PgConnection::connect(admin_url).await?;
-    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
-        .bind(name)
+    let exists = sqlx::query_scalar!("SELECT 1 FROM pg_database WHERE datname = $1", name)
         .fetch_optional(&mut conn)
         .await?;
     if exists.is_none() {

@@ -23,7 +23,7 @@ pub async fn mark_for_samples(
     meter_ids: &[i64],
     ts: &[DateTime<Utc>],
 ) -> StoreResult<()> {
-    sqlx::query(
+    sqlx::query!(
         "WITH batch AS (
              SELECT meter_id, min(ts) AS lo, max(ts) AS hi
              FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(meter_id, ts) GROUP BY meter_id
@@ -65,15 +65,15 @@ pub async fn mark_for_samples(
          )
          INSERT INTO dirty_hours (site_id, hour) SELECT site_id, hour FROM hours ORDER BY 1, 2
          ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+        meter_ids,
+        ts,
     )
-    .bind(meter_ids)
-    .bind(ts)
     .execute(&mut **tx)
     .await?;
     // The heads become the two newest distinct times of what they were and the batch's. In
     // meter order, so concurrent batches of the same meters queue rather than deadlock; the
     // newest two of a union do not depend on which batch comes first.
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO meter_heads AS h (meter_id, last_ts, prev_ts)
          SELECT meter_id, top[1], top[2] FROM (
              SELECT meter_id, (array_agg(DISTINCT ts ORDER BY ts DESC))[1:2] AS top
@@ -84,9 +84,9 @@ pub async fn mark_for_samples(
                  SELECT array_agg(DISTINCT x ORDER BY x DESC) AS t
                  FROM unnest(ARRAY[h.last_ts, h.prev_ts, EXCLUDED.last_ts, EXCLUDED.prev_ts]) x
                  WHERE x IS NOT NULL) newest)",
+        meter_ids,
+        ts,
     )
-    .bind(meter_ids)
-    .bind(ts)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -99,7 +99,7 @@ pub async fn mark_for_intervals(
     from: &[DateTime<Utc>],
     to: &[DateTime<Utc>],
 ) -> StoreResult<()> {
-    sqlx::query(
+    sqlx::query!(
         "WITH spans AS (
              SELECT m.site_id, t.lo, least(t.hi, t.lo + interval '45 days') AS hi
              FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS t(meter_id, lo, hi)
@@ -110,10 +110,10 @@ pub async fn mark_for_intervals(
          )
          INSERT INTO dirty_hours (site_id, hour) SELECT site_id, hour FROM hours ORDER BY 1, 2
          ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+        meter_ids,
+        from,
+        to,
     )
-    .bind(meter_ids)
-    .bind(from)
-    .bind(to)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -125,15 +125,15 @@ pub async fn mark_range(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<u64> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "INSERT INTO dirty_hours (site_id, hour)
          SELECT s.id, h FROM sites s,
              generate_series(date_trunc('hour', $1::timestamptz), $2::timestamptz - interval '1 microsecond', interval '1 hour') h
          ORDER BY 1, 2
          ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+        from,
+        to,
     )
-    .bind(from)
-    .bind(to)
     .execute(&mut **tx)
     .await?;
     Ok(done.rows_affected())
@@ -141,16 +141,18 @@ pub async fn mark_range(
 
 /// Dirty hours up to and including the hour of `until`, claimed by a worker or not.
 pub async fn count_until(pool: &sqlx::PgPool, until: DateTime<Utc>) -> StoreResult<i64> {
-    Ok(
-        sqlx::query_scalar("SELECT count(*) FROM dirty_hours WHERE hour <= $1")
-            .bind(until)
-            .fetch_one(pool)
-            .await?,
+    Ok(sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM dirty_hours WHERE hour <= $1"#,
+        until
     )
+    .fetch_one(pool)
+    .await?)
 }
 
 pub async fn count(pool: &sqlx::PgPool) -> StoreResult<i64> {
-    Ok(sqlx::query_scalar("SELECT count(*) FROM dirty_hours")
-        .fetch_one(pool)
-        .await?)
+    Ok(
+        sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM dirty_hours"#)
+            .fetch_one(pool)
+            .await?,
+    )
 }

@@ -63,13 +63,13 @@ pub struct MeterRef {
 pub async fn upsert_tenants(pool: &PgPool, records: &[TenantRecord]) -> StoreResult<u64> {
     let keys: Vec<&str> = records.iter().map(|r| r.key.as_str()).collect();
     let names: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "INSERT INTO tenants (key, name) SELECT * FROM UNNEST($1::text[], $2::text[])
          ON CONFLICT (key) DO UPDATE SET name = excluded.name, updated_at = now()
          WHERE tenants.name IS DISTINCT FROM excluded.name",
+        &keys as &[&str],
+        &names as &[&str],
     )
-    .bind(&keys)
-    .bind(&names)
     .execute(pool)
     .await?;
     Ok(done.rows_affected())
@@ -78,7 +78,7 @@ pub async fn upsert_tenants(pool: &PgPool, records: &[TenantRecord]) -> StoreRes
 #[tracing::instrument(skip_all, fields(n = records.len()))]
 pub async fn upsert_sites(pool: &PgPool, records: &[SiteRecord]) -> StoreResult<u64> {
     let col = |f: fn(&SiteRecord) -> String| records.iter().map(f).collect::<Vec<_>>();
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "INSERT INTO sites (key, name, grid_region, currency, power_envelope_w, static_pue,
                             idle_policy, platform_tenant_id, node_static_overhead_w, gap_limit_s,
                             price_region, fallback_price, fallback_intensity_g)
@@ -102,44 +102,34 @@ pub async fn upsert_sites(pool: &PgPool, records: &[SiteRecord]) -> StoreResult<
                 excluded.static_pue, excluded.idle_policy, excluded.platform_tenant_id,
                 excluded.node_static_overhead_w, excluded.gap_limit_s, excluded.price_region,
                 excluded.fallback_price, excluded.fallback_intensity_g)",
-    )
-    .bind(col(|r| r.key.clone()))
-    .bind(col(|r| r.name.clone()))
-    .bind(col(|r| r.grid_region.clone()))
-    .bind(col(|r| r.currency.clone()))
-    .bind(
-        records
+        &col(|r| r.key.clone()),
+        &col(|r| r.name.clone()),
+        &col(|r| r.grid_region.clone()),
+        &col(|r| r.currency.clone()),
+        &records
             .iter()
             .map(|r| r.power_envelope_w)
             .collect::<Vec<_>>(),
-    )
-    .bind(records.iter().map(|r| r.static_pue).collect::<Vec<_>>())
-    .bind(col(|r| r.idle_policy.clone()))
-    .bind(
-        records
+        &records.iter().map(|r| r.static_pue).collect::<Vec<_>>(),
+        &col(|r| r.idle_policy.clone()),
+        &records
             .iter()
             .map(|r| r.platform_tenant_id)
             .collect::<Vec<_>>(),
-    )
-    .bind(
-        records
+        &records
             .iter()
             .map(|r| r.node_static_overhead_w)
             .collect::<Vec<_>>(),
-    )
-    .bind(records.iter().map(|r| r.gap_limit_s).collect::<Vec<_>>())
-    .bind(
-        records
+        &records.iter().map(|r| r.gap_limit_s).collect::<Vec<_>>(),
+        &records
             .iter()
             .map(|r| r.price_region.clone())
-            .collect::<Vec<_>>(),
-    )
-    .bind(records.iter().map(|r| r.fallback_price).collect::<Vec<_>>())
-    .bind(
-        records
+            .collect::<Vec<_>>() as &[Option<String>],
+        &records.iter().map(|r| r.fallback_price).collect::<Vec<_>>() as &[Option<Decimal>],
+        &records
             .iter()
             .map(|r| r.fallback_intensity_g)
-            .collect::<Vec<_>>(),
+            .collect::<Vec<_>>() as &[Option<Decimal>],
     )
     .execute(pool)
     .await?;
@@ -148,7 +138,7 @@ pub async fn upsert_sites(pool: &PgPool, records: &[SiteRecord]) -> StoreResult<
 
 #[tracing::instrument(skip_all, fields(n = records.len()))]
 pub async fn upsert_models(pool: &PgPool, records: &[ModelRecord]) -> StoreResult<u64> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "INSERT INTO models (key, name, prefill_weight, decode_weight)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::numeric[], $4::numeric[])
          ON CONFLICT (key) DO UPDATE SET name = excluded.name,
@@ -156,11 +146,11 @@ pub async fn upsert_models(pool: &PgPool, records: &[ModelRecord]) -> StoreResul
             updated_at = now()
          WHERE (models.name, models.prefill_weight, models.decode_weight)
                IS DISTINCT FROM (excluded.name, excluded.prefill_weight, excluded.decode_weight)",
+        &records.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.prefill_weight).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.decode_weight).collect::<Vec<_>>(),
     )
-    .bind(records.iter().map(|r| r.key.clone()).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.name.clone()).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.prefill_weight).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.decode_weight).collect::<Vec<_>>())
     .execute(pool)
     .await?;
     Ok(done.rows_affected())
@@ -185,7 +175,7 @@ pub async fn upsert_device_models(
     pool: &PgPool,
     records: &[DeviceModelRecord],
 ) -> StoreResult<u64> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "INSERT INTO device_models (key, embodied_kg, lifetime_hours, source, gpu_hour_rate,
                                     rate_currency, typical_power_w)
          SELECT * FROM UNNEST($1::text[], $2::numeric[], $3::int[], $4::text[], $5::numeric[],
@@ -199,28 +189,22 @@ pub async fn upsert_device_models(
                 device_models.typical_power_w)
                IS DISTINCT FROM (excluded.embodied_kg, excluded.lifetime_hours, excluded.source,
                 excluded.gpu_hour_rate, excluded.rate_currency, excluded.typical_power_w)",
-    )
-    .bind(records.iter().map(|r| r.key.clone()).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.embodied_kg).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.lifetime_hours).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.source.clone()).collect::<Vec<_>>())
-    .bind(
-        records
+        &records.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.embodied_kg).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.lifetime_hours).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.source.clone()).collect::<Vec<_>>() as &[Option<String>],
+        &records
             .iter()
             .map(|r| r.gpu_hour_rate.as_ref().map(|x| x.0))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        records
+            .collect::<Vec<_>>() as &[Option<Decimal>],
+        &records
             .iter()
             .map(|r| r.gpu_hour_rate.as_ref().map(|x| x.1.clone()))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        records
+            .collect::<Vec<_>>() as &[Option<String>],
+        &records
             .iter()
             .map(|r| r.typical_power_w)
-            .collect::<Vec<_>>(),
+            .collect::<Vec<_>>() as &[Option<i32>],
     )
     .execute(pool)
     .await?;
@@ -244,7 +228,7 @@ pub async fn upsert_meters(
     let mut ordered: Vec<&MeterRecord> = records.iter().collect();
     ordered.sort_by_key(|r| rank(&r.kind));
     for chunk in ordered.chunk_by(|a, b| rank(&a.kind) == rank(&b.kind)) {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             "INSERT INTO meters (key, site_id, kind, parent_id, gpu_uuid, device_model, mig_profile)
              SELECT r.key, r.site_id, r.kind, p.id, r.gpu_uuid, r.device_model, r.mig_profile
              FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
@@ -258,14 +242,14 @@ pub async fn upsert_meters(
                     meters.device_model, meters.mig_profile)
                    IS DISTINCT FROM (excluded.site_id, excluded.kind, excluded.parent_id,
                     excluded.gpu_uuid, excluded.device_model, excluded.mig_profile)",
+            &chunk.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+            &chunk.iter().map(|r| r.site_id).collect::<Vec<_>>(),
+            &chunk.iter().map(|r| r.kind.clone()).collect::<Vec<_>>(),
+            &chunk.iter().map(|r| r.parent_key.clone()).collect::<Vec<_>>() as &[Option<String>],
+            &chunk.iter().map(|r| r.gpu_uuid.clone()).collect::<Vec<_>>() as &[Option<String>],
+            &chunk.iter().map(|r| r.device_model.clone()).collect::<Vec<_>>() as &[Option<String>],
+            &chunk.iter().map(|r| r.mig_profile.clone()).collect::<Vec<_>>() as &[Option<String>],
         )
-        .bind(chunk.iter().map(|r| r.key.clone()).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|r| r.site_id).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|r| r.kind.clone()).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|r| r.parent_key.clone()).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|r| r.gpu_uuid.clone()).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|r| r.device_model.clone()).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|r| r.mig_profile.clone()).collect::<Vec<_>>())
         .execute(&mut **tx)
         .await?;
         changed += done.rows_affected();
@@ -279,12 +263,26 @@ pub async fn ids_by_key<'e>(
     table: KeyedTable,
     keys: &[String],
 ) -> StoreResult<HashMap<String, i64>> {
-    let sql = format!("SELECT key, id FROM {} WHERE key = ANY($1)", table.name());
-    let rows: Vec<(String, i64)> = sqlx::query_as(&sql).bind(keys).fetch_all(db).await?;
-    Ok(rows.into_iter().collect())
+    // One statement per table, so that each is checked against the schema at build time.
+    macro_rules! ids {
+        ($sql:literal) => {
+            sqlx::query!($sql, keys)
+                .fetch_all(db)
+                .await?
+                .into_iter()
+                .map(|r| (r.key, r.id))
+                .collect()
+        };
+    }
+    Ok(match table {
+        KeyedTable::Tenants => ids!("SELECT key, id FROM tenants WHERE key = ANY($1)"),
+        KeyedTable::Sites => ids!("SELECT key, id FROM sites WHERE key = ANY($1)"),
+        KeyedTable::Models => ids!("SELECT key, id FROM models WHERE key = ANY($1)"),
+        KeyedTable::Jobs => ids!("SELECT key, id FROM jobs WHERE key = ANY($1)"),
+    })
 }
 
-/// The inventory tables addressed by key. A closed set, so table names are never user input.
+/// The inventory tables addressed by key.
 #[derive(Debug, Clone, Copy)]
 pub enum KeyedTable {
     Tenants,
@@ -293,37 +291,27 @@ pub enum KeyedTable {
     Jobs,
 }
 
-impl KeyedTable {
-    fn name(self) -> &'static str {
-        match self {
-            KeyedTable::Tenants => "tenants",
-            KeyedTable::Sites => "sites",
-            KeyedTable::Models => "models",
-            KeyedTable::Jobs => "jobs",
-        }
-    }
-}
-
 /// Meters by key, with what validation needs (kind, site, parent).
 pub async fn meters_by_key<'e>(
     db: impl PgExecutor<'e>,
     keys: &[String],
 ) -> StoreResult<HashMap<String, MeterRef>> {
-    let rows: Vec<(String, i64, i64, String, Option<i64>)> =
-        sqlx::query_as("SELECT key, id, site_id, kind, parent_id FROM meters WHERE key = ANY($1)")
-            .bind(keys)
-            .fetch_all(db)
-            .await?;
+    let rows = sqlx::query!(
+        "SELECT key, id, site_id, kind, parent_id FROM meters WHERE key = ANY($1)",
+        keys,
+    )
+    .fetch_all(db)
+    .await?;
     Ok(rows
         .into_iter()
-        .map(|(key, id, site_id, kind, parent_id)| {
+        .map(|r| {
             (
-                key,
+                r.key,
                 MeterRef {
-                    id,
-                    site_id,
-                    kind,
-                    parent_id,
+                    id: r.id,
+                    site_id: r.site_id,
+                    kind: r.kind,
+                    parent_id: r.parent_id,
                 },
             )
         })
@@ -337,27 +325,26 @@ pub async fn meters_by_key_or_uuid<'e>(
     db: impl PgExecutor<'e>,
     names: &[String],
 ) -> StoreResult<HashMap<String, MeterRef>> {
-    type Row = (String, Option<String>, i64, i64, String, Option<i64>);
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT key, gpu_uuid, id, site_id, kind, parent_id FROM meters \
+    let rows = sqlx::query!(
+        "SELECT key, gpu_uuid, id, site_id, kind, parent_id FROM meters
          WHERE key = ANY($1) OR gpu_uuid = ANY($1)",
+        names,
     )
-    .bind(names)
     .fetch_all(db)
     .await?;
     let mut by_key = HashMap::new();
     let mut by_uuid = HashMap::new();
-    for (key, uuid, id, site_id, kind, parent_id) in rows {
+    for r in rows {
         let m = MeterRef {
-            id,
-            site_id,
-            kind,
-            parent_id,
+            id: r.id,
+            site_id: r.site_id,
+            kind: r.kind,
+            parent_id: r.parent_id,
         };
-        if let Some(u) = uuid.filter(|u| names.contains(u)) {
+        if let Some(u) = r.gpu_uuid.filter(|u| names.contains(u)) {
             by_uuid.insert(u, m.clone());
         }
-        by_key.insert(key, m);
+        by_key.insert(r.key, m);
     }
     by_uuid.extend(by_key);
     Ok(by_uuid)
@@ -376,9 +363,10 @@ pub struct SiteRow {
 }
 
 pub async fn list_sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
-    Ok(sqlx::query_as(
-        "SELECT id, key, name, grid_region, currency::text AS currency, power_envelope_w,
-                static_pue, idle_policy FROM sites ORDER BY key",
+    Ok(sqlx::query_as!(
+        SiteRow,
+        r#"SELECT id, key, name, grid_region, currency::text AS "currency!", power_envelope_w,
+                static_pue, idle_policy FROM sites ORDER BY key"#,
     )
     .fetch_all(pool)
     .await?)
@@ -393,28 +381,31 @@ pub struct TenantRow {
 
 /// Tenants visible to `scope`.
 pub async fn list_tenants(pool: &PgPool, scope: &crate::Scope) -> StoreResult<Vec<TenantRow>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as!(
+        TenantRow,
         "SELECT id, key, name FROM tenants WHERE ($1::bigint IS NULL OR id = $1) ORDER BY key",
+        scope.tenant(),
     )
-    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }
 
 /// Every model's key by its id.
 pub async fn model_keys(pool: &PgPool) -> StoreResult<std::collections::HashMap<i64, String>> {
-    let rows: Vec<(i64, String)> = sqlx::query_as("SELECT id, key FROM models")
+    let rows = sqlx::query!("SELECT id, key FROM models")
         .fetch_all(pool)
         .await?;
-    Ok(rows.into_iter().collect())
+    Ok(rows.into_iter().map(|r| (r.id, r.key)).collect())
 }
 
 /// How many of `uuids` are registered as GPU meters (an agent registers its GPUs on its
 /// first scrape).
 pub async fn gpus_registered(pool: &PgPool, uuids: &[String]) -> StoreResult<usize> {
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM meters WHERE gpu_uuid = ANY($1)")
-        .bind(uuids)
-        .fetch_one(pool)
-        .await?;
+    let n: i64 = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM meters WHERE gpu_uuid = ANY($1)"#,
+        uuids,
+    )
+    .fetch_one(pool)
+    .await?;
     Ok(usize::try_from(n).unwrap_or(0))
 }

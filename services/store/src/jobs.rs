@@ -45,7 +45,7 @@ pub async fn upsert(
     now: DateTime<Utc>,
 ) -> StoreResult<Upserted> {
     let mut tx = pool.begin().await?;
-    let ids: Vec<(i64, bool)> = sqlx::query_as(
+    let ids = sqlx::query!(
         "INSERT INTO jobs (key, name, tenant_id, model_id, kind, priority, submit_at, start_at, end_at)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[],
                               $6::text[], $7::timestamptz[], $8::timestamptz[], $9::timestamptz[])
@@ -57,28 +57,28 @@ pub async fn upsert(
                 jobs.submit_at, jobs.start_at, jobs.end_at)
                IS DISTINCT FROM (excluded.name, excluded.tenant_id, excluded.model_id, excluded.kind,
                 excluded.priority, excluded.submit_at, excluded.start_at, excluded.end_at)
-         RETURNING id, (xmax = 0) AS inserted",
+         RETURNING id",
+        &records.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.tenant_id).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.model_id).collect::<Vec<_>>() as &[Option<i64>],
+        &records.iter().map(|r| r.kind.clone()).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.priority.clone()).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.submit_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
+        &records.iter().map(|r| r.start_at).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.end_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
     )
-    .bind(records.iter().map(|r| r.key.clone()).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.name.clone()).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.tenant_id).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.model_id).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.kind.clone()).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.priority.clone()).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.submit_at).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.start_at).collect::<Vec<_>>())
-    .bind(records.iter().map(|r| r.end_at).collect::<Vec<_>>())
     .fetch_all(&mut *tx)
     .await?;
     let changed_jobs = ids.len() as u64;
 
     let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
     let job_ids: std::collections::HashMap<String, i64> =
-        sqlx::query_as::<_, (String, i64)>("SELECT key, id FROM jobs WHERE key = ANY($1)")
-            .bind(&keys)
+        sqlx::query!("SELECT key, id FROM jobs WHERE key = ANY($1)", &keys)
             .fetch_all(&mut *tx)
             .await?
             .into_iter()
+            .map(|r| (r.key, r.id))
             .collect();
 
     let mut a_job = Vec::new();
@@ -96,16 +96,8 @@ pub async fn upsert(
         }
     }
     // Allocations that change report their old and new spans, so both get recomputed.
-    type Changed = (
-        i64,
-        DateTime<Utc>,
-        Option<DateTime<Utc>>,
-        bool,
-        Option<DateTime<Utc>>,
-    );
-    let changed: Vec<Changed> =
-        sqlx::query_as(
-            "WITH input AS (
+    let changed = sqlx::query!(
+            r#"WITH input AS (
                  SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::numeric[], $4::timestamptz[], $5::timestamptz[])
                      AS t(job_id, meter_id, share, start_at, end_at)
              ), old AS (
@@ -119,43 +111,45 @@ pub async fn upsert(
                  WHERE (allocations.share, allocations.end_at) IS DISTINCT FROM (excluded.share, excluded.end_at)
                  RETURNING job_id, meter_id, start_at, end_at
              )
-             SELECT up.meter_id, up.start_at, up.end_at, old.job_id IS NOT NULL, old.end_at FROM up
-             LEFT JOIN old USING (job_id, meter_id, start_at)",
-        )
-        .bind(&a_job)
-        .bind(&a_meter)
-        .bind(&a_share)
-        .bind(&a_start)
-        .bind(&a_end)
-        .fetch_all(&mut *tx)
-        .await?;
+             SELECT up.meter_id AS "meter_id!", up.start_at AS "start_at!", up.end_at,
+                    old.job_id IS NOT NULL AS "existed!", old.end_at AS old_end
+             FROM up LEFT JOIN old USING (job_id, meter_id, start_at)"#,
+        &a_job,
+        &a_meter,
+        &a_share,
+        &a_start,
+        &a_end as &[Option<DateTime<Utc>>],
+    )
+    .fetch_all(&mut *tx)
+    .await?;
 
     let changed_allocations = changed.len() as u64;
     // Jobs whose own fields changed (tenant, model) re-dirty all their allocations.
-    let changed_job_ids: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
-    let job_spans: Vec<(i64, DateTime<Utc>, Option<DateTime<Utc>>)> =
-        sqlx::query_as("SELECT meter_id, start_at, end_at FROM allocations WHERE job_id = ANY($1)")
-            .bind(&changed_job_ids)
-            .fetch_all(&mut *tx)
-            .await?;
+    let changed_job_ids: Vec<i64> = ids.iter().map(|r| r.id).collect();
+    let job_spans = sqlx::query!(
+        "SELECT meter_id, start_at, end_at FROM allocations WHERE job_id = ANY($1)",
+        &changed_job_ids,
+    )
+    .fetch_all(&mut *tx)
+    .await?;
 
     let mut m = Vec::new();
     let mut from = Vec::new();
     let mut to = Vec::new();
-    for (meter, start, end, existed, old_end) in changed {
+    for c in changed {
         // Recompute the allocation's span before and after the change; an open end runs to now.
-        let mut end = end.unwrap_or(now);
-        if existed {
-            end = end.max(old_end.unwrap_or(now));
+        let mut end = c.end_at.unwrap_or(now);
+        if c.existed {
+            end = end.max(c.old_end.unwrap_or(now));
         }
-        m.push(meter);
-        from.push(start);
-        to.push(end.max(start));
+        m.push(c.meter_id);
+        from.push(c.start_at);
+        to.push(end.max(c.start_at));
     }
-    for (meter, start, end) in job_spans {
-        m.push(meter);
-        from.push(start);
-        to.push(end.unwrap_or(now).max(start));
+    for s in job_spans {
+        m.push(s.meter_id);
+        from.push(s.start_at);
+        to.push(s.end_at.unwrap_or(now).max(s.start_at));
     }
     if !m.is_empty() {
         dirty::mark_for_intervals(&mut tx, &m, &from, &to).await?;
@@ -223,12 +217,12 @@ pub async fn get(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<JobRow>
 /// The id of the job `key` if `scope` may see it (its tenant's, or one that served the
 /// tenant): another tenant's job and a job that does not exist look the same.
 pub async fn visible_id(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<Option<i64>> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar!(
         "SELECT j.id FROM jobs j WHERE j.key = $2 AND ($1::bigint IS NULL OR j.tenant_id = $1
              OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))",
+        scope.tenant(),
+        key,
     )
-    .bind(scope.tenant())
-    .bind(key)
     .fetch_optional(pool)
     .await?)
 }
@@ -314,7 +308,8 @@ pub struct HeldGpu {
 
 /// The GPUs a job `scope` may see held (a shared endpoint's, for a tenant it served).
 pub async fn allocations(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResult<Vec<HeldGpu>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as!(
+        HeldGpu,
         "SELECT m.key AS meter, coalesce(m.gpu_uuid, p.gpu_uuid) AS gpu_uuid,
                 coalesce(m.device_model, p.device_model) AS device_model, m.mig_profile,
                 a.share, a.start_at, a.end_at
@@ -324,9 +319,9 @@ pub async fn allocations(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResu
          WHERE a.job_id = $1 AND ($2::bigint IS NULL OR j.tenant_id = $2
              OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $2))
          ORDER BY m.key, a.start_at",
+        job_id,
+        scope.tenant(),
     )
-    .bind(job_id)
-    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }

@@ -27,19 +27,20 @@ pub async fn site_days(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<Vec<SiteDay>> {
-    Ok(sqlx::query_as(
-        "SELECT s.key AS site, date_trunc('day', h.hour) AS day,
-                sum(h.site_mj)::bigint AS site_mj, sum(h.it_mj)::bigint AS it_mj,
-                sum(h.gpu_mj)::bigint AS gpu_mj, sum(h.idle_mj)::bigint AS idle_mj,
-                max(h.site_mj)::bigint AS peak_hour_mj, max(h.it_peak_mw)::bigint AS it_peak_mw,
-                sum(h.allocated_gpu_ms)::bigint AS allocated_gpu_ms,
-                sum(h.capacity_gpu_ms)::bigint AS capacity_gpu_ms
+    Ok(sqlx::query_as!(
+        SiteDay,
+        r#"SELECT s.key AS site, date_trunc('day', h.hour) AS "day!",
+                sum(h.site_mj)::bigint AS "site_mj!", sum(h.it_mj)::bigint AS "it_mj!",
+                sum(h.gpu_mj)::bigint AS "gpu_mj!", sum(h.idle_mj)::bigint AS "idle_mj!",
+                max(h.site_mj)::bigint AS "peak_hour_mj!", max(h.it_peak_mw)::bigint AS it_peak_mw,
+                sum(h.allocated_gpu_ms)::bigint AS "allocated_gpu_ms!",
+                sum(h.capacity_gpu_ms)::bigint AS "capacity_gpu_ms!"
          FROM site_hours h JOIN sites s ON s.id = h.site_id
          WHERE h.hour >= $1 AND h.hour < $2
-         GROUP BY s.key, 2 ORDER BY s.key, 2",
+         GROUP BY s.key, 2 ORDER BY s.key, 2"#,
+        from,
+        to,
     )
-    .bind(from)
-    .bind(to)
     .fetch_all(pool)
     .await?)
 }
@@ -63,8 +64,9 @@ pub struct MeterHealth {
 
 /// Every meter with its last sample and, since `since`, its samples, gaps and resets.
 pub async fn meter_health(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Vec<MeterHealth>> {
-    Ok(sqlx::query_as(
-        "WITH recent AS (
+    Ok(sqlx::query_as!(
+        MeterHealth,
+        r#"WITH recent AS (
              SELECT meter_id, ts, counter_mj,
                     ts - lag(ts) OVER w AS step,
                     counter_mj < lag(counter_mj) OVER w AS reset
@@ -77,16 +79,16 @@ pub async fn meter_health(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Ve
              FROM recent r JOIN meters m ON m.id = r.meter_id JOIN sites s ON s.id = m.site_id
              GROUP BY r.meter_id
          )
-         SELECT s.key AS site, m.key, m.kind, p.key AS parent, m.device_model,
+         SELECT s.key AS site, m.key, m.kind, p.key AS "parent?", m.device_model,
                 (SELECT max(ts) FROM samples x WHERE x.meter_id = m.id) AS last_sample,
-                coalesce(pm.samples, 0) AS samples, coalesce(pm.gaps, 0) AS gaps,
-                coalesce(pm.resets, 0) AS resets
+                coalesce(pm.samples, 0) AS "samples!", coalesce(pm.gaps, 0) AS "gaps!",
+                coalesce(pm.resets, 0) AS "resets!"
          FROM meters m JOIN sites s ON s.id = m.site_id
          LEFT JOIN meters p ON p.id = m.parent_id
          LEFT JOIN per_meter pm ON pm.meter_id = m.id
-         ORDER BY s.key, m.key",
+         ORDER BY s.key, m.key"#,
+        since,
     )
-    .bind(since)
     .fetch_all(pool)
     .await?)
 }

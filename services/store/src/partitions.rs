@@ -120,11 +120,12 @@ pub async fn ensure_ahead(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<usiz
 /// advisory lock so concurrent ingests of a new day do not race on `CREATE TABLE`.
 pub async fn ensure(tx: &mut Transaction<'_, Postgres>, spans: &[Span]) -> StoreResult<usize> {
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
-    let existing: Vec<String> =
-        sqlx::query_scalar("SELECT relname::text FROM pg_class WHERE relname = ANY($1)")
-            .bind(&names)
-            .fetch_all(&mut **tx)
-            .await?;
+    let existing: Vec<String> = sqlx::query_scalar!(
+        r#"SELECT relname::text AS "name!" FROM pg_class WHERE relname = ANY($1)"#,
+        &names as &[&str],
+    )
+    .fetch_all(&mut **tx)
+    .await?;
     let missing: Vec<&Span> = spans
         .iter()
         .filter(|s| !existing.contains(&s.name))
@@ -132,7 +133,7 @@ pub async fn ensure(tx: &mut Transaction<'_, Postgres>, spans: &[Span]) -> Store
     if missing.is_empty() {
         return Ok(0);
     }
-    sqlx::query("SELECT pg_advisory_xact_lock(7301001)")
+    sqlx::query!("SELECT pg_advisory_xact_lock(7301001)")
         .execute(&mut **tx)
         .await?;
     for s in &missing {
@@ -151,10 +152,10 @@ pub async fn ensure(tx: &mut Transaction<'_, Postgres>, spans: &[Span]) -> Store
 
 /// The partitions that exist, with their ranges read back from their names.
 pub async fn existing(pool: &PgPool) -> StoreResult<Vec<Span>> {
-    let names: Vec<String> = sqlx::query_scalar(
-        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    let names: Vec<String> = sqlx::query_scalar!(
+        r#"SELECT c.relname::text AS "name!" FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
          WHERE i.inhparent IN ('samples_steps'::regclass, 'samples_raw'::regclass)
-         ORDER BY 1",
+         ORDER BY 1"#,
     )
     .fetch_all(pool)
     .await?;

@@ -127,17 +127,18 @@ fn months_of(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<NaiveDate> {
 
 async fn guards(db: &mut sqlx::PgConnection, span: &Span) -> StoreResult<Guards> {
     let (start, end) = (span.start_utc(), span.end_utc());
-    let dirty_hours: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM dirty_hours WHERE hour >= $1 AND hour < $2")
-            .bind(start - Duration::hours(1))
-            .bind(end + Duration::hours(1))
-            .fetch_one(&mut *db)
-            .await?;
-    let months = months_of(start, end + Duration::hours(1));
-    let closed: Vec<NaiveDate> = sqlx::query_scalar(
-        "SELECT month FROM month_closes WHERE month = ANY($1) AND reopened_at IS NULL",
+    let dirty_hours: i64 = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM dirty_hours WHERE hour >= $1 AND hour < $2"#,
+        start - Duration::hours(1),
+        end + Duration::hours(1),
     )
-    .bind(&months)
+    .fetch_one(&mut *db)
+    .await?;
+    let months = months_of(start, end + Duration::hours(1));
+    let closed: Vec<NaiveDate> = sqlx::query_scalar!(
+        "SELECT month FROM month_closes WHERE month = ANY($1) AND reopened_at IS NULL",
+        &months,
+    )
     .fetch_all(&mut *db)
     .await?;
     Ok(Guards {
@@ -170,7 +171,7 @@ pub async fn apply(
     let mut dropped = Vec::new();
     for span in plan.to_drop() {
         let mut tx = pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock(7301001)")
+        sqlx::query!("SELECT pg_advisory_xact_lock(7301001)")
             .execute(&mut *tx)
             .await?;
         // Marks made from here on wait for this transaction (they insert samples into the
@@ -190,14 +191,14 @@ pub async fn apply(
         sqlx::query(&format!("DROP TABLE {}", span.name))
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO retention_drops (partition, raw, range_start, range_end)
              VALUES ($1, $2, $3, $4)",
+            &span.name,
+            span.kind.is_raw(),
+            span.start_utc(),
+            span.end_utc(),
         )
-        .bind(&span.name)
-        .bind(span.kind.is_raw())
-        .bind(span.start_utc())
-        .bind(span.end_utc())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

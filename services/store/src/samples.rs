@@ -67,12 +67,12 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     let meter_ids: Vec<i64> = rows.iter().map(|r| r.meter_id).collect();
     let ts: Vec<DateTime<Utc>> = rows.iter().map(|r| r.ts).collect();
 
-    sqlx::query("SAVEPOINT copy_fast_path")
+    sqlx::query!("SAVEPOINT copy_fast_path")
         .execute(&mut *tx)
         .await?;
     match copy(&mut tx, rows).await {
         Ok(()) => {
-            sqlx::query("RELEASE SAVEPOINT copy_fast_path")
+            sqlx::query!("RELEASE SAVEPOINT copy_fast_path")
                 .execute(&mut *tx)
                 .await?;
             dirty::mark_for_samples(&mut tx, &meter_ids, &ts).await?;
@@ -83,7 +83,7 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
             });
         }
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
-            sqlx::query("ROLLBACK TO SAVEPOINT copy_fast_path")
+            sqlx::query!("ROLLBACK TO SAVEPOINT copy_fast_path")
                 .execute(&mut *tx)
                 .await?;
         }
@@ -96,9 +96,8 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
 
     // The CTE's snapshot does not see its own inserts, so the join finds exactly the rows
     // that were there before: duplicates and conflicts.
-    type Existing = (i32, Option<i64>, Option<i64>, Option<i64>, bool);
-    let existing: Vec<Existing> = sqlx::query_as(
-        "WITH input AS (
+    let existing = sqlx::query!(
+        r#"WITH input AS (
              SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[],
                                   $5::bigint[], $6::boolean[])
                  WITH ORDINALITY AS t(meter_id, ts, counter_mj, power_mw, peak_mw, raw, idx)
@@ -107,58 +106,56 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
              SELECT meter_id, ts, counter_mj, power_mw, peak_mw, raw FROM input
              ON CONFLICT (meter_id, ts, raw) DO NOTHING
          )
-         SELECT (i.idx - 1)::int, s.counter_mj, s.power_mw, s.peak_mw,
+         SELECT (i.idx - 1)::int AS "idx!", s.counter_mj, s.power_mw, s.peak_mw,
                 (s.counter_mj IS NOT DISTINCT FROM i.counter_mj
                  AND s.power_mw IS NOT DISTINCT FROM i.power_mw
-                 AND s.peak_mw IS NOT DISTINCT FROM i.peak_mw) AS same
-         FROM input i JOIN samples s ON s.meter_id = i.meter_id AND s.ts = i.ts AND s.raw = i.raw",
+                 AND s.peak_mw IS NOT DISTINCT FROM i.peak_mw) AS "same!"
+         FROM input i JOIN samples s ON s.meter_id = i.meter_id AND s.ts = i.ts AND s.raw = i.raw"#,
+        &meter_ids,
+        &ts,
+        &counters as &[Option<i64>],
+        &powers as &[Option<i64>],
+        &peaks as &[Option<i64>],
+        &raws,
     )
-    .bind(&meter_ids)
-    .bind(&ts)
-    .bind(&counters)
-    .bind(&powers)
-    .bind(&peaks)
-    .bind(&raws)
     .fetch_all(&mut *tx)
     .await?;
 
     let mut outcome = InsertOutcome::default();
-    for (idx, stored_counter, stored_power, stored_peak, same) in existing {
-        if same {
+    for e in existing {
+        if e.same {
             outcome.duplicates += 1;
         } else {
             outcome.conflicts.push(Conflict {
-                index: idx as usize,
-                stored_counter_mj: stored_counter,
-                stored_power_mw: stored_power,
-                stored_peak_mw: stored_peak,
+                index: e.idx as usize,
+                stored_counter_mj: e.counter_mj,
+                stored_power_mw: e.power_mw,
+                stored_peak_mw: e.peak_mw,
             });
         }
     }
     outcome.inserted = rows.len() as u64 - outcome.duplicates - outcome.conflicts.len() as u64;
     if !outcome.conflicts.is_empty() {
         let c = &outcome.conflicts;
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO sample_conflicts (meter_id, ts, stored_counter_mj, stored_power_mw,
                                            sent_counter_mj, sent_power_mw, stored_peak_mw,
                                            sent_peak_mw, raw)
              SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[],
                                   $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[],
                                   $9::boolean[])",
-        )
-        .bind(c.iter().map(|c| rows[c.index].meter_id).collect::<Vec<_>>())
-        .bind(c.iter().map(|c| rows[c.index].ts).collect::<Vec<_>>())
-        .bind(c.iter().map(|c| c.stored_counter_mj).collect::<Vec<_>>())
-        .bind(c.iter().map(|c| c.stored_power_mw).collect::<Vec<_>>())
-        .bind(
-            c.iter()
+            &c.iter().map(|c| rows[c.index].meter_id).collect::<Vec<_>>(),
+            &c.iter().map(|c| rows[c.index].ts).collect::<Vec<_>>(),
+            &c.iter().map(|c| c.stored_counter_mj).collect::<Vec<_>>() as &[Option<i64>],
+            &c.iter().map(|c| c.stored_power_mw).collect::<Vec<_>>() as &[Option<i64>],
+            &c.iter()
                 .map(|c| rows[c.index].counter_mj)
-                .collect::<Vec<_>>(),
+                .collect::<Vec<_>>() as &[Option<i64>],
+            &c.iter().map(|c| rows[c.index].power_mw).collect::<Vec<_>>() as &[Option<i64>],
+            &c.iter().map(|c| c.stored_peak_mw).collect::<Vec<_>>() as &[Option<i64>],
+            &c.iter().map(|c| rows[c.index].peak_mw).collect::<Vec<_>>() as &[Option<i64>],
+            &c.iter().map(|c| rows[c.index].raw).collect::<Vec<_>>(),
         )
-        .bind(c.iter().map(|c| rows[c.index].power_mw).collect::<Vec<_>>())
-        .bind(c.iter().map(|c| c.stored_peak_mw).collect::<Vec<_>>())
-        .bind(c.iter().map(|c| rows[c.index].peak_mw).collect::<Vec<_>>())
-        .bind(c.iter().map(|c| rows[c.index].raw).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
     }

@@ -25,53 +25,57 @@ pub async fn start(
     ttl: Duration,
 ) -> StoreResult<()> {
     let mut tx = pool.begin().await?;
-    sqlx::query("DELETE FROM dashboard_sessions WHERE expires_at < now()")
+    sqlx::query!("DELETE FROM dashboard_sessions WHERE expires_at < now()")
         .execute(&mut *tx)
         .await?;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO dashboard_sessions (token_sha256, user_id, expires_at)
-         VALUES ($1, $2, now() + $3)",
+         VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond')",
+        token_sha256,
+        user_id,
+        ttl.num_milliseconds(),
     )
-    .bind(token_sha256)
-    .bind(user_id)
-    .bind(ttl)
     .execute(&mut *tx)
     .await?;
-    sqlx::query("UPDATE users SET last_login_at = now() WHERE id = $1")
-        .bind(user_id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE users SET last_login_at = now() WHERE id = $1",
+        user_id
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(())
 }
 
 /// The live session with this token: not expired, its user not disabled.
 pub async fn find(pool: &PgPool, token_sha256: &str) -> StoreResult<Option<SessionUser>> {
-    Ok(sqlx::query_as(
-        "SELECT u.id AS user_id, u.username, u.role, t.key AS tenant, u.tenant_id
-         FROM dashboard_sessions s JOIN users u ON u.id = s.user_id
-         LEFT JOIN tenants t ON t.id = u.tenant_id
-         WHERE s.token_sha256 = $1 AND s.expires_at > now() AND NOT u.disabled",
+    Ok(sqlx::query_as!(
+        SessionUser,
+        r#"SELECT u.id AS user_id, u.username, u.role, t.key AS "tenant?", u.tenant_id
+           FROM dashboard_sessions s JOIN users u ON u.id = s.user_id
+           LEFT JOIN tenants t ON t.id = u.tenant_id
+           WHERE s.token_sha256 = $1 AND s.expires_at > now() AND NOT u.disabled"#,
+        token_sha256,
     )
-    .bind(token_sha256)
     .fetch_optional(pool)
     .await?)
 }
 
 /// Ends one session (signing out).
 pub async fn end(pool: &PgPool, token_sha256: &str) -> StoreResult<()> {
-    sqlx::query("DELETE FROM dashboard_sessions WHERE token_sha256 = $1")
-        .bind(token_sha256)
-        .execute(pool)
-        .await?;
+    sqlx::query!(
+        "DELETE FROM dashboard_sessions WHERE token_sha256 = $1",
+        token_sha256
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
 /// Ends every session of a user (a new password, role or tenant, or disabling).
 pub async fn end_all(db: impl PgExecutor<'_>, user_id: i64) -> StoreResult<u64> {
     Ok(
-        sqlx::query("DELETE FROM dashboard_sessions WHERE user_id = $1")
-            .bind(user_id)
+        sqlx::query!("DELETE FROM dashboard_sessions WHERE user_id = $1", user_id)
             .execute(db)
             .await?
             .rows_affected(),
@@ -100,13 +104,13 @@ pub async fn blocked_until(
     keys: &[FailureKey<'_>],
 ) -> StoreResult<Option<DateTime<Utc>>> {
     let (kinds, names): (Vec<&str>, Vec<&str>) = keys.iter().map(FailureKey::parts).unzip();
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar!(
         "SELECT max(f.blocked_until) FROM login_failures f
          JOIN UNNEST($1::text[], $2::text[]) AS k(kind, key) USING (kind, key)
          WHERE f.blocked_until > now()",
+        &kinds as &[&str],
+        &names as &[&str],
     )
-    .bind(&kinds)
-    .bind(&names)
     .fetch_one(pool)
     .await?)
 }
@@ -121,26 +125,26 @@ pub async fn record_failure(
 ) -> StoreResult<i32> {
     let (kind, name) = key.parts();
     let mut tx = pool.begin().await?;
-    let failures: i32 = sqlx::query_scalar(
+    let failures: i32 = sqlx::query_scalar!(
         "INSERT INTO login_failures (kind, key, failures, last_failure_at) VALUES ($1, $2, 1, now())
          ON CONFLICT (kind, key) DO UPDATE SET
-             failures = CASE WHEN login_failures.last_failure_at < now() - $3
+             failures = CASE WHEN login_failures.last_failure_at < now() - $3::bigint * interval '1 millisecond'
                              THEN 1 ELSE login_failures.failures + 1 END,
              last_failure_at = now()
          RETURNING failures",
+        kind,
+        name,
+        window.num_milliseconds(),
     )
-    .bind(kind)
-    .bind(name)
-    .bind(window)
     .fetch_one(&mut *tx)
     .await?;
     if let Some(d) = block(failures) {
-        sqlx::query(
-            "UPDATE login_failures SET blocked_until = now() + $3 WHERE kind = $1 AND key = $2",
+        sqlx::query!(
+            "UPDATE login_failures SET blocked_until = now() + $3::bigint * interval '1 millisecond' WHERE kind = $1 AND key = $2",
+            kind,
+            name,
+            d.num_milliseconds(),
         )
-        .bind(kind)
-        .bind(name)
-        .bind(d)
         .execute(&mut *tx)
         .await?;
     }
@@ -151,10 +155,12 @@ pub async fn record_failure(
 /// Forgets the failures of `key` (a successful sign-in of that user).
 pub async fn clear_failures(pool: &PgPool, key: FailureKey<'_>) -> StoreResult<()> {
     let (kind, name) = key.parts();
-    sqlx::query("DELETE FROM login_failures WHERE kind = $1 AND key = $2")
-        .bind(kind)
-        .bind(name)
-        .execute(pool)
-        .await?;
+    sqlx::query!(
+        "DELETE FROM login_failures WHERE kind = $1 AND key = $2",
+        kind,
+        name
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }

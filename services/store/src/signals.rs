@@ -43,7 +43,7 @@ pub struct SignalOutcome {
 pub async fn upsert(pool: &PgPool, rows: &[SignalRow]) -> StoreResult<SignalOutcome> {
     let col = |f: fn(&SignalRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
     let mut tx = pool.begin().await?;
-    let changed: Vec<(String, String, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
+    let changed = sqlx::query!(
         "INSERT INTO signal_points (region, signal, basis, status, source, start_at, end_at, value, estimated)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                               $6::timestamptz[], $7::timestamptz[], $8::numeric[], $9::bool[])
@@ -53,21 +53,21 @@ pub async fn upsert(pool: &PgPool, rows: &[SignalRow]) -> StoreResult<SignalOutc
              WHERE (signal_points.end_at, signal_points.value, signal_points.estimated)
                    IS DISTINCT FROM (excluded.end_at, excluded.value, excluded.estimated)
          RETURNING region, signal, start_at, end_at",
+        &col(|r| r.region.clone()),
+        &col(|r| r.signal.clone()),
+        &col(|r| r.basis.clone()),
+        &col(|r| r.status.clone()),
+        &col(|r| r.source.clone()),
+        &rows.iter().map(|r| r.start_at).collect::<Vec<_>>(),
+        &rows.iter().map(|r| r.end_at).collect::<Vec<_>>(),
+        &rows.iter().map(|r| r.value).collect::<Vec<_>>(),
+        &rows.iter().map(|r| r.estimated).collect::<Vec<_>>(),
     )
-    .bind(col(|r| r.region.clone()))
-    .bind(col(|r| r.signal.clone()))
-    .bind(col(|r| r.basis.clone()))
-    .bind(col(|r| r.status.clone()))
-    .bind(col(|r| r.source.clone()))
-    .bind(rows.iter().map(|r| r.start_at).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.end_at).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.value).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.estimated).collect::<Vec<_>>())
     .fetch_all(&mut *tx)
     .await?;
     let mut dirtied = 0;
     if !changed.is_empty() {
-        let r = sqlx::query(
+        let r = sqlx::query!(
             "INSERT INTO dirty_hours (site_id, hour)
              SELECT DISTINCT sh.site_id, sh.hour
              FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS c(region, signal, lo, hi)
@@ -77,11 +77,11 @@ pub async fn upsert(pool: &PgPool, rows: &[SignalRow]) -> StoreResult<SignalOutc
                   AND sh.hour >= date_trunc('hour', c.lo) AND sh.hour < c.hi
              ORDER BY 1, 2
              ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+            &changed.iter().map(|c| c.region.clone()).collect::<Vec<_>>(),
+            &changed.iter().map(|c| c.signal.clone()).collect::<Vec<_>>(),
+            &changed.iter().map(|c| c.start_at).collect::<Vec<_>>(),
+            &changed.iter().map(|c| c.end_at).collect::<Vec<_>>(),
         )
-        .bind(changed.iter().map(|c| c.0.clone()).collect::<Vec<_>>())
-        .bind(changed.iter().map(|c| c.1.clone()).collect::<Vec<_>>())
-        .bind(changed.iter().map(|c| c.2).collect::<Vec<_>>())
-        .bind(changed.iter().map(|c| c.3).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
         dirtied = r.rows_affected();
@@ -104,17 +104,18 @@ pub async fn overlapping(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<Vec<SignalRow>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as!(
+        SignalRow,
         "SELECT region, signal, basis, status, source, start_at, end_at, value, estimated
          FROM signal_points
          WHERE region = $1 AND signal = $2 AND basis = $3 AND start_at < $5 AND end_at > $4
          ORDER BY status = 'forecast', received_at DESC, start_at",
+        region,
+        signal,
+        basis,
+        from,
+        to,
     )
-    .bind(region)
-    .bind(signal)
-    .bind(basis)
-    .bind(from)
-    .bind(to)
     .fetch_all(pool)
     .await?)
 }
@@ -127,20 +128,15 @@ pub async fn site_rates(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<SiteRates> {
-    let (grid, price_region, currency, price_fallback, carbon_fallback): (
-        String,
-        String,
-        String,
-        Option<Decimal>,
-        Option<Decimal>,
-    ) = sqlx::query_as(
-        "SELECT grid_region, coalesce(price_region, grid_region), currency::text,
-                fallback_price, fallback_intensity_g
-         FROM sites WHERE id = $1",
+    let site = sqlx::query!(
+        r#"SELECT grid_region, coalesce(price_region, grid_region) AS "price_region!",
+                  currency::text AS "currency!", fallback_price, fallback_intensity_g
+           FROM sites WHERE id = $1"#,
+        site_id,
     )
-    .bind(site_id)
     .fetch_one(pool)
     .await?;
+    let (grid, price_region, currency) = (site.grid_region, site.price_region, site.currency);
     let rates = |rows: Vec<SignalRow>| -> Vec<Rate> {
         rows.into_iter()
             .map(|r| Rate {
@@ -153,9 +149,9 @@ pub async fn site_rates(
     };
     Ok(SiteRates {
         price: rates(overlapping(pool, &price_region, "price", &currency, from, to).await?),
-        price_fallback,
+        price_fallback: site.fallback_price,
         carbon: rates(overlapping(pool, &grid, "carbon", "average", from, to).await?),
-        carbon_fallback,
+        carbon_fallback: site.fallback_intensity_g,
         marginal: rates(overlapping(pool, &grid, "carbon", "marginal", from, to).await?),
     })
 }

@@ -25,8 +25,8 @@ pub struct TokenOutcome {
 #[tracing::instrument(skip_all, fields(n = rows.len()))]
 pub async fn insert(pool: &PgPool, rows: &[TokenRow]) -> StoreResult<TokenOutcome> {
     let mut tx = pool.begin().await?;
-    let existing: Vec<(i32, bool)> = sqlx::query_as(
-        "WITH input AS (
+    let existing = sqlx::query!(
+        r#"WITH input AS (
              SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::timestamptz[],
                                   $5::bigint[], $6::bigint[])
                  WITH ORDINALITY AS t(job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens, idx)
@@ -35,31 +35,33 @@ pub async fn insert(pool: &PgPool, rows: &[TokenRow]) -> StoreResult<TokenOutcom
              SELECT job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens FROM input
              ON CONFLICT (job_id, tenant_id, start_at) DO NOTHING
          )
-         SELECT (i.idx - 1)::int,
-                (r.end_at, r.prompt_tokens, r.generated_tokens) = (i.end_at, i.prompt_tokens, i.generated_tokens)
+         SELECT (i.idx - 1)::int AS "idx!",
+                (r.end_at, r.prompt_tokens, r.generated_tokens)
+                    = (i.end_at, i.prompt_tokens, i.generated_tokens) AS "same!"
          FROM input i JOIN token_records r ON r.job_id = i.job_id
-              AND r.tenant_id IS NOT DISTINCT FROM i.tenant_id AND r.start_at = i.start_at",
+              AND r.tenant_id IS NOT DISTINCT FROM i.tenant_id AND r.start_at = i.start_at"#,
+        &rows.iter().map(|r| r.job_id).collect::<Vec<_>>(),
+        // Tenant ids may be null (a job's own tenant), which the parameter's check does not allow.
+        &rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>() as &[Option<i64>],
+        &rows.iter().map(|r| r.start_at).collect::<Vec<_>>(),
+        &rows.iter().map(|r| r.end_at).collect::<Vec<_>>(),
+        &rows.iter().map(|r| r.prompt_tokens).collect::<Vec<_>>(),
+        &rows.iter().map(|r| r.generated_tokens).collect::<Vec<_>>(),
     )
-    .bind(rows.iter().map(|r| r.job_id).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.start_at).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.end_at).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.prompt_tokens).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.generated_tokens).collect::<Vec<_>>())
     .fetch_all(&mut *tx)
     .await?;
     let mut out = TokenOutcome::default();
-    for (idx, same) in existing {
-        if same {
+    for r in existing {
+        if r.same {
             out.duplicates += 1;
         } else {
-            out.conflicts.push(idx as usize);
+            out.conflicts.push(r.idx as usize);
         }
     }
     out.inserted = rows.len() as u64 - out.duplicates - out.conflicts.len() as u64;
     if out.inserted > 0 {
         // Tokens change the split of their jobs' hours at every site the job ran on then.
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO dirty_hours (site_id, hour)
              SELECT DISTINCT m.site_id, h
              FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS t(job_id, lo, hi)
@@ -68,10 +70,10 @@ pub async fn insert(pool: &PgPool, rows: &[TokenRow]) -> StoreResult<TokenOutcom
              generate_series(date_trunc('hour', t.lo), date_trunc('hour', t.hi), interval '1 hour') h
              ORDER BY 1, 2
              ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+            &rows.iter().map(|r| r.job_id).collect::<Vec<_>>(),
+            &rows.iter().map(|r| r.start_at).collect::<Vec<_>>(),
+            &rows.iter().map(|r| r.end_at).collect::<Vec<_>>(),
         )
-        .bind(rows.iter().map(|r| r.job_id).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.start_at).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.end_at).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
     }

@@ -340,8 +340,9 @@ pub struct LatestHour {
 
 /// Per site, its newest complete attributed hour and its all-time energy.
 pub async fn latest_hours(pool: &PgPool) -> StoreResult<Vec<LatestHour>> {
-    Ok(sqlx::query_as(
-        "WITH latest AS (
+    Ok(sqlx::query_as!(
+        LatestHour,
+        r#"WITH latest AS (
              SELECT DISTINCT ON (site_id) site_id, hour, site_mj, it_mj, gpu_mj, idle_mj,
                     allocated_gpu_ms, capacity_gpu_ms
              FROM site_hours
@@ -349,18 +350,20 @@ pub async fn latest_hours(pool: &PgPool) -> StoreResult<Vec<LatestHour>> {
              WHERE hour < date_trunc('hour', now())
              ORDER BY site_id, hour DESC
          )
-         SELECT s.key AS site, l.hour, l.site_mj, l.it_mj, l.gpu_mj, l.idle_mj,
-                l.allocated_gpu_ms, l.capacity_gpu_ms,
+         SELECT s.key AS site, l.hour AS "hour!", l.site_mj AS "site_mj!", l.it_mj AS "it_mj!",
+                l.gpu_mj AS "gpu_mj!", l.idle_mj AS "idle_mj!",
+                l.allocated_gpu_ms AS "allocated_gpu_ms!", l.capacity_gpu_ms AS "capacity_gpu_ms!",
                 coalesce((SELECT sum(prompt_tokens + generated_tokens) FROM ledger g
-                          WHERE g.site_id = l.site_id AND g.hour = l.hour), 0)::bigint AS tokens,
+                          WHERE g.site_id = l.site_id AND g.hour = l.hour), 0)::bigint AS "tokens!",
                 (SELECT sum(carbon_g) FROM ledger g
                  WHERE g.site_id = l.site_id AND g.hour = l.hour) AS carbon_g,
                 coalesce((SELECT sum(total_mj) FROM ledger g WHERE g.site_id = l.site_id
-                          AND g.hour = l.hour AND g.carbon_g IS NOT NULL), 0)::bigint AS carbon_mj,
+                          AND g.hour = l.hour AND g.carbon_g IS NOT NULL), 0)::bigint
+                    AS "carbon_mj!",
                 (SELECT sum(site_mj) FROM site_hours h WHERE h.site_id = l.site_id)::bigint
-                    AS energy_mj_total
+                    AS "energy_mj_total!"
          FROM latest l JOIN sites s ON s.id = l.site_id
-         ORDER BY s.key",
+         ORDER BY s.key"#,
     )
     .fetch_all(pool)
     .await?)
@@ -375,11 +378,12 @@ pub struct Backlog {
 }
 
 pub async fn backlog(pool: &PgPool) -> StoreResult<Backlog> {
-    Ok(sqlx::query_as(
-        "SELECT (SELECT count(*) FROM dirty_hours) AS dirty_hours,
+    Ok(sqlx::query_as!(
+        Backlog,
+        r#"SELECT (SELECT count(*) FROM dirty_hours) AS "dirty_hours!",
                 (SELECT extract(epoch FROM now() - min(marked_at))::float8 FROM dirty_hours)
                     AS oldest_mark_age_s,
-                (SELECT max(finished_at) FROM attribution_runs) AS last_run_finished",
+                (SELECT max(finished_at) FROM attribution_runs) AS last_run_finished"#,
     )
     .fetch_one(pool)
     .await?)

@@ -26,8 +26,7 @@ pub async fn upsert(
 ) -> StoreResult<Option<i64>> {
     let mut tx = pool.begin().await?;
     let tenant_id: Option<i64> = match tenant {
-        Some(key) => match sqlx::query_scalar("SELECT id FROM tenants WHERE key = $1")
-            .bind(key)
+        Some(key) => match sqlx::query_scalar!("SELECT id FROM tenants WHERE key = $1", key)
             .fetch_optional(&mut *tx)
             .await?
         {
@@ -36,16 +35,16 @@ pub async fn upsert(
         },
         None => None,
     };
-    let id: i64 = sqlx::query_scalar(
+    let id: i64 = sqlx::query_scalar!(
         "INSERT INTO users (username, password_hash, role, tenant_id) VALUES ($1, $2, $3, $4)
          ON CONFLICT (username) DO UPDATE SET password_hash = EXCLUDED.password_hash,
              role = EXCLUDED.role, tenant_id = EXCLUDED.tenant_id, disabled = false
          RETURNING id",
+        username,
+        password_hash,
+        role,
+        tenant_id
     )
-    .bind(username)
-    .bind(password_hash)
-    .bind(role)
-    .bind(tenant_id)
     .fetch_one(&mut *tx)
     .await?;
     crate::sessions::end_all(&mut *tx, id).await?;
@@ -54,11 +53,12 @@ pub async fn upsert(
 }
 
 pub async fn find(pool: &PgPool, username: &str) -> StoreResult<Option<User>> {
-    Ok(sqlx::query_as(
-        "SELECT u.id, u.username, u.password_hash, u.role, t.key AS tenant, u.disabled
-         FROM users u LEFT JOIN tenants t ON t.id = u.tenant_id WHERE u.username = $1",
+    Ok(sqlx::query_as!(
+        User,
+        r#"SELECT u.id, u.username, u.password_hash, u.role, t.key AS "tenant?", u.disabled
+           FROM users u LEFT JOIN tenants t ON t.id = u.tenant_id WHERE u.username = $1"#,
+        username,
     )
-    .bind(username)
     .fetch_optional(pool)
     .await?)
 }
@@ -74,9 +74,11 @@ pub struct UserRow {
 }
 
 pub async fn list(pool: &PgPool) -> StoreResult<Vec<UserRow>> {
-    Ok(sqlx::query_as(
-        "SELECT u.username, u.role, t.key AS tenant, u.disabled, u.created_at, u.last_login_at
-         FROM users u LEFT JOIN tenants t ON t.id = u.tenant_id ORDER BY u.username",
+    Ok(sqlx::query_as!(
+        UserRow,
+        r#"SELECT u.username, u.role, t.key AS "tenant?", u.disabled, u.created_at,
+                  u.last_login_at
+           FROM users u LEFT JOIN tenants t ON t.id = u.tenant_id ORDER BY u.username"#,
     )
     .fetch_all(pool)
     .await?)

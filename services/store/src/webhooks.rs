@@ -23,9 +23,6 @@ pub struct Endpoint {
     pub created_at: DateTime<Utc>,
 }
 
-const ENDPOINT_COLUMNS: &str = "e.id, t.key AS tenant, e.url, e.description, e.event_types,
-    e.enabled, e.disabled_reason, e.previous_until, e.created_at";
-
 pub struct NewEndpoint<'a> {
     pub tenant_id: i64,
     pub url: &'a str,
@@ -36,16 +33,16 @@ pub struct NewEndpoint<'a> {
 
 pub async fn create(pool: &PgPool, e: NewEndpoint<'_>) -> StoreResult<Endpoint> {
     let id = Uuid::now_v7();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO webhook_endpoints (id, tenant_id, url, description, event_types, secret)
          VALUES ($1, $2, $3, $4, $5, $6)",
+        id,
+        e.tenant_id,
+        e.url,
+        e.description,
+        e.event_types,
+        e.secret,
     )
-    .bind(id)
-    .bind(e.tenant_id)
-    .bind(e.url)
-    .bind(e.description)
-    .bind(e.event_types)
-    .bind(e.secret)
     .execute(pool)
     .await?;
     get(pool, id, &Scope::All)
@@ -54,25 +51,34 @@ pub async fn create(pool: &PgPool, e: NewEndpoint<'_>) -> StoreResult<Endpoint> 
 }
 
 pub async fn list(pool: &PgPool, scope: &Scope) -> StoreResult<Vec<Endpoint>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints e JOIN tenants t ON t.id = e.tenant_id
-         WHERE ($1::bigint IS NULL OR e.tenant_id = $1) ORDER BY e.created_at"
-    ))
-    .bind(scope.tenant())
-    .fetch_all(pool)
-    .await?)
+    Ok(endpoints(None, scope).fetch_all(pool).await?)
 }
 
 /// One endpoint the caller may see; another tenant's is `None`, as a missing one is.
 pub async fn get(pool: &PgPool, id: Uuid, scope: &Scope) -> StoreResult<Option<Endpoint>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints e JOIN tenants t ON t.id = e.tenant_id
-         WHERE e.id = $1 AND ($2::bigint IS NULL OR e.tenant_id = $2)"
-    ))
-    .bind(id)
-    .bind(scope.tenant())
-    .fetch_optional(pool)
-    .await?)
+    Ok(endpoints(Some(id), scope).fetch_optional(pool).await?)
+}
+
+/// The endpoints in `scope`, or the one of them with `id`.
+fn endpoints(
+    id: Option<Uuid>,
+    scope: &Scope,
+) -> sqlx::query::Map<
+    'static,
+    sqlx::Postgres,
+    impl FnMut(sqlx::postgres::PgRow) -> Result<Endpoint, sqlx::Error> + Send,
+    sqlx::postgres::PgArguments,
+> {
+    sqlx::query_as!(
+        Endpoint,
+        "SELECT e.id, t.key AS tenant, e.url, e.description, e.event_types,
+                e.enabled, e.disabled_reason, e.previous_until, e.created_at
+         FROM webhook_endpoints e JOIN tenants t ON t.id = e.tenant_id
+         WHERE ($1::uuid IS NULL OR e.id = $1) AND ($2::bigint IS NULL OR e.tenant_id = $2)
+         ORDER BY e.created_at",
+        id,
+        scope.tenant(),
+    )
 }
 
 /// `NotFound` unless exactly one row in scope was changed.
@@ -94,14 +100,14 @@ pub async fn set_enabled(
     reason: Option<&str>,
 ) -> StoreResult<()> {
     one_row(
-        sqlx::query(
+        sqlx::query!(
             "UPDATE webhook_endpoints SET enabled = $2, disabled_reason = $3, updated_at = now()
              WHERE id = $1 AND ($4::bigint IS NULL OR tenant_id = $4)",
+            id,
+            enabled,
+            reason,
+            scope.tenant(),
         )
-        .bind(id)
-        .bind(enabled)
-        .bind(reason)
-        .bind(scope.tenant())
         .execute(pool)
         .await?
         .rows_affected(),
@@ -110,11 +116,11 @@ pub async fn set_enabled(
 
 pub async fn delete(pool: &PgPool, id: Uuid, scope: &Scope) -> StoreResult<()> {
     one_row(
-        sqlx::query(
+        sqlx::query!(
             "DELETE FROM webhook_endpoints WHERE id = $1 AND ($2::bigint IS NULL OR tenant_id = $2)",
+            id,
+            scope.tenant(),
         )
-        .bind(id)
-        .bind(scope.tenant())
         .execute(pool)
         .await?
         .rows_affected(),
@@ -130,15 +136,15 @@ pub async fn rotate(
     overlap_until: DateTime<Utc>,
 ) -> StoreResult<()> {
     one_row(
-        sqlx::query(
+        sqlx::query!(
             "UPDATE webhook_endpoints SET previous_secret = secret, previous_until = $3, secret = $2,
                     updated_at = now()
              WHERE id = $1 AND ($4::bigint IS NULL OR tenant_id = $4)",
+            id,
+            secret,
+            overlap_until,
+            scope.tenant(),
         )
-        .bind(id)
-        .bind(secret)
-        .bind(overlap_until)
-        .bind(scope.tenant())
         .execute(pool)
         .await?
         .rows_affected(),
@@ -160,7 +166,8 @@ pub struct Due {
 
 /// Claims up to `limit` due messages: locked in `tx` until their attempts are recorded.
 pub async fn claim_due(tx: &mut Transaction<'_, Postgres>, limit: i64) -> StoreResult<Vec<Due>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as!(
+        Due,
         "SELECT m.id, m.endpoint_id, e.url, e.secret, e.previous_secret, e.previous_until,
                 m.payload, m.attempts
          FROM webhook_messages m JOIN webhook_endpoints e ON e.id = m.endpoint_id
@@ -168,8 +175,8 @@ pub async fn claim_due(tx: &mut Transaction<'_, Postgres>, limit: i64) -> StoreR
          ORDER BY m.next_attempt_at
          LIMIT $1
          FOR UPDATE OF m SKIP LOCKED",
+        limit,
     )
-    .bind(limit)
     .fetch_all(&mut **tx)
     .await?)
 }
@@ -195,16 +202,16 @@ pub async fn record_attempt(
     a: &Attempt<'_>,
     after: After,
 ) -> StoreResult<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO webhook_attempts (message_id, attempt, started_at, status, latency_ms, error)
          VALUES ($1, $2, $3, $4, $5, $6)",
+        a.message_id,
+        a.attempt,
+        a.started_at,
+        a.status,
+        a.latency_ms,
+        a.error,
     )
-    .bind(a.message_id)
-    .bind(a.attempt)
-    .bind(a.started_at)
-    .bind(a.status)
-    .bind(a.latency_ms)
-    .bind(a.error)
     .execute(&mut **tx)
     .await?;
     let (state, next, delivered) = match after {
@@ -212,17 +219,17 @@ pub async fn record_attempt(
         After::RetryAt(t) => ("pending", Some(t), false),
         After::Dead => ("dead", None, false),
     };
-    sqlx::query(
+    sqlx::query!(
         "UPDATE webhook_messages SET attempts = $2, state = $3,
                 next_attempt_at = coalesce($4, next_attempt_at),
                 delivered_at = CASE WHEN $5 THEN now() ELSE delivered_at END
          WHERE id = $1",
+        a.message_id,
+        a.attempt,
+        state,
+        next,
+        delivered,
     )
-    .bind(a.message_id)
-    .bind(a.attempt)
-    .bind(state)
-    .bind(next)
-    .bind(delivered)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -230,12 +237,12 @@ pub async fn record_attempt(
 
 /// The receiver answered 410 Gone: no more deliveries to it.
 pub async fn disable_gone(tx: &mut Transaction<'_, Postgres>, endpoint: Uuid) -> StoreResult<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE webhook_endpoints SET enabled = false,
                 disabled_reason = 'the receiver answered 410 Gone', updated_at = now()
          WHERE id = $1",
+        endpoint,
     )
-    .bind(endpoint)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -263,20 +270,21 @@ pub async fn messages(
     scope: &Scope,
     limit: i64,
 ) -> StoreResult<Vec<MessageView>> {
-    Ok(sqlx::query_as(
-        "SELECT m.id, m.endpoint_id, m.event_type, m.state, m.attempts, m.next_attempt_at,
+    Ok(sqlx::query_as!(
+        MessageView,
+        r#"SELECT m.id, m.endpoint_id, m.event_type, m.state, m.attempts, m.next_attempt_at,
                 m.created_at, m.delivered_at,
                 coalesce((SELECT jsonb_agg(jsonb_build_object('attempt', a.attempt,
                               'started_at', a.started_at, 'status', a.status,
                               'latency_ms', a.latency_ms, 'error', a.error) ORDER BY a.attempt)
-                          FROM webhook_attempts a WHERE a.message_id = m.id), '[]') AS history
+                          FROM webhook_attempts a WHERE a.message_id = m.id), '[]') AS "history!"
          FROM webhook_messages m JOIN webhook_endpoints e ON e.id = m.endpoint_id
          WHERE m.endpoint_id = $1 AND ($3::bigint IS NULL OR e.tenant_id = $3)
-         ORDER BY m.created_at DESC, m.id LIMIT $2",
+         ORDER BY m.created_at DESC, m.id LIMIT $2"#,
+        endpoint,
+        limit,
+        scope.tenant(),
     )
-    .bind(endpoint)
-    .bind(limit)
-    .bind(scope.tenant())
     .fetch_all(pool)
     .await?)
 }
@@ -288,15 +296,15 @@ pub async fn redeliver(
     scope: &Scope,
     message: &str,
 ) -> StoreResult<bool> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE webhook_messages m SET state = 'pending', next_attempt_at = now()
          FROM webhook_endpoints e
          WHERE m.id = $1 AND m.endpoint_id = $2 AND e.id = m.endpoint_id
            AND ($3::bigint IS NULL OR e.tenant_id = $3)",
+        message,
+        endpoint,
+        scope.tenant(),
     )
-    .bind(message)
-    .bind(endpoint)
-    .bind(scope.tenant())
     .execute(pool)
     .await?
     .rows_affected()
@@ -323,16 +331,16 @@ pub async fn enqueue(
     data: Value,
     now: DateTime<Utc>,
 ) -> StoreResult<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "INSERT INTO webhook_messages (id, endpoint_id, event_type, payload)
          SELECT 'msg_' || replace(gen_random_uuid()::text, '-', ''), e.id, $2, $3
          FROM webhook_endpoints e
          WHERE e.tenant_id = $1 AND e.enabled
            AND (cardinality(e.event_types) = 0 OR $2 = ANY(e.event_types))",
+        tenant_id,
+        event_type,
+        body(event_type, data, now),
     )
-    .bind(tenant_id)
-    .bind(event_type)
-    .bind(body(event_type, data, now))
     .execute(&mut **tx)
     .await?
     .rows_affected())
@@ -347,14 +355,14 @@ pub async fn enqueue_to(
     now: DateTime<Utc>,
 ) -> StoreResult<String> {
     let id = format!("msg_{}", Uuid::now_v7().simple());
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO webhook_messages (id, endpoint_id, event_type, payload)
          VALUES ($1, $2, $3, $4)",
+        &id,
+        endpoint,
+        event_type,
+        body(event_type, data, now),
     )
-    .bind(&id)
-    .bind(endpoint)
-    .bind(event_type)
-    .bind(body(event_type, data, now))
     .execute(pool)
     .await?;
     Ok(id)
