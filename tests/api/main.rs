@@ -11,6 +11,7 @@ mod demo;
 mod ingest;
 mod ledger;
 mod openapi;
+mod power;
 mod prometheus;
 mod quality;
 mod retention;

@@ -10,6 +10,7 @@ pub mod budget_alerts;
 pub mod chargeback;
 pub mod costing;
 pub mod energy;
+pub mod headroom;
 pub mod input;
 pub mod job_kind;
 pub mod metrics;

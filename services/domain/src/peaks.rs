@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-const MINUTE_US: i64 = 60_000_000;
-const HOUR_US: i64 = 3_600_000_000;
+pub(crate) const MINUTE_US: i64 = 60_000_000;
+pub(crate) const HOUR_US: i64 = 3_600_000_000;
 
 /// Per hour (its start, µs since the epoch), the most, over the hour's minutes, of the sum
 /// across meters of each meter's highest power (mW) in that minute.
@@ -19,17 +19,8 @@ pub fn hourly_coincident_peaks(
     from_us: i64,
     to_us: i64,
 ) -> Vec<(i64, i64)> {
-    let mut per_meter: BTreeMap<(i64, i64), i64> = BTreeMap::new();
-    for (meter, ts, mw) in readings {
-        if ts <= from_us || ts > to_us {
-            continue;
-        }
-        let minute = (ts - 1).div_euclid(MINUTE_US) * MINUTE_US;
-        let peak = per_meter.entry((minute, meter)).or_insert(mw);
-        *peak = (*peak).max(mw);
-    }
     let mut per_minute: BTreeMap<i64, i64> = BTreeMap::new();
-    for ((minute, _), mw) in per_meter {
+    for ((minute, _), mw) in minute_peaks(readings, from_us, to_us) {
         *per_minute.entry(minute).or_default() += mw;
     }
     let mut per_hour: BTreeMap<i64, i64> = BTreeMap::new();
@@ -39,6 +30,25 @@ pub fn hourly_coincident_peaks(
         *peak = (*peak).max(mw);
     }
     per_hour.into_iter().collect()
+}
+
+/// Per (minute start µs, meter), the meter's highest reading in that minute, from
+/// `readings` as [`hourly_coincident_peaks`] takes them (only those in `(from_us, to_us]`).
+pub fn minute_peaks(
+    readings: impl IntoIterator<Item = (i64, i64, i64)>,
+    from_us: i64,
+    to_us: i64,
+) -> BTreeMap<(i64, i64), i64> {
+    let mut per_meter: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for (meter, ts, mw) in readings {
+        if ts <= from_us || ts > to_us {
+            continue;
+        }
+        let minute = (ts - 1).div_euclid(MINUTE_US) * MINUTE_US;
+        let peak = per_meter.entry((minute, meter)).or_insert(mw);
+        *peak = (*peak).max(mw);
+    }
+    per_meter
 }
 
 /// A sample for [`power_readings`]: `(meter, ts_us, counter_mj, power_mw, peak_mw)`.

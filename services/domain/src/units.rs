@@ -17,6 +17,11 @@ pub fn kwh(mj: i64) -> Decimal {
     Decimal::from(mj) / Decimal::from(MJ_PER_KWH)
 }
 
+/// Milliwatts as watts, exactly.
+pub fn watts(mw: i64) -> Decimal {
+    Decimal::new(mw, 3).normalize()
+}
+
 /// The most power a meter may plausibly report, in W (10 MW: a building's whole feed).
 pub const MAX_POWER_W: f64 = 10_000_000.0;
 

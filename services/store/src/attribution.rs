@@ -10,12 +10,15 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use sqlx::PgPool;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use wattledger_domain::attribution::{
     self, Allocation, Attributed, Gpu, IdlePolicy, Job, Node, SiteHour, SitePolicy, Tokens,
 };
 use wattledger_domain::costing::{self, HourAmounts};
 use wattledger_domain::energy::{meter_steps, MeterSteps, Sample, StepGrid};
+use wattledger_domain::headroom::{hour_profiles, HourProfile, PowerClass};
+use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::peaks;
 use wattledger_domain::tokens::{tokens_in_hour, HOUR_MS};
 use wattledger_domain::units::{share_ppm, PPM};
 
@@ -69,6 +72,8 @@ struct Window {
     /// Each hour's coincident IT peak, mW (`peaks::hourly_coincident_peaks` over the IT
     /// meters' step peaks, else their power readings, else their counters' interval means).
     it_peaks: Vec<(DateTime<Utc>, i64)>,
+    /// Each hour's power profile per class (migration 0024).
+    power: Vec<(DateTime<Utc>, PowerClass, HourProfile)>,
     /// GPU meter id → allocations (job index into `jobs`).
     allocations: HashMap<i64, Vec<Allocation>>,
     jobs: Vec<Job>,
@@ -111,6 +116,7 @@ struct JobWeightsRow {
     id: i64,
     tenant_id: i64,
     model_id: Option<i64>,
+    kind: String,
     prefill_weight: Option<Decimal>,
     decode_weight: Option<Decimal>,
 }
@@ -242,27 +248,35 @@ async fn load(
     // one), or its GPUs where it has none. Every reading counts, before the dedup below; a
     // node meter with a counter alone counts its intervals' mean power.
     let it_kind = if nodes.is_empty() { "gpu" } else { "node" };
-    let it: std::collections::HashSet<i64> = meters
+    let it: HashSet<i64> = meters
         .iter()
         .filter(|m| m.kind == it_kind)
         .map(|m| m.id)
         .collect();
-    let readings = wattledger_domain::peaks::power_readings(
-        rows.iter().filter(|r| it.contains(&r.meter_id)).map(|r| {
-            (
-                r.meter_id,
-                r.ts.timestamp_micros(),
-                r.counter_mj,
-                r.power_mw,
-                r.peak_mw,
-            )
-        }),
+    let gpus: HashSet<i64> = meters
+        .iter()
+        .filter(|m| m.kind == "gpu")
+        .map(|m| m.id)
+        .collect();
+    let readings = peaks::power_readings(
+        rows.iter()
+            .filter(|r| it.contains(&r.meter_id) || gpus.contains(&r.meter_id))
+            .map(|r| {
+                (
+                    r.meter_id,
+                    r.ts.timestamp_micros(),
+                    r.counter_mj,
+                    r.power_mw,
+                    r.peak_mw,
+                )
+            }),
         i64::from(gap_s) * 1_000_000,
     );
-    let it_peaks = wattledger_domain::peaks::hourly_coincident_peaks(
-        readings,
-        from.timestamp_micros(),
-        to.timestamp_micros(),
+    let (from_us, to_us) = (from.timestamp_micros(), to.timestamp_micros());
+    let it_peaks = peaks::hourly_coincident_peaks(
+        readings.iter().filter(|r| it.contains(&r.0)).copied(),
+        from_us,
+        to_us,
     )
     .into_iter()
     .filter_map(|(hour_us, mw)| Some((DateTime::from_timestamp_micros(hour_us)?, mw)))
@@ -299,7 +313,7 @@ async fn load(
         job_ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
     let job_rows = sqlx::query_as!(
         JobWeightsRow,
-        r#"SELECT j.id, j.tenant_id, j.model_id, m.prefill_weight AS "prefill_weight?",
+        r#"SELECT j.id, j.tenant_id, j.model_id, j.kind, m.prefill_weight AS "prefill_weight?",
                   m.decode_weight AS "decode_weight?"
            FROM jobs j LEFT JOIN models m ON m.id = j.model_id WHERE j.id = ANY($1)"#,
         &job_ids,
@@ -319,7 +333,9 @@ async fn load(
         };
         job_ids.len()
     ];
+    let mut kinds: Vec<Option<JobKind>> = vec![None; job_ids.len()];
     for r in job_rows {
+        kinds[job_index[&r.id]] = JobKind::parse(&r.kind);
         jobs[job_index[&r.id]] = Job {
             tenant: r.tenant_id,
             model: r.model_id,
@@ -337,6 +353,14 @@ async fn load(
             share_ppm: share_ppm(a.share).unwrap_or(PPM),
         });
     }
+    let power = power_profiles(
+        &readings,
+        (from_us, to_us),
+        &it,
+        &gpus,
+        &allocations,
+        &kinds,
+    );
 
     let token_rows = sqlx::query_as!(
         TokenRecordRow,
@@ -370,12 +394,48 @@ async fn load(
         nodes,
         samples,
         it_peaks,
+        power,
         allocations,
         jobs,
         job_ids,
         tokens,
         embodied,
     })
+}
+
+/// Each hour's profile of the IT meters and of the GPUs per kind of the job holding them
+/// (`domain::headroom`). A GPU's minute counts toward the kind of the allocation covering the
+/// minute's last millisecond, the largest share where several do (then the first job).
+fn power_profiles(
+    readings: &[(i64, i64, i64)],
+    (from_us, to_us): (i64, i64),
+    it: &HashSet<i64>,
+    gpus: &HashSet<i64>,
+    allocations: &HashMap<i64, Vec<Allocation>>,
+    kinds: &[Option<JobKind>],
+) -> Vec<(DateTime<Utc>, PowerClass, HourProfile)> {
+    let minutes = peaks::minute_peaks(readings.iter().copied(), from_us, to_us);
+    let gpu_class = |meter: i64, minute_us: i64| {
+        if !gpus.contains(&meter) {
+            return None;
+        }
+        let t_ms = minute_us / 1000 + STEP_MS - 1;
+        allocations
+            .get(&meter)?
+            .iter()
+            .filter(|a| a.start_ms <= t_ms && t_ms < a.end_ms)
+            .max_by_key(|a| (a.share_ppm, std::cmp::Reverse(a.job)))
+            .and_then(|a| kinds[a.job])
+            .map(PowerClass::Job)
+    };
+    let mut all: BTreeMap<(i64, PowerClass), HourProfile> =
+        hour_profiles(&minutes, |m, _| it.contains(&m).then_some(PowerClass::It));
+    all.extend(hour_profiles(&minutes, gpu_class));
+    all.into_iter()
+        .filter_map(|((hour_us, class), p)| {
+            Some((DateTime::from_timestamp_micros(hour_us)?, class, p))
+        })
+        .collect()
 }
 
 impl Window {
@@ -670,6 +730,38 @@ async fn write(
         &window.it_peaks.iter().map(|p| p.0).collect::<Vec<_>>(),
         &window.it_peaks.iter().map(|p| p.1).collect::<Vec<_>>(),
         &hours,
+    )
+    .execute(&mut *tx)
+    .await?;
+
+    // The hours' power profiles (migration 0024): the claimed hours' rows are replaced.
+    sqlx::query!(
+        "DELETE FROM site_hour_power WHERE site_id = $1 AND hour = ANY($2)",
+        claim.site_id,
+        &hours,
+    )
+    .execute(&mut *tx)
+    .await?;
+    let power: Vec<_> = window
+        .power
+        .iter()
+        .filter(|p| hours.contains(&p.0))
+        .collect();
+    // One flat array of every profile's 60 minutes, sliced back per row.
+    let minutes: Vec<Option<i64>> = power
+        .iter()
+        .flat_map(|p| p.2.minutes_mw.iter().copied())
+        .collect();
+    sqlx::query!(
+        "INSERT INTO site_hour_power (site_id, hour, class, minutes_mw, parts_peak_mw)
+         SELECT $1, t.hour, t.class, ($5::bigint[])[(t.i - 1) * 60 + 1 : t.i * 60], t.parts
+         FROM UNNEST($2::timestamptz[], $3::text[], $4::bigint[])
+              WITH ORDINALITY AS t(hour, class, parts, i)",
+        claim.site_id,
+        &power.iter().map(|p| p.0).collect::<Vec<_>>(),
+        &power.iter().map(|p| p.1.as_str()).collect::<Vec<_>>() as &[&str],
+        &power.iter().map(|p| p.2.parts_peak_mw).collect::<Vec<_>>(),
+        &minutes as &[Option<i64>],
     )
     .execute(&mut *tx)
     .await?;

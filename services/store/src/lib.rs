@@ -17,6 +17,7 @@ pub mod inventory;
 pub mod jobs;
 pub mod operations;
 pub mod partitions;
+pub mod power;
 pub mod retention;
 pub mod samples;
 pub mod scope;

@@ -1,6 +1,7 @@
 //! The operator page: each site's draw against its power envelope, PUE, ITUE and TUE over
 //! the last two weeks, idle energy, and the collectors' health meter by meter in the meter
-//! tree (last sample, gaps and counter resets in the last 24 hours).
+//! tree (last sample, gaps and counter resets in the last 24 hours), and the over-subscription
+//! headroom its meters' coincidence leaves (`domain::headroom`).
 
 use super::chart::{self, Stacked};
 use super::format::{energy, f64_of, grouped, kwh_of_mj, pct};
@@ -15,8 +16,11 @@ use axum::response::Response;
 use chrono::{Duration, Utc};
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
+use wattledger_domain::headroom::{self, PowerClass};
+use wattledger_domain::job_kind::JobKind;
 use wattledger_store::inventory;
 use wattledger_store::operations::{self, MeterHealth, SiteDay};
+use wattledger_store::power;
 
 /// The default range: the last two weeks.
 const DAYS: i64 = 14;
@@ -47,6 +51,43 @@ pub struct MeterRow {
     pub resets: i64,
 }
 
+/// One class's measured headroom over the page's range.
+pub struct HeadroomRow {
+    pub class: &'static str,
+    pub coincident_kw: String,
+    pub percentile_kw: String,
+    pub parts_kw: String,
+    pub coincidence: String,
+    pub headroom: String,
+}
+
+/// How the page names a class of meters.
+fn class_label(class: &str) -> &'static str {
+    match PowerClass::parse(class) {
+        Some(PowerClass::It) => "All IT meters",
+        Some(PowerClass::Job(JobKind::Training)) => "GPUs in training jobs",
+        Some(PowerClass::Job(JobKind::Inference)) => "GPUs serving inference",
+        Some(PowerClass::Job(JobKind::Batch)) => "GPUs in batch jobs",
+        Some(PowerClass::Job(JobKind::Interactive)) => "GPUs in interactive jobs",
+        None => "Other meters",
+    }
+}
+
+/// The rows of a site's headroom over the whole range.
+pub fn headroom_rows(span: &[crate::http::power::HeadroomOut]) -> Vec<HeadroomRow> {
+    let kw = |w: Decimal| grouped(w / Decimal::ONE_THOUSAND, 1);
+    span.iter()
+        .map(|h| HeadroomRow {
+            class: class_label(&h.class),
+            coincident_kw: kw(h.coincident_peak_w),
+            percentile_kw: kw(h.percentile_peak_w),
+            parts_kw: kw(h.parts_peak_w),
+            coincidence: grouped(h.coincidence_factor, 2),
+            headroom: format!("{}%", grouped(h.headroom * Decimal::ONE_HUNDRED, 1)),
+        })
+        .collect()
+}
+
 pub struct SiteView {
     pub key: String,
     pub name: String,
@@ -62,6 +103,7 @@ pub struct SiteView {
     pub step_peak_kw: Option<String>,
     pub step_peak_label: String,
     pub chart_svg: String,
+    pub headroom: Vec<HeadroomRow>,
     pub days: Vec<DayRow>,
     pub meters: Vec<MeterRow>,
     pub stale: usize,
@@ -200,6 +242,12 @@ pub async fn page(
     };
     let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
     let sites = inventory::list_sites(&state.pool).await?;
+    let power = power::hours(&state.pool, None, range.from, range.to).await?;
+    let mut headroom: BTreeMap<String, Vec<HeadroomRow>> =
+        crate::http::power::by_site(power, headroom::DEFAULT_PERCENTILE)
+            .into_iter()
+            .map(|s| (s.site, headroom_rows(&s.span)))
+            .collect();
     let mut by_site_days: BTreeMap<String, Vec<SiteDay>> = BTreeMap::new();
     for d in days {
         by_site_days.entry(d.site.clone()).or_default().push(d);
@@ -322,6 +370,7 @@ pub async fn page(
                     .map(|kw| format!("{}%", grouped(kw * Decimal::ONE_HUNDRED / envelope_kw, 1)))
                     .unwrap_or_default(),
                 chart_svg,
+                headroom: headroom.remove(&s.key).unwrap_or_default(),
                 days: rows,
                 stale: rows_m.iter().filter(|m| m.stale && m.kind != "mig").count(),
                 gaps: rows_m.iter().map(|m| m.gaps).sum(),

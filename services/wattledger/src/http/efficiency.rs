@@ -19,7 +19,6 @@ use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::input;
 use wattledger_domain::metrics::{self, effectiveness, efficiency, EnergyTotals};
 use wattledger_domain::units::{kwh, ratio};
-use wattledger_store::inventory::{self, KeyedTable};
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
 use wattledger_store::Scope;
 
@@ -103,15 +102,7 @@ pub async fn get_efficiency(
         }
     };
     let (from, to) = super::extract::span_of(p.from, p.to, Duration::hours(24))?;
-    let site_id = match &p.site {
-        Some(key) => {
-            let ids =
-                inventory::ids_by_key(&state.pool, KeyedTable::Sites, std::slice::from_ref(key))
-                    .await?;
-            Some(*ids.get(key).ok_or(ApiError::NotFound)?)
-        }
-        None => None,
-    };
+    let site_id = super::extract::site_filter(&state.pool, p.site.as_ref()).await?;
     let filter = UsageFilter {
         from: Some(from),
         to: Some(to),

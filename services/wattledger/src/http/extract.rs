@@ -218,3 +218,20 @@ pub(crate) fn span_of(
         })
     })
 }
+
+/// The id of the site a query names (`None` for every site); an unknown key is a 404.
+pub(crate) async fn site_filter(
+    pool: &sqlx::PgPool,
+    key: Option<&String>,
+) -> ApiResult<Option<i64>> {
+    let Some(key) = key else {
+        return Ok(None);
+    };
+    let ids = wattledger_store::inventory::ids_by_key(
+        pool,
+        wattledger_store::inventory::KeyedTable::Sites,
+        std::slice::from_ref(key),
+    )
+    .await?;
+    Ok(Some(*ids.get(key).ok_or(ApiError::NotFound)?))
+}

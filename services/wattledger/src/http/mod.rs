@@ -11,6 +11,7 @@ pub mod guard;
 pub mod ingest;
 pub mod json;
 pub mod openapi;
+pub mod power;
 pub mod prometheus;
 pub mod serve;
 pub mod usage;
@@ -94,6 +95,7 @@ pub fn app(state: AppState) -> Router {
         .merge(budgets::router())
         .merge(chargeback::router())
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
+        .route("/v1/power/headroom", get(power::get_headroom))
         .merge(crate::dashboard::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))

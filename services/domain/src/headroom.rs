@@ -1,0 +1,329 @@
+//! Measured over-subscription headroom: how much more provisioned peak power a site, or one
+//! workload class on it, could take inside the same envelope, from what its meters' step
+//! peaks show of how their peaks coincide.
+//!
+//! Per hour, a set of meters has a [`HourProfile`]: per minute, the sum across the meters of
+//! each one's highest reading in that minute (their coincident draw), and the sum of each
+//! meter's own highest reading over the hour (the parts' peak: what an envelope that counts
+//! every part at its peak provisions). Over a span of hours ([`headroom`]):
+//! - the **coincident peak** is the highest minute;
+//! - the **parts' peak** is the highest hour's parts' peak. A meter's own peak is taken over
+//!   an hour, never longer, so this errs low, and the headroom with it: the safe side for
+//!   admitting more than the parts' peaks add up to;
+//! - the **percentile peak** is the given percentile of the minutes, nearest rank (P99.9 by
+//!   default: the draw the site exceeds one minute in a thousand);
+//! - the **coincidence factor** is coincident peak / parts' peak: 1 when the parts peak
+//!   together (synchronous training), lower the less they do;
+//! - the **headroom** is parts' peak / percentile peak − 1: how much more parts' peak fits
+//!   in the power the parts draw at that percentile. 0 when they peak together.
+
+use crate::job_kind::JobKind;
+use crate::peaks::{HOUR_US, MINUTE_US};
+use rust_decimal::prelude::ToPrimitive;
+use rust_decimal::Decimal;
+use std::collections::BTreeMap;
+
+pub const MINUTES_PER_HOUR: usize = 60;
+
+/// The percentile of the minutes the headroom is stated at, unless asked otherwise.
+pub const DEFAULT_PERCENTILE: Decimal = Decimal::from_parts(999, 0, 0, false, 1);
+
+/// Which meters a profile sums: the site's IT meters (its node meters, or its GPUs where it
+/// has none, as the site's IT peak counts them), or the GPUs held by jobs of one kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PowerClass {
+    It,
+    Job(JobKind),
+}
+
+impl PowerClass {
+    /// `it` or the job kind's name, as the API and the database spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PowerClass::It => "it",
+            PowerClass::Job(k) => k.as_str(),
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PowerClass> {
+        match s {
+            "it" => Some(PowerClass::It),
+            _ => JobKind::parse(s).map(PowerClass::Job),
+        }
+    }
+}
+
+/// One hour of a set of meters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HourProfile {
+    /// Per minute of the hour (the minute ending 1, 2 … 60 minutes after its start), the
+    /// coincident draw in mW; `None` where none of the meters reported.
+    pub minutes_mw: Vec<Option<i64>>,
+    /// Σ over the meters of each one's highest minute in the hour, mW.
+    pub parts_peak_mw: i64,
+}
+
+/// Per (hour start µs, class), the profile of the meters `class_of` puts in that class.
+///
+/// `minute_peaks` is [`crate::peaks::minute_peaks`]'s map; `class_of(meter, minute_us)`
+/// says which class a meter's minute counts toward, if any (a GPU changes class with the
+/// job that holds it).
+pub fn hour_profiles<C: Ord + Copy>(
+    minute_peaks: &BTreeMap<(i64, i64), i64>,
+    class_of: impl Fn(i64, i64) -> Option<C>,
+) -> BTreeMap<(i64, C), HourProfile> {
+    let mut out: BTreeMap<(i64, C), HourProfile> = BTreeMap::new();
+    let mut meter_peaks: BTreeMap<(i64, C, i64), i64> = BTreeMap::new();
+    for (&(minute, meter), &mw) in minute_peaks {
+        let Some(class) = class_of(meter, minute) else {
+            continue;
+        };
+        let hour = minute.div_euclid(HOUR_US) * HOUR_US;
+        let index = usize::try_from((minute - hour) / MINUTE_US).unwrap_or(0);
+        let profile = out.entry((hour, class)).or_insert_with(|| HourProfile {
+            minutes_mw: vec![None; MINUTES_PER_HOUR],
+            parts_peak_mw: 0,
+        });
+        let slot = &mut profile.minutes_mw[index];
+        *slot = Some(slot.unwrap_or(0) + mw);
+        let peak = meter_peaks.entry((hour, class, meter)).or_insert(mw);
+        *peak = (*peak).max(mw);
+    }
+    for ((hour, class, _), mw) in meter_peaks {
+        if let Some(p) = out.get_mut(&(hour, class)) {
+            p.parts_peak_mw += mw;
+        }
+    }
+    out
+}
+
+/// What a span of hour profiles says of over-subscription (the module doc defines each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Headroom {
+    /// Minutes with a reading.
+    pub minutes: usize,
+    pub coincident_peak_mw: i64,
+    pub percentile_peak_mw: i64,
+    pub parts_peak_mw: i64,
+    /// Coincident peak / parts' peak, 4 decimal places.
+    pub coincidence_factor: Decimal,
+    /// Parts' peak / percentile peak − 1, 4 decimal places.
+    pub headroom: Decimal,
+}
+
+/// The headroom over `profiles` at `percentile` (in (0, 100]); `None` when no minute has a
+/// reading, or the percentile's draw is zero (no ratio to state).
+pub fn headroom<'a>(
+    profiles: impl IntoIterator<Item = &'a HourProfile>,
+    percentile: Decimal,
+) -> Option<Headroom> {
+    let mut minutes: Vec<i64> = Vec::new();
+    let mut parts_peak_mw = 0;
+    for p in profiles {
+        minutes.extend(p.minutes_mw.iter().flatten());
+        parts_peak_mw = parts_peak_mw.max(p.parts_peak_mw);
+    }
+    minutes.sort_unstable();
+    let coincident_peak_mw = *minutes.last()?;
+    let percentile_peak_mw = minutes[nearest_rank(minutes.len(), percentile)? - 1];
+    if percentile_peak_mw <= 0 || parts_peak_mw <= 0 {
+        return None;
+    }
+    let ratio = |a: i64, b: i64| (Decimal::from(a) / Decimal::from(b)).round_dp(4);
+    Some(Headroom {
+        minutes: minutes.len(),
+        coincident_peak_mw,
+        percentile_peak_mw,
+        parts_peak_mw,
+        coincidence_factor: ratio(coincident_peak_mw, parts_peak_mw),
+        headroom: (ratio(parts_peak_mw, percentile_peak_mw) - Decimal::ONE).max(Decimal::ZERO),
+    })
+}
+
+/// The headroom per UTC day (its start, µs) and class, and over all of `hours` (day `None`),
+/// of hours given as `(hour start µs, class, profile)`.
+pub fn daily(
+    hours: &[(i64, PowerClass, HourProfile)],
+    percentile: Decimal,
+) -> BTreeMap<(Option<i64>, PowerClass), Headroom> {
+    const DAY_US: i64 = 24 * HOUR_US;
+    let mut groups: BTreeMap<(Option<i64>, PowerClass), Vec<&HourProfile>> = BTreeMap::new();
+    for (hour, class, p) in hours {
+        let day = hour.div_euclid(DAY_US) * DAY_US;
+        groups.entry((Some(day), *class)).or_default().push(p);
+        groups.entry((None, *class)).or_default().push(p);
+    }
+    groups
+        .into_iter()
+        .filter_map(|(k, ps)| Some((k, headroom(ps, percentile)?)))
+        .collect()
+}
+
+/// The nearest rank (1-based) of `percentile` among `n` values: ⌈p/100 × n⌉, at least 1.
+fn nearest_rank(n: usize, percentile: Decimal) -> Option<usize> {
+    if n == 0 || percentile <= Decimal::ZERO || percentile > Decimal::ONE_HUNDRED {
+        return None;
+    }
+    let rank = (percentile * Decimal::from(n) / Decimal::ONE_HUNDRED).ceil();
+    rank.to_usize().map(|r| r.clamp(1, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peaks::minute_peaks;
+
+    const M: i64 = MINUTE_US;
+
+    /// Readings of `meters` over the first `hours` hours: meter `i`'s step ending at minute
+    /// `m` reads `f(i, m)` mW.
+    fn readings(meters: i64, hours: i64, f: impl Fn(i64, i64) -> i64) -> Vec<(i64, i64, i64)> {
+        (1..=hours * 60)
+            .flat_map(|m| (0..meters).map(move |i| (i, m)))
+            .map(|(i, m)| (i, m * M, f(i, m)))
+            .collect()
+    }
+
+    fn profiles(r: Vec<(i64, i64, i64)>, hours: i64) -> Vec<HourProfile> {
+        hour_profiles(&minute_peaks(r, 0, hours * HOUR_US), |_, _| Some(()))
+            .into_values()
+            .collect()
+    }
+
+    /// Two meters whose square waves (100 W, 300 W) rise and fall together: they draw their
+    /// peaks together, so nothing is left to over-subscribe.
+    #[test]
+    fn parts_that_peak_together_leave_no_headroom() {
+        let wave = |_, m: i64| if m % 2 == 0 { 300_000 } else { 100_000 };
+        let h = headroom(&profiles(readings(2, 1, wave), 1), DEFAULT_PERCENTILE).unwrap();
+        assert_eq!(h.minutes, 60);
+        assert_eq!(
+            (h.coincident_peak_mw, h.percentile_peak_mw, h.parts_peak_mw),
+            (600_000, 600_000, 600_000)
+        );
+        assert_eq!(h.coincidence_factor, Decimal::ONE);
+        assert_eq!(h.headroom, Decimal::ZERO);
+    }
+
+    /// The same waves in antiphase: every minute draws 100 + 300 = 400 W while the parts'
+    /// peaks add up to 600 W, so 600 / 400 − 1 = 50 % more fits; they coincide at 2/3.
+    #[test]
+    fn parts_in_antiphase_leave_the_difference() {
+        let wave = |i: i64, m: i64| if (m + i) % 2 == 0 { 300_000 } else { 100_000 };
+        let h = headroom(&profiles(readings(2, 1, wave), 1), DEFAULT_PERCENTILE).unwrap();
+        assert_eq!(
+            (h.coincident_peak_mw, h.percentile_peak_mw, h.parts_peak_mw),
+            (400_000, 400_000, 600_000)
+        );
+        assert_eq!(h.coincidence_factor, Decimal::new(6667, 4));
+        assert_eq!(h.headroom, Decimal::new(5, 1));
+    }
+
+    /// Seventeen hours (1,020 minutes) at 400 W but one minute at 1 kW: P99.9 is the 1,019th
+    /// of the sorted minutes (⌈0.999 × 1020⌉), so the lone spike sets the coincident peak but
+    /// not the percentile; P100 takes it.
+    #[test]
+    fn the_percentile_leaves_out_the_rarest_minutes() {
+        let r = readings(1, 17, |_, m| if m == 500 { 1_000_000 } else { 400_000 });
+        let p = profiles(r, 17);
+        assert_eq!(p.len(), 17);
+        let h = headroom(&p, DEFAULT_PERCENTILE).unwrap();
+        assert_eq!(h.minutes, 1_020);
+        assert_eq!(
+            (h.coincident_peak_mw, h.percentile_peak_mw),
+            (1_000_000, 400_000)
+        );
+        // One meter: its own peak is the parts' peak, 1.5 × the percentile's draw.
+        assert_eq!(
+            (h.parts_peak_mw, h.headroom),
+            (1_000_000, Decimal::new(15, 1))
+        );
+        let all = headroom(&p, Decimal::ONE_HUNDRED).unwrap();
+        assert_eq!(
+            (all.percentile_peak_mw, all.headroom),
+            (1_000_000, Decimal::ZERO)
+        );
+    }
+
+    /// A meter counts toward the class its minute is in: a GPU that moves from a training
+    /// job to an inference job at minute 30 adds to each class only while it is in it.
+    #[test]
+    fn a_meter_counts_toward_the_class_of_each_minute() {
+        let r = readings(1, 1, |_, m| m * 1_000);
+        let classes = hour_profiles(&minute_peaks(r, 0, HOUR_US), |_, minute| {
+            Some(if minute < 30 * M {
+                PowerClass::Job(JobKind::Training)
+            } else {
+                PowerClass::Job(JobKind::Inference)
+            })
+        });
+        let training = &classes[&(0, PowerClass::Job(JobKind::Training))];
+        let inference = &classes[&(0, PowerClass::Job(JobKind::Inference))];
+        // The minute starting at 0 is the one whose step ends at minute 1.
+        assert_eq!(training.minutes_mw[0], Some(1_000));
+        assert_eq!(training.minutes_mw[30], None);
+        assert_eq!(training.parts_peak_mw, 30_000);
+        assert_eq!(inference.minutes_mw[30], Some(31_000));
+        assert_eq!(inference.parts_peak_mw, 60_000);
+    }
+
+    /// Two days: the first in antiphase (50 %), the second in phase (0 %); over both, the
+    /// parts' peak is still 600 W and P100 the in-phase day's 600 W minute, so 0 %.
+    #[test]
+    fn each_day_and_the_span_have_their_own_headroom() {
+        let anti = |i: i64, m: i64| -> i64 {
+            if (m + i) % 2 == 0 {
+                300_000
+            } else {
+                100_000
+            }
+        };
+        let together = |_: i64, m: i64| -> i64 {
+            if m % 2 == 0 {
+                300_000
+            } else {
+                100_000
+            }
+        };
+        let class = PowerClass::Job(JobKind::Inference);
+        let day = 24 * HOUR_US;
+        let mut hours: Vec<(i64, PowerClass, HourProfile)> = Vec::new();
+        for (start, wave) in [(0, &anti as &dyn Fn(i64, i64) -> i64), (day, &together)] {
+            let r = readings(2, 1, wave)
+                .into_iter()
+                .map(|(i, t, mw)| (i, t + start, mw));
+            for ((h, ()), p) in
+                hour_profiles(&minute_peaks(r, start, start + HOUR_US), |_, _| Some(()))
+            {
+                hours.push((h, class, p));
+            }
+        }
+        let d = daily(&hours, Decimal::ONE_HUNDRED);
+        assert_eq!(d[&(Some(0), class)].headroom, Decimal::new(5, 1));
+        assert_eq!(d[&(Some(day), class)].headroom, Decimal::ZERO);
+        assert_eq!(d[&(None, class)].headroom, Decimal::ZERO);
+        assert_eq!(d[&(None, class)].minutes, 120);
+    }
+
+    #[test]
+    fn nothing_measured_states_nothing() {
+        assert_eq!(headroom(&[], DEFAULT_PERCENTILE), None);
+        let idle = profiles(readings(1, 1, |_, _| 0), 1);
+        assert_eq!(headroom(&idle, DEFAULT_PERCENTILE), None);
+        assert_eq!(nearest_rank(10, Decimal::ZERO), None);
+        assert_eq!(nearest_rank(10, Decimal::new(1001, 1)), None);
+        assert_eq!(nearest_rank(10, Decimal::ONE), Some(1));
+        assert_eq!(nearest_rank(10, Decimal::new(999, 1)), Some(10));
+    }
+
+    #[test]
+    fn classes_are_spelled_as_the_api_spells_them() {
+        for c in [PowerClass::It]
+            .into_iter()
+            .chain(JobKind::ALL.map(PowerClass::Job))
+        {
+            assert_eq!(PowerClass::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(PowerClass::parse("facility"), None);
+    }
+}

@@ -1,0 +1,41 @@
+//! Site power profiles (migration 0024): each site-hour's per-minute draw and parts' peak per
+//! class of meters, written by attribution and read for measured headroom.
+
+use crate::StoreResult;
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+/// One site-hour's profile of one class (`domain::headroom::HourProfile` as stored).
+#[derive(Debug, Clone)]
+pub struct PowerHour {
+    pub site: String,
+    pub hour: DateTime<Utc>,
+    /// `it` or a job kind.
+    pub class: String,
+    /// Per minute of the hour, mW; `None` where no meter of the class reported.
+    pub minutes_mw: Vec<Option<i64>>,
+    pub parts_peak_mw: i64,
+}
+
+/// The profiles of the hours in `[from, to)`, of one site or every site, in site and hour
+/// order.
+pub async fn hours(
+    pool: &PgPool,
+    site_id: Option<i64>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<Vec<PowerHour>> {
+    Ok(sqlx::query_as!(
+        PowerHour,
+        r#"SELECT s.key AS site, p.hour, p.class,
+                  p.minutes_mw AS "minutes_mw: Vec<Option<i64>>", p.parts_peak_mw
+           FROM site_hour_power p JOIN sites s ON s.id = p.site_id
+           WHERE p.hour >= $1 AND p.hour < $2 AND ($3::bigint IS NULL OR p.site_id = $3)
+           ORDER BY s.key, p.hour, p.class"#,
+        from,
+        to,
+        site_id,
+    )
+    .fetch_all(pool)
+    .await?)
+}

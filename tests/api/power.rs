@@ -1,0 +1,190 @@
+//! Measured headroom through the API and the operator page, on a site-hour whose answer is
+//! worked out by hand. A training job holds g0 and g1, whose step peaks rise and fall
+//! together (300 W on even minutes, 100 W on odd ones); two inference jobs hold g2 (the same
+//! wave) and g3 (the opposite one). Node n1 carries g0–g2 and n2 carries g3, each peaking at
+//! its GPUs' sum plus 100 W: n1 1,000 W even, 400 W odd; n2 200 W even, 400 W odd.
+//!
+//! - training: minutes of 600 and 200 W, own peaks 600 W: coincidence 1, headroom 0;
+//! - inference: every minute 300 + 100 = 400 W, own peaks 600 W: 600/400 − 1 = 50 %,
+//!   coincidence 400/600;
+//! - IT (the node meters): minutes of 1,200 W (even) and 800 W (odd), own peaks
+//!   1,000 + 400 W: 1,400/1,200 − 1 = 16.67 %, coincidence 1,200/1,400; at P50 the minutes'
+//!   median is 800 W, so 1,400/800 − 1 = 75 %.
+
+use crate::scenario::{at, HOUR, NEXT_HOUR};
+use serde_json::{json, Value};
+use wattledger::auth::Role;
+use wattledger_tests::TestApp;
+
+async fn push_site(app: &TestApp) {
+    let admin = app.token(Role::Admin);
+    for (what, records) in [
+        (
+            "tenants",
+            json!([{"key": "platform", "name": "Platform"}, {"key": "a", "name": "A"}]),
+        ),
+        (
+            "sites",
+            json!([{"key": "s1", "name": "Site 1", "grid_region": "DE", "currency": "EUR",
+            "power_envelope_w": 2000, "static_pue": "1.2", "idle_policy": "platform",
+            "platform_tenant": "platform"}]),
+        ),
+        (
+            "meters",
+            json!([
+                {"key": "n1", "site": "s1", "kind": "node"},
+                {"key": "n2", "site": "s1", "kind": "node"},
+                {"key": "g0", "site": "s1", "kind": "gpu", "parent": "n1", "gpu_uuid": "GPU-0"},
+                {"key": "g1", "site": "s1", "kind": "gpu", "parent": "n1", "gpu_uuid": "GPU-1"},
+                {"key": "g2", "site": "s1", "kind": "gpu", "parent": "n1", "gpu_uuid": "GPU-2"},
+                {"key": "g3", "site": "s1", "kind": "gpu", "parent": "n2", "gpu_uuid": "GPU-3"}
+            ]),
+        ),
+    ] {
+        let (status, body) = app.ingest(&admin, what, records).await;
+        assert_eq!(status, 200, "{what}: {body}");
+    }
+    let job = |key: &str, kind: &str, gpus: &[&str]| {
+        json!({"key": key, "tenant": "a", "kind": kind, "start_at": HOUR, "end_at": NEXT_HOUR,
+               "allocations": gpus.iter().map(|g| json!({"meter": g, "share": "1",
+                   "start_at": HOUR, "end_at": NEXT_HOUR})).collect::<Vec<_>>()})
+    };
+    let jobs = json!([
+        job("train", "training", &["g0", "g1"]),
+        job("serve-1", "inference", &["g2"]),
+        job("serve-2", "inference", &["g3"]),
+    ]);
+    let (status, body) = app.ingest(&app.token(Role::Scheduler), "jobs", jobs).await;
+    assert_eq!(status, 200, "{body}");
+    let mut samples = Vec::new();
+    for minute in 0..=60i64 {
+        let even = minute % 2 == 0;
+        let (high, low) = if even { (300, 100) } else { (100, 300) };
+        // (meter, mean W over the hour, this step's peak W)
+        for (meter, mean, peak) in [
+            ("g0", 200, high),
+            ("g1", 200, high),
+            ("g2", 200, high),
+            ("g3", 200, low),
+            ("n1", 700, 3 * high + 100),
+            ("n2", 300, low + 100),
+        ] {
+            samples.push(json!({"meter": meter, "ts": at(minute), "step_s": 60,
+                "counter_mj": 1_000_000 + minute * mean * 60_000, "peak_w": peak}));
+        }
+    }
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Collector),
+            "samples",
+            Value::Array(samples),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app.attribute().await;
+}
+
+/// The figures of `class` in a list of them.
+fn class<'a>(list: &'a Value, class: &str) -> &'a Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["class"] == class)
+        .unwrap_or_else(|| panic!("no {class} in {list}"))
+}
+
+#[tokio::test]
+async fn headroom_is_what_the_hand_worked_coincidence_leaves_per_class() {
+    let app = TestApp::start().await;
+    push_site(&app).await;
+    let operator = app.token(Role::Operator);
+    let (status, body) = app
+        .get(
+            Some(&operator),
+            &format!("/v1/power/headroom?site=s1&from={HOUR}&to={NEXT_HOUR}"),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["percentile"], "99.9");
+    let site = &body["sites"][0];
+    assert_eq!(site["site"], "s1");
+    let span = &site["span"];
+    for (name, coincident, percentile, parts, factor, headroom) in [
+        ("training", "600", "600", "600", "1", "0"),
+        ("inference", "400", "400", "600", "0.6667", "0.5"),
+        ("it", "1200", "1200", "1400", "0.8571", "0.1667"),
+    ] {
+        let c = class(span, name);
+        assert_eq!(c["minutes"], 60, "{name}: {c}");
+        assert_eq!(
+            [
+                &c["coincident_peak_w"],
+                &c["percentile_peak_w"],
+                &c["parts_peak_w"]
+            ],
+            [coincident, percentile, parts],
+            "{name}: {c}"
+        );
+        assert_eq!(c["coincidence_factor"], factor, "{name}: {c}");
+        assert_eq!(c["headroom"], headroom, "{name}: {c}");
+    }
+    // The one day holds the same hour, so the same figures.
+    assert_eq!(site["days"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        class(&site["days"][0]["classes"], "inference")["headroom"],
+        "0.5"
+    );
+
+    // At P50 the IT minutes' median is the odd minutes' 800 W: 1400/800 − 1 = 75 %.
+    let (_, p50) = app
+        .get(
+            Some(&operator),
+            &format!("/v1/power/headroom?from={HOUR}&to={NEXT_HOUR}&percentile=50"),
+        )
+        .await;
+    assert_eq!(class(&p50["sites"][0]["span"], "it")["headroom"], "0.75");
+
+    // Site-wide draw is the operators': a tenant is refused, a bad percentile is a 422, an
+    // unknown site a 404.
+    let (status, _) = app
+        .get(Some(&app.tenant_token("a")), "/v1/power/headroom")
+        .await;
+    assert_eq!(status, 403);
+    for bad in ["0", "100.1", "-5", "x"] {
+        let (status, body) = app
+            .get(
+                Some(&operator),
+                &format!("/v1/power/headroom?percentile={bad}"),
+            )
+            .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (422, Some("invalid_query")),
+            "{bad}"
+        );
+    }
+    let (status, _) = app
+        .get(Some(&operator), "/v1/power/headroom?site=nowhere")
+        .await;
+    assert_eq!(status, 404);
+
+    // The operator page shows the same over its range.
+    wattledger::dashboard::login::add_user(
+        &app.pool,
+        "ada",
+        Role::Operator,
+        None,
+        "correct horse battery",
+    )
+    .await
+    .unwrap();
+    let mut ada = crate::dashboard::Browser::new(&app);
+    ada.sign_in("ada", "correct horse battery").await;
+    let page = ada.get("/operator?from=2026-11-02&to=2026-11-02").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("<th scope=\"row\">GPUs serving inference</th><td class=\"num\">0.4</td><td class=\"num\">0.4</td><td class=\"num\">0.6</td><td class=\"num\">0.67</td><td class=\"num\">50.0%</td>"),
+        "{}",
+        page.body
+    );
+}
