@@ -18,12 +18,13 @@
 //!   in the power the parts draw at that percentile. 0 when they peak together.
 
 use crate::job_kind::JobKind;
-use crate::peaks::{HOUR_US, MINUTE_US};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 
 pub const MINUTES_PER_HOUR: usize = 60;
+const MINUTE_US: i64 = 60_000_000;
+const HOUR_US: i64 = 3_600_000_000;
 
 /// The percentile of the minutes the headroom is stated at, unless asked otherwise.
 pub const DEFAULT_PERCENTILE: Decimal = Decimal::from_parts(999, 0, 0, false, 1);
@@ -63,20 +64,37 @@ pub struct HourProfile {
     pub parts_peak_mw: i64,
 }
 
+impl HourProfile {
+    /// The hour's coincident peak: its highest minute, mW (the site's IT peak for `it`).
+    pub fn peak_mw(&self) -> Option<i64> {
+        self.minutes_mw.iter().flatten().copied().max()
+    }
+}
+
 /// Per (hour start µs, class), the profile of the meters `class_of` puts in that class.
 ///
-/// `minute_peaks` is [`crate::peaks::minute_peaks`]'s map; `class_of(meter, minute_us)`
-/// says which class a meter's minute counts toward, if any (a GPU changes class with the
-/// job that holds it).
+/// `readings` are `(meter, ts_us, mw)` in (meter, ts) order, as
+/// [`crate::peaks::power_readings`] gives them; each counts toward the minute `ts − 1 µs`
+/// falls in, and only those in `(from_us, to_us]` count (as for the site's IT peak).
+/// `class_of(meter, minute_us)` says which class a meter's minute counts toward, if any (a
+/// GPU changes class with the job that holds it). One pass, no map per reading: a fleet's
+/// site-hour is millions of them.
 pub fn hour_profiles<C: Ord + Copy>(
-    minute_peaks: &BTreeMap<(i64, i64), i64>,
+    readings: &[(i64, i64, i64)],
+    (from_us, to_us): (i64, i64),
     class_of: impl Fn(i64, i64) -> Option<C>,
 ) -> BTreeMap<(i64, C), HourProfile> {
     let mut out: BTreeMap<(i64, C), HourProfile> = BTreeMap::new();
-    let mut meter_peaks: BTreeMap<(i64, C, i64), i64> = BTreeMap::new();
-    for (&(minute, meter), &mw) in minute_peaks {
+    // The current meter's own peak per (hour, class), added to the parts' peaks when the
+    // meter's readings end.
+    let mut own: BTreeMap<(i64, C), i64> = BTreeMap::new();
+    // The minute being gathered: (meter, minute start, highest reading so far).
+    let mut open: Option<(i64, i64, i64)> = None;
+    let close = |(meter, minute, mw): (i64, i64, i64),
+                 out: &mut BTreeMap<(i64, C), HourProfile>,
+                 own: &mut BTreeMap<(i64, C), i64>| {
         let Some(class) = class_of(meter, minute) else {
-            continue;
+            return;
         };
         let hour = minute.div_euclid(HOUR_US) * HOUR_US;
         let index = usize::try_from((minute - hour) / MINUTE_US).unwrap_or(0);
@@ -86,14 +104,40 @@ pub fn hour_profiles<C: Ord + Copy>(
         });
         let slot = &mut profile.minutes_mw[index];
         *slot = Some(slot.unwrap_or(0) + mw);
-        let peak = meter_peaks.entry((hour, class, meter)).or_insert(mw);
+        let peak = own.entry((hour, class)).or_insert(mw);
         *peak = (*peak).max(mw);
-    }
-    for ((hour, class, _), mw) in meter_peaks {
-        if let Some(p) = out.get_mut(&(hour, class)) {
-            p.parts_peak_mw += mw;
+    };
+    let settle = |own: &mut BTreeMap<(i64, C), i64>, out: &mut BTreeMap<(i64, C), HourProfile>| {
+        for (key, mw) in std::mem::take(own) {
+            if let Some(p) = out.get_mut(&key) {
+                p.parts_peak_mw += mw;
+            }
         }
+    };
+    for &(meter, ts, mw) in readings {
+        if ts <= from_us || ts > to_us {
+            continue;
+        }
+        let minute = (ts - 1).div_euclid(MINUTE_US) * MINUTE_US;
+        match open {
+            Some((m, start, peak)) if m == meter && start == minute => {
+                open = Some((m, start, peak.max(mw)));
+                continue;
+            }
+            Some(done) => {
+                close(done, &mut out, &mut own);
+                if done.0 != meter {
+                    settle(&mut own, &mut out);
+                }
+            }
+            None => {}
+        }
+        open = Some((meter, minute, mw));
     }
+    if let Some(done) = open {
+        close(done, &mut out, &mut own);
+    }
+    settle(&mut own, &mut out);
     out
 }
 
@@ -171,7 +215,6 @@ fn nearest_rank(n: usize, percentile: Decimal) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peaks::minute_peaks;
 
     const M: i64 = MINUTE_US;
 
@@ -185,9 +228,15 @@ mod tests {
     }
 
     fn profiles(r: Vec<(i64, i64, i64)>, hours: i64) -> Vec<HourProfile> {
-        hour_profiles(&minute_peaks(r, 0, hours * HOUR_US), |_, _| Some(()))
+        hour_profiles(&sorted(r), (0, hours * HOUR_US), |_, _| Some(()))
             .into_values()
             .collect()
+    }
+
+    /// In (meter, ts) order, as the readings come.
+    fn sorted(mut r: Vec<(i64, i64, i64)>) -> Vec<(i64, i64, i64)> {
+        r.sort_unstable();
+        r
     }
 
     /// Two meters whose square waves (100 W, 300 W) rise and fall together: they draw their
@@ -250,7 +299,7 @@ mod tests {
     #[test]
     fn a_meter_counts_toward_the_class_of_each_minute() {
         let r = readings(1, 1, |_, m| m * 1_000);
-        let classes = hour_profiles(&minute_peaks(r, 0, HOUR_US), |_, minute| {
+        let classes = hour_profiles(&sorted(r), (0, HOUR_US), |_, minute| {
             Some(if minute < 30 * M {
                 PowerClass::Job(JobKind::Training)
             } else {
@@ -291,9 +340,9 @@ mod tests {
         for (start, wave) in [(0, &anti as &dyn Fn(i64, i64) -> i64), (day, &together)] {
             let r = readings(2, 1, wave)
                 .into_iter()
-                .map(|(i, t, mw)| (i, t + start, mw));
-            for ((h, ()), p) in
-                hour_profiles(&minute_peaks(r, start, start + HOUR_US), |_, _| Some(()))
+                .map(|(i, t, mw)| (i, t + start, mw))
+                .collect();
+            for ((h, ()), p) in hour_profiles(&sorted(r), (start, start + HOUR_US), |_, _| Some(()))
             {
                 hours.push((h, class, p));
             }
@@ -303,6 +352,79 @@ mod tests {
         assert_eq!(d[&(Some(day), class)].headroom, Decimal::ZERO);
         assert_eq!(d[&(None, class)].headroom, Decimal::ZERO);
         assert_eq!(d[&(None, class)].minutes, 120);
+    }
+
+    /// The definition: per (minute start, meter), the meter's highest reading in it.
+    fn minute_peaks(r: &[(i64, i64, i64)], (from, to): (i64, i64)) -> BTreeMap<(i64, i64), i64> {
+        let mut out: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+        for &(meter, ts, mw) in r.iter().filter(|r| r.1 > from && r.1 <= to) {
+            let peak = out.entry(((ts - 1).div_euclid(M) * M, meter)).or_insert(mw);
+            *peak = (*peak).max(mw);
+        }
+        out
+    }
+
+    /// Two nodes whose peaks fall in different minutes, then in the same one: the hour's
+    /// peak is the coincident minute's sum, not the sum of the two meters' own peaks, which
+    /// is the parts' peak. A reading on the hour belongs to the hour it ends.
+    #[test]
+    fn the_peak_is_the_busiest_minutes_sum_across_meters() {
+        let readings = sorted(vec![
+            // Minute ending at 1: node 1 peaks alone (the reading at the boundary).
+            (1, M, 900),
+            (2, M, 100),
+            // Minute ending at 2: both high, node 1 twice (its highest counts).
+            (1, M + M / 2, 700),
+            (1, 2 * M, 800),
+            (2, 2 * M, 600),
+            // On the next hour: the last minute of this one.
+            (2, HOUR_US, 5),
+            // Next hour, one reading.
+            (1, HOUR_US + M, 50),
+            // Outside (from, to]: ignored.
+            (1, 0, 10_000),
+        ]);
+        let p = hour_profiles(&readings, (0, HOUR_US + M), |_, _| Some(()));
+        let (first, next) = (&p[&(0, ())], &p[&(HOUR_US, ())]);
+        assert_eq!(
+            (first.peak_mw(), first.parts_peak_mw),
+            (Some(1_400), 900 + 600)
+        );
+        assert_eq!(first.minutes_mw[59], Some(5));
+        assert_eq!((next.peak_mw(), next.parts_peak_mw), (Some(50), 50));
+    }
+
+    proptest::proptest! {
+        /// The one-pass profiles equal the definition: each meter's highest reading per
+        /// minute (`peaks::minute_peaks`), summed per minute and class, and each meter's
+        /// highest minute per hour and class summed into the parts' peak.
+        #[test]
+        fn one_pass_profiles_match_the_definition(
+            raw in proptest::collection::vec((0i64..4, 0i64..(2 * HOUR_US + 2 * M), 0i64..5_000), 0..200)
+        ) {
+            let r = sorted(raw);
+            let window = (M / 2, 2 * HOUR_US);
+            let class_of = |meter: i64, minute: i64| (meter != 3).then_some((meter + minute / M) % 2);
+            let got = hour_profiles(&r, window, class_of);
+            let mut want: BTreeMap<(i64, i64), HourProfile> = BTreeMap::new();
+            let mut own: BTreeMap<(i64, i64, i64), i64> = BTreeMap::new();
+            for ((minute, meter), mw) in minute_peaks(&r, window) {
+                let Some(c) = class_of(meter, minute) else { continue };
+                let hour = minute.div_euclid(HOUR_US) * HOUR_US;
+                let p = want.entry((hour, c)).or_insert_with(|| HourProfile {
+                    minutes_mw: vec![None; MINUTES_PER_HOUR],
+                    parts_peak_mw: 0,
+                });
+                let i = ((minute - hour) / M) as usize;
+                p.minutes_mw[i] = Some(p.minutes_mw[i].unwrap_or(0) + mw);
+                let o = own.entry((hour, c, meter)).or_insert(mw);
+                *o = (*o).max(mw);
+            }
+            for ((hour, c, _), mw) in own {
+                want.get_mut(&(hour, c)).unwrap().parts_peak_mw += mw;
+            }
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 
     #[test]

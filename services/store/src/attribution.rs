@@ -69,7 +69,7 @@ struct Window {
     /// Node meter id → its GPU meter ids (ordered by id).
     nodes: Vec<(i64, Vec<i64>)>,
     samples: HashMap<i64, Vec<Sample>>,
-    /// Each hour's coincident IT peak, mW (`peaks::hourly_coincident_peaks` over the IT
+    /// Each hour's coincident IT peak, mW (the `it` profile's highest minute, over the IT
     /// meters' step peaks, else their power readings, else their counters' interval means).
     it_peaks: Vec<(DateTime<Utc>, i64)>,
     /// Each hour's power profile per class (migration 0024).
@@ -273,14 +273,6 @@ async fn load(
         i64::from(gap_s) * 1_000_000,
     );
     let (from_us, to_us) = (from.timestamp_micros(), to.timestamp_micros());
-    let it_peaks = peaks::hourly_coincident_peaks(
-        readings.iter().filter(|r| it.contains(&r.0)).copied(),
-        from_us,
-        to_us,
-    )
-    .into_iter()
-    .filter_map(|(hour_us, mw)| Some((DateTime::from_timestamp_micros(hour_us)?, mw)))
-    .collect();
     rows.dedup_by_key(|r| (r.meter_id, r.ts));
     let mut samples: HashMap<i64, Vec<Sample>> = HashMap::new();
     for r in rows {
@@ -361,6 +353,11 @@ async fn load(
         &allocations,
         &kinds,
     );
+    let it_peaks = power
+        .iter()
+        .filter(|p| p.1 == PowerClass::It)
+        .filter_map(|p| Some((p.0, p.2.peak_mw()?)))
+        .collect();
 
     let token_rows = sqlx::query_as!(
         TokenRecordRow,
@@ -414,7 +411,6 @@ fn power_profiles(
     allocations: &HashMap<i64, Vec<Allocation>>,
     kinds: &[Option<JobKind>],
 ) -> Vec<(DateTime<Utc>, PowerClass, HourProfile)> {
-    let minutes = peaks::minute_peaks(readings.iter().copied(), from_us, to_us);
     let gpu_class = |meter: i64, minute_us: i64| {
         if !gpus.contains(&meter) {
             return None;
@@ -428,9 +424,12 @@ fn power_profiles(
             .and_then(|a| kinds[a.job])
             .map(PowerClass::Job)
     };
+    let window = (from_us, to_us);
     let mut all: BTreeMap<(i64, PowerClass), HourProfile> =
-        hour_profiles(&minutes, |m, _| it.contains(&m).then_some(PowerClass::It));
-    all.extend(hour_profiles(&minutes, gpu_class));
+        hour_profiles(readings, window, |m, _| {
+            it.contains(&m).then_some(PowerClass::It)
+        });
+    all.extend(hour_profiles(readings, window, gpu_class));
     all.into_iter()
         .filter_map(|((hour_us, class), p)| {
             Some((DateTime::from_timestamp_micros(hour_us)?, class, p))
