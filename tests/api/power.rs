@@ -188,3 +188,52 @@ async fn headroom_is_what_the_hand_worked_coincidence_leaves_per_class() {
         page.body
     );
 }
+
+/// Tokens per second per MW on the scenario hour (`scenario`): 3,750 tokens at a site with no
+/// facility meter whose node draws 1.6 kW (its counter's mean: all a counter tells), so a
+/// site peak of 1.6 × 1.25 (static PUE) = 2 kW; 3750 / 3600 s / 0.002 MW = 520.833, and per
+/// MW of the 100 kW envelope 10.417. The operator page's day shows the API's day figure.
+#[tokio::test]
+async fn tokens_per_megawatt_divide_the_hours_tokens_by_its_peak_and_its_envelope() {
+    let app = TestApp::start().await;
+    crate::scenario::push(&app, &crate::scenario::batches()).await;
+    app.attribute().await;
+    let operator = app.token(Role::Operator);
+    let (status, body) = app
+        .get(
+            Some(&operator),
+            &format!("/v1/metrics/efficiency?site=s1&from={HOUR}&to={NEXT_HOUR}"),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let row = &body["rows"][0];
+    assert_eq!(row["site_peak_w"], "2000", "{row}");
+    assert_eq!(row["tokens_per_s_per_mw_peak"], "520.833", "{row}");
+    assert_eq!(row["tokens_per_s_per_mw_envelope"], "10.417", "{row}");
+
+    let (_, days) = app
+        .get(
+            Some(&operator),
+            "/v1/metrics/efficiency?site=s1&from=2026-11-02T00:00:00Z&to=2026-11-03T00:00:00Z&per=day",
+        )
+        .await;
+    let day: rust_decimal::Decimal = days["rows"][0]["tokens_per_s_per_mw_peak"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    wattledger::dashboard::login::add_user(
+        &app.pool,
+        "ada",
+        Role::Operator,
+        None,
+        "correct horse battery",
+    )
+    .await
+    .unwrap();
+    let mut ada = crate::dashboard::Browser::new(&app);
+    ada.sign_in("ada", "correct horse battery").await;
+    let page = ada.get("/operator?from=2026-11-02&to=2026-11-02").await;
+    let shown = format!("<td class=\"num\">{}</td></tr>", day.round_dp(1));
+    assert!(page.body.contains(&shown), "{shown} in {}", page.body);
+}

@@ -29,18 +29,21 @@ const HOUR_US: i64 = 3_600_000_000;
 /// The percentile of the minutes the headroom is stated at, unless asked otherwise.
 pub const DEFAULT_PERCENTILE: Decimal = Decimal::from_parts(999, 0, 0, false, 1);
 
-/// Which meters a profile sums: the site's IT meters (its node meters, or its GPUs where it
-/// has none, as the site's IT peak counts them), or the GPUs held by jobs of one kind.
+/// Which meters a profile sums: the site's facility meters, its IT meters (its node meters,
+/// or its GPUs where it has none, as the site's IT peak counts them), or the GPUs held by
+/// jobs of one kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PowerClass {
+    Facility,
     It,
     Job(JobKind),
 }
 
 impl PowerClass {
-    /// `it` or the job kind's name, as the API and the database spell it.
+    /// `facility`, `it` or the job kind's name, as the API and the database spell it.
     pub fn as_str(self) -> &'static str {
         match self {
+            PowerClass::Facility => "facility",
             PowerClass::It => "it",
             PowerClass::Job(k) => k.as_str(),
         }
@@ -48,6 +51,7 @@ impl PowerClass {
 
     pub fn parse(s: &str) -> Option<PowerClass> {
         match s {
+            "facility" => Some(PowerClass::Facility),
             "it" => Some(PowerClass::It),
             _ => JobKind::parse(s).map(PowerClass::Job),
         }
@@ -69,6 +73,13 @@ impl HourProfile {
     pub fn peak_mw(&self) -> Option<i64> {
         self.minutes_mw.iter().flatten().copied().max()
     }
+}
+
+/// An hour's site peak, mW: its facility meters' highest minute where it has facility
+/// readings, else its IT peak × the site's static PUE (as its energy is counted then),
+/// rounded half away from zero.
+pub fn site_peak_mw(facility: Option<i64>, it: Option<i64>, static_pue: Decimal) -> Option<i64> {
+    facility.or_else(|| (Decimal::from(it?) * static_pue).round().to_i64())
 }
 
 /// Per (hour start µs, class), the profile of the meters `class_of` puts in that class.
@@ -428,6 +439,14 @@ mod tests {
     }
 
     #[test]
+    fn the_site_peak_is_the_facility_meters_else_it_times_pue() {
+        let pue = Decimal::new(125, 2);
+        assert_eq!(site_peak_mw(Some(2_100), Some(1_600), pue), Some(2_100));
+        assert_eq!(site_peak_mw(None, Some(1_600_001), pue), Some(2_000_001));
+        assert_eq!(site_peak_mw(None, None, pue), None);
+    }
+
+    #[test]
     fn nothing_measured_states_nothing() {
         assert_eq!(headroom(&[], DEFAULT_PERCENTILE), None);
         let idle = profiles(readings(1, 1, |_, _| 0), 1);
@@ -440,12 +459,12 @@ mod tests {
 
     #[test]
     fn classes_are_spelled_as_the_api_spells_them() {
-        for c in [PowerClass::It]
+        for c in [PowerClass::Facility, PowerClass::It]
             .into_iter()
             .chain(JobKind::ALL.map(PowerClass::Job))
         {
             assert_eq!(PowerClass::parse(c.as_str()), Some(c));
         }
-        assert_eq!(PowerClass::parse("facility"), None);
+        assert_eq!(PowerClass::parse("node"), None);
     }
 }

@@ -113,6 +113,19 @@ pub fn g_co2e_per_kwh(carbon_g: Option<Decimal>, carbon_mj: i64) -> Option<Decim
     (carbon_mj > 0).then(|| (g / kwh(carbon_mj)).round_dp(3).normalize())
 }
 
+/// Tokens per second per megawatt: the headline of a power-bound site, whose substation and
+/// not its GPUs limit it. `tokens` served over `hours` hours, per MW of `mw` (the site's peak
+/// draw, or its envelope), 3 places; `None` when any is zero.
+pub fn tokens_per_s_per_mw(tokens: i64, hours: i64, mw: i64) -> Option<Decimal> {
+    // 1 MW is 10^9 mW.
+    (tokens > 0 && hours > 0 && mw > 0).then(|| {
+        (Decimal::from(tokens) * Decimal::from(1_000_000_000i64)
+            / (Decimal::from(hours) * Decimal::from(3600) * Decimal::from(mw)))
+        .round_dp(3)
+        .normalize()
+    })
+}
+
 /// GPU hours of GPU time held, 4 places.
 pub fn gpu_hours(gpu_ms: i64) -> Decimal {
     (Decimal::from(gpu_ms) / Decimal::from(MS_PER_HOUR))
@@ -141,6 +154,21 @@ pub fn effectiveness(site_mj: i64, it_mj: i64, gpu_mj: i64) -> Effectiveness {
 mod tests {
     use super::*;
     use crate::units::MJ_PER_KWH;
+
+    /// The scenario hour: 3,750 tokens at a site peaking at 2 kW (1.6 kW IT × PUE 1.25)
+    /// under a 100 kW envelope: 3750 / 3600 s / 0.002 MW and / 0.1 MW.
+    #[test]
+    fn tokens_per_second_per_megawatt_of_peak_and_of_envelope() {
+        assert_eq!(tokens_per_s_per_mw(3_750, 1, 2_000_000), Some(d("520.833")));
+        assert_eq!(
+            tokens_per_s_per_mw(3_750, 1, 100_000_000),
+            Some(d("10.417"))
+        );
+        assert_eq!(tokens_per_s_per_mw(3_750, 24, 2_000_000), Some(d("21.701")));
+        assert_eq!(tokens_per_s_per_mw(0, 1, 2_000_000), None);
+        assert_eq!(tokens_per_s_per_mw(3_750, 0, 2_000_000), None);
+        assert_eq!(tokens_per_s_per_mw(3_750, 1, 0), None);
+    }
 
     fn d(s: &str) -> Decimal {
         s.parse().unwrap()

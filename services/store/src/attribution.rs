@@ -16,7 +16,7 @@ use wattledger_domain::attribution::{
 };
 use wattledger_domain::costing::{self, HourAmounts};
 use wattledger_domain::energy::{meter_steps, MeterSteps, Sample, StepGrid};
-use wattledger_domain::headroom::{hour_profiles, HourProfile, PowerClass};
+use wattledger_domain::headroom::{self, hour_profiles, HourProfile, PowerClass};
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::peaks;
 use wattledger_domain::tokens::{tokens_in_hour, HOUR_MS};
@@ -69,9 +69,10 @@ struct Window {
     /// Node meter id → its GPU meter ids (ordered by id).
     nodes: Vec<(i64, Vec<i64>)>,
     samples: HashMap<i64, Vec<Sample>>,
-    /// Each hour's coincident IT peak, mW (the `it` profile's highest minute, over the IT
-    /// meters' step peaks, else their power readings, else their counters' interval means).
-    it_peaks: Vec<(DateTime<Utc>, i64)>,
+    /// Each hour's coincident IT peak (the `it` profile's highest minute, over the IT
+    /// meters' step peaks, else their power readings, else their counters' interval means)
+    /// and site peak.
+    peaks: Vec<HourPeaks>,
     /// Each hour's power profile per class (migration 0024).
     power: Vec<(DateTime<Utc>, PowerClass, HourProfile)>,
     /// GPU meter id → allocations (job index into `jobs`).
@@ -244,23 +245,29 @@ async fn load(
     // In time order; where a meter has a step record and a raw reading at the same instant
     // (it switched from one to the other), the step record (raw = false sorts first).
     rows.sort_unstable_by_key(|r| (r.meter_id, r.ts, r.raw));
-    // The IT meters' peaks, from the rows just read: the site's node meters (a GPU always has
-    // one), or its GPUs where it has none. Every reading counts, before the dedup below; a
-    // node meter with a counter alone counts its intervals' mean power.
+    // The power readings of the facility, IT and GPU meters, from the rows just read (IT: the
+    // site's node meters, a GPU always has one, or its GPUs where it has none). Every reading
+    // counts, before the dedup below; a meter with a counter alone counts its intervals' mean
+    // power.
     let it_kind = if nodes.is_empty() { "gpu" } else { "node" };
-    let it: HashSet<i64> = meters
-        .iter()
-        .filter(|m| m.kind == it_kind)
-        .map(|m| m.id)
-        .collect();
-    let gpus: HashSet<i64> = meters
-        .iter()
-        .filter(|m| m.kind == "gpu")
-        .map(|m| m.id)
-        .collect();
+    let of_kind = |kind: &str| -> HashSet<i64> {
+        meters
+            .iter()
+            .filter(|m| m.kind == kind)
+            .map(|m| m.id)
+            .collect()
+    };
+    let sets = PowerMeters {
+        facility: of_kind("facility"),
+        it: of_kind(it_kind),
+        gpus: of_kind("gpu"),
+    };
     let readings = peaks::power_readings(
         rows.iter()
-            .filter(|r| it.contains(&r.meter_id) || gpus.contains(&r.meter_id))
+            .filter(|r| {
+                let m = &r.meter_id;
+                sets.facility.contains(m) || sets.it.contains(m) || sets.gpus.contains(m)
+            })
             .map(|r| {
                 (
                     r.meter_id,
@@ -345,19 +352,8 @@ async fn load(
             share_ppm: share_ppm(a.share).unwrap_or(PPM),
         });
     }
-    let power = power_profiles(
-        &readings,
-        (from_us, to_us),
-        &it,
-        &gpus,
-        &allocations,
-        &kinds,
-    );
-    let it_peaks = power
-        .iter()
-        .filter(|p| p.1 == PowerClass::It)
-        .filter_map(|p| Some((p.0, p.2.peak_mw()?)))
-        .collect();
+    let power = power_profiles(&readings, (from_us, to_us), &sets, &allocations, &kinds);
+    let peaks = hour_peaks(&power, policy.static_pue);
 
     let token_rows = sqlx::query_as!(
         TokenRecordRow,
@@ -390,7 +386,7 @@ async fn load(
         facility,
         nodes,
         samples,
-        it_peaks,
+        peaks,
         power,
         allocations,
         jobs,
@@ -400,19 +396,57 @@ async fn load(
     })
 }
 
-/// Each hour's profile of the IT meters and of the GPUs per kind of the job holding them
+/// Which of a site's meters the fixed classes of power profiles sum.
+struct PowerMeters {
+    facility: HashSet<i64>,
+    it: HashSet<i64>,
+    gpus: HashSet<i64>,
+}
+
+/// Each hour's IT peak and site peak (`headroom::site_peak_mw`), mW, from its profiles.
+fn hour_peaks(
+    power: &[(DateTime<Utc>, PowerClass, HourProfile)],
+    static_pue: Decimal,
+) -> Vec<HourPeaks> {
+    let mut by_hour: BTreeMap<DateTime<Utc>, (Option<i64>, Option<i64>)> = BTreeMap::new();
+    for (hour, class, p) in power {
+        let e = by_hour.entry(*hour).or_default();
+        match class {
+            PowerClass::Facility => e.0 = p.peak_mw(),
+            PowerClass::It => e.1 = p.peak_mw(),
+            PowerClass::Job(_) => {}
+        }
+    }
+    by_hour
+        .into_iter()
+        .filter(|(_, (f, it))| f.is_some() || it.is_some())
+        .map(|(hour, (facility, it))| HourPeaks {
+            hour,
+            it_mw: it,
+            site_mw: headroom::site_peak_mw(facility, it, static_pue),
+        })
+        .collect()
+}
+
+/// An hour's peaks as `site_hours` keeps them (migrations 0020 and 0024).
+struct HourPeaks {
+    hour: DateTime<Utc>,
+    it_mw: Option<i64>,
+    site_mw: Option<i64>,
+}
+
+/// Each hour's profile of the facility and IT meters and of the GPUs per kind of the job holding them
 /// (`domain::headroom`). A GPU's minute counts toward the kind of the allocation covering the
 /// minute's last millisecond, the largest share where several do (then the first job).
 fn power_profiles(
     readings: &[(i64, i64, i64)],
     (from_us, to_us): (i64, i64),
-    it: &HashSet<i64>,
-    gpus: &HashSet<i64>,
+    sets: &PowerMeters,
     allocations: &HashMap<i64, Vec<Allocation>>,
     kinds: &[Option<JobKind>],
 ) -> Vec<(DateTime<Utc>, PowerClass, HourProfile)> {
     let gpu_class = |meter: i64, minute_us: i64| {
-        if !gpus.contains(&meter) {
+        if !sets.gpus.contains(&meter) {
             return None;
         }
         let t_ms = minute_us / 1000 + STEP_MS - 1;
@@ -427,8 +461,11 @@ fn power_profiles(
     let window = (from_us, to_us);
     let mut all: BTreeMap<(i64, PowerClass), HourProfile> =
         hour_profiles(readings, window, |m, _| {
-            it.contains(&m).then_some(PowerClass::It)
+            sets.it.contains(&m).then_some(PowerClass::It)
         });
+    all.extend(hour_profiles(readings, window, |m, _| {
+        sets.facility.contains(&m).then_some(PowerClass::Facility)
+    }));
     all.extend(hour_profiles(readings, window, gpu_class));
     all.into_iter()
         .filter_map(|((hour_us, class), p)| {
@@ -720,14 +757,16 @@ async fn write(
     .execute(&mut *tx)
     .await?;
 
-    // The hours' IT peak (migration 0020), computed from the samples the window loaded.
+    // The hours' IT and site peaks (migrations 0020, 0024), from the samples the window
+    // loaded.
     sqlx::query!(
-        "UPDATE site_hours h SET it_peak_mw = p.mw
-         FROM UNNEST($2::timestamptz[], $3::bigint[]) AS p(hour, mw)
-         WHERE h.site_id = $1 AND h.hour = p.hour AND h.hour = ANY($4)",
+        "UPDATE site_hours h SET it_peak_mw = p.it, site_peak_mw = p.site
+         FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[]) AS p(hour, it, site)
+         WHERE h.site_id = $1 AND h.hour = p.hour AND h.hour = ANY($5)",
         claim.site_id,
-        &window.it_peaks.iter().map(|p| p.0).collect::<Vec<_>>(),
-        &window.it_peaks.iter().map(|p| p.1).collect::<Vec<_>>(),
+        &window.peaks.iter().map(|p| p.hour).collect::<Vec<_>>(),
+        &window.peaks.iter().map(|p| p.it_mw).collect::<Vec<_>>() as &[Option<i64>],
+        &window.peaks.iter().map(|p| p.site_mw).collect::<Vec<_>>() as &[Option<i64>],
         &hours,
     )
     .execute(&mut *tx)

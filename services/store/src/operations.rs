@@ -17,6 +17,11 @@ pub struct SiteDay {
     pub peak_hour_mj: i64,
     /// The day's highest one-minute IT draw from the step peaks (`site_hours.it_peak_mw`).
     pub it_peak_mw: Option<i64>,
+    /// The day's highest one-minute site draw (`site_hours.site_peak_mw`).
+    pub site_peak_mw: Option<i64>,
+    /// Hours attributed, and tokens served that day (the usage rollup's, whole days).
+    pub hours: i64,
+    pub tokens: i64,
     pub allocated_gpu_ms: i64,
     pub capacity_gpu_ms: i64,
 }
@@ -29,15 +34,29 @@ pub async fn site_days(
 ) -> StoreResult<Vec<SiteDay>> {
     Ok(sqlx::query_as!(
         SiteDay,
-        r#"SELECT s.key AS site, date_trunc('day', h.hour) AS "day!",
-                sum(h.site_mj)::bigint AS "site_mj!", sum(h.it_mj)::bigint AS "it_mj!",
-                sum(h.gpu_mj)::bigint AS "gpu_mj!", sum(h.idle_mj)::bigint AS "idle_mj!",
-                max(h.site_mj)::bigint AS "peak_hour_mj!", max(h.it_peak_mw)::bigint AS it_peak_mw,
-                sum(h.allocated_gpu_ms)::bigint AS "allocated_gpu_ms!",
-                sum(h.capacity_gpu_ms)::bigint AS "capacity_gpu_ms!"
-         FROM site_hours h JOIN sites s ON s.id = h.site_id
-         WHERE h.hour >= $1 AND h.hour < $2
-         GROUP BY s.key, 2 ORDER BY s.key, 2"#,
+        r#"WITH days AS (
+             SELECT h.site_id, date_trunc('day', h.hour) AS day,
+                    sum(h.site_mj)::bigint AS site_mj, sum(h.it_mj)::bigint AS it_mj,
+                    sum(h.gpu_mj)::bigint AS gpu_mj, sum(h.idle_mj)::bigint AS idle_mj,
+                    max(h.site_mj)::bigint AS peak_hour_mj, max(h.it_peak_mw)::bigint AS it_peak_mw,
+                    max(h.site_peak_mw)::bigint AS site_peak_mw,
+                    sum(h.allocated_gpu_ms)::bigint AS allocated_gpu_ms,
+                    sum(h.capacity_gpu_ms)::bigint AS capacity_gpu_ms, count(*) AS hours
+             FROM site_hours h WHERE h.hour >= $1 AND h.hour < $2
+             GROUP BY 1, 2
+         ), tokens AS (
+             SELECT u.site_id, u.day, sum(u.prompt_tokens + u.generated_tokens)::bigint AS tokens
+             FROM usage_days u WHERE u.day >= date_trunc('day', $1::timestamptz) AND u.day < $2
+             GROUP BY 1, 2
+         )
+         SELECT s.key AS site, d.day AS "day!", d.site_mj AS "site_mj!", d.it_mj AS "it_mj!",
+                d.gpu_mj AS "gpu_mj!", d.idle_mj AS "idle_mj!", d.peak_hour_mj AS "peak_hour_mj!",
+                d.it_peak_mw, d.site_peak_mw, d.allocated_gpu_ms AS "allocated_gpu_ms!",
+                d.capacity_gpu_ms AS "capacity_gpu_ms!", d.hours AS "hours!",
+                coalesce(t.tokens, 0) AS "tokens!"
+         FROM days d JOIN sites s ON s.id = d.site_id
+         LEFT JOIN tokens t ON t.site_id = d.site_id AND t.day = d.day
+         ORDER BY s.key, d.day"#,
         from,
         to,
     )

@@ -285,6 +285,9 @@ pub struct SiteTotals {
     pub allocated_gpu_ms: i64,
     pub capacity_gpu_ms: i64,
     pub hours: i64,
+    /// The period's highest one-minute site draw (`site_hours.site_peak_mw`).
+    pub site_peak_mw: Option<i64>,
+    pub envelope_w: i64,
 }
 
 /// Per-site meter totals from `site_hours` (the PUE/ITUE/TUE inputs), per hour or per day
@@ -305,7 +308,9 @@ pub async fn site_totals(
                 sum(h.gpu_mj)::bigint AS gpu_mj, sum(h.idle_mj)::bigint AS idle_mj,
                 sum(h.estimated_mj)::bigint AS estimated_mj,
                 sum(h.allocated_gpu_ms)::bigint AS allocated_gpu_ms,
-                sum(h.capacity_gpu_ms)::bigint AS capacity_gpu_ms, count(*) AS hours
+                sum(h.capacity_gpu_ms)::bigint AS capacity_gpu_ms, count(*) AS hours,
+                max(h.site_peak_mw)::bigint AS site_peak_mw,
+                max(s.power_envelope_w)::bigint AS envelope_w
          FROM site_hours h JOIN sites s ON s.id = h.site_id
          WHERE ($1::timestamptz IS NULL OR h.hour >= $1)
            AND ($2::timestamptz IS NULL OR h.hour < $2)
@@ -334,6 +339,9 @@ pub struct LatestHour {
     pub tokens: i64,
     pub carbon_g: Option<Decimal>,
     pub carbon_mj: i64,
+    /// The hour's highest one-minute site draw, and the site's envelope.
+    pub site_peak_mw: Option<i64>,
+    pub envelope_w: i64,
     /// Σ site energy over every attributed hour (a counter).
     pub energy_mj_total: i64,
 }
@@ -344,7 +352,7 @@ pub async fn latest_hours(pool: &PgPool) -> StoreResult<Vec<LatestHour>> {
         LatestHour,
         r#"WITH latest AS (
              SELECT DISTINCT ON (site_id) site_id, hour, site_mj, it_mj, gpu_mj, idle_mj,
-                    allocated_gpu_ms, capacity_gpu_ms
+                    allocated_gpu_ms, capacity_gpu_ms, site_peak_mw
              FROM site_hours
              -- The hour in progress is partial: its mean power and ratios would mislead.
              WHERE hour < date_trunc('hour', now())
@@ -361,7 +369,8 @@ pub async fn latest_hours(pool: &PgPool) -> StoreResult<Vec<LatestHour>> {
                           AND g.hour = l.hour AND g.carbon_g IS NOT NULL), 0)::bigint
                     AS "carbon_mj!",
                 (SELECT sum(site_mj) FROM site_hours h WHERE h.site_id = l.site_id)::bigint
-                    AS "energy_mj_total!"
+                    AS "energy_mj_total!",
+                l.site_peak_mw, s.power_envelope_w AS envelope_w
          FROM latest l JOIN sites s ON s.id = l.site_id
          ORDER BY s.key"#,
     )

@@ -18,6 +18,7 @@ use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use wattledger_domain::headroom::{self, PowerClass};
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::metrics;
 use wattledger_store::inventory;
 use wattledger_store::operations::{self, MeterHealth, SiteDay};
 use wattledger_store::power;
@@ -37,6 +38,7 @@ pub struct DayRow {
     pub allocated: String,
     pub peak_kw: String,
     pub step_peak_kw: String,
+    pub tokens_per_mw: String,
 }
 
 pub struct MeterRow {
@@ -64,6 +66,7 @@ pub struct HeadroomRow {
 /// How the page names a class of meters.
 fn class_label(class: &str) -> &'static str {
     match PowerClass::parse(class) {
+        Some(PowerClass::Facility) => "Facility meters",
         Some(PowerClass::It) => "All IT meters",
         Some(PowerClass::Job(JobKind::Training)) => "GPUs in training jobs",
         Some(PowerClass::Job(JobKind::Inference)) => "GPUs serving inference",
@@ -111,7 +114,7 @@ pub struct SiteView {
     pub resets: i64,
 }
 
-const DAY_COLUMNS: [Column; 9] = [
+const DAY_COLUMNS: [Column; 10] = [
     Column::num("day", "Day"),
     Column::num("energy", "Energy"),
     Column::num("pue", "PUE"),
@@ -121,6 +124,7 @@ const DAY_COLUMNS: [Column; 9] = [
     Column::num("allocated", "GPUs allocated"),
     Column::num("peak", "Peak hour kW"),
     Column::num("step_peak", "Peak minute IT kW"),
+    Column::num("tokens_mw", "Tokens/s per MW of peak"),
 ];
 
 /// The meter column sorts in tree order (facility, nodes, GPUs, MIG slices).
@@ -153,6 +157,11 @@ pub struct View {
     to: Option<String>,
     dsort: Option<String>,
     msort: Option<String>,
+}
+
+/// A day's tokens per second per MW of its peak site draw.
+fn tokens_per_mw(d: &SiteDay) -> Option<Decimal> {
+    metrics::tokens_per_s_per_mw(d.tokens, d.hours, d.site_peak_mw?)
 }
 
 fn ratio_key(a: i64, b: i64) -> Key {
@@ -302,6 +311,7 @@ pub async fn page(
                             ratio_key(d.allocated_gpu_ms, d.capacity_gpu_ms),
                             Key::Num(Decimal::from(d.peak_hour_mj)),
                             Key::Num(Decimal::from(d.it_peak_mw.unwrap_or(-1))),
+                            Key::Num(tokens_per_mw(d).unwrap_or(Decimal::NEGATIVE_ONE)),
                         ],
                         DayRow {
                             day: d.day.format("%a %b %-d").to_string(),
@@ -313,6 +323,7 @@ pub async fn page(
                             allocated: pct(Decimal::from(d.allocated_gpu_ms), Decimal::from(d.capacity_gpu_ms)),
                             peak_kw: grouped(kw_of_hour(d.peak_hour_mj), 1),
                             step_peak_kw: d.it_peak_mw.map_or_else(|| "–".into(), |mw| grouped(kw_of_mw(mw), 1)),
+                            tokens_per_mw: tokens_per_mw(d).map_or_else(|| "–".into(), |t| grouped(t, 1)),
                         },
                     )
                 })

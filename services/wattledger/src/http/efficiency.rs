@@ -1,6 +1,7 @@
 //! `GET /v1/metrics/efficiency`: per site and hour (or day), the figures operators report —
 //! tokens per kWh on total and IT energy, PUE, ITUE, TUE, the idle and allocated-GPU
-//! fractions, and the carbon and cost intensity the site actually ran at.
+//! fractions, the carbon and cost intensity the site actually ran at, and tokens per second
+//! per MW of its peak draw and of its envelope.
 //!
 //! Site-wide figures reveal every tenant's use together, so this is for operators and
 //! finance; tenants see their own efficiency in `/v1/usage`.
@@ -18,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::input;
 use wattledger_domain::metrics::{self, effectiveness, efficiency, EnergyTotals};
-use wattledger_domain::units::{kwh, ratio};
+use wattledger_domain::units::{kwh, ratio, watts};
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
 use wattledger_store::Scope;
 
@@ -71,6 +72,16 @@ pub struct EfficiencyRow {
     /// Energy cost per currency.
     #[schema(value_type = BTreeMap<String, String>)]
     pub cost: BTreeMap<String, Decimal>,
+    /// The period's highest one-minute site draw, W: the facility meters' where the site has
+    /// them, else the IT meters' × static PUE.
+    #[schema(value_type = Option<String>)]
+    pub site_peak_w: Option<Decimal>,
+    /// Tokens per second per MW of that peak: the headline of a power-bound site.
+    #[schema(value_type = Option<String>)]
+    pub tokens_per_s_per_mw_peak: Option<Decimal>,
+    /// Tokens per second per MW of the site's power envelope.
+    #[schema(value_type = Option<String>)]
+    pub tokens_per_s_per_mw_envelope: Option<Decimal>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -160,6 +171,15 @@ pub async fn get_efficiency(
                             .collect()
                     })
                     .unwrap_or_default(),
+                site_peak_w: s.site_peak_mw.map(watts),
+                tokens_per_s_per_mw_peak: s
+                    .site_peak_mw
+                    .and_then(|mw| metrics::tokens_per_s_per_mw(tokens, s.hours, mw)),
+                tokens_per_s_per_mw_envelope: metrics::tokens_per_s_per_mw(
+                    tokens,
+                    s.hours,
+                    s.envelope_w.saturating_mul(1000),
+                ),
                 site: s.site,
                 period: s.period,
             }

@@ -17,7 +17,7 @@ use axum::response::IntoResponse;
 use rust_decimal::Decimal;
 use std::fmt::Write;
 use wattledger_domain::metrics::{self, effectiveness, efficiency, EnergyTotals};
-use wattledger_domain::units::ratio;
+use wattledger_domain::units::{ratio, watts};
 use wattledger_store::usage::{self, Backlog, LatestHour};
 
 #[utoipa::path(get, path = "/metrics", tag = "service",
@@ -217,6 +217,24 @@ pub fn render(sites: &[LatestHour], backlog: &Backlog, writer: &WriterHealth) ->
             &|s| eff(s).tokens_per_kwh_it.map(num),
         ),
         site_family(
+            "wattledger_site_peak_watts",
+            "gauge",
+            "Highest one-minute site draw in the latest attributed hour (facility meters, else IT meters x static PUE).",
+            &|s| s.site_peak_mw.map(|mw| num(watts(mw))),
+        ),
+        site_family(
+            "wattledger_site_tokens_per_second_per_megawatt_peak",
+            "gauge",
+            "Tokens per second per MW of the site's peak draw over the latest attributed hour.",
+            &|s| s.site_peak_mw.and_then(|mw| metrics::tokens_per_s_per_mw(s.tokens, 1, mw)).map(num),
+        ),
+        site_family(
+            "wattledger_site_tokens_per_second_per_megawatt_envelope",
+            "gauge",
+            "Tokens per second per MW of the site's power envelope over the latest attributed hour.",
+            &|s| metrics::tokens_per_s_per_mw(s.tokens, 1, s.envelope_w.saturating_mul(1000)).map(num),
+        ),
+        site_family(
             "wattledger_site_carbon_intensity_grams_per_kwh",
             "gauge",
             "Operational carbon per kWh the site ran at (location-based, average intensity).",
@@ -250,6 +268,8 @@ mod tests {
             carbon_g: None,
             carbon_mj: 0,
             energy_mj_total: 7_200_000_000,
+            site_peak_mw: Some(2_000_000),
+            envelope_w: 100_000,
         };
         let text = render(
             &[site("fra1"), site("odd\"site")],
@@ -277,6 +297,13 @@ mod tests {
         );
         assert!(text.contains("site=\"odd\\\"site\""));
         assert!(text.contains("wattledger_site_power_watts{site=\"fra1\"} 2000\n"));
+        assert!(text.contains("wattledger_site_peak_watts{site=\"fra1\"} 2000\n"));
+        assert!(text.contains(
+            "wattledger_site_tokens_per_second_per_megawatt_peak{site=\"fra1\"} 520.833\n"
+        ));
+        assert!(text.contains(
+            "wattledger_site_tokens_per_second_per_megawatt_envelope{site=\"fra1\"} 10.417\n"
+        ));
         assert!(text.contains("wattledger_site_energy_joules_total{site=\"fra1\"} 7200000\n"));
         assert!(!text.contains("carbon_intensity"), "no carbon: no family");
         assert!(!text.contains("last_run"), "no run yet: no sample");
