@@ -65,6 +65,7 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
         "GET /v1/usage",
         "GET /v1/metrics/efficiency",
         "GET /v1/power/headroom",
+        "GET /v1/power/grid",
         "POST /v1/admission",
         "GET /v1/admission/decisions",
         "POST /v1/admission/kubernetes",

@@ -26,7 +26,7 @@ async fn push_site(app: &TestApp) {
         (
             "sites",
             json!([{"key": "s1", "name": "Site 1", "grid_region": "DE", "currency": "EUR",
-            "power_envelope_w": 2000, "static_pue": "1.2", "idle_policy": "platform",
+            "power_envelope_w": 1400, "static_pue": "1.2", "idle_policy": "platform",
             "platform_tenant": "platform"}]),
         ),
         (
@@ -135,6 +135,37 @@ async fn headroom_is_what_the_hand_worked_coincidence_leaves_per_class() {
         "0.5"
     );
 
+    // The site's load (no facility meter: the IT minutes × PUE 1.2): 1,440 W on even
+    // minutes and 960 W on odd ones, a 480 W swing every minute; 1,000 W of node counters
+    // × 1.2 = 1,200 W mean, so a peak-to-average of 1.2; the 30 even minutes are above the
+    // 1,400 W envelope.
+    let (status, grid) = app
+        .get(
+            Some(&operator),
+            &format!("/v1/power/grid?site=s1&from={HOUR}&to={NEXT_HOUR}"),
+        )
+        .await;
+    assert_eq!(status, 200, "{grid}");
+    assert_eq!(grid["sites"][0]["envelope_w"], 1400);
+    let day = &grid["sites"][0]["days"][0];
+    assert_eq!(day["minutes"], 60, "{day}");
+    assert_eq!(
+        [&day["peak_w"], &day["mean_w"], &day["peak_to_average"]],
+        ["1440", "1200", "1.2"],
+        "{day}"
+    );
+    assert_eq!(
+        [
+            &day["rise_1m_w"],
+            &day["fall_1m_w"],
+            &day["rise_15m_w"],
+            &day["fall_15m_w"]
+        ],
+        ["480", "480", "480", "480"],
+        "{day}"
+    );
+    assert_eq!(day["minutes_over_envelope"], 30, "{day}");
+
     // At P50 the IT minutes' median is the odd minutes' 800 W: 1400/800 − 1 = 75 %.
     let (_, p50) = app
         .get(
@@ -182,6 +213,10 @@ async fn headroom_is_what_the_hand_worked_coincidence_leaves_per_class() {
     ada.sign_in("ada", "correct horse battery").await;
     let page = ada.get("/operator?from=2026-11-02&to=2026-11-02").await;
     assert_eq!(page.status, 200);
+    // The day's load shape beside it: peak over mean, the 15-minute swings, minutes over.
+    let shape =
+        "<td class=\"num\">1.20</td><td class=\"num\">0.5 / 0.5</td><td class=\"num\">30</td></tr>";
+    assert!(page.body.contains(shape), "{shape} in {}", page.body);
     assert!(
         page.body.contains("<th scope=\"row\">GPUs serving inference</th><td class=\"num\">0.4</td><td class=\"num\">0.4</td><td class=\"num\">0.6</td><td class=\"num\">0.67</td><td class=\"num\">50.0%</td>"),
         "{}",
@@ -234,6 +269,11 @@ async fn tokens_per_megawatt_divide_the_hours_tokens_by_its_peak_and_its_envelop
     let mut ada = crate::dashboard::Browser::new(&app);
     ada.sign_in("ada", "correct horse battery").await;
     let page = ada.get("/operator?from=2026-11-02&to=2026-11-02").await;
-    let shown = format!("<td class=\"num\">{}</td></tr>", day.round_dp(1));
+    // The tokens column, then the load shape: the node's counter reads a flat 1.6 kW, so the
+    // peak is the mean, nothing swings, and 2 kW stays under the 100 kW envelope.
+    let shown = format!(
+        "<td class=\"num\">{}</td><td class=\"num\">1.00</td><td class=\"num\">0.0 / 0.0</td><td class=\"num\">0</td></tr>",
+        day.round_dp(1)
+    );
     assert!(page.body.contains(&shown), "{shown} in {}", page.body);
 }

@@ -13,6 +13,7 @@ pub mod energy;
 pub mod headroom;
 pub mod input;
 pub mod job_kind;
+pub mod load_shape;
 pub mod metrics;
 pub mod peaks;
 pub mod quality;

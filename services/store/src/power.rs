@@ -15,26 +15,33 @@ pub struct PowerHour {
     /// Per minute of the hour, mW; `None` where no meter of the class reported.
     pub minutes_mw: Vec<Option<i64>>,
     pub parts_peak_mw: i64,
+    /// The site-hour's metered site energy (`site_hours.site_mj`).
+    pub site_mj: Option<i64>,
 }
 
-/// The profiles of the hours in `[from, to)`, of one site or every site, in site and hour
-/// order.
+/// The profiles of the hours in `[from, to)`, of one site or every site, of the given
+/// classes or all, in site and hour order.
 pub async fn hours(
     pool: &PgPool,
     site_id: Option<i64>,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
+    classes: Option<&[&str]>,
 ) -> StoreResult<Vec<PowerHour>> {
     Ok(sqlx::query_as!(
         PowerHour,
         r#"SELECT s.key AS site, p.hour, p.class,
-                  p.minutes_mw AS "minutes_mw: Vec<Option<i64>>", p.parts_peak_mw
+                  p.minutes_mw AS "minutes_mw: Vec<Option<i64>>", p.parts_peak_mw,
+                  h.site_mj AS "site_mj?"
            FROM site_hour_power p JOIN sites s ON s.id = p.site_id
+           LEFT JOIN site_hours h ON h.site_id = p.site_id AND h.hour = p.hour
            WHERE p.hour >= $1 AND p.hour < $2 AND ($3::bigint IS NULL OR p.site_id = $3)
+             AND ($4::text[] IS NULL OR p.class = ANY($4))
            ORDER BY s.key, p.hour, p.class"#,
         from,
         to,
         site_id,
+        classes as Option<&[&str]>,
     )
     .fetch_all(pool)
     .await?)

@@ -18,6 +18,7 @@ use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use wattledger_domain::headroom::{self, PowerClass};
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::load_shape::LoadShape;
 use wattledger_domain::metrics;
 use wattledger_store::inventory;
 use wattledger_store::operations::{self, MeterHealth, SiteDay};
@@ -39,6 +40,10 @@ pub struct DayRow {
     pub peak_kw: String,
     pub step_peak_kw: String,
     pub tokens_per_mw: String,
+    pub peak_to_average: String,
+    /// The largest rise and fall within 15 minutes, kW.
+    pub swing_15m: String,
+    pub over_envelope: String,
 }
 
 pub struct MeterRow {
@@ -114,7 +119,7 @@ pub struct SiteView {
     pub resets: i64,
 }
 
-const DAY_COLUMNS: [Column; 10] = [
+const DAY_COLUMNS: [Column; 13] = [
     Column::num("day", "Day"),
     Column::num("energy", "Energy"),
     Column::num("pue", "PUE"),
@@ -125,6 +130,9 @@ const DAY_COLUMNS: [Column; 10] = [
     Column::num("peak", "Peak hour kW"),
     Column::num("step_peak", "Peak minute IT kW"),
     Column::num("tokens_mw", "Tokens/s per MW of peak"),
+    Column::num("par", "Peak / mean"),
+    Column::num("swing", "15-min rise / fall kW"),
+    Column::num("over", "Minutes over envelope"),
 ];
 
 /// The meter column sorts in tree order (facility, nodes, GPUs, MIG slices).
@@ -251,7 +259,13 @@ pub async fn page(
     };
     let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
     let sites = inventory::list_sites(&state.pool).await?;
-    let power = power::hours(&state.pool, None, range.from, range.to).await?;
+    let power = power::hours(&state.pool, None, range.from, range.to, None).await?;
+    let shapes: BTreeMap<String, BTreeMap<i64, LoadShape>> =
+        crate::http::power::load_shapes(&state.pool, None, range.from, range.to)
+            .await?
+            .into_iter()
+            .map(|(site, _, days)| (site, days))
+            .collect();
     let mut headroom: BTreeMap<String, Vec<HeadroomRow>> =
         crate::http::power::by_site(power, headroom::DEFAULT_PERCENTILE)
             .into_iter()
@@ -271,6 +285,7 @@ pub async fn page(
         .iter()
         .map(|s| {
             let days = by_site_days.remove(&s.key).unwrap_or_default();
+            let site_shapes = shapes.get(&s.key);
             let envelope_kw = Decimal::from(s.power_envelope_w) / Decimal::ONE_THOUSAND;
             let last_peak = days.last().map_or(0, |d| d.peak_hour_mj);
             let last_day = days.last().map(|d| d.day.format("%b %-d").to_string()).unwrap_or_default();
@@ -300,6 +315,7 @@ pub async fn page(
             let mut rows: Vec<(Vec<Key>, DayRow)> = days
                 .iter()
                 .map(|d| {
+                    let shape = site_shapes.and_then(|s| s.get(&d.day.timestamp_micros()));
                     (
                         vec![
                             Key::Num(Decimal::from(d.day.timestamp())),
@@ -312,6 +328,9 @@ pub async fn page(
                             Key::Num(Decimal::from(d.peak_hour_mj)),
                             Key::Num(Decimal::from(d.it_peak_mw.unwrap_or(-1))),
                             Key::Num(tokens_per_mw(d).unwrap_or(Decimal::NEGATIVE_ONE)),
+                            Key::Num(shape.and_then(|l| l.peak_to_average).unwrap_or(Decimal::NEGATIVE_ONE)),
+                            Key::Num(Decimal::from(shape.map_or(-1, |l| l.rise_15m_mw.max(l.fall_15m_mw)))),
+                            Key::Num(Decimal::from(shape.map_or(-1, |l| l.over_envelope as i64))),
                         ],
                         DayRow {
                             day: d.day.format("%a %b %-d").to_string(),
@@ -324,6 +343,14 @@ pub async fn page(
                             peak_kw: grouped(kw_of_hour(d.peak_hour_mj), 1),
                             step_peak_kw: d.it_peak_mw.map_or_else(|| "–".into(), |mw| grouped(kw_of_mw(mw), 1)),
                             tokens_per_mw: tokens_per_mw(d).map_or_else(|| "–".into(), |t| grouped(t, 1)),
+                            peak_to_average: shape
+                                .and_then(|l| l.peak_to_average)
+                                .map_or_else(|| "–".into(), |r| grouped(r, 2)),
+                            swing_15m: shape.map_or_else(
+                                || "–".into(),
+                                |l| format!("{} / {}", grouped(kw_of_mw(l.rise_15m_mw), 1), grouped(kw_of_mw(l.fall_15m_mw), 1)),
+                            ),
+                            over_envelope: shape.map_or_else(|| "–".into(), |l| l.over_envelope.to_string()),
                         },
                     )
                 })

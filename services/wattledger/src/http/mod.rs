@@ -96,6 +96,7 @@ pub fn app(state: AppState) -> Router {
         .merge(chargeback::router())
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
         .route("/v1/power/headroom", get(power::get_headroom))
+        .route("/v1/power/grid", get(power::get_grid))
         .merge(crate::dashboard::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))

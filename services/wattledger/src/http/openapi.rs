@@ -15,7 +15,7 @@ use utoipa::{Modify, OpenApi};
         ingest::inventory::tenants, ingest::inventory::sites, ingest::inventory::models, ingest::inventory::device_models, ingest::inventory::meters,
         ingest::samples::samples_batch, ingest::jobs::jobs_batch, ingest::tokens::tokens_batch, ingest::signals::signals_batch,
         usage::get_usage, usage::list_jobs, usage::get_job, usage::list_sites, usage::list_tenants,
-        efficiency::get_efficiency, power::get_headroom,
+        efficiency::get_efficiency, power::get_headroom, power::get_grid,
         admission::ask, admission::decisions, admission::kubernetes,
         webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
         webhooks::rotate, webhooks::test, webhooks::messages, webhooks::redeliver,
@@ -30,7 +30,7 @@ use utoipa::{Modify, OpenApi};
          (name = "query", description = "Usage, jobs and inventory"),
          (name = "admission", description = "Schedulers ask before starting a job"),
          (name = "budgets", description = "Limits on energy, cost and carbon per tenant and period"),
-         (name = "power", description = "Measured power headroom of sites"),
+         (name = "power", description = "Sites' measured power: headroom, peaks and swings"),
          (name = "chargeback", description = "Month close, statements, CSV and FOCUS exports"),
          (name = "webhooks", description = "Signed alert deliveries to tenants' endpoints"),
          (name = "service", description = "Health"))

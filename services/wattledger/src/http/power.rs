@@ -1,7 +1,10 @@
-//! `GET /v1/power/headroom`: per site, day and class of meters (the site's IT meters, the
-//! GPUs per kind of job holding them), how far the parts' peaks coincide and how much more
-//! provisioned peak would fit in what they draw at a percentile of the minutes
-//! (`domain::headroom` defines each figure). For operators: it shows every tenant's draw.
+//! A site's power as operators and the grid see it. `GET /v1/power/headroom`: per site, day
+//! and class of meters (the site's IT meters, the GPUs per kind of job holding them), how
+//! far the parts' peaks coincide and how much more provisioned peak would fit in what they
+//! draw at a percentile of the minutes (`domain::headroom`). `GET /v1/power/grid`: per site
+//! and day, its peak, peak-to-average ratio, largest rises and falls within 1 and 15
+//! minutes, and minutes above its envelope (`domain::load_shape`). For operators: both
+//! show every tenant's draw together.
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query};
@@ -16,8 +19,9 @@ use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::headroom::{self, Headroom, HourProfile, PowerClass};
 use wattledger_domain::input;
+use wattledger_domain::load_shape::{self, LoadShape, SiteHour};
 use wattledger_domain::units::watts;
-use wattledger_store::power;
+use wattledger_store::{inventory, power};
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -96,7 +100,7 @@ pub async fn get_headroom(
     let percentile = percentile(p.percentile.as_deref())?;
     let (from, to) = super::extract::span_of(p.from, p.to, Duration::days(7))?;
     let site_id = super::extract::site_filter(&state.pool, p.site.as_ref()).await?;
-    let rows = power::hours(&state.pool, site_id, from, to).await?;
+    let rows = power::hours(&state.pool, site_id, from, to, None).await?;
     Ok(Json(HeadroomResponse {
         from,
         to,
@@ -173,5 +177,170 @@ fn out(class: PowerClass, h: &Headroom) -> HeadroomOut {
         parts_peak_w: watts(h.parts_peak_mw),
         coincidence_factor: h.coincidence_factor.normalize(),
         headroom: h.headroom.normalize(),
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct GridParams {
+    /// Site key; default every site.
+    pub site: Option<String>,
+    /// Start (RFC 3339, inclusive); default 7 days before `to`.
+    #[serde(default, deserialize_with = "input::de::opt_time")]
+    pub from: Option<DateTime<Utc>>,
+    /// End (RFC 3339, exclusive); default now.
+    #[serde(default, deserialize_with = "input::de::opt_time")]
+    pub to: Option<DateTime<Utc>>,
+}
+
+/// One site-day's load shape. The site's power per minute is its facility meters' draw
+/// where it has them, else its IT meters' × static PUE.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GridDay {
+    pub day: DateTime<Utc>,
+    /// Minutes with a reading.
+    pub minutes: usize,
+    #[schema(value_type = String)]
+    pub peak_w: Decimal,
+    /// Mean power from metered site energy over the hours measured.
+    #[schema(value_type = Option<String>)]
+    pub mean_w: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub peak_to_average: Option<Decimal>,
+    /// The largest rise and fall between minutes at most 1 and 15 minutes apart, W.
+    #[schema(value_type = String)]
+    pub rise_1m_w: Decimal,
+    #[schema(value_type = String)]
+    pub fall_1m_w: Decimal,
+    #[schema(value_type = String)]
+    pub rise_15m_w: Decimal,
+    #[schema(value_type = String)]
+    pub fall_15m_w: Decimal,
+    /// Minutes above the envelope.
+    pub minutes_over_envelope: usize,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SiteGrid {
+    pub site: String,
+    pub envelope_w: i64,
+    pub days: Vec<GridDay>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GridResponse {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub sites: Vec<SiteGrid>,
+}
+
+#[utoipa::path(get, path = "/v1/power/grid", tag = "power", params(GridParams),
+    responses((status = 200, body = GridResponse), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_grid(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(p): Query<GridParams>,
+) -> ApiResult<Json<GridResponse>> {
+    caller.require(&[Role::Operator])?;
+    let (from, to) = super::extract::span_of(p.from, p.to, Duration::days(7))?;
+    let site_id = super::extract::site_filter(&state.pool, p.site.as_ref()).await?;
+    Ok(Json(GridResponse {
+        from,
+        to,
+        sites: load_shapes(&state.pool, site_id, from, to)
+            .await?
+            .into_iter()
+            .map(|(site, envelope_w, days)| SiteGrid {
+                site,
+                envelope_w,
+                days: days
+                    .into_iter()
+                    .filter_map(|(day, s)| {
+                        Some(grid_day(DateTime::from_timestamp_micros(day)?, &s))
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }))
+}
+
+/// Each site's (key, envelope W) load shape per day in `[from, to)`, from its facility and
+/// IT profiles and its metered energy.
+pub(crate) async fn load_shapes(
+    pool: &sqlx::PgPool,
+    site_id: Option<i64>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> wattledger_store::StoreResult<Vec<(String, i64, BTreeMap<i64, LoadShape>)>> {
+    let classes = [PowerClass::Facility.as_str(), PowerClass::It.as_str()];
+    let rows = power::hours(pool, site_id, from, to, Some(&classes)).await?;
+    // Per site, per hour: its facility and IT profiles and its metered energy.
+    type Hour = (Option<HourProfile>, Option<HourProfile>, Option<i64>);
+    let mut by_site: BTreeMap<String, BTreeMap<i64, Hour>> = BTreeMap::new();
+    for r in rows {
+        let hour = by_site
+            .entry(r.site)
+            .or_default()
+            .entry(r.hour.timestamp_micros())
+            .or_default();
+        let profile = HourProfile {
+            minutes_mw: r.minutes_mw,
+            parts_peak_mw: r.parts_peak_mw,
+        };
+        match PowerClass::parse(&r.class) {
+            Some(PowerClass::Facility) => hour.0 = Some(profile),
+            Some(PowerClass::It) => hour.1 = Some(profile),
+            _ => {}
+        }
+        hour.2 = r.site_mj;
+    }
+    let sites: BTreeMap<String, inventory::SiteRow> = inventory::list_sites(pool)
+        .await?
+        .into_iter()
+        .map(|s| (s.key.clone(), s))
+        .collect();
+    Ok(by_site
+        .into_iter()
+        .filter_map(|(key, hours)| {
+            let site = sites.get(&key)?;
+            let hours: Vec<SiteHour> = hours
+                .into_iter()
+                .filter_map(|(hour_us, (f, it, site_mj))| {
+                    Some(SiteHour {
+                        hour_us,
+                        minutes_mw: load_shape::site_minutes(
+                            f.as_ref(),
+                            it.as_ref(),
+                            site.static_pue,
+                        )?,
+                        site_mj,
+                    })
+                })
+                .collect();
+            let envelope_mw = site.power_envelope_w.saturating_mul(1000);
+            Some((
+                key,
+                site.power_envelope_w,
+                load_shape::daily(&hours, envelope_mw),
+            ))
+        })
+        .collect())
+}
+
+fn grid_day(day: DateTime<Utc>, s: &LoadShape) -> GridDay {
+    GridDay {
+        day,
+        minutes: s.minutes,
+        peak_w: watts(s.peak_mw),
+        mean_w: s.mean_mw.map(watts),
+        peak_to_average: s.peak_to_average,
+        rise_1m_w: watts(s.rise_1m_mw),
+        fall_1m_w: watts(s.fall_1m_mw),
+        rise_15m_w: watts(s.rise_15m_mw),
+        fall_15m_w: watts(s.fall_15m_mw),
+        minutes_over_envelope: s.over_envelope,
     }
 }
