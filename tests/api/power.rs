@@ -165,6 +165,25 @@ async fn headroom_is_what_the_hand_worked_coincidence_leaves_per_class() {
         "{day}"
     );
     assert_eq!(day["minutes_over_envelope"], 30, "{day}");
+    // /metrics says the same of the site's latest hour.
+    let text = app
+        .http
+        .get(format!("{}/metrics", app.base))
+        .bearer_auth(&operator)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "wattledger_site_ramp_up_watts{site=\"s1\",window=\"1m\"} 480\n",
+        "wattledger_site_ramp_down_watts{site=\"s1\",window=\"15m\"} 480\n",
+        "wattledger_site_peak_to_average_ratio{site=\"s1\"} 1.2\n",
+        "wattledger_site_over_envelope_seconds{site=\"s1\"} 1800\n",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
 
     // At P50 the IT minutes' median is the odd minutes' 800 W: 1400/800 − 1 = 75 %.
     let (_, p50) = app

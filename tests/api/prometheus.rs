@@ -73,6 +73,17 @@ async fn metrics_pass_promtool_and_need_an_operator() {
     );
     assert!(text.contains("wattledger_site_carbon_intensity_grams_per_kwh{site=\"s1\"} 400\n"));
     assert!(text.contains("wattledger_site_tokens_per_kwh{site=\"s1\"} 1875\n"));
+    // Power-bound figures of the hour: its node reads a flat 1.6 kW (× PUE 1.25 = 2 kW), so
+    // its peak is its mean and it never swings (tests/api/power.rs has a load that does).
+    for line in [
+        "wattledger_site_peak_watts{site=\"s1\"} 2000\n",
+        "wattledger_site_tokens_per_second_per_megawatt_peak{site=\"s1\"} 520.833\n",
+        "wattledger_site_ramp_up_watts{site=\"s1\",window=\"15m\"} 0\n",
+        "wattledger_site_peak_to_average_ratio{site=\"s1\"} 1\n",
+        "wattledger_site_over_envelope_seconds{site=\"s1\"} 0\n",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
 
     let mut check = tokio::process::Command::new(tool("promtool"))
         .args(["check", "metrics"])

@@ -339,9 +339,10 @@ pub struct LatestHour {
     pub tokens: i64,
     pub carbon_g: Option<Decimal>,
     pub carbon_mj: i64,
-    /// The hour's highest one-minute site draw, and the site's envelope.
+    /// The hour's highest one-minute site draw, and the site's envelope and static PUE.
     pub site_peak_mw: Option<i64>,
     pub envelope_w: i64,
+    pub static_pue: Decimal,
     /// Σ site energy over every attributed hour (a counter).
     pub energy_mj_total: i64,
 }
@@ -370,7 +371,7 @@ pub async fn latest_hours(pool: &PgPool) -> StoreResult<Vec<LatestHour>> {
                     AS "carbon_mj!",
                 (SELECT sum(site_mj) FROM site_hours h WHERE h.site_id = l.site_id)::bigint
                     AS "energy_mj_total!",
-                l.site_peak_mw, s.power_envelope_w AS envelope_w
+                l.site_peak_mw, s.power_envelope_w AS envelope_w, s.static_pue
          FROM latest l JOIN sites s ON s.id = l.site_id
          ORDER BY s.key"#,
     )

@@ -344,3 +344,40 @@ fn grid_day(day: DateTime<Utc>, s: &LoadShape) -> GridDay {
         minutes_over_envelope: s.over_envelope,
     }
 }
+
+/// Each site's load shape over its latest attributed hour (what `/metrics` reports of it).
+pub(crate) async fn latest_hour_shapes(
+    pool: &sqlx::PgPool,
+    latest: &[wattledger_store::usage::LatestHour],
+) -> wattledger_store::StoreResult<BTreeMap<String, LoadShape>> {
+    let (Some(from), Some(last)) = (
+        latest.iter().map(|l| l.hour).min(),
+        latest.iter().map(|l| l.hour).max(),
+    ) else {
+        return Ok(BTreeMap::new());
+    };
+    let classes = [PowerClass::Facility.as_str(), PowerClass::It.as_str()];
+    let rows = power::hours(pool, None, from, last + Duration::hours(1), Some(&classes)).await?;
+    Ok(latest
+        .iter()
+        .filter_map(|l| {
+            let of = |class: PowerClass| {
+                rows.iter()
+                    .find(|r| r.site == l.site && r.hour == l.hour && r.class == class.as_str())
+                    .map(|r| HourProfile {
+                        minutes_mw: r.minutes_mw.clone(),
+                        parts_peak_mw: r.parts_peak_mw,
+                    })
+            };
+            let minutes = load_shape::site_minutes(
+                of(PowerClass::Facility).as_ref(),
+                of(PowerClass::It).as_ref(),
+                l.static_pue,
+            )?;
+            // mJ over an hour as mW.
+            let mean = Some(l.site_mj / 3_600);
+            let shape = load_shape::load_shape(&minutes, mean, l.envelope_w.saturating_mul(1000))?;
+            Some((l.site.clone(), shape))
+        })
+        .collect())
+}

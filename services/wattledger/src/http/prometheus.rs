@@ -15,7 +15,9 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use rust_decimal::Decimal;
+use std::collections::BTreeMap;
 use std::fmt::Write;
+use wattledger_domain::load_shape::LoadShape;
 use wattledger_domain::metrics::{self, effectiveness, efficiency, EnergyTotals};
 use wattledger_domain::units::{ratio, watts};
 use wattledger_store::usage::{self, Backlog, LatestHour};
@@ -30,13 +32,14 @@ pub async fn get_metrics(
 ) -> ApiResult<impl IntoResponse> {
     caller.require(&[Role::Operator])?;
     let sites = usage::latest_hours(&state.pool).await?;
+    let shapes = super::power::latest_hour_shapes(&state.pool, &sites).await?;
     let backlog = usage::backlog(&state.pool).await?;
     Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        render(&sites, &backlog, &state.admission.writer_health()),
+        render(&sites, &shapes, &backlog, &state.admission.writer_health()),
     ))
 }
 
@@ -77,8 +80,32 @@ fn num(d: Decimal) -> String {
     d.normalize().to_string()
 }
 
-/// The exposition text for these sites and this backlog.
-pub fn render(sites: &[LatestHour], backlog: &Backlog, writer: &WriterHealth) -> String {
+/// The exposition text for these sites (with their latest hour's load shape) and this
+/// backlog.
+pub fn render(
+    sites: &[LatestHour],
+    shapes: &BTreeMap<String, LoadShape>,
+    backlog: &Backlog,
+    writer: &WriterHealth,
+) -> String {
+    let shape_family =
+        |name, help, value: &dyn Fn(&LoadShape) -> Vec<(&'static str, String)>| Family {
+            name,
+            kind: "gauge",
+            help,
+            samples: shapes
+                .iter()
+                .flat_map(|(site, l)| {
+                    value(l).into_iter().map(move |(window, v)| {
+                        let mut labels = vec![("site", site.clone())];
+                        if !window.is_empty() {
+                            labels.push(("window", window.to_owned()));
+                        }
+                        (labels, v)
+                    })
+                })
+                .collect(),
+        };
     let site_family = |name, kind, help, value: &dyn Fn(&LatestHour) -> Option<String>| Family {
         name,
         kind,
@@ -234,6 +261,26 @@ pub fn render(sites: &[LatestHour], backlog: &Backlog, writer: &WriterHealth) ->
             "Tokens per second per MW of the site's power envelope over the latest attributed hour.",
             &|s| metrics::tokens_per_s_per_mw(s.tokens, 1, s.envelope_w.saturating_mul(1000)).map(num),
         ),
+        shape_family(
+            "wattledger_site_ramp_up_watts",
+            "Largest rise of site power within the window (1m, 15m) in the latest attributed hour.",
+            &|l| vec![("1m", num(watts(l.rise_1m_mw))), ("15m", num(watts(l.rise_15m_mw)))],
+        ),
+        shape_family(
+            "wattledger_site_ramp_down_watts",
+            "Largest fall of site power within the window (1m, 15m) in the latest attributed hour.",
+            &|l| vec![("1m", num(watts(l.fall_1m_mw))), ("15m", num(watts(l.fall_15m_mw)))],
+        ),
+        shape_family(
+            "wattledger_site_peak_to_average_ratio",
+            "Peak minute over mean site power in the latest attributed hour.",
+            &|l| l.peak_to_average.map(|r| ("", num(r))).into_iter().collect(),
+        ),
+        shape_family(
+            "wattledger_site_over_envelope_seconds",
+            "Time the site's power spent above its envelope in the latest attributed hour.",
+            &|l| vec![("", (l.over_envelope * 60).to_string())],
+        ),
         site_family(
             "wattledger_site_carbon_intensity_grams_per_kwh",
             "gauge",
@@ -270,9 +317,17 @@ mod tests {
             energy_mj_total: 7_200_000_000,
             site_peak_mw: Some(2_000_000),
             envelope_w: 100_000,
+            static_pue: Decimal::new(125, 2),
         };
+        let shape = wattledger_domain::load_shape::load_shape(
+            &[Some(2_000_000), Some(1_500_000), Some(2_100_000)],
+            Some(2_000_000),
+            2_050_000,
+        )
+        .unwrap();
         let text = render(
             &[site("fra1"), site("odd\"site")],
+            &BTreeMap::from([("fra1".to_owned(), shape)]),
             &Backlog {
                 dirty_hours: 0,
                 oldest_mark_age_s: None,
@@ -298,6 +353,16 @@ mod tests {
         assert!(text.contains("site=\"odd\\\"site\""));
         assert!(text.contains("wattledger_site_power_watts{site=\"fra1\"} 2000\n"));
         assert!(text.contains("wattledger_site_peak_watts{site=\"fra1\"} 2000\n"));
+        // 2.0 → 1.5 → 2.1 kW: a 600 W rise and 500 W fall, each within a minute.
+        for line in [
+            "wattledger_site_ramp_up_watts{site=\"fra1\",window=\"1m\"} 600\n",
+            "wattledger_site_ramp_up_watts{site=\"fra1\",window=\"15m\"} 600\n",
+            "wattledger_site_ramp_down_watts{site=\"fra1\",window=\"1m\"} 500\n",
+            "wattledger_site_peak_to_average_ratio{site=\"fra1\"} 1.05\n",
+            "wattledger_site_over_envelope_seconds{site=\"fra1\"} 60\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
         assert!(text.contains(
             "wattledger_site_tokens_per_second_per_megawatt_peak{site=\"fra1\"} 520.833\n"
         ));
