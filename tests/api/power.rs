@@ -232,6 +232,14 @@ async fn headroom_is_what_the_hand_worked_coincidence_leaves_per_class() {
     ada.sign_in("ada", "correct horse battery").await;
     let page = ada.get("/operator?from=2026-11-02&to=2026-11-02").await;
     assert_eq!(page.status, 200);
+    // The day's power per minute against the envelope: the line breaks nowhere (every
+    // minute measured) and the envelope is drawn at 1.4 kW.
+    assert!(page.body.contains(r#"<title id="power-s1-title">Site 1: site power per minute, Nov 2, against the envelope</title>"#), "{}", page.body);
+    assert!(
+        page.body.contains("<title>Envelope: 1.4 kW</title>"),
+        "{}",
+        page.body
+    );
     // The day's load shape beside it: peak over mean, the 15-minute swings, minutes over.
     let shape =
         "<td class=\"num\">1.20</td><td class=\"num\">0.5 / 0.5</td><td class=\"num\">30</td></tr>";

@@ -86,9 +86,17 @@ pub struct SiteHour {
     pub site_mj: Option<i64>,
 }
 
-/// Per UTC day (its start, µs), the shape of `hours`, each hour's minutes at their place in
+/// A day of a site's load: its 1,440 minutes in order (`None` where unmeasured) and their
+/// shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DayLoad {
+    pub minutes_mw: Vec<Option<i64>>,
+    pub shape: LoadShape,
+}
+
+/// Per UTC day (its start, µs), the load of `hours`, each hour's minutes at their place in
 /// the day; the mean is the energy of those hours over their length.
-pub fn daily(hours: &[SiteHour], envelope_mw: i64) -> BTreeMap<i64, LoadShape> {
+pub fn daily(hours: &[SiteHour], envelope_mw: i64) -> BTreeMap<i64, DayLoad> {
     const HOUR_US: i64 = 3_600_000_000;
     const DAY_US: i64 = 24 * HOUR_US;
     let mut days: BTreeMap<i64, (Vec<Option<i64>>, i64, i64)> = BTreeMap::new();
@@ -115,7 +123,14 @@ pub fn daily(hours: &[SiteHour], envelope_mw: i64) -> BTreeMap<i64, LoadShape> {
         .filter_map(|(day, (minutes, mj, n))| {
             // mJ over n hours as mW: mJ / (n × 3,600,000 ms) × 1,000.
             let mean = (n > 0).then(|| mj / (n * 3_600));
-            Some((day, load_shape(&minutes, mean, envelope_mw)?))
+            let shape = load_shape(&minutes, mean, envelope_mw)?;
+            Some((
+                day,
+                DayLoad {
+                    minutes_mw: minutes,
+                    shape,
+                },
+            ))
         })
         .collect()
 }
@@ -196,14 +211,16 @@ mod tests {
             h(24 * hour, 5, None),
         ];
         let d = daily(&hours, 2_000_000);
-        let first = &d[&0];
+        let first = &d[&0].shape;
+        assert_eq!(d[&0].minutes_mw.len(), 1_440);
+        assert_eq!(d[&0].minutes_mw[10 * 60], Some(1_000_000));
         assert_eq!((first.minutes, first.peak_mw), (120, 3_000_000));
         assert_eq!(first.rise_1m_mw, 2_000_000);
         // 14.4 MJ over two hours: 2 kW.
         assert_eq!(first.mean_mw, Some(2_000_000));
         assert_eq!(first.peak_to_average, Some(Decimal::new(15, 1)));
         assert_eq!(first.over_envelope, 60);
-        assert_eq!(d[&(24 * hour)].mean_mw, None);
+        assert_eq!(d[&(24 * hour)].shape.mean_mw, None);
     }
 
     #[test]

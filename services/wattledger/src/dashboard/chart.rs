@@ -1,6 +1,6 @@
-//! Charts as server-rendered SVG: a daily stacked bar chart with a line overlaid. Pure: data
-//! in, markup out; every chart has a title and a description, and the page shows the same
-//! figures in a table beside it.
+//! Charts as server-rendered SVG: a daily stacked bar chart with a line overlaid, and a line
+//! over time against a limit. Pure: data in, markup out; every chart has a title and a
+//! description, and the page shows its figures in a table beside it.
 
 use std::fmt::Write;
 
@@ -156,6 +156,107 @@ pub fn stacked(c: &Stacked) -> String {
     svg
 }
 
+/// A series over evenly spaced points (e.g. a day's minutes) against a limit.
+pub struct Line<'a> {
+    /// Unique on the page: the chart's title and description are referred to by id.
+    pub id: &'a str,
+    pub title: &'a str,
+    pub description: &'a str,
+    /// One value per point; `None` leaves a gap.
+    pub values: Vec<Option<f64>>,
+    /// Labels at some points: (index, text).
+    pub labels: Vec<(usize, String)>,
+    /// A horizontal limit drawn dashed (e.g. the power envelope): its name and value.
+    pub limit: Option<(String, f64)>,
+    pub unit: &'a str,
+}
+
+pub fn line(c: &Line) -> String {
+    let (w, h) = (760.0, 220.0);
+    let (left, right, top, bottom) = (56.0, 16.0, 12.0, 28.0);
+    let (plot_w, plot_h) = (w - left - right, h - top - bottom);
+    let top_value = c
+        .values
+        .iter()
+        .flatten()
+        .copied()
+        .chain(c.limit.as_ref().map(|l| l.1))
+        .fold(0.0, f64::max);
+    let ymax = nice(top_value);
+    let n = c.values.len().max(2);
+    let x = |i: usize| left + plot_w * i as f64 / (n - 1) as f64;
+    let y = |v: f64| top + plot_h - v / ymax * plot_h;
+    let id = esc(c.id);
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg class="chart" viewBox="0 0 {w} {h}" role="img" aria-labelledby="{id}-title {id}-desc" xmlns="http://www.w3.org/2000/svg"><title id="{id}-title">{}</title><desc id="{id}-desc">{}</desc>"#,
+        esc(c.title),
+        esc(c.description)
+    );
+    for k in 0..=4 {
+        let v = ymax * f64::from(k) / 4.0;
+        let yy = y(v);
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e5e7eb"/><text x="{}" y="{:.1}" font-size="11" text-anchor="end" fill="#6b7280">{}</text>"##,
+            w - right,
+            left - 6.0,
+            yy + 4.0,
+            short(v)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="12" y="{}" font-size="11" fill="#6b7280" transform="rotate(-90 12 {})">{}</text>"##,
+        top + plot_h / 2.0,
+        top + plot_h / 2.0,
+        esc(c.unit)
+    );
+    for (i, text) in &c.labels {
+        let _ = write!(
+            svg,
+            r##"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle" fill="#6b7280">{}</text>"##,
+            x(*i),
+            h - 8.0,
+            esc(text)
+        );
+    }
+    // One polyline per run of measured points: a gap is drawn as one.
+    let mut run: Vec<String> = Vec::new();
+    let flush = |run: &mut Vec<String>, svg: &mut String| {
+        if run.len() > 1 {
+            let _ = write!(
+                svg,
+                r##"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"/>"##,
+                run.join(" "),
+                colour(0)
+            );
+        }
+        run.clear();
+    };
+    for (i, v) in c.values.iter().enumerate() {
+        match v {
+            Some(v) => run.push(format!("{:.1},{:.1}", x(i), y(*v))),
+            None => flush(&mut run, &mut svg),
+        }
+    }
+    flush(&mut run, &mut svg);
+    if let Some((name, v)) = &c.limit {
+        let yy = y(*v);
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ef4444" stroke-width="1.5" stroke-dasharray="6 4"><title>{}: {} {}</title></line>"##,
+            w - right,
+            esc(name),
+            short(*v),
+            esc(c.unit)
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
 fn short(v: f64) -> String {
     if v >= 1_000_000.0 {
         format!("{:.1}M", v / 1_000_000.0)
@@ -198,5 +299,33 @@ mod tests {
         });
         assert_eq!(empty.matches("<rect").count(), 0);
         assert_eq!(nice(0.0), 1.0);
+    }
+
+    /// A gap splits the line; the limit is drawn and named; ids are the chart's own.
+    #[test]
+    fn a_line_breaks_at_gaps_and_shows_its_limit() {
+        let svg = line(&Line {
+            id: "power-s1",
+            title: "Site <1>",
+            description: "d",
+            values: vec![Some(1.0), Some(2.0), None, Some(3.0), Some(2.5)],
+            labels: vec![(0, "00:00".into())],
+            limit: Some(("Envelope".into(), 4.0)),
+            unit: "kW",
+        });
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert!(svg.contains("<title>Envelope: 4.0 kW</title>"));
+        assert!(svg.contains(r#"<title id="power-s1-title">Site &lt;1&gt;</title>"#));
+        // Nothing measured: the frame and the limit, no line.
+        let empty = line(&Line {
+            id: "e",
+            title: "t",
+            description: "d",
+            values: vec![None; 3],
+            labels: vec![],
+            limit: Some(("Envelope".into(), 4.0)),
+            unit: "kW",
+        });
+        assert_eq!(empty.matches("<polyline").count(), 0);
     }
 }

@@ -18,7 +18,7 @@ use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use wattledger_domain::headroom::{self, PowerClass};
 use wattledger_domain::job_kind::JobKind;
-use wattledger_domain::load_shape::LoadShape;
+use wattledger_domain::load_shape::DayLoad;
 use wattledger_domain::metrics;
 use wattledger_store::inventory;
 use wattledger_store::operations::{self, MeterHealth, SiteDay};
@@ -111,6 +111,8 @@ pub struct SiteView {
     pub step_peak_kw: Option<String>,
     pub step_peak_label: String,
     pub chart_svg: String,
+    /// The last day's site power per minute against the envelope, if measured.
+    pub power_svg: Option<String>,
     pub headroom: Vec<HeadroomRow>,
     pub days: Vec<DayRow>,
     pub meters: Vec<MeterRow>,
@@ -165,6 +167,27 @@ pub struct View {
     to: Option<String>,
     dsort: Option<String>,
     msort: Option<String>,
+}
+
+/// A site's power per minute over one day against its envelope.
+fn power_chart(site: &inventory::SiteRow, day_us: i64, load: &DayLoad) -> String {
+    let day = chrono::DateTime::from_timestamp_micros(day_us)
+        .map(|d| d.format("%b %-d").to_string())
+        .unwrap_or_default();
+    let kw = |mw: i64| mw as f64 / 1_000_000.0;
+    chart::line(&chart::Line {
+        id: &format!("power-{}", site.key),
+        title: &format!("{}: site power per minute, {day}, against the envelope", site.name),
+        description: &format!(
+            "Line: the site's draw each minute (its facility meters, else its IT meters × PUE {}), kW; dashed: the {} kW power envelope. Peak, swings and minutes over the envelope are in the day table below.",
+            site.static_pue.normalize(),
+            site.power_envelope_w / 1000
+        ),
+        values: load.minutes_mw.iter().map(|m| m.map(kw)).collect(),
+        labels: (0..=4).map(|k| (k * 360, format!("{:02}:00", k * 6))).collect(),
+        limit: Some(("Envelope".into(), site.power_envelope_w as f64 / 1000.0)),
+        unit: "kW",
+    })
 }
 
 /// A day's tokens per second per MW of its peak site draw.
@@ -260,7 +283,7 @@ pub async fn page(
     let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
     let sites = inventory::list_sites(&state.pool).await?;
     let power = power::hours(&state.pool, None, range.from, range.to, None).await?;
-    let shapes: BTreeMap<String, BTreeMap<i64, LoadShape>> =
+    let shapes: BTreeMap<String, BTreeMap<i64, DayLoad>> =
         crate::http::power::load_shapes(&state.pool, None, range.from, range.to)
             .await?
             .into_iter()
@@ -315,7 +338,9 @@ pub async fn page(
             let mut rows: Vec<(Vec<Key>, DayRow)> = days
                 .iter()
                 .map(|d| {
-                    let shape = site_shapes.and_then(|s| s.get(&d.day.timestamp_micros()));
+                    let shape = site_shapes
+                        .and_then(|s| s.get(&d.day.timestamp_micros()))
+                        .map(|d| &d.shape);
                     (
                         vec![
                             Key::Num(Decimal::from(d.day.timestamp())),
@@ -408,6 +433,9 @@ pub async fn page(
                     .map(|kw| format!("{}%", grouped(kw * Decimal::ONE_HUNDRED / envelope_kw, 1)))
                     .unwrap_or_default(),
                 chart_svg,
+                power_svg: site_shapes
+                    .and_then(|d| d.iter().next_back())
+                    .map(|(day, load)| power_chart(s, *day, load)),
                 headroom: headroom.remove(&s.key).unwrap_or_default(),
                 days: rows,
                 stale: rows_m.iter().filter(|m| m.stale && m.kind != "mig").count(),

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::headroom::{self, Headroom, HourProfile, PowerClass};
 use wattledger_domain::input;
-use wattledger_domain::load_shape::{self, LoadShape, SiteHour};
+use wattledger_domain::load_shape::{self, DayLoad, LoadShape, SiteHour};
 use wattledger_domain::units::watts;
 use wattledger_store::{inventory, power};
 
@@ -259,7 +259,7 @@ pub async fn get_grid(
                 days: days
                     .into_iter()
                     .filter_map(|(day, s)| {
-                        Some(grid_day(DateTime::from_timestamp_micros(day)?, &s))
+                        Some(grid_day(DateTime::from_timestamp_micros(day)?, &s.shape))
                     })
                     .collect(),
             })
@@ -267,14 +267,14 @@ pub async fn get_grid(
     }))
 }
 
-/// Each site's (key, envelope W) load shape per day in `[from, to)`, from its facility and
-/// IT profiles and its metered energy.
+/// Each site's (key, envelope W) load per day in `[from, to)`, from its facility and IT
+/// profiles and its metered energy.
 pub(crate) async fn load_shapes(
     pool: &sqlx::PgPool,
     site_id: Option<i64>,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-) -> wattledger_store::StoreResult<Vec<(String, i64, BTreeMap<i64, LoadShape>)>> {
+) -> wattledger_store::StoreResult<Vec<(String, i64, BTreeMap<i64, DayLoad>)>> {
     let classes = [PowerClass::Facility.as_str(), PowerClass::It.as_str()];
     let rows = power::hours(pool, site_id, from, to, Some(&classes)).await?;
     // Per site, per hour: its facility and IT profiles and its metered energy.
