@@ -46,3 +46,29 @@ pub async fn hours(
     .fetch_all(pool)
     .await?)
 }
+
+/// The profiles of given site-hours (by site key), of the given classes: one site's latest
+/// hour each for `/metrics`, however far apart their hours are.
+pub async fn at(
+    pool: &PgPool,
+    hours: &[(String, DateTime<Utc>)],
+    classes: &[&str],
+) -> StoreResult<Vec<PowerHour>> {
+    Ok(sqlx::query_as!(
+        PowerHour,
+        r#"SELECT s.key AS site, p.hour, p.class,
+                  p.minutes_mw AS "minutes_mw: Vec<Option<i64>>", p.parts_peak_mw,
+                  h.site_mj AS "site_mj?"
+           FROM UNNEST($1::text[], $2::timestamptz[]) AS l(site, hour)
+           JOIN sites s ON s.key = l.site
+           JOIN site_hour_power p ON p.site_id = s.id AND p.hour = l.hour
+           LEFT JOIN site_hours h ON h.site_id = p.site_id AND h.hour = p.hour
+           WHERE p.class = ANY($3)
+           ORDER BY s.key, p.hour, p.class"#,
+        &hours.iter().map(|h| h.0.clone()).collect::<Vec<_>>(),
+        &hours.iter().map(|h| h.1).collect::<Vec<_>>(),
+        classes as &[&str],
+    )
+    .fetch_all(pool)
+    .await?)
+}

@@ -350,14 +350,10 @@ pub(crate) async fn latest_hour_shapes(
     pool: &sqlx::PgPool,
     latest: &[wattledger_store::usage::LatestHour],
 ) -> wattledger_store::StoreResult<BTreeMap<String, LoadShape>> {
-    let (Some(from), Some(last)) = (
-        latest.iter().map(|l| l.hour).min(),
-        latest.iter().map(|l| l.hour).max(),
-    ) else {
-        return Ok(BTreeMap::new());
-    };
     let classes = [PowerClass::Facility.as_str(), PowerClass::It.as_str()];
-    let rows = power::hours(pool, None, from, last + Duration::hours(1), Some(&classes)).await?;
+    let hours: Vec<(String, DateTime<Utc>)> =
+        latest.iter().map(|l| (l.site.clone(), l.hour)).collect();
+    let rows = power::at(pool, &hours, &classes).await?;
     Ok(latest
         .iter()
         .filter_map(|l| {
