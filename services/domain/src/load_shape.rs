@@ -21,11 +21,12 @@ pub struct LoadShape {
     /// Peak / mean, 3 places.
     pub peak_to_average: Option<Decimal>,
     /// The largest rise and fall between two measured minutes at most 1 and 15 minutes
-    /// apart, mW (0 when the load never rose, or never fell).
-    pub rise_1m_mw: i64,
-    pub fall_1m_mw: i64,
-    pub rise_15m_mw: i64,
-    pub fall_15m_mw: i64,
+    /// apart, mW (0 when the load never rose, or never fell); `None` when no two minutes
+    /// that close were measured (readings 5 minutes apart say nothing of a minute's swing).
+    pub rise_1m_mw: Option<i64>,
+    pub fall_1m_mw: Option<i64>,
+    pub rise_15m_mw: Option<i64>,
+    pub fall_15m_mw: Option<i64>,
     /// Minutes above the envelope.
     pub over_envelope: usize,
 }
@@ -135,17 +136,19 @@ pub fn daily(hours: &[SiteHour], envelope_mw: i64) -> BTreeMap<i64, DayLoad> {
         .collect()
 }
 
-/// The largest rise and fall between measured minutes at most `window` apart.
-fn swings(minutes: &[Option<i64>], window: usize) -> (i64, i64) {
-    let (mut rise, mut fall) = (0, 0);
+/// The largest rise and fall between measured minutes at most `window` apart, if any two
+/// were.
+fn swings(minutes: &[Option<i64>], window: usize) -> (Option<i64>, Option<i64>) {
+    let mut out: Option<(i64, i64)> = None;
     for (j, later) in minutes.iter().enumerate() {
         let Some(later) = later else { continue };
         for earlier in minutes[j.saturating_sub(window)..j].iter().flatten() {
-            rise = rise.max(later - earlier);
-            fall = fall.max(earlier - later);
+            let (rise, fall) = out.get_or_insert((0, 0));
+            *rise = (*rise).max(later - earlier);
+            *fall = (*fall).max(earlier - later);
         }
     }
-    (rise, fall)
+    (out.map(|o| o.0), out.map(|o| o.1))
 }
 
 #[cfg(test)]
@@ -170,8 +173,14 @@ mod tests {
         ];
         let s = load_shape(&minutes, Some(850_000_000), 950_000_000).unwrap();
         assert_eq!(s.peak_mw, 1_000_000_000);
-        assert_eq!((s.rise_1m_mw, s.fall_1m_mw), (200_000_000, 600_000_000));
-        assert_eq!((s.rise_15m_mw, s.fall_15m_mw), (600_000_000, 600_000_000));
+        assert_eq!(
+            (s.rise_1m_mw, s.fall_1m_mw),
+            (Some(200_000_000), Some(600_000_000))
+        );
+        assert_eq!(
+            (s.rise_15m_mw, s.fall_15m_mw),
+            (Some(600_000_000), Some(600_000_000))
+        );
         // 1000 / 850 = 1.176…
         assert_eq!(s.peak_to_average, Some(Decimal::new(1176, 3)));
         // Above 950 kW: the four 1 MW minutes.
@@ -179,17 +188,23 @@ mod tests {
     }
 
     /// A gap is not a swing: minutes on either side of an unmeasured hour are not compared
-    /// within 15 minutes; across a short gap they are.
+    /// within 15 minutes; across a short gap they are; minutes 5 apart say nothing of a
+    /// 1-minute swing, and a flat load swings by 0.
     #[test]
     fn swings_do_not_span_longer_gaps_than_their_window() {
         let mut minutes = vec![Some(100); 3];
         minutes.extend([None; 20]);
         minutes.push(Some(900));
         let s = load_shape(&minutes, None, i64::MAX).unwrap();
-        assert_eq!((s.rise_15m_mw, s.fall_15m_mw), (0, 0));
+        assert_eq!((s.rise_15m_mw, s.fall_15m_mw), (Some(0), Some(0)));
         assert_eq!(s.peak_to_average, None);
         let s = load_shape(&[Some(100), None, Some(900)], None, i64::MAX).unwrap();
-        assert_eq!((s.rise_1m_mw, s.rise_15m_mw), (0, 800));
+        assert_eq!((s.rise_1m_mw, s.rise_15m_mw), (None, Some(800)));
+        let mut five_apart = vec![None; 16];
+        (five_apart[0], five_apart[5], five_apart[10]) = (Some(1), Some(5), Some(2));
+        let s = load_shape(&five_apart, None, i64::MAX).unwrap();
+        assert_eq!((s.rise_1m_mw, s.fall_1m_mw), (None, None));
+        assert_eq!((s.rise_15m_mw, s.fall_15m_mw), (Some(4), Some(3)));
         assert_eq!(load_shape(&[None, None], None, 0), None);
     }
 
@@ -215,7 +230,7 @@ mod tests {
         assert_eq!(d[&0].minutes_mw.len(), 1_440);
         assert_eq!(d[&0].minutes_mw[10 * 60], Some(1_000_000));
         assert_eq!((first.minutes, first.peak_mw), (120, 3_000_000));
-        assert_eq!(first.rise_1m_mw, 2_000_000);
+        assert_eq!(first.rise_1m_mw, Some(2_000_000));
         // 14.4 MJ over two hours: 2 kW.
         assert_eq!(first.mean_mw, Some(2_000_000));
         assert_eq!(first.peak_to_average, Some(Decimal::new(15, 1)));

@@ -354,7 +354,7 @@ pub async fn page(
                             Key::Num(Decimal::from(d.it_peak_mw.unwrap_or(-1))),
                             Key::Num(tokens_per_mw(d).unwrap_or(Decimal::NEGATIVE_ONE)),
                             Key::Num(shape.and_then(|l| l.peak_to_average).unwrap_or(Decimal::NEGATIVE_ONE)),
-                            Key::Num(Decimal::from(shape.map_or(-1, |l| l.rise_15m_mw.max(l.fall_15m_mw)))),
+                            Key::Num(Decimal::from(shape.and_then(|l| l.rise_15m_mw.max(l.fall_15m_mw)).unwrap_or(-1))),
                             Key::Num(Decimal::from(shape.map_or(-1, |l| l.over_envelope as i64))),
                         ],
                         DayRow {
@@ -371,10 +371,10 @@ pub async fn page(
                             peak_to_average: shape
                                 .and_then(|l| l.peak_to_average)
                                 .map_or_else(|| "–".into(), |r| grouped(r, 2)),
-                            swing_15m: shape.map_or_else(
-                                || "–".into(),
-                                |l| format!("{} / {}", grouped(kw_of_mw(l.rise_15m_mw), 1), grouped(kw_of_mw(l.fall_15m_mw), 1)),
-                            ),
+                            swing_15m: match shape.map(|l| (l.rise_15m_mw, l.fall_15m_mw)) {
+                                Some((Some(rise), Some(fall))) => format!("{} / {}", grouped(kw_of_mw(rise), 1), grouped(kw_of_mw(fall), 1)),
+                                _ => "–".into(),
+                            },
                             over_envelope: shape.map_or_else(|| "–".into(), |l| l.over_envelope.to_string()),
                         },
                     )

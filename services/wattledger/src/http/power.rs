@@ -207,15 +207,16 @@ pub struct GridDay {
     pub mean_w: Option<Decimal>,
     #[schema(value_type = Option<String>)]
     pub peak_to_average: Option<Decimal>,
-    /// The largest rise and fall between minutes at most 1 and 15 minutes apart, W.
-    #[schema(value_type = String)]
-    pub rise_1m_w: Decimal,
-    #[schema(value_type = String)]
-    pub fall_1m_w: Decimal,
-    #[schema(value_type = String)]
-    pub rise_15m_w: Decimal,
-    #[schema(value_type = String)]
-    pub fall_15m_w: Decimal,
+    /// The largest rise and fall between minutes at most 1 and 15 minutes apart, W; null
+    /// when no two minutes that close were measured (e.g. readings 5 minutes apart).
+    #[schema(value_type = Option<String>)]
+    pub rise_1m_w: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub fall_1m_w: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub rise_15m_w: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub fall_15m_w: Option<Decimal>,
     /// Minutes above the envelope.
     pub minutes_over_envelope: usize,
 }
@@ -337,10 +338,10 @@ fn grid_day(day: DateTime<Utc>, s: &LoadShape) -> GridDay {
         peak_w: watts(s.peak_mw),
         mean_w: s.mean_mw.map(watts),
         peak_to_average: s.peak_to_average,
-        rise_1m_w: watts(s.rise_1m_mw),
-        fall_1m_w: watts(s.fall_1m_mw),
-        rise_15m_w: watts(s.rise_15m_mw),
-        fall_15m_w: watts(s.fall_15m_mw),
+        rise_1m_w: s.rise_1m_mw.map(watts),
+        fall_1m_w: s.fall_1m_mw.map(watts),
+        rise_15m_w: s.rise_15m_mw.map(watts),
+        fall_15m_w: s.fall_15m_mw.map(watts),
         minutes_over_envelope: s.over_envelope,
     }
 }

@@ -76,6 +76,14 @@ fn write_family(out: &mut String, f: &Family) {
     }
 }
 
+/// A swing's samples by window, leaving out a window no two measured minutes fit in.
+fn windows(one: Option<i64>, fifteen: Option<i64>) -> Vec<(&'static str, String)> {
+    [("1m", one), ("15m", fifteen)]
+        .into_iter()
+        .filter_map(|(w, mw)| Some((w, num(watts(mw?)))))
+        .collect()
+}
+
 fn num(d: Decimal) -> String {
     d.normalize().to_string()
 }
@@ -264,12 +272,12 @@ pub fn render(
         shape_family(
             "wattledger_site_ramp_up_watts",
             "Largest rise of site power within the window (1m, 15m) in the latest attributed hour.",
-            &|l| vec![("1m", num(watts(l.rise_1m_mw))), ("15m", num(watts(l.rise_15m_mw)))],
+            &|l| windows(l.rise_1m_mw, l.rise_15m_mw),
         ),
         shape_family(
             "wattledger_site_ramp_down_watts",
             "Largest fall of site power within the window (1m, 15m) in the latest attributed hour.",
-            &|l| vec![("1m", num(watts(l.fall_1m_mw))), ("15m", num(watts(l.fall_15m_mw)))],
+            &|l| windows(l.fall_1m_mw, l.fall_15m_mw),
         ),
         shape_family(
             "wattledger_site_peak_to_average_ratio",
