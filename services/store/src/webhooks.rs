@@ -51,25 +51,17 @@ pub async fn create(pool: &PgPool, e: NewEndpoint<'_>) -> StoreResult<Endpoint> 
 }
 
 pub async fn list(pool: &PgPool, scope: &Scope) -> StoreResult<Vec<Endpoint>> {
-    Ok(endpoints(None, scope).fetch_all(pool).await?)
+    endpoints(pool, None, scope).await
 }
 
 /// One endpoint the caller may see; another tenant's is `None`, as a missing one is.
 pub async fn get(pool: &PgPool, id: Uuid, scope: &Scope) -> StoreResult<Option<Endpoint>> {
-    Ok(endpoints(Some(id), scope).fetch_optional(pool).await?)
+    Ok(endpoints(pool, Some(id), scope).await?.pop())
 }
 
-/// The endpoints in `scope`, or the one of them with `id`.
-fn endpoints(
-    id: Option<Uuid>,
-    scope: &Scope,
-) -> sqlx::query::Map<
-    'static,
-    sqlx::Postgres,
-    impl FnMut(sqlx::postgres::PgRow) -> Result<Endpoint, sqlx::Error> + Send,
-    sqlx::postgres::PgArguments,
-> {
-    sqlx::query_as!(
+/// The endpoints in `scope`, or the one of them with `id` (at most one row: ids are keys).
+async fn endpoints(pool: &PgPool, id: Option<Uuid>, scope: &Scope) -> StoreResult<Vec<Endpoint>> {
+    Ok(sqlx::query_as!(
         Endpoint,
         "SELECT e.id, t.key AS tenant, e.url, e.description, e.event_types,
                 e.enabled, e.disabled_reason, e.previous_until, e.created_at
@@ -79,6 +71,8 @@ fn endpoints(
         id,
         scope.tenant(),
     )
+    .fetch_all(pool)
+    .await?)
 }
 
 /// `NotFound` unless exactly one row in scope was changed.
