@@ -75,13 +75,6 @@ impl HourProfile {
     }
 }
 
-/// An hour's site peak, mW: its facility meters' highest minute where it has facility
-/// readings, else its IT peak × the site's static PUE (as its energy is counted then),
-/// rounded half away from zero.
-pub fn site_peak_mw(facility: Option<i64>, it: Option<i64>, static_pue: Decimal) -> Option<i64> {
-    facility.or_else(|| (Decimal::from(it?) * static_pue).round().to_i64())
-}
-
 /// Per (hour start µs, class), the profile of the meters `class_of` puts in that class.
 ///
 /// `readings` are `(meter, ts_us, mw)` in (meter, ts) order, as
@@ -436,14 +429,6 @@ mod tests {
             }
             proptest::prop_assert_eq!(got, want);
         }
-    }
-
-    #[test]
-    fn the_site_peak_is_the_facility_meters_else_it_times_pue() {
-        let pue = Decimal::new(125, 2);
-        assert_eq!(site_peak_mw(Some(2_100), Some(1_600), pue), Some(2_100));
-        assert_eq!(site_peak_mw(None, Some(1_600_001), pue), Some(2_000_001));
-        assert_eq!(site_peak_mw(None, None, pue), None);
     }
 
     #[test]

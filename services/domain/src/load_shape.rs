@@ -45,6 +45,18 @@ pub fn site_minutes(
     Some(it?.minutes_mw.iter().map(|m| m.and_then(scaled)).collect())
 }
 
+/// An hour's site peak: its highest site minute ([`site_minutes`]), mW.
+pub fn site_peak_mw(
+    facility: Option<&HourProfile>,
+    it: Option<&HourProfile>,
+    static_pue: Decimal,
+) -> Option<i64> {
+    site_minutes(facility, it, static_pue)?
+        .into_iter()
+        .flatten()
+        .max()
+}
+
 /// The shape of `minutes` (in time order, `None` where unmeasured; the swings never span a
 /// gap longer than the window), with `mean_mw` from energy, against `envelope_mw`.
 pub fn load_shape(
@@ -236,6 +248,24 @@ mod tests {
         assert_eq!(first.peak_to_average, Some(Decimal::new(15, 1)));
         assert_eq!(first.over_envelope, 60);
         assert_eq!(d[&(24 * hour)].shape.mean_mw, None);
+    }
+
+    #[test]
+    fn the_site_peak_is_the_facility_meters_else_it_times_pue() {
+        let pue = Decimal::new(125, 2);
+        let p = |mw: i64| HourProfile {
+            minutes_mw: vec![Some(mw), None],
+            parts_peak_mw: mw,
+        };
+        assert_eq!(
+            site_peak_mw(Some(&p(2_100)), Some(&p(1_600)), pue),
+            Some(2_100)
+        );
+        assert_eq!(
+            site_peak_mw(None, Some(&p(1_600_001)), pue),
+            Some(2_000_001)
+        );
+        assert_eq!(site_peak_mw(None, None, pue), None);
     }
 
     #[test]

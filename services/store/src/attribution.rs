@@ -16,8 +16,9 @@ use wattledger_domain::attribution::{
 };
 use wattledger_domain::costing::{self, HourAmounts};
 use wattledger_domain::energy::{meter_steps, MeterSteps, Sample, StepGrid};
-use wattledger_domain::headroom::{self, hour_profiles, HourProfile, PowerClass};
+use wattledger_domain::headroom::{hour_profiles, HourProfile, PowerClass};
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::load_shape;
 use wattledger_domain::peaks;
 use wattledger_domain::tokens::{tokens_in_hour, HOUR_MS};
 use wattledger_domain::units::{share_ppm, PPM};
@@ -403,17 +404,18 @@ struct PowerMeters {
     gpus: HashSet<i64>,
 }
 
-/// Each hour's IT peak and site peak (`headroom::site_peak_mw`), mW, from its profiles.
+/// Each hour's IT peak and site peak (`load_shape::site_peak_mw`), mW, from its profiles.
 fn hour_peaks(
     power: &[(DateTime<Utc>, PowerClass, HourProfile)],
     static_pue: Decimal,
 ) -> Vec<HourPeaks> {
-    let mut by_hour: BTreeMap<DateTime<Utc>, (Option<i64>, Option<i64>)> = BTreeMap::new();
+    let mut by_hour: BTreeMap<DateTime<Utc>, (Option<&HourProfile>, Option<&HourProfile>)> =
+        BTreeMap::new();
     for (hour, class, p) in power {
         let e = by_hour.entry(*hour).or_default();
         match class {
-            PowerClass::Facility => e.0 = p.peak_mw(),
-            PowerClass::It => e.1 = p.peak_mw(),
+            PowerClass::Facility => e.0 = Some(p),
+            PowerClass::It => e.1 = Some(p),
             PowerClass::Job(_) => {}
         }
     }
@@ -422,8 +424,8 @@ fn hour_peaks(
         .filter(|(_, (f, it))| f.is_some() || it.is_some())
         .map(|(hour, (facility, it))| HourPeaks {
             hour,
-            it_mw: it,
-            site_mw: headroom::site_peak_mw(facility, it, static_pue),
+            it_mw: it.and_then(HourProfile::peak_mw),
+            site_mw: load_shape::site_peak_mw(facility, it, static_pue),
         })
         .collect()
 }
