@@ -80,13 +80,14 @@ impl HourProfile {
 /// `readings` are `(meter, ts_us, mw)` in (meter, ts) order, as
 /// [`crate::peaks::power_readings`] gives them; each counts toward the minute `ts − 1 µs`
 /// falls in, and only those in `(from_us, to_us]` count (as for the site's IT peak).
-/// `class_of(meter, minute_us)` says which class a meter's minute counts toward, if any (a
-/// GPU changes class with the job that holds it). One pass, no map per reading: a fleet's
+/// `class_of(meter, minute_us)` says which classes a meter's minute counts toward, none or
+/// several (a GPU changes class with the job that holds it; where a site has no node meters
+/// its GPUs are also its IT meters). One pass for every class, no map per reading: a fleet's
 /// site-hour is millions of them.
-pub fn hour_profiles<C: Ord + Copy>(
+pub fn hour_profiles<C: Ord + Copy, I: IntoIterator<Item = C>>(
     readings: &[(i64, i64, i64)],
     (from_us, to_us): (i64, i64),
-    class_of: impl Fn(i64, i64) -> Option<C>,
+    class_of: impl Fn(i64, i64) -> I,
 ) -> BTreeMap<(i64, C), HourProfile> {
     let mut out: BTreeMap<(i64, C), HourProfile> = BTreeMap::new();
     // The current meter's own peak per (hour, class), added to the parts' peaks when the
@@ -97,19 +98,18 @@ pub fn hour_profiles<C: Ord + Copy>(
     let close = |(meter, minute, mw): (i64, i64, i64),
                  out: &mut BTreeMap<(i64, C), HourProfile>,
                  own: &mut BTreeMap<(i64, C), i64>| {
-        let Some(class) = class_of(meter, minute) else {
-            return;
-        };
         let hour = minute.div_euclid(HOUR_US) * HOUR_US;
         let index = usize::try_from((minute - hour) / MINUTE_US).unwrap_or(0);
-        let profile = out.entry((hour, class)).or_insert_with(|| HourProfile {
-            minutes_mw: vec![None; MINUTES_PER_HOUR],
-            parts_peak_mw: 0,
-        });
-        let slot = &mut profile.minutes_mw[index];
-        *slot = Some(slot.unwrap_or(0) + mw);
-        let peak = own.entry((hour, class)).or_insert(mw);
-        *peak = (*peak).max(mw);
+        for class in class_of(meter, minute) {
+            let profile = out.entry((hour, class)).or_insert_with(|| HourProfile {
+                minutes_mw: vec![None; MINUTES_PER_HOUR],
+                parts_peak_mw: 0,
+            });
+            let slot = &mut profile.minutes_mw[index];
+            *slot = Some(slot.unwrap_or(0) + mw);
+            let peak = own.entry((hour, class)).or_insert(mw);
+            *peak = (*peak).max(mw);
+        }
     };
     let settle = |own: &mut BTreeMap<(i64, C), i64>, out: &mut BTreeMap<(i64, C), HourProfile>| {
         for (key, mw) in std::mem::take(own) {
@@ -429,6 +429,18 @@ mod tests {
             }
             proptest::prop_assert_eq!(got, want);
         }
+    }
+
+    /// A GPU of a site without node meters is an IT meter and a job's GPU at once: its
+    /// minutes count in full toward both classes.
+    #[test]
+    fn a_meter_may_count_toward_several_classes() {
+        let r = readings(1, 1, |_, m| m * 1_000);
+        let training = PowerClass::Job(JobKind::Training);
+        let classes = hour_profiles(&sorted(r), (0, HOUR_US), |_, _| [PowerClass::It, training]);
+        assert_eq!(classes.len(), 2);
+        assert_eq!(classes[&(0, PowerClass::It)], classes[&(0, training)]);
+        assert_eq!(classes[&(0, PowerClass::It)].parts_peak_mw, 60_000);
     }
 
     #[test]

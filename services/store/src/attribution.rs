@@ -460,16 +460,18 @@ fn power_profiles(
             .and_then(|a| kinds[a.job])
             .map(PowerClass::Job)
     };
-    let window = (from_us, to_us);
-    let mut all: BTreeMap<(i64, PowerClass), HourProfile> =
-        hour_profiles(readings, window, |m, _| {
-            sets.it.contains(&m).then_some(PowerClass::It)
-        });
-    all.extend(hour_profiles(readings, window, |m, _| {
-        sets.facility.contains(&m).then_some(PowerClass::Facility)
-    }));
-    all.extend(hour_profiles(readings, window, gpu_class));
-    all.into_iter()
+    // A meter may count twice: a site without node meters has its GPUs as its IT meters.
+    let classes = |m: i64, minute_us: i64| {
+        [
+            sets.facility.contains(&m).then_some(PowerClass::Facility),
+            sets.it.contains(&m).then_some(PowerClass::It),
+            gpu_class(m, minute_us),
+        ]
+        .into_iter()
+        .flatten()
+    };
+    hour_profiles(readings, (from_us, to_us), classes)
+        .into_iter()
         .filter_map(|((hour_us, class), p)| {
             Some((DateTime::from_timestamp_micros(hour_us)?, class, p))
         })
