@@ -4,19 +4,42 @@
 use crate::StoreResult;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use wattledger_domain::headroom::{HourProfile, PowerClass};
 
-/// One site-hour's profile of one class (`domain::headroom::HourProfile` as stored).
+/// One site-hour's profile of one class.
 #[derive(Debug, Clone)]
 pub struct PowerHour {
     pub site: String,
     pub hour: DateTime<Utc>,
-    /// `it` or a job kind.
-    pub class: String,
-    /// Per minute of the hour, mW; `None` where no meter of the class reported.
-    pub minutes_mw: Vec<Option<i64>>,
-    pub parts_peak_mw: i64,
+    pub class: PowerClass,
+    pub profile: HourProfile,
     /// The site-hour's metered site energy (`site_hours.site_mj`).
     pub site_mj: Option<i64>,
+}
+
+/// A row as stored; its class is one the table's CHECK allows, so each parses.
+struct Row {
+    site: String,
+    hour: DateTime<Utc>,
+    class: String,
+    minutes_mw: Vec<Option<i64>>,
+    parts_peak_mw: i64,
+    site_mj: Option<i64>,
+}
+
+impl Row {
+    fn parse(self) -> Option<PowerHour> {
+        Some(PowerHour {
+            site: self.site,
+            hour: self.hour,
+            class: PowerClass::parse(&self.class)?,
+            profile: HourProfile {
+                minutes_mw: self.minutes_mw,
+                parts_peak_mw: self.parts_peak_mw,
+            },
+            site_mj: self.site_mj,
+        })
+    }
 }
 
 /// The profiles of the hours in `[from, to)`, of one site or every site, of the given
@@ -29,7 +52,7 @@ pub async fn hours(
     classes: Option<&[&str]>,
 ) -> StoreResult<Vec<PowerHour>> {
     Ok(sqlx::query_as!(
-        PowerHour,
+        Row,
         r#"SELECT s.key AS site, p.hour, p.class,
                   p.minutes_mw AS "minutes_mw: Vec<Option<i64>>", p.parts_peak_mw,
                   h.site_mj AS "site_mj?"
@@ -44,7 +67,10 @@ pub async fn hours(
         classes as Option<&[&str]>,
     )
     .fetch_all(pool)
-    .await?)
+    .await?
+    .into_iter()
+    .filter_map(Row::parse)
+    .collect())
 }
 
 /// The profiles of given site-hours (by site key), of the given classes: one site's latest
@@ -55,7 +81,7 @@ pub async fn at(
     classes: &[&str],
 ) -> StoreResult<Vec<PowerHour>> {
     Ok(sqlx::query_as!(
-        PowerHour,
+        Row,
         r#"SELECT s.key AS site, p.hour, p.class,
                   p.minutes_mw AS "minutes_mw: Vec<Option<i64>>", p.parts_peak_mw,
                   h.site_mj AS "site_mj?"
@@ -70,5 +96,8 @@ pub async fn at(
         classes as &[&str],
     )
     .fetch_all(pool)
-    .await?)
+    .await?
+    .into_iter()
+    .filter_map(Row::parse)
+    .collect())
 }

@@ -127,17 +127,10 @@ pub(crate) fn percentile(p: Option<&str>) -> ApiResult<Decimal> {
 pub(crate) fn by_site(rows: Vec<power::PowerHour>, percentile: Decimal) -> Vec<SiteHeadroom> {
     let mut sites: BTreeMap<String, Vec<(i64, PowerClass, HourProfile)>> = BTreeMap::new();
     for r in rows {
-        let Some(class) = PowerClass::parse(&r.class) else {
-            continue;
-        };
-        let profile = HourProfile {
-            minutes_mw: r.minutes_mw,
-            parts_peak_mw: r.parts_peak_mw,
-        };
         sites
             .entry(r.site)
             .or_default()
-            .push((r.hour.timestamp_micros(), class, profile));
+            .push((r.hour.timestamp_micros(), r.class, r.profile));
     }
     sites
         .into_iter()
@@ -287,14 +280,10 @@ pub(crate) async fn load_shapes(
             .or_default()
             .entry(r.hour.timestamp_micros())
             .or_default();
-        let profile = HourProfile {
-            minutes_mw: r.minutes_mw,
-            parts_peak_mw: r.parts_peak_mw,
-        };
-        match PowerClass::parse(&r.class) {
-            Some(PowerClass::Facility) => hour.0 = Some(profile),
-            Some(PowerClass::It) => hour.1 = Some(profile),
-            _ => {}
+        match r.class {
+            PowerClass::Facility => hour.0 = Some(r.profile),
+            PowerClass::It => hour.1 = Some(r.profile),
+            PowerClass::Job(_) => {}
         }
         hour.2 = r.site_mj;
     }
@@ -360,15 +349,12 @@ pub(crate) async fn latest_hour_shapes(
         .filter_map(|l| {
             let of = |class: PowerClass| {
                 rows.iter()
-                    .find(|r| r.site == l.site && r.hour == l.hour && r.class == class.as_str())
-                    .map(|r| HourProfile {
-                        minutes_mw: r.minutes_mw.clone(),
-                        parts_peak_mw: r.parts_peak_mw,
-                    })
+                    .find(|r| r.site == l.site && r.hour == l.hour && r.class == class)
+                    .map(|r| &r.profile)
             };
             let minutes = load_shape::site_minutes(
-                of(PowerClass::Facility).as_ref(),
-                of(PowerClass::It).as_ref(),
+                of(PowerClass::Facility),
+                of(PowerClass::It),
                 l.static_pue,
             )?;
             // mJ over an hour as mW.
