@@ -71,24 +71,13 @@ pub fn stacked(c: &Stacked) -> String {
         esc(c.title),
         esc(c.description)
     );
-    for k in 0..=4 {
-        let v = ymax * f64::from(k) / 4.0;
-        let yy = y(v);
-        let _ = write!(
-            svg,
-            r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e5e7eb"/><text x="{}" y="{:.1}" font-size="11" text-anchor="end" fill="#6b7280">{}</text>"##,
-            w - right,
-            left - 6.0,
-            yy + 4.0,
-            short(v)
-        );
-    }
-    let _ = write!(
-        svg,
-        r##"<text x="12" y="{}" font-size="11" fill="#6b7280" transform="rotate(-90 12 {})">{}</text>"##,
+    y_axis(
+        &mut svg,
+        ymax,
+        &y,
+        (left, w - right),
         top + plot_h / 2.0,
-        top + plot_h / 2.0,
-        esc(c.unit)
+        c.unit,
     );
     for i in 0..c.labels.len() {
         let x = left + slot * i as f64 + (slot - bar) / 2.0;
@@ -194,24 +183,13 @@ pub fn line(c: &Line) -> String {
         esc(c.title),
         esc(c.description)
     );
-    for k in 0..=4 {
-        let v = ymax * f64::from(k) / 4.0;
-        let yy = y(v);
-        let _ = write!(
-            svg,
-            r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e5e7eb"/><text x="{}" y="{:.1}" font-size="11" text-anchor="end" fill="#6b7280">{}</text>"##,
-            w - right,
-            left - 6.0,
-            yy + 4.0,
-            short(v)
-        );
-    }
-    let _ = write!(
-        svg,
-        r##"<text x="12" y="{}" font-size="11" fill="#6b7280" transform="rotate(-90 12 {})">{}</text>"##,
+    y_axis(
+        &mut svg,
+        ymax,
+        &y,
+        (left, w - right),
         top + plot_h / 2.0,
-        top + plot_h / 2.0,
-        esc(c.unit)
+        c.unit,
     );
     for (i, text) in &c.labels {
         let _ = write!(
@@ -255,6 +233,34 @@ pub fn line(c: &Line) -> String {
     }
     svg.push_str("</svg>");
     svg
+}
+
+/// The value axis: five gridlines from 0 to `ymax` across `(x0, x1)` with their values, and
+/// the unit written up the left edge at height `mid`.
+fn y_axis(
+    svg: &mut String,
+    ymax: f64,
+    y: &dyn Fn(f64) -> f64,
+    (x0, x1): (f64, f64),
+    mid: f64,
+    unit: &str,
+) {
+    for k in 0..=4 {
+        let v = ymax * f64::from(k) / 4.0;
+        let yy = y(v);
+        let _ = write!(
+            svg,
+            r##"<line x1="{x0}" x2="{x1}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e5e7eb"/><text x="{}" y="{:.1}" font-size="11" text-anchor="end" fill="#6b7280">{}</text>"##,
+            x0 - 6.0,
+            yy + 4.0,
+            short(v)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="12" y="{mid}" font-size="11" fill="#6b7280" transform="rotate(-90 12 {mid})">{}</text>"##,
+        esc(unit)
+    );
 }
 
 fn short(v: f64) -> String {
