@@ -24,7 +24,8 @@ use std::collections::BTreeMap;
 
 pub const MINUTES_PER_HOUR: usize = 60;
 const MINUTE_US: i64 = 60_000_000;
-const HOUR_US: i64 = 3_600_000_000;
+pub(crate) const HOUR_US: i64 = 3_600_000_000;
+pub(crate) const DAY_US: i64 = 24 * HOUR_US;
 
 /// The percentile of the minutes the headroom is stated at, unless asked otherwise.
 pub const DEFAULT_PERCENTILE: Decimal = Decimal::from_parts(999, 0, 0, false, 1);
@@ -194,7 +195,6 @@ pub fn daily(
     hours: &[(i64, PowerClass, HourProfile)],
     percentile: Decimal,
 ) -> BTreeMap<(Option<i64>, PowerClass), Headroom> {
-    const DAY_US: i64 = 24 * HOUR_US;
     let mut groups: BTreeMap<(Option<i64>, PowerClass), Vec<&HourProfile>> = BTreeMap::new();
     for (hour, class, p) in hours {
         let day = hour.div_euclid(DAY_US) * DAY_US;

@@ -5,7 +5,7 @@
 //! where it has them, else its IT meters' × static PUE (`headroom` profiles), and its mean
 //! from metered energy.
 
-use crate::headroom::{HourProfile, MINUTES_PER_HOUR};
+use crate::headroom::{HourProfile, DAY_US, HOUR_US, MINUTES_PER_HOUR};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
@@ -110,8 +110,6 @@ pub struct DayLoad {
 /// Per UTC day (its start, µs), the load of `hours`, each hour's minutes at their place in
 /// the day; the mean is the energy of those hours over their length.
 pub fn daily(hours: &[SiteHour], envelope_mw: i64) -> BTreeMap<i64, DayLoad> {
-    const HOUR_US: i64 = 3_600_000_000;
-    const DAY_US: i64 = 24 * HOUR_US;
     let mut days: BTreeMap<i64, (Vec<Option<i64>>, i64, i64)> = BTreeMap::new();
     for SiteHour {
         hour_us: hour,
