@@ -282,15 +282,15 @@ pub async fn page(
     };
     let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
     let sites = inventory::list_sites(&state.pool).await?;
+    // One read of the range's power profiles for both the headroom and the load shapes.
     let power = power::hours(&state.pool, None, range.from, range.to, None).await?;
     let shapes: BTreeMap<String, BTreeMap<i64, DayLoad>> =
-        crate::http::power::load_shapes(&state.pool, None, range.from, range.to)
-            .await?
+        crate::http::power::load_shapes(&power, &sites)
             .into_iter()
             .map(|(site, _, days)| (site, days))
             .collect();
     let mut headroom: BTreeMap<String, Vec<HeadroomRow>> =
-        crate::http::power::by_site(power, headroom::DEFAULT_PERCENTILE)
+        crate::http::power::by_site(&power, headroom::DEFAULT_PERCENTILE)
             .into_iter()
             .map(|s| (s.site, headroom_rows(&s.span)))
             .collect();

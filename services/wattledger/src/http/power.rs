@@ -105,7 +105,7 @@ pub async fn get_headroom(
         from,
         to,
         percentile,
-        sites: by_site(rows, percentile),
+        sites: by_site(&rows, percentile),
     }))
 }
 
@@ -124,13 +124,14 @@ pub(crate) fn percentile(p: Option<&str>) -> ApiResult<Decimal> {
 }
 
 /// Each site's headroom per day and over the span, from its stored hour profiles.
-pub(crate) fn by_site(rows: Vec<power::PowerHour>, percentile: Decimal) -> Vec<SiteHeadroom> {
-    let mut sites: BTreeMap<String, Vec<(i64, PowerClass, HourProfile)>> = BTreeMap::new();
+pub(crate) fn by_site(rows: &[power::PowerHour], percentile: Decimal) -> Vec<SiteHeadroom> {
+    let mut sites: BTreeMap<&str, Vec<(i64, PowerClass, HourProfile)>> = BTreeMap::new();
     for r in rows {
-        sites
-            .entry(r.site)
-            .or_default()
-            .push((r.hour.timestamp_micros(), r.class, r.profile));
+        sites.entry(&r.site).or_default().push((
+            r.hour.timestamp_micros(),
+            r.class,
+            r.profile.clone(),
+        ));
     }
     sites
         .into_iter()
@@ -145,7 +146,7 @@ pub(crate) fn by_site(rows: Vec<power::PowerHour>, percentile: Decimal) -> Vec<S
                 }
             }
             SiteHeadroom {
-                site,
+                site: site.to_owned(),
                 span,
                 days: days
                     .into_iter()
@@ -241,11 +242,12 @@ pub async fn get_grid(
     caller.require(&[Role::Operator])?;
     let (from, to) = super::extract::span_of(p.from, p.to, Duration::days(7))?;
     let site_id = super::extract::site_filter(&state.pool, p.site.as_ref()).await?;
+    let classes = [PowerClass::Facility.as_str(), PowerClass::It.as_str()];
+    let rows = power::hours(&state.pool, site_id, from, to, Some(&classes)).await?;
     Ok(Json(GridResponse {
         from,
         to,
-        sites: load_shapes(&state.pool, site_id, from, to)
-            .await?
+        sites: load_shapes(&rows, &inventory::list_sites(&state.pool).await?)
             .into_iter()
             .map(|(site, envelope_w, days)| SiteGrid {
                 site,
@@ -261,63 +263,54 @@ pub async fn get_grid(
     }))
 }
 
-/// Each site's (key, envelope W) load per day in `[from, to)`, from its facility and IT
-/// profiles and its metered energy.
-pub(crate) async fn load_shapes(
-    pool: &sqlx::PgPool,
-    site_id: Option<i64>,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> wattledger_store::StoreResult<Vec<(String, i64, BTreeMap<i64, DayLoad>)>> {
-    let classes = [PowerClass::Facility.as_str(), PowerClass::It.as_str()];
-    let rows = power::hours(pool, site_id, from, to, Some(&classes)).await?;
+/// Each site's (key, envelope W) load per day, from the facility and IT profiles among
+/// `rows` and their metered energy (other classes' rows are passed over).
+pub(crate) fn load_shapes(
+    rows: &[power::PowerHour],
+    sites: &[inventory::SiteRow],
+) -> Vec<(String, i64, BTreeMap<i64, DayLoad>)> {
     // Per site, per hour: its facility and IT profiles and its metered energy.
-    type Hour = (Option<HourProfile>, Option<HourProfile>, Option<i64>);
-    let mut by_site: BTreeMap<String, BTreeMap<i64, Hour>> = BTreeMap::new();
+    type Hour<'a> = (
+        Option<&'a HourProfile>,
+        Option<&'a HourProfile>,
+        Option<i64>,
+    );
+    let mut by_site: BTreeMap<&str, BTreeMap<i64, Hour>> = BTreeMap::new();
     for r in rows {
         let hour = by_site
-            .entry(r.site)
+            .entry(&r.site)
             .or_default()
             .entry(r.hour.timestamp_micros())
             .or_default();
         match r.class {
-            PowerClass::Facility => hour.0 = Some(r.profile),
-            PowerClass::It => hour.1 = Some(r.profile),
-            PowerClass::Job(_) => {}
+            PowerClass::Facility => hour.0 = Some(&r.profile),
+            PowerClass::It => hour.1 = Some(&r.profile),
+            PowerClass::Job(_) => continue,
         }
         hour.2 = r.site_mj;
     }
-    let sites: BTreeMap<String, inventory::SiteRow> = inventory::list_sites(pool)
-        .await?
-        .into_iter()
-        .map(|s| (s.key.clone(), s))
-        .collect();
-    Ok(by_site
+    by_site
         .into_iter()
         .filter_map(|(key, hours)| {
-            let site = sites.get(&key)?;
+            let site = sites.iter().find(|s| s.key == key)?;
             let hours: Vec<SiteHour> = hours
                 .into_iter()
                 .filter_map(|(hour_us, (f, it, site_mj))| {
                     Some(SiteHour {
                         hour_us,
-                        minutes_mw: load_shape::site_minutes(
-                            f.as_ref(),
-                            it.as_ref(),
-                            site.static_pue,
-                        )?,
+                        minutes_mw: load_shape::site_minutes(f, it, site.static_pue)?,
                         site_mj,
                     })
                 })
                 .collect();
             let envelope_mw = site.power_envelope_w.saturating_mul(1000);
             Some((
-                key,
+                key.to_owned(),
                 site.power_envelope_w,
                 load_shape::daily(&hours, envelope_mw),
             ))
         })
-        .collect())
+        .collect()
 }
 
 fn grid_day(day: DateTime<Utc>, s: &LoadShape) -> GridDay {
