@@ -27,6 +27,10 @@ What is sent (POST /v1/admission):
     kind, model   from --comment "wattledger:kind=training wattledger:model=llama-70b";
     priority      --qos (else "normal").
 The decision id goes into the job's admin comment (wattledger:decision=<id>) for audit.
+A job admitted only with its GPUs held to the site's power cap (the site's power policy)
+also gets wattledger:power_cap_w=<W per GPU> there, and the user is told; the site's
+Prolog applies it (deploy/slurm/power-cap.sh prolog runs nvidia-smi -pl on the job's GPUs)
+and its Epilog restores the default limit (power-cap.sh epilog).
 --]]
 
 local NO_VAL = 4294967294
@@ -131,6 +135,7 @@ local function json_decode(body)
     r.decision = body:match('"decision"%s*:%s*"([^"]*)"')
     r.decision_id = body:match('"decision_id"%s*:%s*"([^"]*)"')
     r.start_at_unix = tonumber(body:match('"start_at_unix"%s*:%s*(%d+)'))
+    r.power_cap_w = tonumber(body:match('"power_cap_w"%s*:%s*(%d+)'))
     r.reasons = {}
     local reasons = body:match('"reasons"%s*:%s*%[(.-)%]')
     if reasons then for s in reasons:gmatch('"(.-)"') do r.reasons[#r.reasons + 1] = s end end
@@ -222,6 +227,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         tostring(answer.decision_id), req.tenant, gpus, reasons)
     if answer.decision_id then
         job_desc.admin_comment = "wattledger:decision=" .. answer.decision_id
+    end
+    -- cjson reads a JSON null as a userdata sentinel: only a number is a cap.
+    local cap = tonumber(answer.power_cap_w)
+    if answer.decision == "admit" and cap then
+        job_desc.admin_comment = (job_desc.admin_comment or "") .. " wattledger:power_cap_w=" .. cap
+        slurm.log_user("wattledger: admitted with its GPUs capped at " .. cap .. " W: " .. reasons)
     end
     if answer.decision == "reject" then
         slurm.log_user("wattledger: rejected: " .. reasons)

@@ -34,7 +34,7 @@ pub(crate) async fn ask(app: &TestApp, body: Value) -> (u16, Value) {
 
 /// Asks until the hot state has loaded what the test just wrote (it refreshes every 200 ms
 /// in tests; sites and budgets every 15 refreshes or when poked): dry runs, which reserve nothing, until the answer is as expected; then the real question.
-async fn ask_until(app: &TestApp, body: Value, done: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn ask_until(app: &TestApp, body: Value, done: impl Fn(&Value) -> bool) -> Value {
     let mut dry = body.clone();
     dry["dry_run"] = json!(true);
     for _ in 0..60 {

@@ -66,6 +66,8 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
         "GET /v1/metrics/efficiency",
         "GET /v1/power/headroom",
         "GET /v1/power/grid",
+        "GET /v1/power/policies",
+        "PUT /v1/power/policies/{site}",
         "POST /v1/admission",
         "GET /v1/admission/decisions",
         "POST /v1/admission/kubernetes",

@@ -11,12 +11,21 @@
 //!   1,000 + 400 W: 1,400/1,200 − 1 = 16.67 %, coincidence 1,200/1,400; at P50 the minutes'
 //!   median is 800 W, so 1,400/800 − 1 = 75 %.
 
-use crate::scenario::{at, HOUR, NEXT_HOUR};
+use crate::admission::{ask, ask_until};
+use crate::scenario::{at_from, HOUR, NEXT_HOUR};
+use chrono::{DateTime, Duration, DurationRound, Utc};
 use serde_json::{json, Value};
 use wattledger::auth::Role;
 use wattledger_tests::TestApp;
 
 async fn push_site(app: &TestApp) {
+    push_site_at(app, HOUR).await;
+}
+
+/// The site, its jobs and an hour of readings from `hour`.
+async fn push_site_at(app: &TestApp, hour: &str) {
+    let next = at_from(hour, 60);
+    let at = |minute: i64| at_from(hour, minute);
     let admin = app.token(Role::Admin);
     for (what, records) in [
         (
@@ -45,9 +54,9 @@ async fn push_site(app: &TestApp) {
         assert_eq!(status, 200, "{what}: {body}");
     }
     let job = |key: &str, kind: &str, gpus: &[&str]| {
-        json!({"key": key, "tenant": "a", "kind": kind, "start_at": HOUR, "end_at": NEXT_HOUR,
+        json!({"key": key, "tenant": "a", "kind": kind, "start_at": hour, "end_at": next,
                "allocations": gpus.iter().map(|g| json!({"meter": g, "share": "1",
-                   "start_at": HOUR, "end_at": NEXT_HOUR})).collect::<Vec<_>>()})
+                   "start_at": hour, "end_at": next})).collect::<Vec<_>>()})
     };
     let jobs = json!([
         job("train", "training", &["g0", "g1"]),
@@ -303,4 +312,131 @@ async fn tokens_per_megawatt_divide_the_hours_tokens_by_its_peak_and_its_envelop
         day.round_dp(1)
     );
     assert!(page.body.contains(&shown), "{shown} in {}", page.body);
+}
+
+/// Part 2 of power-bound operation on the hand-worked hour above, measured two hours ago:
+/// inference's 50 % headroom lets s1's 1,400 W envelope take inference jobs beyond their
+/// nameplate, training's 0 % does not, and a job that fits only capped is admitted at the
+/// site's power cap.
+#[tokio::test]
+async fn inference_is_admitted_beyond_nameplate_up_to_its_measured_headroom_and_training_is_not() {
+    let app = TestApp::start().await;
+    let hour = Utc::now().duration_trunc(Duration::hours(1)).unwrap() - Duration::hours(2);
+    push_site_at(&app, &hour.to_rfc3339()).await;
+    let operator = app.token(Role::Operator);
+    let (status, policy) = app
+        .put(
+            &operator,
+            "/v1/power/policies/s1",
+            json!({"oversubscription": {"training": "measured", "inference": "measured"},
+                   "measured_cap": "2"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{policy}");
+    let o = &policy["oversubscription"];
+    assert_eq!(
+        [
+            &o["inference"]["factor"],
+            &o["training"]["factor"],
+            &o["batch"]["factor"]
+        ],
+        ["1.5", "1", "1"],
+        "{policy}"
+    );
+    assert_eq!(o["inference"]["setting"], "measured");
+    assert_eq!(
+        o["inference"]["why"],
+        "measured: 50 % headroom at P99.9 over 7 days"
+    );
+
+    // One GPU at 500 W × PUE 1.2 = 600 W of nameplate; inference counts 600 / 1.5 = 400 W.
+    // Three fit the 1,400 W envelope (1,800 W of nameplate); the fourth waits.
+    let q = |kind: &str, start: DateTime<Utc>| {
+        json!({"tenant": "a", "gpus": 1, "duration_s": 3600, "power_per_gpu_w": 500,
+               "kind": kind, "earliest_start": start, "sites": ["s1"]})
+    };
+    let now = Utc::now() + Duration::minutes(1);
+    let first = ask_until(&app, q("inference", now), |a| {
+        a["decision"] == "admit"
+            && a["reasons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r.as_str().unwrap().contains("at 1/1.5 of its draw"))
+    })
+    .await;
+    assert_eq!(first["power_cap_w"], Value::Null, "{first}");
+    for _ in 0..2 {
+        let (_, a) = ask(&app, q("inference", now)).await;
+        assert_eq!(a["decision"], "admit", "{a}");
+    }
+    let (_, fourth) = ask(&app, q("inference", now)).await;
+    assert_eq!(fourth["decision"], "defer", "{fourth}");
+
+    // Training, three hours on (clear of those): counted in full, two fit, the third waits.
+    let later = now + Duration::hours(3);
+    for _ in 0..2 {
+        let (_, a) = ask(&app, q("training", later)).await;
+        assert_eq!(a["decision"], "admit", "{a}");
+    }
+    let (_, third) = ask(&app, q("training", later)).await;
+    assert_eq!(third["decision"], "defer", "{third}");
+
+    // With a 250 W cap allowed, the fourth inference job fits now: 250 W × 1.2 / 1.5 = 200 W
+    // in the 200 W left, running 500/250 × 1 h = 2 h for the same 0.6 kWh.
+    let (status, policy) = app
+        .put(
+            &operator,
+            "/v1/power/policies/s1",
+            json!({"oversubscription": {"inference": "measured"}, "measured_cap": "2",
+                   "power_cap_w": 250}),
+        )
+        .await;
+    assert_eq!(status, 200, "{policy}");
+    assert_eq!(policy["power_cap_w"], 250);
+    let capped = ask_until(&app, q("inference", now), |a| a["decision"] == "admit").await;
+    assert_eq!(capped["power_cap_w"], 250, "{capped}");
+    let est = &capped["estimate_at_start"];
+    assert_eq!(
+        (&est["run_s"], &est["kwh"]),
+        (&json!(7200), &json!("0.600000")),
+        "{capped}"
+    );
+
+    // A policy a site cannot have is refused by field; another role may not set one.
+    let (status, bad) = app
+        .put(
+            &operator,
+            "/v1/power/policies/s1",
+            json!({"oversubscription": {"inference": "0.5", "gpu": "1"}, "power_cap_w": 10}),
+        )
+        .await;
+    assert_eq!(status, 422, "{bad}");
+    let fields: Vec<&str> = bad["error"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "oversubscription.gpu",
+            "oversubscription.inference",
+            "power_cap_w"
+        ],
+        "{bad}"
+    );
+    let (status, _) = app
+        .put(
+            &app.token(Role::Scheduler),
+            "/v1/power/policies/s1",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, _) = app
+        .put(&operator, "/v1/power/policies/nope", json!({}))
+        .await;
+    assert_eq!(status, 404);
 }

@@ -1,5 +1,5 @@
 //! What a job does: the one list of job kinds the ingest API accepts, admission treats
-//! differently (inference against its own power factor) and chargeback bills as classes.
+//! differently (each kind at its site's over-subscription factor) and chargeback bills as classes.
 //!
 //! A job's priority is not an enum on purpose: it is the scheduler's own QoS or priority
 //! class name (`normal`, `high`, `urgent`, a site's own), which admission policies name in

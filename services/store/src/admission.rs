@@ -19,7 +19,6 @@ pub struct SiteRow {
     pub currency: String,
     pub grid_region: String,
     pub price_region: String,
-    pub inference_power_factor: Decimal,
 }
 
 pub async fn sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
@@ -27,7 +26,7 @@ pub async fn sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
         SiteRow,
         r#"SELECT id, key, power_envelope_w AS envelope_w, static_pue AS pue,
                 currency::text AS "currency!", grid_region,
-                coalesce(price_region, grid_region) AS "price_region!", inference_power_factor
+                coalesce(price_region, grid_region) AS "price_region!"
          FROM sites ORDER BY id"#,
     )
     .fetch_all(pool)

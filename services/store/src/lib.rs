@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod operations;
 pub mod partitions;
 pub mod power;
+pub mod power_policy;
 pub mod retention;
 pub mod samples;
 pub mod scope;

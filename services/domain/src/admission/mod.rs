@@ -16,11 +16,14 @@
 pub mod budget;
 pub mod envelope;
 pub mod forecast;
+pub mod oversubscription;
 
+use crate::job_kind::JobKind;
 use budget::{Budget, JobAmounts, Remaining};
 use chrono::{DateTime, Duration, Utc};
 use envelope::{Envelope, Reservation, Reserved};
 use forecast::Forecast;
+use oversubscription::Factors;
 use rust_decimal::Decimal;
 use serde::Serialize;
 use std::sync::Arc;
@@ -53,9 +56,8 @@ pub struct Job {
     /// Expected IT draw per GPU (its share of the node included), W.
     pub gpu_draw_w: u32,
     pub duration: Duration,
-    /// Inference counts against the envelope at the site's over-subscription factor (replicas
-    /// rarely peak together); training and batch jobs do, and count in full.
-    pub inference: bool,
+    /// Counted against the envelope at its class's over-subscription factor at the site.
+    pub kind: JobKind,
     pub earliest_start: DateTime<Utc>,
     /// None: not flexible, start as soon as the envelope allows.
     pub deadline: Option<DateTime<Utc>>,
@@ -70,8 +72,10 @@ pub struct Site {
     /// Latest measured site draw (facility level), if fresh.
     pub draw_w: Option<i64>,
     pub pue: Decimal,
-    /// Share of an inference job's draw counted against the envelope.
-    pub inference_factor: Decimal,
+    /// Each workload class's over-subscription factor (the site's power policy, resolved).
+    pub oversubscription: Factors,
+    /// The per-GPU power limit the site may set on a job that fits now only capped, W.
+    pub power_cap_w: Option<u32>,
     pub currency: String,
     pub reserved: Reserved,
     /// g CO2e per kWh.
@@ -120,6 +124,8 @@ pub struct Estimate {
     pub cost: Option<Decimal>,
     pub carbon_average_kg: Option<Decimal>,
     pub carbon_marginal_kg: Option<Decimal>,
+    /// Expected run time, s: as asked, or longer at a power cap.
+    pub run_s: i64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -135,6 +141,8 @@ pub struct Decision {
     pub budgets: Vec<Remaining>,
     /// The draw reserved against the chosen site's envelope.
     pub reservation: Option<Reservation>,
+    /// The per-GPU power limit the job must run under, W: set when it fits now only capped.
+    pub power_cap_w: Option<u32>,
 }
 
 impl Job {
@@ -144,13 +152,28 @@ impl Job {
     }
 
     fn envelope_draw_w(&self, site: &Site) -> i64 {
-        let factor = if self.inference {
-            site.inference_factor
-        } else {
-            Decimal::ONE
-        };
-        let w = (self.site_draw_w(site) * factor).ceil();
-        i64::try_from(w.mantissa() / 10i128.pow(w.scale())).unwrap_or(i64::MAX)
+        let factor = site.oversubscription.of(self.kind).factor;
+        oversubscription::counted_w(self.site_draw_w(site), factor)
+    }
+
+    /// The job with its GPUs limited to `cap_w`, if that lowers its draw. Its run stretches
+    /// by draw / cap (the same work at the same energy: conservative, since a capped GPU
+    /// usually does more work per joule), rounded up to the second.
+    fn capped(&self, cap_w: u32) -> Option<Job> {
+        if cap_w == 0 || cap_w >= self.gpu_draw_w {
+            return None;
+        }
+        let ms = self.duration.num_milliseconds();
+        let (work, per_s) = (
+            i128::from(ms) * i128::from(self.gpu_draw_w),
+            i128::from(cap_w) * 1000,
+        );
+        let stretched = -(-work).div_euclid(per_s) * 1000;
+        Some(Job {
+            gpu_draw_w: cap_w,
+            duration: Duration::milliseconds(i64::try_from(stretched).ok()?),
+            ..self.clone()
+        })
     }
 
     fn estimate(&self, site: &Site, start: DateTime<Utc>) -> Estimate {
@@ -172,6 +195,7 @@ impl Job {
                 .carbon_marginal
                 .integral(start, end)
                 .map(|i| micro(kwh_per(i) / Decimal::ONE_THOUSAND)),
+            run_s: self.duration.num_seconds(),
         }
     }
 }
@@ -242,6 +266,7 @@ pub fn decide(
             at_start: None,
             budgets,
             reservation: None,
+            power_cap_w: None,
         };
     let Some(first) = sites.first() else {
         return reject(vec!["no candidate site".into()], None, Vec::new());
@@ -294,6 +319,7 @@ pub fn decide(
             at_start: Some(now_first),
             budgets: verdict.remaining,
             reservation: Some(reservation(start0, job.duration, draw)),
+            power_cap_w: None,
         };
     }
 
@@ -304,6 +330,9 @@ pub fn decide(
         site: usize,
         start: DateTime<Utc>,
         estimate: Estimate,
+        /// The job as it would run there: capped, or as asked.
+        job: Job,
+        cap: Option<u32>,
     }
     let mut options: Vec<Option_> = Vec::new();
     let mut blocked: Vec<String> = Vec::new();
@@ -352,12 +381,32 @@ pub fn decide(
         } else {
             fits.len().min(1)
         };
+        let fits_now = fits.first() == Some(&start0);
         for s in fits.into_iter().take(take) {
             options.push(Option_ {
                 site: i,
                 start: s,
                 estimate: job.estimate(site, s),
+                job: job.clone(),
+                cap: None,
             });
+        }
+        // Rather than wait: now, with the GPUs held to the site's power cap, if that fits
+        // (for the longer run, and before the deadline).
+        if !fits_now {
+            if let Some((cap, capped)) = site.power_cap_w.and_then(|c| Some((c, job.capped(c)?))) {
+                let end = start0 + capped.duration;
+                let in_time = job.deadline.is_none_or(|d| end <= d);
+                if in_time && env.fits(capped.envelope_draw_w(site), start0, end) {
+                    options.push(Option_ {
+                        site: i,
+                        start: start0,
+                        estimate: capped.estimate(site, start0),
+                        job: capped,
+                        cap: Some(cap),
+                    });
+                }
+            }
         }
     }
     if options.is_empty() {
@@ -416,6 +465,32 @@ pub fn decide(
         }
     }
     let site = &sites[chosen.site];
+    if let Some(cap) = chosen.cap {
+        reasons.extend(
+            blocked
+                .iter()
+                .filter(|b| b.starts_with(&format!("site {}:", site.key)))
+                .cloned(),
+        );
+        reasons.push(format!(
+            "fits site {}'s envelope now with its GPUs capped at {cap} W (from {} W): about {} min instead of {} min, for the same energy",
+            site.key,
+            job.gpu_draw_w,
+            chosen.job.duration.num_minutes(),
+            job.duration.num_minutes()
+        ));
+    }
+    let factor = site.oversubscription.of(job.kind);
+    if factor.factor > Decimal::ONE {
+        reasons.push(format!(
+            "{} counts against site {}'s envelope at 1/{} of its draw (over-subscription {}, {})",
+            job.kind,
+            site.key,
+            factor.factor.normalize(),
+            factor.factor.normalize(),
+            factor.why
+        ));
+    }
     let verdict_kind = if chosen.start > start0 {
         Verdict::Defer
     } else {
@@ -428,7 +503,11 @@ pub fn decide(
             kw(site.envelope_w)
         ));
     }
-    let now_est = job.estimate(site, start0);
+    let now_est = if chosen.cap.is_some() {
+        chosen.estimate.clone()
+    } else {
+        job.estimate(site, start0)
+    };
     let at = chosen.estimate.clone();
     let remaining = budget::check(budgets, &at.amounts()).remaining;
     Decision {
@@ -441,9 +520,10 @@ pub fn decide(
         budgets: remaining,
         reservation: Some(reservation(
             chosen.start,
-            job.duration,
-            job.envelope_draw_w(site),
+            chosen.job.duration,
+            chosen.job.envelope_draw_w(site),
         )),
+        power_cap_w: chosen.cap,
     }
 }
 

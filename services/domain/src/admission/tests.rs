@@ -33,7 +33,18 @@ fn site(key: &str, marginal: &[i64]) -> Site {
         envelope_w: 100_000,
         draw_w: Some(20_000),
         pue: d("1.25"),
-        inference_factor: d("0.4"),
+        // Inference counts at 1/2.5 of its draw; the rest in full.
+        oversubscription: oversubscription::PowerPolicy {
+            classes: [
+                oversubscription::Setting::Fixed(Decimal::ONE),
+                oversubscription::Setting::Fixed(d("2.5")),
+                oversubscription::Setting::Fixed(Decimal::ONE),
+                oversubscription::Setting::Fixed(Decimal::ONE),
+            ],
+            ..Default::default()
+        }
+        .resolve(|_| None),
+        power_cap_w: None,
         currency: "EUR".into(),
         reserved: Reserved::default(),
         carbon_average: Arc::new(hourly(&marginal.iter().map(|v| v / 2).collect::<Vec<_>>())),
@@ -47,7 +58,7 @@ fn job(duration_min: i64, deadline_min: Option<i64>) -> Job {
         gpus: 8,
         gpu_draw_w: 500,
         duration: Duration::minutes(duration_min),
-        inference: false,
+        kind: JobKind::Batch,
         earliest_start: t(0),
         deadline: deadline_min.map(t),
         priority: "normal".into(),
@@ -175,12 +186,66 @@ fn a_full_envelope_defers_to_when_an_admitted_job_ends() {
     assert_eq!(d1.verdict, Verdict::Reject);
     assert!(d1.reasons.last().unwrap().contains("before the deadline"));
 
-    // Inference counts at its over-subscription factor: 5 kW × 0.4 = 2 kW fits now.
+    // Inference counts at its over-subscription factor: 5 kW / 2.5 = 2 kW fits now.
     let mut inf = job(60, None);
-    inf.inference = true;
+    inf.kind = JobKind::Inference;
     let d2 = decide(&inf, &[&s], &[], &Policy::default(), t(0));
     assert_eq!(d2.verdict, Verdict::Admit);
     assert_eq!(d2.reservation.unwrap().draw_w, 2000);
+    assert!(
+        d2.reasons
+            .iter()
+            .any(|r| r.contains("at 1/2.5 of its draw")),
+        "{:?}",
+        d2.reasons
+    );
+}
+
+#[test]
+fn a_job_that_fits_only_capped_is_admitted_now_at_the_cap() {
+    // 2 kW free until t(45), as above; the site may cap GPUs at 200 W.
+    let mut s = site("fra1", &[]);
+    s.envelope_w = 30_000;
+    s.draw_w = Some(28_000);
+    s.reserved = [Reservation {
+        start: t(-60),
+        end: t(45),
+        draw_w: 10_000,
+    }]
+    .into_iter()
+    .collect();
+    s.power_cap_w = Some(200);
+    // 8 × 200 W × 1.25 = 2 kW fits now; the run stretches by 500/200 to 150 min, the energy
+    // stays 5 kWh.
+    let d0 = decide(&job(60, None), &[&s], &[], &Policy::default(), t(0));
+    assert_eq!(d0.verdict, Verdict::Admit, "{:?}", d0.reasons);
+    assert_eq!(d0.start_at, Some(t(0)));
+    assert_eq!(d0.power_cap_w, Some(200));
+    let r = d0.reservation.unwrap();
+    assert_eq!((r.start, r.end, r.draw_w), (t(0), t(150), 2000));
+    let at = d0.at_start.unwrap();
+    assert_eq!((at.kwh, at.run_s), (d("5"), 150 * 60));
+    assert!(
+        d0.reasons.iter().any(|r| r.contains("capped at 200 W")),
+        "{:?}",
+        d0.reasons
+    );
+
+    // A cap that does not bring the draw low enough changes nothing: it waits.
+    s.power_cap_w = Some(300);
+    let d1 = decide(&job(60, None), &[&s], &[], &Policy::default(), t(0));
+    assert_eq!((d1.verdict, d1.power_cap_w), (Verdict::Defer, None));
+
+    // Nor does one whose longer run would miss the deadline: rejected as before.
+    s.power_cap_w = Some(200);
+    let d2 = decide(&job(60, Some(90)), &[&s], &[], &Policy::default(), t(0));
+    assert_eq!(d2.verdict, Verdict::Reject);
+
+    // A job that fits as asked is never capped.
+    s.reserved = Reserved::default();
+    s.draw_w = Some(10_000);
+    let d3 = decide(&job(60, None), &[&s], &[], &Policy::default(), t(0));
+    assert_eq!((d3.verdict, d3.power_cap_w), (Verdict::Admit, None));
 }
 
 #[test]

@@ -108,6 +108,11 @@ pub struct Answer {
     /// Each budget's limit and what would remain after this job.
     #[schema(value_type = Vec<Object>)]
     pub budgets: Vec<Remaining>,
+    /// Set when the job fits now only with its GPUs held to this power limit (W): the
+    /// scheduler applies it (Slurm: the job's admin comment `wattledger:power_cap_w=N` for
+    /// the prolog's `nvidia-smi -pl`; Kubernetes: the pod annotation
+    /// `wattledger.io/power-cap-w`). The estimates are at that cap, with its longer `run_s`.
+    pub power_cap_w: Option<u32>,
     pub power: PowerSource,
 }
 

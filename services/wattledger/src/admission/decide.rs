@@ -107,6 +107,7 @@ impl Admission {
             estimate_at_start: d.at_start,
             savings,
             budgets: d.budgets,
+            power_cap_w: d.power_cap_w,
             power,
         };
         let record = store::NewDecision {
@@ -213,7 +214,8 @@ impl Hot {
             gpus: u32::try_from(ask.gpus).unwrap_or(u32::MAX),
             gpu_draw_w: power.gpu_draw_w,
             duration: Duration::seconds(ask.duration_s),
-            inference: JobKind::parse(&ask.kind) == Some(JobKind::Inference),
+            // Checked by `validate`: a question of no known kind is refused before this.
+            kind: JobKind::parse(&ask.kind).unwrap_or(JobKind::Batch),
             earliest_start: earliest,
             deadline: ask.deadline,
             priority: ask.priority.clone(),

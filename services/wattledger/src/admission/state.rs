@@ -13,8 +13,10 @@ use uuid::Uuid;
 use wattledger_domain::admission::budget::{Budget, JobAmounts, Metric};
 use wattledger_domain::admission::envelope::{Reservation, Reserved};
 use wattledger_domain::admission::forecast::{Forecast, Point};
+use wattledger_domain::admission::oversubscription::Factors;
 use wattledger_domain::admission::{Policy, Site};
 use wattledger_store::admission as store;
+use wattledger_store::power_policy::{self, SitePolicy};
 use wattledger_store::{Scope, StoreResult};
 
 /// Forecasts are loaded this far ahead (and the envelope searched as far).
@@ -83,6 +85,7 @@ pub(super) struct Slow {
     pub(super) policies: HashMap<i64, store::PolicyRow>,
     pub(super) learned: Vec<store::LearnedDraw>,
     pub(super) typical: HashMap<String, i64>,
+    pub(super) power: HashMap<i64, (SitePolicy, Factors)>,
 }
 
 impl Hot {
@@ -146,7 +149,16 @@ fn add_to_budgets(
 }
 
 pub(super) async fn load_slow(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Slow> {
+    let policies = power_policy::list(pool, None).await?;
+    let mut factors = power_policy::factors(pool, &policies, now).await?;
     Ok(Slow {
+        power: policies
+            .into_iter()
+            .map(|p| {
+                let f = factors.remove(&p.site_id).unwrap_or_default();
+                (p.site_id, (p, f))
+            })
+            .collect(),
         sites: store::sites(pool).await?,
         draw: store::site_draw(pool, now).await?,
         points: store::signal_points(
@@ -199,12 +211,14 @@ pub(super) fn build(
         ..Hot::default()
     };
     for s in &slow.sites {
+        let power = slow.power.get(&s.id);
         hot.site_by_key.insert(s.key.clone(), hot.sites.len());
         hot.site_by_id.insert(s.id, hot.sites.len());
         hot.sites.push(SiteHot {
             id: s.id,
             site: Site {
-                inference_factor: s.inference_power_factor,
+                oversubscription: power.map(|p| p.1.clone()).unwrap_or_default(),
+                power_cap_w: power.and_then(|p| p.0.policy.power_cap_w),
                 key: s.key.clone(),
                 envelope_w: s.envelope_w,
                 draw_w: slow.draw.get(&s.id).copied(),

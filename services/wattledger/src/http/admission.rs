@@ -1,6 +1,6 @@
 //! The admission API: `POST /v1/admission` (a scheduler asks before starting a job),
 //! `GET /v1/admission/decisions` (what was decided and, once the job ran, what it used), and
-//! `POST /v1/admission/kubernetes` (a validating admission webhook speaking AdmissionReview v1).
+//! `POST /v1/admission/kubernetes` (an admission webhook speaking AdmissionReview v1).
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
 use super::extract::{Caller, Query, RawBatch, RawJson};
@@ -277,6 +277,9 @@ pub mod annotations {
     pub const MODEL: &str = "wattledger.io/model";
     pub const GPU_MODEL: &str = "wattledger.io/gpu-model";
     pub const SITES: &str = "wattledger.io/sites";
+    /// Set by the webhook on a pod admitted only with its GPUs capped: the power limit per
+    /// GPU, W, for the node's device plugin or an init container to apply.
+    pub const POWER_CAP: &str = "wattledger.io/power-cap-w";
 }
 
 /// Most GPUs one pod may ask for (as a question to `POST /v1/admission` may).
@@ -421,9 +424,10 @@ fn parse_duration(s: &str) -> Option<i64> {
     num.is_empty().then_some(total)
 }
 
-/// A validating admission webhook (AdmissionReview v1): pods requesting `nvidia.com/gpu` (or
-/// MIG) are put to `POST /v1/admission`; reject and defer deny the pod with the reasons (a
-/// deferral names the time to create it again), admit allows it with any warnings.
+/// An admission webhook (AdmissionReview v1): pods requesting `nvidia.com/gpu` (or MIG) are
+/// put to `POST /v1/admission`; reject and defer deny the pod with the reasons (a deferral
+/// names the time to create it again), admit allows it with any warnings, and admit at a
+/// power cap adds the `wattledger.io/power-cap-w` annotation (a JSONPatch).
 #[utoipa::path(post, path = "/v1/admission/kubernetes", tag = "admission",
     security(("bearer" = [])),
     request_body(content = Object, description = "AdmissionReview v1"),
@@ -485,8 +489,14 @@ pub async fn kubernetes(
                 .filter(|r| r.contains("soft cap") || r.contains("cannot be estimated"))
                 .map(|r| r.chars().take(120).collect())
                 .collect();
-            json!({"uid": uid, "allowed": true, "warnings": warnings,
-                   "auditAnnotations": {"wattledger.io/decision": answer.decision_id.to_string()}})
+            let mut response = json!({"uid": uid, "allowed": true, "warnings": warnings,
+                   "auditAnnotations": {"wattledger.io/decision": answer.decision_id.to_string()}});
+            if let Some(cap) = answer.power_cap_w {
+                response["auditAnnotations"][annotations::POWER_CAP] = json!(cap.to_string());
+                response["patchType"] = json!("JSONPatch");
+                response["patch"] = json!(power_cap_patch(&req["object"], cap));
+            }
+            response
         }
         wattledger_domain::admission::Verdict::Defer => json!({"uid": uid, "allowed": false,
             "status": {"code": 429, "reason": "TooManyRequests", "message": format!(
@@ -501,9 +511,46 @@ pub async fn kubernetes(
     Ok(reply(response))
 }
 
+/// The JSONPatch (base64, as AdmissionReview carries it) that sets the power-cap
+/// annotation on the pod, creating its annotations where it has none.
+fn power_cap_patch(pod: &Value, cap: u32) -> String {
+    use base64::Engine;
+    let key = annotations::POWER_CAP.replace('~', "~0").replace('/', "~1");
+    let mut ops = Vec::new();
+    if !pod["metadata"]["annotations"].is_object() {
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+    }
+    ops.push(
+        json!({"op": "add", "path": format!("/metadata/annotations/{key}"),
+                    "value": cap.to_string()}),
+    );
+    base64::engine::general_purpose::STANDARD.encode(Value::Array(ops).to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_power_cap_patch_adds_the_annotation_and_its_map_where_missing() {
+        use base64::Engine;
+        let decode = |p: String| -> Value {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        let bare = decode(power_cap_patch(&json!({"metadata": {"name": "p"}}), 300));
+        assert_eq!(
+            bare,
+            json!([{"op": "add", "path": "/metadata/annotations", "value": {}},
+                   {"op": "add", "path": "/metadata/annotations/wattledger.io~1power-cap-w",
+                    "value": "300"}])
+        );
+        let annotated = decode(power_cap_patch(
+            &json!({"metadata": {"annotations": {"a": "b"}}}),
+            300,
+        ));
+        assert_eq!(annotated.as_array().unwrap().len(), 1);
+    }
 
     #[test]
     fn durations() {

@@ -12,6 +12,7 @@ pub mod ingest;
 pub mod json;
 pub mod openapi;
 pub mod power;
+pub mod power_policy;
 pub mod prometheus;
 pub mod serve;
 pub mod usage;
@@ -97,6 +98,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
         .route("/v1/power/headroom", get(power::get_headroom))
         .route("/v1/power/grid", get(power::get_grid))
+        .route("/v1/power/policies", get(power_policy::list))
+        .route(
+            "/v1/power/policies/{site}",
+            axum::routing::put(power_policy::put),
+        )
         .merge(crate::dashboard::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
