@@ -8,6 +8,7 @@ mod budgets;
 mod chargeback;
 mod dashboard;
 mod demo;
+mod grid_events;
 mod ingest;
 mod ledger;
 mod openapi;

@@ -126,6 +126,8 @@ async fn the_decision_writer_dead_letters_a_row_the_database_refuses() {
         est_cost: None,
         est_currency: None,
         est_carbon_kg: None,
+        grid_event_id: None,
+        moved_mj: None,
         request: json!({"job_name": name}).to_string(),
         answer: "{}".into(),
     };

@@ -9,6 +9,7 @@ pub mod breakdown;
 pub mod budget_alerts;
 pub mod chargeback;
 pub mod costing;
+pub mod demand_response;
 pub mod energy;
 pub mod headroom;
 pub mod input;

@@ -265,6 +265,9 @@ pub struct NewDecision {
     pub est_cost: Option<Decimal>,
     pub est_currency: Option<String>,
     pub est_carbon_kg: Option<Decimal>,
+    /// The grid event a flexible job was moved out of, and the energy it moved (mJ).
+    pub grid_event_id: Option<i64>,
+    pub moved_mj: Option<i64>,
     /// The question and the answer as JSON text (sent as text and stored as jsonb: no
     /// intermediate document is built).
     pub request: String,
@@ -279,7 +282,8 @@ pub async fn insert_decisions(pool: &PgPool, rows: &[NewDecision]) -> StoreResul
     let mut q = sqlx::QueryBuilder::new(
         "INSERT INTO admission_decisions (id, decided_at, tenant_id, source, job_name, job_key,
              kind, priority, gpus, decision, site_id, start_at, end_at, reserved_w, model,
-             est_kwh, est_cost, est_currency, est_carbon_kg, request, answer) ",
+             est_kwh, est_cost, est_currency, est_carbon_kg, grid_event_id, moved_mj, request,
+             answer) ",
     );
     q.push_values(rows, |mut b, r| {
         b.push_bind(r.id)
@@ -301,6 +305,8 @@ pub async fn insert_decisions(pool: &PgPool, rows: &[NewDecision]) -> StoreResul
             .push_bind(r.est_cost)
             .push_bind(&r.est_currency)
             .push_bind(r.est_carbon_kg)
+            .push_bind(r.grid_event_id)
+            .push_bind(r.moved_mj)
             .push_bind(&r.request)
             .push_unseparated("::jsonb")
             .push_bind(&r.answer)

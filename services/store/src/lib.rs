@@ -13,6 +13,7 @@ pub mod compaction;
 pub mod databases;
 pub mod dirty;
 pub mod error;
+pub mod grid_events;
 pub mod inventory;
 pub mod jobs;
 pub mod operations;

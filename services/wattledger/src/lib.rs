@@ -9,6 +9,7 @@ pub mod config;
 pub mod dashboard;
 pub mod demo;
 pub mod embedded_pg;
+pub mod grid_events;
 pub mod http;
 pub mod progress;
 pub mod sim;

@@ -18,6 +18,7 @@ pub mod envelope;
 pub mod forecast;
 pub mod oversubscription;
 
+use crate::demand_response;
 use crate::job_kind::JobKind;
 use budget::{Budget, JobAmounts, Remaining};
 use chrono::{DateTime, Duration, Utc};
@@ -76,6 +77,8 @@ pub struct Site {
     pub oversubscription: Factors,
     /// The per-GPU power limit the site may set on a job that fits now only capped, W.
     pub power_cap_w: Option<u32>,
+    /// Demand-response windows flexible work keeps out of.
+    pub grid_events: Vec<GridWindow>,
     pub currency: String,
     pub reserved: Reserved,
     /// g CO2e per kWh.
@@ -83,6 +86,23 @@ pub struct Site {
     pub carbon_marginal: Arc<Forecast>,
     /// Currency per kWh.
     pub price: Arc<Forecast>,
+}
+
+/// A grid event's window at a site (demand response).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GridWindow {
+    pub id: i64,
+    pub key: String,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+}
+
+/// A flexible job moved out of a grid event's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    pub event_id: i64,
+    /// What it would have drawn in the window had it started when it asked, mJ.
+    pub mj: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -143,6 +163,8 @@ pub struct Decision {
     pub reservation: Option<Reservation>,
     /// The per-GPU power limit the job must run under, W: set when it fits now only capped.
     pub power_cap_w: Option<u32>,
+    /// Set when the job was moved out of a grid event's window.
+    pub moved: Option<Moved>,
 }
 
 impl Job {
@@ -267,6 +289,7 @@ pub fn decide(
             budgets,
             reservation: None,
             power_cap_w: None,
+            moved: None,
         };
     let Some(first) = sites.first() else {
         return reject(vec!["no candidate site".into()], None, Vec::new());
@@ -320,6 +343,7 @@ pub fn decide(
             budgets: verdict.remaining,
             reservation: Some(reservation(start0, job.duration, draw)),
             power_cap_w: None,
+            moved: None,
         };
     }
 
@@ -333,14 +357,27 @@ pub fn decide(
         /// The job as it would run there: capped, or as asked.
         job: Job,
         cap: Option<u32>,
+        moved: Option<Moved>,
     }
     let mut options: Vec<Option_> = Vec::new();
     let mut blocked: Vec<String> = Vec::new();
+    let mut event_notes: Vec<String> = Vec::new();
     for (i, site) in sites.iter().enumerate() {
         let env = Envelope::new(site.envelope_w, site.draw_w, &site.reserved, now);
         let draw = job.envelope_draw_w(site);
+        // Flexible work keeps out of the site's grid events (and may start as each ends).
+        let events: Vec<&GridWindow> = if job.deadline.is_some() {
+            site.grid_events
+                .iter()
+                .filter(|e| e.end > start0 && e.start < latest + job.duration)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let clear = |s: DateTime<Utc>, d: Duration| events.iter().all(|e| clear_of(e, s, d));
         let mut starts: Vec<DateTime<Utc>> = vec![start0];
         starts.extend(env.releases());
+        starts.extend(events.iter().map(|e| e.end));
         if job.deadline.is_some() {
             for b in site
                 .carbon_average
@@ -355,7 +392,7 @@ pub fn decide(
         starts.retain(|s| *s >= start0 && *s <= latest);
         starts.sort();
         starts.dedup();
-        let fits: Vec<DateTime<Utc>> = starts
+        let mut fits: Vec<DateTime<Utc>> = starts
             .into_iter()
             .filter(|s| env.fits(draw, *s, *s + job.duration))
             .collect();
@@ -375,6 +412,40 @@ pub fn decide(
                 until.format("%Y-%m-%dT%H:%M:%SZ")
             ));
         }
+        // Moved: what the job would have drawn in the first event it overlaps at its
+        // earliest start. Where no start clear of the events is left before its deadline,
+        // it runs through them, and says so.
+        let mut moved = None;
+        if let Some(e) = events.iter().find(|e| !clear_of(e, start0, job.duration)) {
+            if fits.iter().any(|s| clear(*s, job.duration)) {
+                fits.retain(|s| clear(*s, job.duration));
+                let w = job.site_draw_w(site).ceil();
+                let w = i64::try_from(w.mantissa() / 10i128.pow(w.scale())).unwrap_or(i64::MAX);
+                moved = Some(Moved {
+                    event_id: e.id,
+                    mj: demand_response::moved_mj(
+                        w,
+                        (start0, start0 + job.duration),
+                        (e.start, e.end),
+                    ),
+                });
+                event_notes.push(format!(
+                    "site {}: grid event {} from {} to {} (demand response): flexible work runs outside it",
+                    site.key,
+                    e.key,
+                    e.start.format("%Y-%m-%dT%H:%M:%SZ"),
+                    e.end.format("%Y-%m-%dT%H:%M:%SZ")
+                ));
+            } else {
+                event_notes.push(format!(
+                    "site {}: grid event {} from {} to {}: no start clear of it before the deadline, so the job may run through it",
+                    site.key,
+                    e.key,
+                    e.start.format("%Y-%m-%dT%H:%M:%SZ"),
+                    e.end.format("%Y-%m-%dT%H:%M:%SZ")
+                ));
+            }
+        }
         // A job without a deadline takes its first window; only a flexible one shops.
         let take = if job.deadline.is_some() {
             fits.len()
@@ -389,6 +460,7 @@ pub fn decide(
                 estimate: job.estimate(site, s),
                 job: job.clone(),
                 cap: None,
+                moved,
             });
         }
         // Rather than wait: now, with the GPUs held to the site's power cap, if that fits
@@ -397,13 +469,15 @@ pub fn decide(
             if let Some((cap, capped)) = site.power_cap_w.and_then(|c| Some((c, job.capped(c)?))) {
                 let end = start0 + capped.duration;
                 let in_time = job.deadline.is_none_or(|d| end <= d);
-                if in_time && env.fits(capped.envelope_draw_w(site), start0, end) {
+                let clear_now = moved.is_none() || clear(start0, capped.duration);
+                if in_time && clear_now && env.fits(capped.envelope_draw_w(site), start0, end) {
                     options.push(Option_ {
                         site: i,
                         start: start0,
                         estimate: capped.estimate(site, start0),
                         job: capped,
                         cap: Some(cap),
+                        moved: None,
                     });
                 }
             }
@@ -465,6 +539,12 @@ pub fn decide(
         }
     }
     let site = &sites[chosen.site];
+    reasons.extend(
+        event_notes
+            .iter()
+            .filter(|n| n.starts_with(&format!("site {}:", site.key)))
+            .cloned(),
+    );
     if let Some(cap) = chosen.cap {
         reasons.extend(
             blocked
@@ -524,7 +604,13 @@ pub fn decide(
             chosen.job.envelope_draw_w(site),
         )),
         power_cap_w: chosen.cap,
+        moved: chosen.moved.filter(|_| chosen.start > start0),
     }
+}
+
+/// Whether a run of `d` from `s` stays clear of the event's window.
+fn clear_of(e: &GridWindow, s: DateTime<Utc>, d: Duration) -> bool {
+    s + d <= e.start || s >= e.end
 }
 
 /// Rounded to a millionth and always written with six places (estimates are read by

@@ -45,6 +45,7 @@ fn site(key: &str, marginal: &[i64]) -> Site {
         }
         .resolve(|_| None),
         power_cap_w: None,
+        grid_events: Vec::new(),
         currency: "EUR".into(),
         reserved: Reserved::default(),
         carbon_average: Arc::new(hourly(&marginal.iter().map(|v| v / 2).collect::<Vec<_>>())),
@@ -387,4 +388,42 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn flexible_work_keeps_out_of_a_grid_event_and_says_what_it_moved() {
+    let mut s = site("fra1", &[]);
+    s.grid_events = vec![GridWindow {
+        id: 7,
+        key: "dr-1".into(),
+        start: t(60),
+        end: t(180),
+    }];
+    // Two hours from t(0) would run an hour into the event: it waits for its end. Its 5 kW
+    // over that hour is what it moved: 5 kWh = 18,000,000,000 mJ.
+    let d0 = decide(&job(120, Some(600)), &[&s], &[], &Policy::default(), t(0));
+    assert_eq!(d0.verdict, Verdict::Defer, "{:?}", d0.reasons);
+    assert_eq!(d0.start_at, Some(t(180)));
+    assert_eq!(
+        d0.moved,
+        Some(Moved {
+            event_id: 7,
+            mj: 18_000_000_000
+        })
+    );
+    assert!(
+        d0.reasons.iter().any(|r| r.contains("grid event dr-1")),
+        "{:?}",
+        d0.reasons
+    );
+    // One hour ends as the event starts: nothing to move.
+    let d1 = decide(&job(60, Some(600)), &[&s], &[], &Policy::default(), t(0));
+    assert_eq!((d1.verdict, d1.moved), (Verdict::Admit, None));
+    // A deadline that leaves no start clear of it: it runs through, and says so.
+    let d2 = decide(&job(120, Some(240)), &[&s], &[], &Policy::default(), t(0));
+    assert_eq!((d2.verdict, d2.moved), (Verdict::Admit, None));
+    assert!(d2.reasons.iter().any(|r| r.contains("may run through")));
+    // Work that is not flexible is not moved.
+    let d3 = decide(&job(120, None), &[&s], &[], &Policy::default(), t(0));
+    assert_eq!((d3.verdict, d3.moved), (Verdict::Admit, None));
 }

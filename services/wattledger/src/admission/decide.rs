@@ -136,6 +136,8 @@ impl Admission {
                 .estimate_at_start
                 .as_ref()
                 .and_then(|e| e.carbon_average_kg),
+            grid_event_id: d.moved.map(|m| m.event_id),
+            moved_mj: d.moved.map(|m| m.mj),
             // Filled by the writer: serialising is not the request's work.
             request: String::new(),
             answer: String::new(),

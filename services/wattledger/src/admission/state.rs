@@ -14,8 +14,9 @@ use wattledger_domain::admission::budget::{Budget, JobAmounts, Metric};
 use wattledger_domain::admission::envelope::{Reservation, Reserved};
 use wattledger_domain::admission::forecast::{Forecast, Point};
 use wattledger_domain::admission::oversubscription::Factors;
-use wattledger_domain::admission::{Policy, Site};
+use wattledger_domain::admission::{GridWindow, Policy, Site};
 use wattledger_store::admission as store;
+use wattledger_store::grid_events;
 use wattledger_store::power_policy::{self, SitePolicy};
 use wattledger_store::{Scope, StoreResult};
 
@@ -86,6 +87,8 @@ pub(super) struct Slow {
     pub(super) learned: Vec<store::LearnedDraw>,
     pub(super) typical: HashMap<String, i64>,
     pub(super) power: HashMap<i64, (SitePolicy, Factors)>,
+    /// Grid events from an hour ago to the horizon, per site.
+    pub(super) grid_events: HashMap<i64, Vec<GridWindow>>,
 }
 
 impl Hot {
@@ -151,7 +154,24 @@ fn add_to_budgets(
 pub(super) async fn load_slow(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Slow> {
     let policies = power_policy::list(pool, None).await?;
     let mut factors = power_policy::factors(pool, &policies, now).await?;
+    let mut grid_events: HashMap<i64, Vec<GridWindow>> = HashMap::new();
+    for e in grid_events::overlapping(
+        pool,
+        None,
+        now - Duration::hours(1),
+        now + Duration::days(HORIZON_DAYS),
+    )
+    .await?
+    {
+        grid_events.entry(e.site_id).or_default().push(GridWindow {
+            id: e.id,
+            key: e.key,
+            start: e.starts_at,
+            end: e.ends_at,
+        });
+    }
     Ok(Slow {
+        grid_events,
         power: policies
             .into_iter()
             .map(|p| {
@@ -219,6 +239,7 @@ pub(super) fn build(
             site: Site {
                 oversubscription: power.map(|p| p.1.clone()).unwrap_or_default(),
                 power_cap_w: power.and_then(|p| p.0.policy.power_cap_w),
+                grid_events: slow.grid_events.get(&s.id).cloned().unwrap_or_default(),
                 key: s.key.clone(),
                 envelope_w: s.envelope_w,
                 draw_w: slow.draw.get(&s.id).copied(),

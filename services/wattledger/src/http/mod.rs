@@ -7,6 +7,7 @@ pub mod client_addr;
 pub mod efficiency;
 pub mod error;
 pub mod extract;
+pub mod grid_events;
 pub mod guard;
 pub mod ingest;
 pub mod json;
@@ -95,13 +96,14 @@ pub fn app(state: AppState) -> Router {
         .merge(webhooks::router())
         .merge(budgets::router())
         .merge(chargeback::router())
+        .merge(grid_events::router())
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
         .route("/v1/power/headroom", get(power::get_headroom))
         .route("/v1/power/grid", get(power::get_grid))
-        .route("/v1/power/policies", get(power_policy::list))
+        .route("/v1/power/policies", get(power_policy::list_policies))
         .route(
             "/v1/power/policies/{site}",
-            axum::routing::put(power_policy::put),
+            axum::routing::put(power_policy::put_policy),
         )
         .merge(crate::dashboard::router())
         .fallback(not_found)

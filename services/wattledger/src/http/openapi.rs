@@ -1,8 +1,8 @@
 //! The OpenAPI 3 document, generated from the handlers' types and `#[utoipa::path]`s.
 
 use super::{
-    admission, budgets, chargeback, efficiency, error, ingest, power, power_policy, prometheus,
-    usage, webhooks,
+    admission, budgets, chargeback, efficiency, error, grid_events, ingest, power, power_policy,
+    prometheus, usage, webhooks,
 };
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -17,7 +17,8 @@ use utoipa::{Modify, OpenApi};
         ingest::samples::samples_batch, ingest::jobs::jobs_batch, ingest::tokens::tokens_batch, ingest::signals::signals_batch,
         usage::get_usage, usage::list_jobs, usage::get_job, usage::list_sites, usage::list_tenants,
         efficiency::get_efficiency, power::get_headroom, power::get_grid,
-        power_policy::list, power_policy::put,
+        power_policy::list_policies, power_policy::put_policy,
+        grid_events::record_event, grid_events::list_events, grid_events::show_event,
         admission::ask, admission::decisions, admission::kubernetes,
         webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
         webhooks::rotate, webhooks::test, webhooks::messages, webhooks::redeliver,
@@ -32,7 +33,7 @@ use utoipa::{Modify, OpenApi};
          (name = "query", description = "Usage, jobs and inventory"),
          (name = "admission", description = "Schedulers ask before starting a job"),
          (name = "budgets", description = "Limits on energy, cost and carbon per tenant and period"),
-         (name = "power", description = "Sites' measured power (headroom, peaks and swings) and power policies"),
+         (name = "power", description = "Sites' measured power (headroom, peaks and swings), power policies and grid events (demand response)"),
          (name = "chargeback", description = "Month close, statements, CSV and FOCUS exports"),
          (name = "webhooks", description = "Signed alert deliveries to tenants' endpoints"),
          (name = "service", description = "Health"))

@@ -110,7 +110,7 @@ async fn views(state: &AppState, site_id: Option<i64>) -> ApiResult<Vec<PolicyVi
     responses((status = 200, body = Vec<PolicyView>), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn list(
+pub async fn list_policies(
     State(state): State<AppState>,
     caller: Caller,
     Query(p): Query<PolicyParams>,
@@ -157,7 +157,7 @@ fn setting(v: &Value) -> Result<Setting, String> {
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
               (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
               (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn put(
+pub async fn put_policy(
     State(state): State<AppState>,
     caller: Caller,
     Path(site): Path<String>,
