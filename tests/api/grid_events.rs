@@ -14,9 +14,11 @@
 //! 3.84 EUR.
 
 use crate::admission::{ask, ask_until};
+use crate::dashboard::Browser;
 use chrono::{DateTime, Duration, DurationRound, TimeZone, Utc};
 use serde_json::{json, Value};
 use wattledger::auth::Role;
+use wattledger::dashboard::login::add_user;
 use wattledger_tests::TestApp;
 
 const KWH_MJ: i64 = 3_600_000_000;
@@ -235,6 +237,40 @@ async fn an_events_reduction_and_credit_are_what_the_baseline_method_gives_by_ha
         .get(Some(&app.tenant_token("a")), "/v1/grid-events")
         .await;
     assert_eq!(status, 403);
+
+    // The event's page shows the same figures; the operator page lists the event.
+    for (user, role, tenant) in [
+        ("fin", Role::Finance, None),
+        ("alice", Role::Tenant, Some("a")),
+    ] {
+        add_user(&app.pool, user, role, tenant, "correct horse battery")
+            .await
+            .unwrap();
+    }
+    let mut finance = Browser::new(&app);
+    finance.sign_in("fin", "correct horse battery").await;
+    let page = finance.get("/grid-events/dr-18").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    for want in [
+        "217.0 kWh",
+        "185.0 kWh",
+        "32.0 kWh",
+        "met of 30.0 kWh asked",
+        "9.60 EUR",
+        "5.76 EUR",
+        "3.84 EUR",
+        "previous 10 weekdays without an event (weekdays-10)",
+        "Tue Nov 17",
+        "final",
+    ] {
+        assert!(page.body.contains(want), "{want} not on the page");
+    }
+    let operator = finance.get("/operator?from=2026-11-11&to=2026-11-24").await;
+    assert!(operator.body.contains("href=\"/grid-events/dr-18\""));
+    assert!(operator.body.contains("1 + its measured headroom"));
+    let mut alice = Browser::new(&app);
+    alice.sign_in("alice", "correct horse battery").await;
+    assert_eq!(alice.get("/grid-events/dr-18").await.status, 404);
 }
 
 #[tokio::test]

@@ -11,6 +11,7 @@
 mod chart;
 mod finance;
 pub mod format;
+mod grid_event;
 mod job;
 pub mod login;
 mod operator;
@@ -42,6 +43,7 @@ pub fn router() -> Router<AppState> {
         .route("/tenants/{key}", get(tenant::overview))
         .route("/jobs/{key}", get(job::show))
         .route("/operator", get(operator::page))
+        .route("/grid-events/{key}", get(grid_event::show))
         .route("/finance", get(finance::months))
         .route("/finance/{month}", get(finance::month))
         .route("/finance/{month}/exports/{format}", get(finance::download))

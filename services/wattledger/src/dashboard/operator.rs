@@ -16,13 +16,14 @@ use axum::response::Response;
 use chrono::{Duration, Utc};
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
+use wattledger_domain::demand_response::Target;
 use wattledger_domain::headroom::{self, PowerClass};
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::load_shape::DayLoad;
 use wattledger_domain::metrics;
 use wattledger_store::inventory;
 use wattledger_store::operations::{self, MeterHealth, SiteDay};
-use wattledger_store::power;
+use wattledger_store::{grid_events, power, power_policy};
 
 /// The default range: the last two weeks.
 const DAYS: i64 = 14;
@@ -96,6 +97,24 @@ pub fn headroom_rows(span: &[crate::http::power::HeadroomOut]) -> Vec<HeadroomRo
         .collect()
 }
 
+/// A workload class's over-subscription at a site, as admission counts it now.
+pub struct PolicyRow {
+    pub class: &'static str,
+    pub setting: String,
+    pub factor: String,
+    pub why: String,
+}
+
+/// A grid event at a site, in or after the page's range.
+pub struct EventRow {
+    pub key: String,
+    pub window: String,
+    pub ask: String,
+    pub status: &'static str,
+    pub reduction: String,
+    pub credit: String,
+}
+
 pub struct SiteView {
     pub key: String,
     pub name: String,
@@ -114,6 +133,10 @@ pub struct SiteView {
     /// The last day's site power per minute against the envelope, if measured.
     pub power_svg: Option<String>,
     pub headroom: Vec<HeadroomRow>,
+    pub policy: Vec<PolicyRow>,
+    /// The per-GPU power cap admission may set, W, if any.
+    pub power_cap_w: Option<u32>,
+    pub events: Vec<EventRow>,
     pub days: Vec<DayRow>,
     pub meters: Vec<MeterRow>,
     pub stale: usize,
@@ -298,6 +321,7 @@ pub async fn page(
     for d in days {
         by_site_days.entry(d.site.clone()).or_default().push(d);
     }
+    let (mut policies, mut events) = power_and_events(&state, range.from, range.to, now).await?;
     let mut by_site_meters: BTreeMap<String, Vec<MeterHealth>> = BTreeMap::new();
     for m in health {
         by_site_meters.entry(m.site.clone()).or_default().push(m);
@@ -437,6 +461,9 @@ pub async fn page(
                     .and_then(|d| d.iter().next_back())
                     .map(|(day, load)| power_chart(s, *day, load)),
                 headroom: headroom.remove(&s.key).unwrap_or_default(),
+                power_cap_w: policies.get(&s.key).and_then(|p| p.1),
+                policy: policies.remove(&s.key).map(|p| p.0).unwrap_or_default(),
+                events: events.remove(&s.key).unwrap_or_default(),
                 days: rows,
                 stale: rows_m.iter().filter(|m| m.stale && m.kind != "mig").count(),
                 gaps: rows_m.iter().map(|m| m.gaps).sum(),
@@ -466,4 +493,71 @@ pub async fn page(
         }
         .render(),
     ))
+}
+
+/// Each site's power policy rows and cap, and its grid events from the range's start to a
+/// week after its end (upcoming ones included), by site key.
+#[allow(clippy::type_complexity)]
+async fn power_and_events(
+    state: &AppState,
+    from: chrono::DateTime<Utc>,
+    to: chrono::DateTime<Utc>,
+    now: chrono::DateTime<Utc>,
+) -> Result<
+    (
+        BTreeMap<String, (Vec<PolicyRow>, Option<u32>)>,
+        BTreeMap<String, Vec<EventRow>>,
+    ),
+    PageError,
+> {
+    let policies = power_policy::list(&state.pool, None).await?;
+    let factors = power_policy::factors(&state.pool, &policies, now).await?;
+    let policy_rows = policies
+        .iter()
+        .map(|p| {
+            let f = factors.get(&p.site_id).cloned().unwrap_or_default();
+            let rows = JobKind::ALL
+                .into_iter()
+                .map(|k| PolicyRow {
+                    class: class_label(k.as_str()),
+                    setting: p.policy.setting(k).label(),
+                    factor: grouped(f.of(k).factor, 3),
+                    why: f.of(k).why.clone(),
+                })
+                .collect();
+            (p.site.clone(), (rows, p.policy.power_cap_w))
+        })
+        .collect();
+    let mut events: BTreeMap<String, Vec<EventRow>> = BTreeMap::new();
+    for e in grid_events::overlapping(&state.pool, None, from, to + Duration::days(7)).await? {
+        let r = crate::grid_events::report(&state.pool, e, now).await?;
+        let e = &r.event;
+        let ask = match r.target {
+            Target::CapW(w) => format!("cap {} kW", grouped(Decimal::new(w, 3), 1)),
+            Target::ReductionW(w) => format!("−{} kW", grouped(Decimal::new(w, 3), 1)),
+        };
+        events.entry(e.site.clone()).or_default().push(EventRow {
+            key: e.key.clone(),
+            window: format!(
+                "{} to {}",
+                e.starts_at.format("%a %b %-d %H:%M"),
+                e.ends_at.format("%H:%M")
+            ),
+            ask,
+            status: r.status.as_str(),
+            reduction: r.outcome.as_ref().map_or("–".into(), |o| {
+                format!(
+                    "{}{}",
+                    energy(o.reduction_mj),
+                    if o.met { "" } else { " (not met)" }
+                )
+            }),
+            credit: r
+                .outcome
+                .as_ref()
+                .and_then(|o| o.credit)
+                .map_or("–".into(), |c| super::format::money(c, &e.currency)),
+        });
+    }
+    Ok((policy_rows, events))
 }
