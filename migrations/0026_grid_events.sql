@@ -28,3 +28,10 @@ ALTER TABLE admission_decisions
     ADD CHECK ((grid_event_id IS NULL) = (moved_mj IS NULL));
 CREATE INDEX admission_decisions_grid_event ON admission_decisions (grid_event_id)
     WHERE grid_event_id IS NOT NULL;
+
+-- A tenant's share of an event's credit is a statement line of its own: a negative cost and
+-- no energy, so statements never change metered energy.
+ALTER TABLE statement_lines DROP CONSTRAINT statement_lines_class_check;
+ALTER TABLE statement_lines ADD CONSTRAINT statement_lines_class_check
+    CHECK (class IN ('training', 'inference', 'batch', 'interactive', 'idle_share', 'platform',
+                     'demand_response_credit'));

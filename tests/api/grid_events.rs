@@ -2,16 +2,16 @@
 //! hand-computed history, the month close's credit lines, and admission moving flexible work
 //! out of an event's window.
 //!
-//! Site s1 has one facility meter. On each of the 16 days before Wednesday 2026-11-18, day
-//! `k` back draws (100 + k) kWh in each of the hours 14:00 and 15:00 UTC. The event `dr-18`
-//! asks a 15 kW reduction over 14:00–16:00 on the 18th, at 0.30 EUR per kWh shed; another
-//! event (`dr-11`) was on the 11th. Baseline `weekdays-10`: the weekdays back from the 18th
-//! are k = 1, 2, 5, 6, (7 = the 11th: an event day, left out), 8, 9, 12, 13, 14, 15, so
+//! Site s1 has one facility meter. On each of the 16 days before Wednesday 2026-10-28, day
+//! `k` back draws (100 + k) kWh in each of the hours 14:00 and 15:00 UTC. The event `dr-28`
+//! asks a 15 kW reduction over 14:00–16:00 on the 28th, at 0.30 EUR per kWh shed; another
+//! event (`dr-21`) was on the 21st. Baseline `weekdays-10`: the weekdays back from the 28th
+//! are k = 1, 2, 5, 6, (7 = the 21st: an event day, left out), 8, 9, 12, 13, 14, 15, so
 //! Σk = 85 and each hour's baseline is 100 + 8.5 = 108.5 kWh: 217 kWh for the window. The
 //! site drew 90 + 95 = 185 kWh: a reduction of 32 kWh against the 30 asked (met), credited
 //! 32 × 0.30 = 9.60 EUR. Admission had moved tenant a's jobs (24 kWh in the window) and
 //! b's (16 kWh): 40 ≥ 32, so the 32 kWh split 3:2 — a 19.2 kWh and 5.76 EUR, b 12.8 kWh and
-//! 3.84 EUR.
+//! 3.84 EUR, which October's close bills as credit lines.
 
 use crate::admission::{ask, ask_until};
 use crate::dashboard::Browser;
@@ -24,7 +24,7 @@ use wattledger_tests::TestApp;
 const KWH_MJ: i64 = 3_600_000_000;
 
 fn event_day() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 11, 18, 14, 0, 0).unwrap()
+    Utc.with_ymd_and_hms(2026, 10, 28, 14, 0, 0).unwrap()
 }
 
 async fn push_site(app: &TestApp) {
@@ -39,7 +39,8 @@ async fn push_site(app: &TestApp) {
             "sites",
             json!([{"key": "s1", "name": "Site 1", "grid_region": "DE", "currency": "EUR",
             "power_envelope_w": 1_000_000, "static_pue": "1.0", "idle_policy": "platform",
-            "platform_tenant": "platform"}]),
+            "platform_tenant": "platform", "fallback_price": "0.20",
+            "fallback_intensity_g": "300"}]),
         ),
         (
             "meters",
@@ -117,13 +118,13 @@ async fn an_events_reduction_and_credit_are_what_the_baseline_method_gives_by_ha
     push_site(&app).await;
     let (status, body) = post_event(
         &app,
-        json!({"key": "dr-11", "site": "s1", "starts_at": event_day() - Duration::days(7),
+        json!({"key": "dr-21", "site": "s1", "starts_at": event_day() - Duration::days(7),
                "ends_at": event_day() - Duration::days(7) + Duration::hours(1),
                "target_cap_kw": "50"}),
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    let event = json!({"key": "dr-18", "site": "s1", "starts_at": event_day(),
+    let event = json!({"key": "dr-28", "site": "s1", "starts_at": event_day(),
         "ends_at": event_day() + Duration::hours(2), "reduction_kw": "15",
         "price_per_kwh": "0.30"});
     let (status, body) = post_event(&app, event.clone()).await;
@@ -139,11 +140,11 @@ async fn an_events_reduction_and_credit_are_what_the_baseline_method_gives_by_ha
     assert_eq!(body["error"]["code"], "grid_event_exists");
 
     push_history(&app).await;
-    moved(&app, "dr-18", "a", 24).await;
-    moved(&app, "dr-18", "b", 16).await;
+    moved(&app, "dr-28", "a", 24).await;
+    moved(&app, "dr-28", "b", 16).await;
 
     let (status, r) = app
-        .get(Some(&app.token(Role::Finance)), "/v1/grid-events/dr-18")
+        .get(Some(&app.token(Role::Finance)), "/v1/grid-events/dr-28")
         .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["status"], "final", "{r}");
@@ -156,16 +157,16 @@ async fn an_events_reduction_and_credit_are_what_the_baseline_method_gives_by_ha
     assert_eq!(
         days,
         [
-            "2026-11-17",
-            "2026-11-16",
-            "2026-11-13",
-            "2026-11-12",
-            "2026-11-10",
-            "2026-11-09",
-            "2026-11-06",
-            "2026-11-05",
-            "2026-11-04",
-            "2026-11-03"
+            "2026-10-27",
+            "2026-10-26",
+            "2026-10-23",
+            "2026-10-22",
+            "2026-10-20",
+            "2026-10-19",
+            "2026-10-16",
+            "2026-10-15",
+            "2026-10-14",
+            "2026-10-13"
         ]
     );
     assert_eq!(r["hours"][0]["baseline_kwh"], "108.5");
@@ -193,10 +194,10 @@ async fn an_events_reduction_and_credit_are_what_the_baseline_method_gives_by_ha
         "{r}"
     );
 
-    // days-3 on the same history (weekends count): the 17th, 16th, 15th → 101.. 103 kWh.
+    // days-3 on the same history (weekends count): the 27th, 26th, 25th → 101.. 103 kWh.
     let (status, r3) = post_event(
         &app,
-        json!({"key": "dr-18-days", "site": "s1", "starts_at": event_day(),
+        json!({"key": "dr-28-days", "site": "s1", "starts_at": event_day(),
                "ends_at": event_day() + Duration::hours(1), "reduction_kw": "1",
                "baseline_method": "days-3"}),
     )
@@ -249,7 +250,7 @@ async fn an_events_reduction_and_credit_are_what_the_baseline_method_gives_by_ha
     }
     let mut finance = Browser::new(&app);
     finance.sign_in("fin", "correct horse battery").await;
-    let page = finance.get("/grid-events/dr-18").await;
+    let page = finance.get("/grid-events/dr-28").await;
     assert_eq!(page.status, 200, "{}", page.body);
     for want in [
         "217.0 kWh",
@@ -260,17 +261,69 @@ async fn an_events_reduction_and_credit_are_what_the_baseline_method_gives_by_ha
         "5.76 EUR",
         "3.84 EUR",
         "previous 10 weekdays without an event (weekdays-10)",
-        "Tue Nov 17",
+        "Tue Oct 27",
         "final",
     ] {
         assert!(page.body.contains(want), "{want} not on the page");
     }
-    let operator = finance.get("/operator?from=2026-11-11&to=2026-11-24").await;
-    assert!(operator.body.contains("href=\"/grid-events/dr-18\""));
+    let operator = finance.get("/operator?from=2026-10-21&to=2026-10-31").await;
+    assert!(operator.body.contains("href=\"/grid-events/dr-28\""));
     assert!(operator.body.contains("1 + its measured headroom"));
     let mut alice = Browser::new(&app);
     alice.sign_in("alice", "correct horse battery").await;
-    assert_eq!(alice.get("/grid-events/dr-18").await.status, 404);
+    assert_eq!(alice.get("/grid-events/dr-28").await.status, 404);
+
+    // October's close bills each tenant's share as a credit line: no energy, the credit
+    // negated; the FOCUS export calls it a Credit and passes the validator.
+    let finance_token = app.token(Role::Finance);
+    let (status, body) = app
+        .post_raw(
+            &finance_token,
+            "/v1/chargeback/months/2026-10/close",
+            String::new(),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    for (tenant, credit) in [("a", "-5.76"), ("b", "-3.84")] {
+        let (status, st) = app
+            .get(
+                Some(&app.tenant_token(tenant)),
+                &format!("/v1/chargeback/months/2026-10/statements/{tenant}"),
+            )
+            .await;
+        assert_eq!(status, 200, "{st}");
+        let lines = st[0]["lines"].as_array().unwrap();
+        let credit_lines: Vec<&Value> = lines
+            .iter()
+            .filter(|l| l["job_class"] == "demand_response_credit")
+            .collect();
+        assert_eq!(credit_lines.len(), 1, "{st}");
+        let l = credit_lines[0];
+        assert_eq!(
+            (&l["billed_cost"], &l["energy_mj"]),
+            (&json!(credit), &json!(0)),
+            "{l}"
+        );
+    }
+    let (status, focus, _) = crate::chargeback::bytes(
+        &app,
+        &finance_token,
+        "/v1/chargeback/months/2026-10/exports/focus",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let focus = String::from_utf8(focus).unwrap();
+    let credit_rows: Vec<&str> = focus.lines().filter(|l| l.contains(",Credit,")).collect();
+    assert_eq!(credit_rows.len(), 2, "{focus}");
+    assert!(credit_rows[0].starts_with("-5.76,a,"), "{}", credit_rows[0]);
+    let file = std::env::temp_dir().join(format!("wattledger-dr-{}.csv", std::process::id()));
+    std::fs::write(&file, &focus).unwrap();
+    let (passed, failed) = crate::chargeback::validate(&file);
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        passed || failed == [crate::chargeback::VALIDATOR_DEFECT],
+        "FOCUS validator failures: {failed:?}"
+    );
 }
 
 #[tokio::test]

@@ -107,13 +107,16 @@ pub struct Closed {
     pub messages: u64,
 }
 
-/// Closes `month`: statements for every tenant with usage or adjustments, the site
-/// reconciliation, the exports and the audit row, in one transaction.
+/// Closes `month`: statements for every tenant with usage, adjustments or credits, the site
+/// reconciliation, the exports and the audit row, in one transaction. `credits` are the
+/// demand-response credit lines of every period up to `month` (as they stand now: a credit
+/// of a closed month that changed becomes an adjustment, as late energy does).
 pub async fn close(
     pool: &PgPool,
     month: Month,
     actor: &str,
     issuer: &Issuer,
+    credits: &[Entry],
     now: DateTime<Utc>,
 ) -> Result<Closed, CloseError> {
     let mut tx = pool.begin().await?;
@@ -186,11 +189,19 @@ pub async fn close(
     let from = closed
         .first()
         .map_or(month.start(), |m| Month::of(*m).start());
-    let (mut entries, current): (Vec<Entry>, Vec<Entry>) =
+    let (mut entries, mut current): (Vec<Entry>, Vec<Entry>) =
         ledger_entries(&mut tx, from, month.end())
             .await?
             .into_iter()
             .partition(|(k, _)| k.period == month);
+    let first_period = Month::of(from.date_naive());
+    for (k, a) in credits {
+        if k.period == month {
+            entries.push((k.clone(), *a));
+        } else if k.period >= first_period && k.period < month {
+            current.push((k.clone(), *a));
+        }
+    }
     let billed = billed_entries(&mut tx, &closed).await?;
     entries.extend(statement::adjustments(&current, &billed));
     let statements = statement::statements(month, version as u32, entries);

@@ -33,7 +33,9 @@ pub async fn close(
     loop {
         attempt += 1;
         worker::drain(pool, &mut progress).await?;
-        match store::close(pool, month, actor, &issuer, Utc::now()).await {
+        let now = Utc::now();
+        let credits = crate::grid_events::credit_lines(pool, month.end(), now).await?;
+        match store::close(pool, month, actor, &issuer, &credits, now).await {
             // Another worker holds a lease on some of the hours, or new data just arrived.
             Err(CloseError::Pending { hours, .. }) if attempt < ATTEMPTS => {
                 tracing::info!(%month, hours, attempt, "waiting for attribution before closing");

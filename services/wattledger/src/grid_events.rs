@@ -6,6 +6,7 @@
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
+use wattledger_domain::chargeback::{Amounts, Entry, LineClass, LineKey, Month};
 use wattledger_domain::demand_response::{
     self, Baseline, BaselineMethod, Contribution, Outcome, Target, TooFewDays, LOOKBACK_DAYS,
 };
@@ -150,17 +151,18 @@ pub async fn report(pool: &PgPool, event: GridEvent, now: DateTime<Utc>) -> Stor
     })
 }
 
-/// The credit of each final event with a price whose window ended in `[from, to)`, per
-/// tenant: what the month close puts on statements.
-pub async fn credits(
+/// The demand-response credit lines of every final event with a price whose window began
+/// before `until`: per tenant with a share, a line at the event's site in the month its
+/// window began, its cost the credit negated and no energy. What the month close bills.
+pub async fn credit_lines(
     pool: &PgPool,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
+    until: DateTime<Utc>,
     now: DateTime<Utc>,
-) -> StoreResult<Vec<(GridEvent, String, i64, Decimal)>> {
+) -> StoreResult<Vec<Entry>> {
+    let epoch = DateTime::<Utc>::UNIX_EPOCH;
     let mut out = Vec::new();
-    for e in store::overlapping(pool, None, from - Duration::days(1), to).await? {
-        if e.ends_at <= from || e.ends_at > to || e.price_per_kwh.is_none() {
+    for e in store::overlapping(pool, None, epoch, until).await? {
+        if e.price_per_kwh.is_none() || e.starts_at >= until {
             continue;
         }
         let r = report(pool, e, now).await?;
@@ -168,9 +170,23 @@ pub async fn credits(
             continue;
         }
         for (c, _) in &r.contributions {
-            if let Some(credit) = c.credit.filter(|c| *c > Decimal::ZERO) {
-                out.push((r.event.clone(), c.tenant.clone(), c.credited_mj, credit));
-            }
+            let Some(credit) = c.credit.filter(|c| *c > Decimal::ZERO) else {
+                continue;
+            };
+            out.push((
+                LineKey {
+                    tenant: c.tenant.clone(),
+                    currency: r.event.currency.clone(),
+                    site: r.event.site.clone(),
+                    class: LineClass::GridCredit,
+                    model: None,
+                    period: Month::of(r.event.starts_at.date_naive()),
+                },
+                Amounts {
+                    energy_cost: -credit,
+                    ..Amounts::default()
+                },
+            ));
         }
     }
     Ok(out)

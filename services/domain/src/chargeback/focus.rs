@@ -82,12 +82,21 @@ pub fn render(close: &Close) -> String {
             let what = match (l.key.class, &l.key.model) {
                 (LineClass::IdleShare, _) => "idle capacity share".to_owned(),
                 (LineClass::Platform, _) => "unallocated idle capacity".to_owned(),
+                (LineClass::GridCredit, _) => "demand response".to_owned(),
                 (c, Some(m)) => format!("{} jobs, model {m}", c.as_str()),
                 (c, None) => format!("{} jobs", c.as_str()),
             };
+            // A demand-response credit is a FOCUS `Credit`: one-time, no quantity consumed or
+            // priced, no pricing category.
+            let credit = l.key.class == LineClass::GridCredit;
             let common =
                 |cost: Decimal, quantity: String, unit: &str, kind: &str, x: [String; 7]| {
                     let cost = fixed(cost, dp);
+                    let (quantity, unit) = if credit {
+                        (String::new(), "")
+                    } else {
+                        (quantity, unit)
+                    };
                     let mut f = vec![
                         cost.clone(),
                         tenant.clone(),
@@ -95,7 +104,7 @@ pub fn render(close: &Close) -> String {
                         s.currency.clone(),
                         time(billing.1),
                         time(billing.0),
-                        "Usage".to_owned(),
+                        if credit { "Credit" } else { "Usage" }.to_owned(),
                         if correction { "Correction" } else { "" }.to_owned(),
                         format!(
                             "{kind} for {what} at {site_name}, {}{}",
@@ -106,7 +115,7 @@ pub fn render(close: &Close) -> String {
                                 ""
                             }
                         ),
-                        "Usage-Based".to_owned(),
+                        if credit { "One-Time" } else { "Usage-Based" }.to_owned(),
                         time(charge.1),
                         time(charge.0),
                         quantity.clone(),
@@ -116,7 +125,7 @@ pub fn render(close: &Close) -> String {
                         s.number.clone(),
                         issuer.clone(),
                         cost,
-                        "Standard".to_owned(),
+                        if credit { "" } else { "Standard" }.to_owned(),
                         quantity,
                         unit.to_owned(),
                         issuer.clone(),
@@ -142,7 +151,7 @@ pub fn render(close: &Close) -> String {
                     l.billed_energy_cost,
                     fixed(l.energy_kwh, 6),
                     "kWh",
-                    "Energy",
+                    if credit { "Credit" } else { "Energy" },
                     [
                         l.amounts.energy_mj.to_string(),
                         fixed(l.energy_kwh, 6),

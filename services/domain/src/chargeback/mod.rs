@@ -38,16 +38,20 @@ pub enum LineClass {
     IdleShare,
     /// Idle energy no job used, carried by the site's platform tenant.
     Platform,
+    /// A tenant's share of a demand-response event's credit (`domain::demand_response`): a
+    /// negative cost with no energy, so metered energy is never changed by it.
+    GridCredit,
 }
 
 impl LineClass {
-    pub const ALL: [LineClass; 6] = [
+    pub const ALL: [LineClass; 7] = [
         LineClass::Training,
         LineClass::Inference,
         LineClass::Batch,
         LineClass::Interactive,
         LineClass::IdleShare,
         LineClass::Platform,
+        LineClass::GridCredit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -59,6 +63,7 @@ impl LineClass {
             LineClass::Interactive => JobKind::Interactive.as_str(),
             LineClass::IdleShare => "idle_share",
             LineClass::Platform => "platform",
+            LineClass::GridCredit => "demand_response_credit",
         }
     }
 
@@ -72,6 +77,7 @@ impl LineClass {
         match self {
             LineClass::IdleShare => "idle-proportional-to-it-energy",
             LineClass::Platform => "idle-to-platform-tenant",
+            LineClass::GridCredit => "demand-response-by-energy-moved",
             _ => "metered-gpu-share",
         }
     }

@@ -65,7 +65,9 @@ pub struct LineView {
     pub usage_period: String,
     pub site: String,
     pub model: Option<String>,
-    /// `training`, `inference`, `batch`, `interactive`, `idle_share` or `platform`.
+    /// `training`, `inference`, `batch`, `interactive`, `idle_share`, `platform`, or
+    /// `demand_response_credit` (a tenant's share of a grid event's credit: a negative cost,
+    /// no energy).
     pub job_class: String,
     pub allocation_method: String,
     pub energy_mj: i64,
