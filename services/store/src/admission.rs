@@ -33,7 +33,8 @@ pub async fn sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
     .await?)
 }
 
-/// Each site's draw at `at` from the last 10 minutes of samples, W: its facility meters where
+/// Each site's draw at `at` from the last 10 minutes of samples (admission's
+/// `envelope::MEASURED_OVER`), W: its facility meters where
 /// they report, else its nodes × PUE, else its GPUs × PUE. A meter's power is the highest
 /// step peak it sent in those minutes (a minute's mean hides a training job's synchronous
 /// swings, and the envelope must hold the swings), else its latest reading, else the slope

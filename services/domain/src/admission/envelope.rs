@@ -2,9 +2,13 @@
 //! now, the admitted jobs that will draw later, and whether one more job fits.
 //!
 //! The load nobody asked about (jobs not admitted through wattledger, idle nodes, cooling) is
-//! the measured draw minus the reservations running now, held flat; reservations add their
-//! draw over their own interval. So a site frees headroom exactly when admitted jobs are due
-//! to end, and a reserved job that has started is not counted twice.
+//! the measured draw minus the reservations the measurement already holds, held flat;
+//! reservations add their draw over their own interval. So a site frees headroom exactly when
+//! admitted jobs are due to end, and a reserved job that has started is not counted twice.
+//! The measurement is the highest draw of the last [`MEASURED_OVER`]: a reservation counts as
+//! measured only if it was running at that window's start and still is now. One that began
+//! since (a job admitted a minute ago, not yet on the meters) is counted on top: the safe
+//! side, where subtracting it would let every new job hide in the draw of the last.
 //!
 //! Reservations are kept as a step function at whole-minute resolution (each rounded out to
 //! the minutes it touches, which only ever over-counts): however many jobs are admitted, a
@@ -13,6 +17,10 @@
 
 use chrono::{DateTime, Duration, Utc};
 use std::collections::BTreeMap;
+
+/// How far back a site's measured draw reaches (the store's `site_draw` takes each meter's
+/// highest reading over this).
+pub const MEASURED_OVER: Duration = Duration::minutes(10);
 
 /// An admitted job's expected draw against the envelope (already scaled by its kind's
 /// over-subscription factor) over `[start, end)`.
@@ -155,7 +163,10 @@ impl<'a> Envelope<'a> {
     ) -> Self {
         Envelope {
             limit_w,
-            base_w: measured_w.map_or(0, |m| (m - reserved.at(now)).max(0)),
+            base_w: measured_w.map_or(0, |m| {
+                let held = reserved.at(now).min(reserved.at(now - MEASURED_OVER));
+                (m - held).max(0)
+            }),
             reserved,
         }
     }
@@ -229,6 +240,21 @@ mod tests {
         );
         assert_eq!(e.peak(t(30), t(70)), 600);
         assert_eq!(res.releases().collect::<Vec<_>>(), vec![t(30), t(120)]);
+    }
+
+    #[test]
+    fn a_reservation_younger_than_the_measurement_is_counted_on_top_of_it() {
+        // 700 W measured; 400 W reserved from two minutes ago: the meters have not seen it.
+        let res: Reserved = [Reservation {
+            start: t(-2),
+            end: t(60),
+            draw_w: 400,
+        }]
+        .into_iter()
+        .collect();
+        let e = Envelope::new(1000, Some(700), &res, t(0));
+        assert_eq!(e.draw_at(t(0)), 1100);
+        assert!(!e.fits(1, t(0), t(10)));
     }
 
     #[test]

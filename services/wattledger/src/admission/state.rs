@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use uuid::Uuid;
 use wattledger_domain::admission::budget::{Budget, JobAmounts, Metric};
-use wattledger_domain::admission::envelope::{Reservation, Reserved};
+use wattledger_domain::admission::envelope::{Reservation, Reserved, MEASURED_OVER};
 use wattledger_domain::admission::forecast::{Forecast, Point};
 use wattledger_domain::admission::oversubscription::Factors;
 use wattledger_domain::admission::{GridWindow, Policy, Site};
@@ -312,7 +312,8 @@ pub(super) fn build(
         hot.count(r, now);
     }
     for s in &mut hot.sites {
-        s.site.reserved.prune(now);
+        // Kept from the measurement's start: the envelope reads what was reserved then.
+        s.site.reserved.prune(now - MEASURED_OVER);
     }
     for l in &slow.learned {
         hot.learned

@@ -1,9 +1,11 @@
 //! `wattledger demo`: a simulated cluster pushed through the real ingest API, attributed,
 //! summarised, and served until Ctrl-C. This module runs it in order; `seed` sends the
-//! cluster through the API, `live` starts the live node and its agent, `report` prints
-//! what the ledger says.
+//! cluster through the API, `power` runs Frankfurt power-bound (policy, admission beyond
+//! nameplate, last week's grid event), `live` starts the live node and its agent, `report`
+//! prints what the ledger says.
 
 mod live;
+mod power;
 mod report;
 mod seed;
 
@@ -220,6 +222,7 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     );
     summary(&pool, from, to).await?;
     budget_summary(&pool).await?;
+    power::power_bound(&client, &pool, &sim).await?;
     if !args.no_close {
         if config.export_dir.is_none() {
             config.export_dir = Some(config.data_dir.join("exports"));

@@ -53,20 +53,34 @@ pub(super) struct Client {
 
 impl Client {
     pub(super) async fn post(&self, token: &str, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.send(reqwest::Method::POST, token, path, body).await
+    }
+
+    pub(super) async fn put(&self, token: &str, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.send(reqwest::Method::PUT, token, path, body).await
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        path: &str,
+        body: Value,
+    ) -> anyhow::Result<Value> {
         let bytes = serde_json::to_vec(&body)?;
         let resp = self
             .http
-            .post(format!("{}{path}", self.base))
+            .request(method.clone(), format!("{}{path}", self.base))
             .bearer_auth(token)
             .header("content-type", "application/json")
             .body(bytes)
             .send()
             .await
-            .with_context(|| format!("POST {path}"))?;
+            .with_context(|| format!("{method} {path}"))?;
         let status = resp.status();
         let text = resp.text().await?;
         if !status.is_success() {
-            bail!("POST {path} answered {status}: {text}");
+            bail!("{method} {path} answered {status}: {text}");
         }
         Ok(serde_json::from_str(&text)?)
     }
