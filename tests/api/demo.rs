@@ -274,3 +274,68 @@ async fn the_demo_closes_no_month_without_energy() {
     }
     assert!(!stdout.contains("closed first"), "{stdout}");
 }
+
+/// The demo's power-bound site: what it prints of last week's grid event is the event's
+/// report, and what it prints of admission is what admission stored — inference replicas
+/// counted at less than their nameplate draw, the training run at its power cap.
+#[tokio::test]
+async fn the_demos_power_bound_site_prints_what_the_event_and_admission_hold() {
+    let Demo { db_url, stdout, .. } = demo().await;
+    let pool = wattledger_store::connect(db_url, 2).await.unwrap();
+    let line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("grid event "))
+        .unwrap_or_else(|| panic!("no grid event in {stdout}"));
+    let key = line
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .trim_end_matches(':');
+    let event = wattledger_store::grid_events::get(&pool, key)
+        .await
+        .unwrap()
+        .unwrap();
+    let r = wattledger::grid_events::report(&pool, event, chrono::Utc::now())
+        .await
+        .unwrap();
+    let o = r.outcome.as_ref().expect("the event is measured");
+    let kwh = |mj: i64| wattledger_domain::units::kwh(mj).round_dp(1);
+    for want in [
+        format!("reduction {} kWh", kwh(o.reduction_mj)),
+        format!("credit {} EUR", o.credit.unwrap().round_dp(2)),
+        format!("{} days)", r.baseline_days().len()),
+    ] {
+        assert!(stdout.contains(&want), "{want} not in {stdout}");
+    }
+    assert!(!r.contributions.is_empty());
+
+    let replicas: Vec<(i64, Option<serde_json::Value>)> = sqlx::query_as(
+        "SELECT reserved_w, answer->'power_cap_w' FROM admission_decisions
+         WHERE source = 'demo' AND kind = 'inference' AND decision = 'admit'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let printed: usize = stdout
+        .lines()
+        .find_map(|l| l.trim().split_once(" admitted as asked"))
+        .map(|(n, _)| n.parse().unwrap())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let plain = replicas
+        .iter()
+        .filter(|r| r.1 == Some(serde_json::Value::Null))
+        .count();
+    assert_eq!(plain, printed, "{replicas:?}");
+    // 4 GPUs × 600 W × PUE 1.35 = 3,240 W of nameplate, counted at the measured factor.
+    assert!(replicas.iter().all(|r| r.0 < 3240), "{replicas:?}");
+    if stdout.contains("capped at 450 W, running") {
+        let caps: Vec<(Option<serde_json::Value>,)> = sqlx::query_as(
+            "SELECT answer->'power_cap_w' FROM admission_decisions
+             WHERE source = 'demo' AND kind = 'training'",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(caps, [(Some(serde_json::json!(450)),)]);
+    }
+}
