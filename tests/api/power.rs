@@ -13,6 +13,7 @@
 
 use crate::admission::{ask, ask_until};
 use crate::scenario::{at_from, HOUR, NEXT_HOUR};
+use base64::Engine;
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use serde_json::{json, Value};
 use wattledger::auth::Role;
@@ -394,6 +395,49 @@ async fn inference_is_admitted_beyond_nameplate_up_to_its_measured_headroom_and_
         .await;
     assert_eq!(status, 200, "{policy}");
     assert_eq!(policy["power_cap_w"], 250);
+    // The Kubernetes webhook passes the cap on as a pod annotation: a what-if pod of the
+    // platform tenant (no history: the server's 700 W default, 840 W at PUE 1.2, 560 W
+    // counted) fits only at 250 W (200 W counted).
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/kubernetes/admissionreview-v1-pod-create-request.json");
+    let mut review: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    review["request"]["dryRun"] = json!(true);
+    review["request"]["object"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"nvidia.com/gpu": "1"}});
+    review["request"]["object"]["metadata"]["annotations"] = json!({
+        "wattledger.io/tenant": "platform", "wattledger.io/kind": "inference",
+        "wattledger.io/duration": "1h", "wattledger.io/sites": "s1"});
+    let mut response = Value::Null;
+    for _ in 0..100 {
+        let (status, r) = app
+            .post_raw(
+                &app.token(Role::Scheduler),
+                "/v1/admission/kubernetes",
+                review.to_string(),
+            )
+            .await;
+        assert_eq!(status, 200, "{r}");
+        response = r["response"].clone();
+        if response["patch"].is_string() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(response["patchType"], "JSONPatch", "{response}");
+    assert_eq!(
+        response["auditAnnotations"]["wattledger.io/power-cap-w"],
+        "250"
+    );
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    assert_eq!(
+        patch.as_array().unwrap().last().unwrap(),
+        &json!({"op": "add", "path": "/metadata/annotations/wattledger.io~1power-cap-w",
+                "value": "250"})
+    );
     let capped = ask_until(&app, q("inference", now), |a| a["decision"] == "admit").await;
     assert_eq!(capped["power_cap_w"], 250, "{capped}");
     let est = &capped["estimate_at_start"];

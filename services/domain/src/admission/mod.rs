@@ -354,8 +354,10 @@ pub fn decide(
         site: usize,
         start: DateTime<Utc>,
         estimate: Estimate,
-        /// The job as it would run there: capped, or as asked.
-        job: Job,
+        /// How long it would run there, and its draw counted against the envelope: as
+        /// asked, or at the cap.
+        run: Duration,
+        counted_w: i64,
         cap: Option<u32>,
         moved: Option<Moved>,
     }
@@ -419,8 +421,7 @@ pub fn decide(
         if let Some(e) = events.iter().find(|e| !clear_of(e, start0, job.duration)) {
             if fits.iter().any(|s| clear(*s, job.duration)) {
                 fits.retain(|s| clear(*s, job.duration));
-                let w = job.site_draw_w(site).ceil();
-                let w = i64::try_from(w.mantissa() / 10i128.pow(w.scale())).unwrap_or(i64::MAX);
+                let w = oversubscription::counted_w(job.site_draw_w(site), Decimal::ONE);
                 moved = Some(Moved {
                     event_id: e.id,
                     mj: demand_response::moved_mj(
@@ -458,7 +459,8 @@ pub fn decide(
                 site: i,
                 start: s,
                 estimate: job.estimate(site, s),
-                job: job.clone(),
+                run: job.duration,
+                counted_w: draw,
                 cap: None,
                 moved,
             });
@@ -470,12 +472,14 @@ pub fn decide(
                 let end = start0 + capped.duration;
                 let in_time = job.deadline.is_none_or(|d| end <= d);
                 let clear_now = moved.is_none() || clear(start0, capped.duration);
-                if in_time && clear_now && env.fits(capped.envelope_draw_w(site), start0, end) {
+                let counted_w = capped.envelope_draw_w(site);
+                if in_time && clear_now && env.fits(counted_w, start0, end) {
                     options.push(Option_ {
                         site: i,
                         start: start0,
                         estimate: capped.estimate(site, start0),
-                        job: capped,
+                        run: capped.duration,
+                        counted_w,
                         cap: Some(cap),
                         moved: None,
                     });
@@ -556,7 +560,7 @@ pub fn decide(
             "fits site {}'s envelope now with its GPUs capped at {cap} W (from {} W): about {} min instead of {} min, for the same energy",
             site.key,
             job.gpu_draw_w,
-            chosen.job.duration.num_minutes(),
+            chosen.run.num_minutes(),
             job.duration.num_minutes()
         ));
     }
@@ -598,11 +602,7 @@ pub fn decide(
         now: Some(now_est),
         at_start: Some(at),
         budgets: remaining,
-        reservation: Some(reservation(
-            chosen.start,
-            chosen.job.duration,
-            chosen.job.envelope_draw_w(site),
-        )),
+        reservation: Some(reservation(chosen.start, chosen.run, chosen.counted_w)),
         power_cap_w: chosen.cap,
         moved: chosen.moved.filter(|_| chosen.start > start0),
     }

@@ -24,6 +24,7 @@ use wattledger_domain::demand_response::{BaselineMethod, Target};
 use wattledger_domain::input;
 use wattledger_domain::units::watts;
 use wattledger_store::grid_events::{self as store, NewEvent};
+use wattledger_store::inventory::{self, KeyedTable};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -299,10 +300,10 @@ pub async fn record_event(
     };
     let site_id = match &site {
         Some(k) => {
-            let id = super::extract::site_filter(&state.pool, Some(k))
-                .await
-                .ok()
-                .flatten();
+            let ids =
+                inventory::ids_by_key(&state.pool, KeyedTable::Sites, std::slice::from_ref(k))
+                    .await?;
+            let id = ids.get(k).copied();
             if id.is_none() {
                 r.error("site", format!("unknown site '{k}'"));
             }
