@@ -246,4 +246,81 @@ async fn slurm_asks_wattledger_before_queueing_a_gpu_job() {
         state.contains(&expected),
         "eligible at the clean slot: {state}"
     );
+
+    // A power-bound site: s1 may cap GPUs at 350 W, and all but 500 W of its 100 kW is
+    // reserved for the next two hours (8 × 9,950 W × PUE 1.25). A 1-GPU job (the server's
+    // 700 W default × 1.25 = 875 W) fits only capped (438 W): admitted, and the admin comment
+    // carries the cap for the prolog (deploy/slurm/power-cap.sh) to apply.
+    write_conf(&format!("{}/v1/admission", app.base), "closed");
+    let (status, body) = app
+        .put(
+            &app.token(Role::Operator),
+            "/v1/power/policies/s1",
+            json!({"power_cap_w": 350}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The flexible job's reservation (rounded out to whole minutes) must be over first:
+    // until the whole envelope is free, a what-if for all of it is not admitted.
+    let whole = json!({"tenant": "tenant-a", "gpus": 8, "power_per_gpu_w": 10000,
+                       "duration_s": 60, "dry_run": true});
+    let mut free = false;
+    for _ in 0..240 {
+        let (_, a) = app
+            .post_raw(&scheduler, "/v1/admission", whole.to_string())
+            .await;
+        if a["decision"] == "admit" && a["power_cap_w"].is_null() {
+            free = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert!(free, "the envelope never came free");
+    let (status, fill) = app
+        .post_raw(
+            &scheduler,
+            "/v1/admission",
+            json!({"tenant": "tenant-a", "gpus": 8, "power_per_gpu_w": 9950,
+                   "duration_s": 7200})
+            .to_string(),
+        )
+        .await;
+    assert_eq!(
+        (status, &fill["decision"]),
+        (200, &json!("admit")),
+        "{fill}"
+    );
+    let probe = json!({"tenant": "tenant-a", "gpus": 1, "duration_s": 60, "dry_run": true});
+    let mut capped = false;
+    for _ in 0..100 {
+        let (_, a) = app
+            .post_raw(&scheduler, "/v1/admission", probe.to_string())
+            .await;
+        if a["power_cap_w"] == 350 {
+            capped = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(capped, "admission never loaded the power cap");
+    let out = sbatch(&[
+        "--account=tenant-a",
+        "--gres=gpu:1",
+        "--time=1",
+        "--job-name=capped",
+        "--wrap",
+        "true",
+    ]);
+    let id = job_id(&out);
+    assert!(
+        text(&out.stderr).contains("admitted with its GPUs capped at 350 W"),
+        "{}",
+        text(&out.stderr)
+    );
+    let show = Command::new("scontrol")
+        .args(["show", "job", &id])
+        .output()
+        .unwrap();
+    let show = text(&show.stdout);
+    assert!(show.contains("wattledger:power_cap_w=350"), "{show}");
 }
