@@ -3,9 +3,12 @@
 //! peaks show of how their peaks coincide.
 //!
 //! Per hour, a set of meters has a [`HourProfile`]: per minute, the sum across the meters of
-//! each one's highest reading in that minute (their coincident draw), and the sum of each
-//! meter's own highest reading over the hour (the parts' peak: what an envelope that counts
-//! every part at its peak provisions). Over a span of hours ([`headroom`]):
+//! each one's highest reading in that minute (their coincident draw), and the parts' peak:
+//! what an envelope that counts every part present at its own peak provisions — the highest,
+//! over the minutes, of the sum of the own peaks (over the hour) of the meters reporting in
+//! that minute. (A meter counts only with the minutes it is there: GPUs that held a class one
+//! after the other, or a node that joined mid-hour, never needed provisioning together;
+//! summing them all inflated the headroom.) Over a span of hours ([`headroom`]):
 //! - the **coincident peak** is the highest minute;
 //! - the **parts' peak** is the highest hour's parts' peak. A meter's own peak is taken over
 //!   an hour, never longer, so this errs low, and the headroom with it: the safe side for
@@ -65,7 +68,10 @@ pub struct HourProfile {
     /// Per minute of the hour (the minute ending 1, 2 … 60 minutes after its start), the
     /// coincident draw in mW; `None` where none of the meters reported.
     pub minutes_mw: Vec<Option<i64>>,
-    /// Σ over the meters of each one's highest minute in the hour, mW.
+    /// The parts' peak, mW: the highest, over the hour's minutes, of the sum of the own peaks
+    /// (each one's highest minute in the hour) of the meters reporting in that minute. A
+    /// meter counts with the minutes it is there: two GPUs that held the class one after the
+    /// other within the hour never had to be provisioned together.
     pub parts_peak_mw: i64,
 }
 
@@ -91,14 +97,15 @@ pub fn hour_profiles<C: Ord + Copy, I: IntoIterator<Item = C>>(
     class_of: impl Fn(i64, i64) -> I,
 ) -> BTreeMap<(i64, C), HourProfile> {
     let mut out: BTreeMap<(i64, C), HourProfile> = BTreeMap::new();
-    // The current meter's own peak per (hour, class), added to the parts' peaks when the
-    // meter's readings end.
-    let mut own: BTreeMap<(i64, C), i64> = BTreeMap::new();
+    // The current meter's own peak per (hour, class) and the minutes it reported in (bit i:
+    // minute i), added to the parts per minute when the meter's readings end.
+    let mut own: BTreeMap<(i64, C), (i64, u64)> = BTreeMap::new();
+    let mut parts: BTreeMap<(i64, C), [i64; MINUTES_PER_HOUR]> = BTreeMap::new();
     // The minute being gathered: (meter, minute start, highest reading so far).
     let mut open: Option<(i64, i64, i64)> = None;
     let close = |(meter, minute, mw): (i64, i64, i64),
                  out: &mut BTreeMap<(i64, C), HourProfile>,
-                 own: &mut BTreeMap<(i64, C), i64>| {
+                 own: &mut BTreeMap<(i64, C), (i64, u64)>| {
         let hour = minute.div_euclid(HOUR_US) * HOUR_US;
         let index = usize::try_from((minute - hour) / MINUTE_US).unwrap_or(0);
         for class in class_of(meter, minute) {
@@ -108,14 +115,19 @@ pub fn hour_profiles<C: Ord + Copy, I: IntoIterator<Item = C>>(
             });
             let slot = &mut profile.minutes_mw[index];
             *slot = Some(slot.unwrap_or(0) + mw);
-            let peak = own.entry((hour, class)).or_insert(mw);
+            let (peak, minutes) = own.entry((hour, class)).or_insert((mw, 0));
             *peak = (*peak).max(mw);
+            *minutes |= 1 << index;
         }
     };
-    let settle = |own: &mut BTreeMap<(i64, C), i64>, out: &mut BTreeMap<(i64, C), HourProfile>| {
-        for (key, mw) in std::mem::take(own) {
-            if let Some(p) = out.get_mut(&key) {
-                p.parts_peak_mw += mw;
+    let settle = |own: &mut BTreeMap<(i64, C), (i64, u64)>,
+                  parts: &mut BTreeMap<(i64, C), [i64; MINUTES_PER_HOUR]>| {
+        for (key, (mw, minutes)) in std::mem::take(own) {
+            let per_minute = parts.entry(key).or_insert([0; MINUTES_PER_HOUR]);
+            for (i, sum) in per_minute.iter_mut().enumerate() {
+                if minutes & (1 << i) != 0 {
+                    *sum += mw;
+                }
             }
         }
     };
@@ -132,7 +144,7 @@ pub fn hour_profiles<C: Ord + Copy, I: IntoIterator<Item = C>>(
             Some(done) => {
                 close(done, &mut out, &mut own);
                 if done.0 != meter {
-                    settle(&mut own, &mut out);
+                    settle(&mut own, &mut parts);
                 }
             }
             None => {}
@@ -142,7 +154,12 @@ pub fn hour_profiles<C: Ord + Copy, I: IntoIterator<Item = C>>(
     if let Some(done) = open {
         close(done, &mut out, &mut own);
     }
-    settle(&mut own, &mut out);
+    settle(&mut own, &mut parts);
+    for (key, per_minute) in parts {
+        if let Some(p) = out.get_mut(&key) {
+            p.parts_peak_mw = per_minute.into_iter().max().unwrap_or(0);
+        }
+    }
     out
 }
 
@@ -400,8 +417,8 @@ mod tests {
 
     proptest::proptest! {
         /// The one-pass profiles equal the definition: each meter's highest reading per
-        /// minute (`peaks::minute_peaks`), summed per minute and class, and each meter's
-        /// highest minute per hour and class summed into the parts' peak.
+        /// minute (`peaks::minute_peaks`), summed per minute and class, and the parts' peak
+        /// the highest minute's sum of the own peaks (per hour and class) of the meters in it.
         #[test]
         fn one_pass_profiles_match_the_definition(
             raw in proptest::collection::vec((0i64..4, 0i64..(2 * HOUR_US + 2 * M), 0i64..5_000), 0..200)
@@ -412,6 +429,7 @@ mod tests {
             let got = hour_profiles(&r, window, class_of);
             let mut want: BTreeMap<(i64, i64), HourProfile> = BTreeMap::new();
             let mut own: BTreeMap<(i64, i64, i64), i64> = BTreeMap::new();
+            let mut present: Vec<(i64, i64, i64, usize)> = Vec::new();
             for ((minute, meter), mw) in minute_peaks(&r, window) {
                 let Some(c) = class_of(meter, minute) else { continue };
                 let hour = minute.div_euclid(HOUR_US) * HOUR_US;
@@ -423,12 +441,38 @@ mod tests {
                 p.minutes_mw[i] = Some(p.minutes_mw[i].unwrap_or(0) + mw);
                 let o = own.entry((hour, c, meter)).or_insert(mw);
                 *o = (*o).max(mw);
+                present.push((hour, c, meter, i));
             }
-            for ((hour, c, _), mw) in own {
-                want.get_mut(&(hour, c)).unwrap().parts_peak_mw += mw;
+            let mut sums: BTreeMap<(i64, i64, usize), i64> = BTreeMap::new();
+            for (hour, c, meter, i) in present {
+                *sums.entry((hour, c, i)).or_default() += own[&(hour, c, meter)];
+            }
+            for ((hour, c, _), sum) in sums {
+                let p = want.get_mut(&(hour, c)).unwrap();
+                p.parts_peak_mw = p.parts_peak_mw.max(sum);
             }
             proptest::prop_assert_eq!(got, want);
         }
+    }
+
+    /// Two meters that each report half the hour, one after the other, were never there
+    /// together: the parts' peak is the larger own peak, not their sum, so they show no
+    /// headroom (a class whose GPUs change hands is not over-subscribable by that).
+    #[test]
+    fn meters_that_are_never_there_together_are_not_provisioned_together() {
+        let r = readings(2, 1, |meter, minute| {
+            let present = if meter == 0 { minute <= 30 } else { minute > 30 };
+            if present {
+                1_000
+            } else {
+                -1
+            }
+        });
+        let r: Vec<_> = r.into_iter().filter(|x| x.2 >= 0).collect();
+        let p = &profiles(r, 1)[0];
+        assert_eq!((p.peak_mw(), p.parts_peak_mw), (Some(1_000), 1_000));
+        let h = headroom([p], DEFAULT_PERCENTILE).unwrap();
+        assert_eq!(h.headroom, Decimal::ZERO);
     }
 
     /// A GPU of a site without node meters is an IT meter and a job's GPU at once: its
