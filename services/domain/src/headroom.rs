@@ -461,7 +461,11 @@ mod tests {
     #[test]
     fn meters_that_are_never_there_together_are_not_provisioned_together() {
         let r = readings(2, 1, |meter, minute| {
-            let present = if meter == 0 { minute <= 30 } else { minute > 30 };
+            let present = if meter == 0 {
+                minute <= 30
+            } else {
+                minute > 30
+            };
             if present {
                 1_000
             } else {

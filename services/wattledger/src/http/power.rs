@@ -51,7 +51,8 @@ pub struct HeadroomOut {
     /// The draw at the percentile of the minutes, W.
     #[schema(value_type = String)]
     pub percentile_peak_w: Decimal,
-    /// The highest hour's sum of each meter's own peak, W.
+    /// The parts' peak, W: the highest, over the hours' minutes, of the sum of the own peaks
+    /// (over their hour) of the meters reporting in that minute.
     #[schema(value_type = String)]
     pub parts_peak_w: Decimal,
     /// Coincident peak / parts' peak.
