@@ -15,6 +15,7 @@
 
 use crate::split::split;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, Utc, Weekday};
+use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -247,8 +248,7 @@ pub fn contributions(outcome: &Outcome, moved: &[(String, i64)]) -> Vec<Contribu
     let credits: Option<Vec<Decimal>> = outcome.credit.map(|c| {
         // Micro-units of the credit, split by the mJ each is credited; the site's own part
         // last, so the parts add up to the whole.
-        let micro = (c * Decimal::from(1_000_000)).trunc();
-        let micro = i64::try_from(micro.mantissa() / 10i128.pow(micro.scale())).unwrap_or(0);
+        let micro = (c * Decimal::from(1_000_000)).trunc().to_i64().unwrap_or(0);
         let mut w: Vec<u128> = credited.iter().map(|c| *c as u128).collect();
         w.push((outcome.credited_mj - credited.iter().sum::<i64>()).max(0) as u128);
         split(micro, &w)

@@ -362,8 +362,10 @@ pub fn decide(
         moved: Option<Moved>,
     }
     let mut options: Vec<Option_> = Vec::new();
-    let mut blocked: Vec<String> = Vec::new();
-    let mut event_notes: Vec<String> = Vec::new();
+    // Why each site could not take the job now, and what its grid events did to it: by the
+    // site's index, so the chosen site's own can be told apart.
+    let mut blocked: Vec<(usize, String)> = Vec::new();
+    let mut event_notes: Vec<(usize, String)> = Vec::new();
     for (i, site) in sites.iter().enumerate() {
         let env = Envelope::new(site.envelope_w, site.draw_w, &site.reserved, now);
         let draw = job.envelope_draw_w(site);
@@ -405,13 +407,16 @@ pub fn decide(
             Some(_) => None,
         };
         if let Some(until) = until {
-            blocked.push(format!(
-                "site {}: {} + this job's {} exceed its {} envelope until {}",
-                site.key,
-                kw(env.peak(start0, start0 + job.duration)),
-                kw(draw),
-                kw(site.envelope_w),
-                until.format("%Y-%m-%dT%H:%M:%SZ")
+            blocked.push((
+                i,
+                format!(
+                    "site {}: {} + this job's {} exceed its {} envelope until {}",
+                    site.key,
+                    kw(env.peak(start0, start0 + job.duration)),
+                    kw(draw),
+                    kw(site.envelope_w),
+                    until.format("%Y-%m-%dT%H:%M:%SZ")
+                ),
             ));
         }
         // Moved: what the job would have drawn in the first event it overlaps at its
@@ -419,6 +424,13 @@ pub fn decide(
         // it runs through them, and says so.
         let mut moved = None;
         if let Some(e) = events.iter().find(|e| !clear_of(e, start0, job.duration)) {
+            let event = format!(
+                "site {}: grid event {} from {} to {}",
+                site.key,
+                e.key,
+                e.start.format("%Y-%m-%dT%H:%M:%SZ"),
+                e.end.format("%Y-%m-%dT%H:%M:%SZ")
+            );
             if fits.iter().any(|s| clear(*s, job.duration)) {
                 fits.retain(|s| clear(*s, job.duration));
                 let w = oversubscription::counted_w(job.site_draw_w(site), Decimal::ONE);
@@ -430,20 +442,14 @@ pub fn decide(
                         (e.start, e.end),
                     ),
                 });
-                event_notes.push(format!(
-                    "site {}: grid event {} from {} to {} (demand response): flexible work runs outside it",
-                    site.key,
-                    e.key,
-                    e.start.format("%Y-%m-%dT%H:%M:%SZ"),
-                    e.end.format("%Y-%m-%dT%H:%M:%SZ")
+                event_notes.push((
+                    i,
+                    format!("{event} (demand response): flexible work runs outside it"),
                 ));
             } else {
-                event_notes.push(format!(
-                    "site {}: grid event {} from {} to {}: no start clear of it before the deadline, so the job may run through it",
-                    site.key,
-                    e.key,
-                    e.start.format("%Y-%m-%dT%H:%M:%SZ"),
-                    e.end.format("%Y-%m-%dT%H:%M:%SZ")
+                event_notes.push((
+                    i,
+                    format!("{event}: no start clear of it before the deadline, so the job may run through it"),
                 ));
             }
         }
@@ -488,7 +494,7 @@ pub fn decide(
         }
     }
     if options.is_empty() {
-        let mut why = blocked;
+        let mut why: Vec<String> = blocked.into_iter().map(|b| b.1).collect();
         why.push(match job.deadline {
             Some(_) => "no window with power headroom before the deadline".into(),
             None => format!(
@@ -503,7 +509,7 @@ pub fn decide(
     let base = &options[0];
     let mut chosen = base;
     if base.start > start0 {
-        reasons.extend(blocked.iter().cloned());
+        reasons.extend(blocked.iter().map(|b| b.1.clone()));
     }
     if job.deadline.is_some() || sites.len() > 1 {
         let mut best: Option<(Decimal, &Option_)> = None;
@@ -543,19 +549,16 @@ pub fn decide(
         }
     }
     let site = &sites[chosen.site];
-    reasons.extend(
-        event_notes
+    let own = |notes: &[(usize, String)]| -> Vec<String> {
+        notes
             .iter()
-            .filter(|n| n.starts_with(&format!("site {}:", site.key)))
-            .cloned(),
-    );
+            .filter(|n| n.0 == chosen.site)
+            .map(|n| n.1.clone())
+            .collect()
+    };
+    reasons.extend(own(&event_notes));
     if let Some(cap) = chosen.cap {
-        reasons.extend(
-            blocked
-                .iter()
-                .filter(|b| b.starts_with(&format!("site {}:", site.key)))
-                .cloned(),
-        );
+        reasons.extend(own(&blocked));
         reasons.push(format!(
             "fits site {}'s envelope now with its GPUs capped at {cap} W (from {} W): about {} min instead of {} min, for the same energy",
             site.key,

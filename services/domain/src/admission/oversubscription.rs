@@ -11,6 +11,7 @@
 
 use crate::headroom::{Headroom, DEFAULT_PERCENTILE};
 use crate::job_kind::JobKind;
+use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
 /// How one class's factor is set.
@@ -136,9 +137,10 @@ impl PowerPolicy {
 
 /// A job's draw at `factor`, W, rounded up (never under-counted).
 pub fn counted_w(draw_w: Decimal, factor: Decimal) -> i64 {
-    let f = factor.max(Decimal::ONE);
-    let w = (draw_w / f).ceil();
-    i64::try_from(w.mantissa() / 10i128.pow(w.scale())).unwrap_or(i64::MAX)
+    (draw_w / factor.max(Decimal::ONE))
+        .ceil()
+        .to_i64()
+        .unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use crate::grid_events;
 use crate::sim::demand_response::{self, Event, PRICE_PER_KWH, REDUCTION_KW};
 use crate::sim::Simulation;
 use chrono::{DateTime, Utc};
+use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -117,23 +118,26 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let site_id = wattledger_store::inventory::list_sites(pool)
+    let Some(site) = wattledger_store::inventory::list_sites(pool)
         .await?
         .into_iter()
         .find(|s| s.key == SITE)
-        .map(|s| s.id);
-    let draw_w = match site_id {
-        Some(id) => decisions::site_draw(pool, Utc::now())
-            .await?
-            .get(&id)
-            .copied(),
-        None => None,
+    else {
+        return Ok(());
     };
-    let pue: Decimal = "1.35".parse().unwrap_or(Decimal::ONE);
-    let nameplate_w = (Decimal::from(REPLICA_GPUS * REPLICA_W) * pue)
-        .round()
-        .try_into()
-        .unwrap_or(0i64);
+    let draw_w = decisions::site_draw(pool, Utc::now())
+        .await?
+        .get(&site.id)
+        .copied();
+    // Facility-level draw of `gpus` at `w` each, as admission counts it before any factor.
+    let at_site = |gpus: i64, w: i64| {
+        (Decimal::from(gpus * w) * site.static_pue)
+            .round()
+            .to_i64()
+            .unwrap_or(0)
+    };
+    let nameplate_w = at_site(REPLICA_GPUS, REPLICA_W);
+    let pue = site.static_pue.normalize();
     let (mut plain, mut capped) = (0, 0);
     let mut last = Value::Null;
     for _ in 0..16 {
@@ -153,7 +157,7 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
     }
     let room = draw_w.map(|d| (envelope_w - d).max(0));
     println!(
-        "  admission, nimbus-ai inference replicas of {REPLICA_GPUS} GPUs × {REPLICA_W} W ({} of nameplate at PUE 1.35 each){}:",
+        "  admission, nimbus-ai inference replicas of {REPLICA_GPUS} GPUs × {REPLICA_W} W ({} of nameplate at PUE {pue} each){}:",
         kw(nameplate_w),
         room.map_or(String::new(), |r| format!(
             ", with {} of the envelope free now ({} at nameplate)",
@@ -179,7 +183,7 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
     let Some(room) = room else {
         return Ok(());
     };
-    let node_w = 8 * TRAINING_W * 135 / 100;
+    let node_w = at_site(8, TRAINING_W);
     let gpus = 8 * (room / node_w + 1);
     let start = Utc::now() + chrono::Duration::hours(7);
     let training = json!({"tenant": "acme-research", "job_name": "acme-llm-34b-finetune",

@@ -16,6 +16,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use chrono::{DateTime, Duration, NaiveDate, Timelike, Utc};
+use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -268,12 +269,10 @@ pub async fn record_event(
             r.error("ends_at", "must be after starts_at, by at most 24 hours");
         }
     }
+    // At most 3 places: whole watts.
     let kw = |r: &mut Record, field: &str| {
         r.opt_decimal_in(field, 3, Decimal::new(1, 3), Decimal::from(10_000_000))
-            .map(|kw| {
-                let w = (kw * Decimal::ONE_THOUSAND).trunc();
-                i64::try_from(w.mantissa() / 10i128.pow(w.scale())).unwrap_or(i64::MAX)
-            })
+            .and_then(|kw| (kw * Decimal::ONE_THOUSAND).to_i64())
     };
     let cap = kw(&mut r, "target_cap_kw");
     let reduction = kw(&mut r, "reduction_kw");
