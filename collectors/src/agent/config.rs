@@ -89,6 +89,9 @@ pub struct AgentConfig {
     pub step_s: u32,
 }
 
+/// A meter the agent declares. `key` and `parent` may name `{node}` and `{site}`, so one
+/// config serves every node of a DaemonSet (`key = "{node}"`, `parent = "{site}-facility"`),
+/// with the node and site from the environment.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MeterConfig {
@@ -178,8 +181,32 @@ impl Config {
                 _ => {}
             }
         }
+        c.expand_meter_templates()?;
         c.check()?;
         Ok(c)
+    }
+
+    /// Fills `{node}` and `{site}` in the declared meters' keys and parents, once the
+    /// environment has said what they are.
+    fn expand_meter_templates(&mut self) -> Result<(), ConfigError> {
+        let (site, node) = (self.agent.site.clone(), self.agent.node.clone());
+        let expand = |text: &str| -> Result<String, ConfigError> {
+            let mut out = text.replace("{site}", &site);
+            if out.contains("{node}") {
+                let node = node.as_deref().ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "meter {text:?} names {{node}}: set agent.node or WATTLEDGER_AGENT_NODE"
+                    ))
+                })?;
+                out = out.replace("{node}", node);
+            }
+            Ok(out)
+        };
+        for m in &mut self.meters {
+            m.key = expand(&m.key)?;
+            m.parent = m.parent.as_deref().map(expand).transpose()?;
+        }
+        Ok(())
     }
 
     fn check(&self) -> Result<(), ConfigError> {
@@ -299,6 +326,26 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("token"));
+    }
+
+    #[test]
+    fn declared_meters_take_the_node_and_site_from_the_environment() {
+        let text = "[agent]\nserver = \"http://x\"\ntoken = \"t\"\nsite = \"s\"\n\
+                    [[meters]]\nkey = \"{node}\"\nkind = \"node\"\nparent = \"{site}-facility\"\n";
+        let env = BTreeMap::from([
+            (
+                "WATTLEDGER_AGENT_NODE".to_string(),
+                "gpu-node-7".to_string(),
+            ),
+            ("WATTLEDGER_AGENT_SITE".to_string(), "fra1".to_string()),
+        ]);
+        let c = Config::parse(text, &env).unwrap();
+        assert_eq!(c.meters[0].key, "gpu-node-7");
+        assert_eq!(c.meters[0].parent.as_deref(), Some("fra1-facility"));
+        let err = Config::parse(text, &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("WATTLEDGER_AGENT_NODE"), "{err}");
     }
 
     #[test]
