@@ -1,8 +1,10 @@
 //! Server configuration from flags and environment (`WATTLEDGER_*`, `DATABASE_URL`).
 
 use crate::http::client_addr::TrustedProxies;
+use crate::http::tls::KeyPairFiles;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 use wattledger_domain::webhooks::Reach;
 
 /// What the server needs to run; every field has a flag and an environment variable.
@@ -27,6 +29,26 @@ pub struct Config {
         default_value = "127.0.0.1:8080"
     )]
     pub listen: SocketAddr,
+    /// Address of an HTTPS listener beside --listen, serving the same API (the Kubernetes API
+    /// server calls admission webhooks only over HTTPS). Needs --tls-cert-file and
+    /// --tls-key-file.
+    #[arg(long, global = true, env = "WATTLEDGER_TLS_LISTEN")]
+    pub tls_listen: Option<SocketAddr>,
+    /// PEM certificate chain (leaf first) for --tls-listen, e.g. cert-manager's tls.crt.
+    /// Read again when it changes: a rotated certificate needs no restart.
+    #[arg(long, global = true, env = "WATTLEDGER_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file, e.g. cert-manager's tls.key.
+    #[arg(long, global = true, env = "WATTLEDGER_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// How often the certificate and key files are checked for a rotated pair, ms.
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_TLS_RELOAD_MS",
+        default_value_t = 30_000
+    )]
+    pub tls_reload_ms: u64,
     /// HS256 signing key for API tokens (at least 32 bytes). Without one, a key is generated
     /// once and kept in <data-dir>/jwt.key.
     #[arg(
@@ -137,6 +159,25 @@ pub struct Config {
     pub retention_keep_unclosed_months: bool,
 }
 
+/// The HTTPS listener's settings, checked together.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub listen: SocketAddr,
+    pub files: KeyPairFiles,
+    pub reload_every: Duration,
+}
+
+/// HTTPS settings that do not go together.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsSettingsError {
+    #[error("--tls-listen (WATTLEDGER_TLS_LISTEN) needs {0} as well")]
+    Missing(&'static str),
+    #[error("{0} is set but --tls-listen (WATTLEDGER_TLS_LISTEN) is not, so nothing would use it")]
+    Unused(&'static str),
+    #[error("--tls-reload-ms (WATTLEDGER_TLS_RELOAD_MS) must be at least 1")]
+    NoReloadInterval,
+}
+
 fn parse_reach(s: &str) -> Result<Reach, String> {
     Reach::parse(s)
 }
@@ -152,6 +193,10 @@ impl Config {
             database_url: Some(database_url),
             data_dir: PathBuf::from(".wattledger"),
             listen: "127.0.0.1:0".parse().expect("valid address"),
+            tls_listen: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_reload_ms: 30_000,
             jwt_secret: Some(jwt_secret),
             max_body_bytes: 16 * 1024 * 1024,
             max_batch_records: 50_000,
@@ -173,6 +218,35 @@ impl Config {
             retention_raw_days: 14,
             retention_keep_unclosed_months: true,
         }
+    }
+
+    /// The HTTPS listener, if one is configured: an address and both files, or none of them.
+    pub fn tls(&self) -> Result<Option<TlsSettings>, TlsSettingsError> {
+        const CERT: &str = "--tls-cert-file (WATTLEDGER_TLS_CERT_FILE)";
+        const KEY: &str = "--tls-key-file (WATTLEDGER_TLS_KEY_FILE)";
+        let Some(listen) = self.tls_listen else {
+            return match (&self.tls_cert_file, &self.tls_key_file) {
+                (None, None) => Ok(None),
+                (Some(_), _) => Err(TlsSettingsError::Unused(CERT)),
+                (None, Some(_)) => Err(TlsSettingsError::Unused(KEY)),
+            };
+        };
+        let cert = self
+            .tls_cert_file
+            .clone()
+            .ok_or(TlsSettingsError::Missing(CERT))?;
+        let key = self
+            .tls_key_file
+            .clone()
+            .ok_or(TlsSettingsError::Missing(KEY))?;
+        if self.tls_reload_ms == 0 {
+            return Err(TlsSettingsError::NoReloadInterval);
+        }
+        Ok(Some(TlsSettings {
+            listen,
+            files: KeyPairFiles { cert, key },
+            reload_every: Duration::from_millis(self.tls_reload_ms),
+        }))
     }
 
     pub fn retention(&self) -> wattledger_store::retention::Policy {

@@ -140,13 +140,21 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve => {
+            let listeners = startup::Listeners::bind(&cli.config).await?;
             let pool = wattledger::database(&cli.config, &[]).await?;
             let keys = wattledger::signing_key(&cli.config)?;
-            let listener = tokio::net::TcpListener::bind(cli.config.listen)
-                .await
-                .with_context(|| format!("binding {}", cli.config.listen))?;
-            tracing::info!(addr = %listener.local_addr()?, "serving");
-            startup::serve(pool, keys, cli.config, listener, startup::shutdown_signal()).await
+            tracing::info!(addr = %listeners.http.local_addr()?, "serving");
+            if let Some((https, _)) = &listeners.https {
+                tracing::info!(addr = %https.local_addr()?, "serving HTTPS");
+            }
+            startup::serve(
+                pool,
+                keys,
+                cli.config,
+                listeners,
+                startup::shutdown_signal(),
+            )
+            .await
         }
         Command::Migrate => {
             wattledger::database(&cli.config, &[]).await?;

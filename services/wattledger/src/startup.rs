@@ -4,17 +4,58 @@ use crate::auth::Keys;
 use crate::config::Config;
 use crate::http::{app, AppState};
 use crate::worker;
+use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
-/// Serves on `listener` until `shutdown` resolves; tests bind port 0 and pass the listener.
+/// The sockets the API is served on: plain HTTP, and HTTPS when configured.
+pub struct Listeners {
+    pub http: TcpListener,
+    /// The HTTPS listener with the acceptor holding its key pair (reloaded as it rotates).
+    pub https: Option<(TcpListener, TlsAcceptor)>,
+}
+
+impl Listeners {
+    /// Binds --listen and, when configured, --tls-listen with its key pair loaded: settings
+    /// that do not go together and a pair that does not load stop the server here, before
+    /// anything starts.
+    pub async fn bind(config: &Config) -> anyhow::Result<Self> {
+        let https = match config.tls()? {
+            Some(tls) => {
+                let acceptor = crate::http::tls::acceptor(tls.files, tls.reload_every)
+                    .context("loading the TLS key pair")?;
+                let listener = TcpListener::bind(tls.listen)
+                    .await
+                    .with_context(|| format!("binding {} (--tls-listen)", tls.listen))?;
+                Some((listener, acceptor))
+            }
+            None => None,
+        };
+        let http = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {}", config.listen))?;
+        Ok(Listeners { http, https })
+    }
+}
+
+/// Plain HTTP only.
+impl From<TcpListener> for Listeners {
+    fn from(http: TcpListener) -> Self {
+        Listeners { http, https: None }
+    }
+}
+
+/// Serves on `listeners` until `shutdown` resolves; tests bind port 0 and pass the listener
+/// (or bind `Listeners` from a config with port 0 addresses).
 pub async fn serve(
     pool: sqlx::PgPool,
     keys: Keys,
     config: Config,
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let Listeners { http, https } = listeners.into();
     let (stop_tx, stop_rx) = watch::channel(false);
     let worker = config
         .worker
@@ -40,7 +81,7 @@ pub async fn serve(
     )
     .await;
     let router = app(AppState::new(pool, keys, config, admission));
-    crate::http::serve::serve(listener, router, shutdown).await?;
+    crate::http::serve::serve(http, https, router, shutdown).await?;
     let _ = stop_tx.send(true);
     let _ = admission_task.await;
     let _ = dispatcher.await;
