@@ -4,6 +4,7 @@
 
 use crate::scenario;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
@@ -85,6 +86,11 @@ async fn metrics_pass_promtool_and_need_an_operator() {
         assert!(text.contains(line), "{line} in {text}");
     }
 
+    promtool_check(&text).await;
+}
+
+/// `promtool check metrics` on an exposition, which must pass.
+async fn promtool_check(text: &str) {
     let mut check = tokio::process::Command::new(tool("promtool"))
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -106,6 +112,138 @@ async fn metrics_pass_promtool_and_need_an_operator() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+async fn scrape(app: &TestApp) -> String {
+    let resp = app
+        .http
+        .get(format!("{}/metrics", app.base))
+        .bearer_auth(app.token(Role::Operator))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.text().await.unwrap()
+}
+
+/// The value of the sample `series` (name and labels exactly as written) in `text`.
+fn value(text: &str, series: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| Some(l.strip_prefix(series)?.strip_prefix(' ')?.to_owned()))
+}
+
+#[tokio::test]
+async fn what_the_server_did_and_the_ledger_by_tenant_model_and_budget_have_known_answers() {
+    if !prometheus_installed() {
+        return;
+    }
+    let app = TestApp::start().await;
+    scenario_with_signals(&app).await;
+    // A tenant budget over a period holding the scenario's hour: a's 4.35e9 mJ is
+    // 1.208333… kWh of its 2.5.
+    let (status, body) = app
+        .put(
+            &app.token(Role::Finance),
+            "/v1/budgets/a-november",
+            json!({"tenant": "a", "period": "custom", "starts_at": "2026-11-01T00:00:00Z",
+                   "ends_at": "2026-12-01T00:00:00Z", "limit_kwh": "2.5"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    // Two samples of an unknown meter: a refused batch of 2. The tokens again: 2 duplicates.
+    let bad = json!([{"meter": "nope", "ts": scenario::at(1), "counter_mj": 1},
+                     {"meter": "nope", "ts": scenario::at(2), "counter_mj": 2}]);
+    let (status, _) = app
+        .ingest(&app.token(Role::Collector), "samples", bad)
+        .await;
+    assert_eq!(status, 422);
+    let (status, _) = app
+        .ingest(
+            &app.token(Role::Collector),
+            "tokens",
+            scenario::batches().tokens,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = app.get(None, "/v1/no-such-thing").await;
+    assert_eq!(status, 404);
+    // Decisions answered (the hot state may not have loaded the scenario yet: a 422 then).
+    let mut decided: BTreeMap<String, u64> = BTreeMap::new();
+    for _ in 0..3 {
+        let (status, answer) = crate::admission::ask(
+            &app,
+            json!({"tenant": "a", "gpus": 1, "duration_s": 60, "dry_run": true}),
+        )
+        .await;
+        if status == 200 {
+            *decided
+                .entry(answer["decision"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+    }
+
+    let text = scrape(&app).await;
+    let known = [
+        // The scenario's ledger of its hour (tests/api/scenario.rs): tenants a, b and the
+        // platform's idle; the shared endpoint (m-endpoint on g2, 400 W, with its node and
+        // facility shares 580 W) served 3,750 tokens: 2.088e9 mJ / 3,750 = 556.8 J a token.
+        ("wattledger_tenant_energy_joules{tenant=\"a\",site=\"s1\"}", "4350000"),
+        ("wattledger_tenant_energy_joules{tenant=\"b\",site=\"s1\"}", "2175000"),
+        ("wattledger_tenant_energy_joules{tenant=\"platform\",site=\"s1\"}", "675000"),
+        // 0.1875 kWh at 400 g/kWh.
+        ("wattledger_tenant_carbon_grams{tenant=\"platform\",site=\"s1\"}", "75"),
+        ("wattledger_model_energy_joules{model=\"m-endpoint\",site=\"s1\"}", "2088000"),
+        ("wattledger_model_tokens{model=\"m-endpoint\",site=\"s1\"}", "3750"),
+        ("wattledger_model_joules_per_token{model=\"m-endpoint\",site=\"s1\"}", "556.8"),
+        ("wattledger_site_envelope_watts{site=\"s1\"}", "100000"),
+        ("wattledger_budget_used_ratio{tenant=\"a\",budget=\"a-november\",metric=\"kwh\"}", "0.483333"),
+        ("wattledger_budget_limit{tenant=\"a\",budget=\"a-november\",metric=\"kwh\"}", "2.5"),
+        ("wattledger_webhook_outbox_pending", "0"),
+        ("wattledger_webhook_outbox_oldest_pending_age_seconds", "0.000"),
+        ("wattledger_webhook_dead_lettered_messages", "0"),
+        // What was sent: 244 samples (61 minutes x 4 meters), 3 jobs with 3 allocations, 2
+        // token records then the same 2 again, 1 signal; 2 samples refused.
+        ("wattledger_ingest_records_total{kind=\"samples\",outcome=\"written\"}", "244"),
+        ("wattledger_ingest_records_total{kind=\"samples\",outcome=\"refused\"}", "2"),
+        ("wattledger_ingest_records_total{kind=\"jobs\",outcome=\"written\"}", "3"),
+        ("wattledger_ingest_records_total{kind=\"allocations\",outcome=\"written\"}", "3"),
+        ("wattledger_ingest_records_total{kind=\"tokens\",outcome=\"written\"}", "2"),
+        ("wattledger_ingest_records_total{kind=\"tokens\",outcome=\"duplicate\"}", "2"),
+        ("wattledger_ingest_records_total{kind=\"signals\",outcome=\"written\"}", "1"),
+        ("wattledger_ingest_records_total{kind=\"meters\",outcome=\"written\"}", "5"),
+        ("wattledger_http_requests_total{route=\"/v1/ingest/samples\",status=\"200\"}", "1"),
+        ("wattledger_http_requests_total{route=\"/v1/ingest/samples\",status=\"422\"}", "1"),
+        ("wattledger_http_requests_total{route=\"/v1/ingest/tokens\",status=\"200\"}", "2"),
+        ("wattledger_http_requests_total{route=\"unmatched\",status=\"404\"}", "1"),
+        ("wattledger_http_request_duration_seconds_count{route=\"/v1/ingest/samples\"}", "2"),
+        ("wattledger_http_request_duration_seconds_bucket{route=\"/v1/ingest/samples\",le=\"+Inf\"}", "2"),
+    ];
+    for (series, want) in known {
+        assert_eq!(
+            value(&text, series).as_deref(),
+            Some(want),
+            "{series} in {text}"
+        );
+    }
+    assert!(
+        !text.contains("no-such-thing"),
+        "an unknown path is never a label"
+    );
+    let n = |series: &str| value(&text, series).map_or(0, |v| v.parse::<u64>().unwrap());
+    for verdict in ["admit", "defer", "reject"] {
+        assert_eq!(
+            n(&format!(
+                "wattledger_admission_decisions_total{{decision=\"{verdict}\"}}"
+            )),
+            decided.get(verdict).copied().unwrap_or(0),
+            "{verdict} in {text}"
+        );
+    }
+    assert_eq!(
+        n("wattledger_admission_decision_duration_seconds_count"),
+        decided.values().sum::<u64>()
+    );
+    promtool_check(&text).await;
 }
 
 #[tokio::test]

@@ -16,6 +16,7 @@ pub mod error;
 pub mod grid_events;
 pub mod inventory;
 pub mod jobs;
+pub mod metrics;
 pub mod operations;
 pub mod partitions;
 pub mod power;

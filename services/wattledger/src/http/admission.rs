@@ -129,10 +129,12 @@ pub async fn ask(
 ) -> ApiResult<Json<Answer>> {
     caller.require(&[Role::Scheduler])?;
     let ask = parse_ask(&body)?;
+    let started = std::time::Instant::now();
     let answer = state
         .admission
         .ask(&ask, ask.source.as_deref().unwrap_or("api"), Utc::now())
         .map_err(to_api)?;
+    state.telemetry.decided(answer.decision, started.elapsed());
     Ok(Json(answer))
 }
 
@@ -468,6 +470,7 @@ pub async fn kubernetes(
     };
     // A dry run must not reserve anything: answer from a decision that is not kept.
     let dry_run = req["dryRun"].as_bool().unwrap_or(false);
+    let started = std::time::Instant::now();
     let answer = match state
         .admission
         .ask_maybe_dry(&ask, "kubernetes", Utc::now(), dry_run)
@@ -480,6 +483,7 @@ pub async fn kubernetes(
         }
         Err(e) => return Err(to_api(e)),
     };
+    state.telemetry.decided(answer.decision, started.elapsed());
     let reasons = answer.reasons.join("; ");
     let response = match answer.decision {
         wattledger_domain::admission::Verdict::Admit => {

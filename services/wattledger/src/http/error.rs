@@ -75,6 +75,11 @@ pub enum ApiError {
 pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
+    /// Whether the caller is at fault (4xx): what it sent was refused, not lost.
+    pub fn is_client_error(&self) -> bool {
+        self.status_and_code().0.is_client_error()
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),

@@ -6,6 +6,7 @@ pub mod chargeback;
 pub mod client_addr;
 pub mod efficiency;
 pub mod error;
+pub mod exposition;
 pub mod extract;
 pub mod grid_events;
 pub mod guard;
@@ -16,6 +17,8 @@ pub mod power;
 pub mod power_policy;
 pub mod prometheus;
 pub mod serve;
+pub mod telemetry;
+pub mod tls;
 pub mod usage;
 mod validate;
 pub mod webhooks;
@@ -43,6 +46,8 @@ pub struct AppState {
     pub keys: Keys,
     pub config: Arc<Config>,
     pub admission: Arc<crate::admission::Admission>,
+    /// This process's request, ingest and admission counters, for `/metrics`.
+    pub telemetry: Arc<telemetry::Telemetry>,
     /// Tenant key → id, for tenant tokens: tenants are few and rarely change.
     tenants: Arc<RwLock<HashMap<String, i64>>>,
 }
@@ -59,6 +64,7 @@ impl AppState {
             keys,
             config: Arc::new(config),
             admission,
+            telemetry: Arc::default(),
             tenants: Arc::default(),
         }
     }
@@ -120,6 +126,12 @@ pub fn app(state: AppState) -> Router {
         // A bug in one handler answers 500 instead of dropping the connection.
         .layer(tower_http::catch_panic::CatchPanicLayer::new())
         .layer(axum::middleware::from_fn(guard::responses))
+        // Outermost, so a request refused by the layers above is counted too; per route,
+        // as every layer here, so it sees the matched path's template.
+        .layer(axum::middleware::from_fn_with_state(
+            state.telemetry.clone(),
+            telemetry::track,
+        ))
         .with_state(state)
 }
 

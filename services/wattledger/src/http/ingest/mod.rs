@@ -4,6 +4,7 @@
 //! whole batch with a 422 listing each bad record's index, field and reason, or writes it in
 //! one statement. Resending a batch changes nothing.
 
+mod counted;
 pub mod inventory;
 pub mod jobs;
 pub mod samples;
@@ -13,7 +14,6 @@ pub mod tokens;
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
 use super::validate::{all_or_errors, Record};
 use super::AppState;
-use axum::routing::post;
 use axum::Router;
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
@@ -21,16 +21,36 @@ use std::collections::HashSet;
 use utoipa::ToSchema;
 
 pub fn router() -> Router<AppState> {
+    use crate::http::telemetry::RecordKind as K;
+    use counted::{post_batch, post_samples};
     Router::new()
-        .route("/v1/ingest/tenants", post(inventory::tenants))
-        .route("/v1/ingest/sites", post(inventory::sites))
-        .route("/v1/ingest/models", post(inventory::models))
-        .route("/v1/ingest/device_models", post(inventory::device_models))
-        .route("/v1/ingest/meters", post(inventory::meters))
-        .route("/v1/ingest/samples", post(samples::samples_batch))
-        .route("/v1/ingest/jobs", post(jobs::jobs_batch))
-        .route("/v1/ingest/tokens", post(tokens::tokens_batch))
-        .route("/v1/ingest/signals", post(signals::signals_batch))
+        .route(
+            "/v1/ingest/tenants",
+            post_batch(K::Tenants, inventory::tenants),
+        )
+        .route("/v1/ingest/sites", post_batch(K::Sites, inventory::sites))
+        .route(
+            "/v1/ingest/models",
+            post_batch(K::Models, inventory::models),
+        )
+        .route(
+            "/v1/ingest/device_models",
+            post_batch(K::DeviceModels, inventory::device_models),
+        )
+        .route(
+            "/v1/ingest/meters",
+            post_batch(K::Meters, inventory::meters),
+        )
+        .route("/v1/ingest/samples", post_samples(samples::samples_batch))
+        .route("/v1/ingest/jobs", post_batch(K::Jobs, jobs::jobs_batch))
+        .route(
+            "/v1/ingest/tokens",
+            post_batch(K::Tokens, tokens::tokens_batch),
+        )
+        .route(
+            "/v1/ingest/signals",
+            post_batch(K::Signals, signals::signals_batch),
+        )
 }
 
 /// The answers every ingest endpoint documents.
