@@ -1,0 +1,436 @@
+//! A Workload as a question to `POST /v1/admission`, by the rules the pod admission webhook
+//! uses for one pod (`services/wattledger/src/http/admission.rs`), applied to each pod set
+//! and multiplied by its count:
+//!
+//! - GPUs: per pod, the containers' `nvidia.com/gpu` and `nvidia.com/mig-*` limits (a
+//!   request where a container names no limit) added up, or the largest init container's if
+//!   that is more; each MIG slice counts as one GPU.
+//! - Run time: the annotation `wattledger.io/duration` (`90m`, `2h`, `3600`), else
+//!   `spec.maximumExecutionTimeSeconds`, else the check's `defaultDurationSeconds`.
+//! - Tenant: the namespace's label named by the check's `tenantLabel`, else the namespace.
+//!   Not an annotation: whoever submits a job writes its annotations, and the tenant is
+//!   who pays.
+//! - `wattledger.io/model`, `/kind`, `/deadline`, `/sites`, `/gpu-model` from the
+//!   Workload's annotations (or its pod templates'); sites default to the check's.
+//! - The job key `kueue:<namespace>/<workload>`, the source `kueue`.
+
+use crate::objects::{Container, Workload};
+use crate::params::{Parameters, MAX_DURATION_S};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Annotations a Workload (or its pod templates) may carry; the same names the pod webhook
+/// reads (`deploy/kubernetes/admission-webhook.yaml`).
+pub mod annotations {
+    pub const DURATION: &str = "wattledger.io/duration";
+    pub const DEADLINE: &str = "wattledger.io/deadline";
+    pub const KIND: &str = "wattledger.io/kind";
+    pub const MODEL: &str = "wattledger.io/model";
+    pub const GPU_MODEL: &str = "wattledger.io/gpu-model";
+    pub const SITES: &str = "wattledger.io/sites";
+    /// Added to every pod set of a Workload admitted at a power cap: W per GPU.
+    pub const POWER_CAP: &str = "wattledger.io/power-cap-w";
+}
+
+/// Most GPUs one question may name (the admission API's bound).
+pub const MAX_GPUS: i64 = 100_000;
+
+/// The body of `POST /v1/admission`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Question {
+    pub tenant: String,
+    pub job_name: String,
+    pub job_key: String,
+    pub gpus: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub kind: String,
+    pub duration_s: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DateTime<Utc>>,
+    pub priority: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sites: Vec<String>,
+    pub source: &'static str,
+}
+
+/// Why a Workload cannot be put as a question (the check rejects it, naming this).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuestionError {
+    #[error("pod set {pod_set}: {resource} is not a whole number from 0 to {MAX_GPUS}")]
+    GpuQuantity { pod_set: String, resource: String },
+    #[error("pod set {0}: count must not be negative")]
+    NegativeCount(String),
+    #[error("the pod sets ask for more than {MAX_GPUS} GPUs")]
+    TooManyGpus,
+    #[error("wattledger.io/duration: '{0}' is not a duration (e.g. 90m, 2h, 3600)")]
+    Duration(String),
+    #[error("the run time must be 1 s to 90 days, not {0} s")]
+    DurationBounds(i64),
+    #[error("wattledger.io/deadline: '{0}' is not an RFC 3339 time")]
+    Deadline(String),
+}
+
+/// One container's GPUs: its limits, else its requests, of `nvidia.com/gpu` and every
+/// `nvidia.com/mig-*` resource.
+fn container_gpus(c: &Container, pod_set: &str) -> Result<i64, QuestionError> {
+    let is_gpu = |name: &str| name == "nvidia.com/gpu" || name.starts_with("nvidia.com/mig-");
+    let names = c
+        .resources
+        .limits
+        .keys()
+        .chain(c.resources.requests.keys())
+        .filter(|n| is_gpu(n));
+    let mut seen: Vec<&String> = Vec::new();
+    let mut total: i64 = 0;
+    for name in names {
+        if seen.contains(&name) {
+            continue;
+        }
+        seen.push(name);
+        let v = c
+            .resources
+            .limits
+            .get(name)
+            .or_else(|| c.resources.requests.get(name))
+            .unwrap_or(&Value::Null);
+        let n = quantity(v)
+            .filter(|n| (0..=MAX_GPUS).contains(n))
+            .ok_or_else(|| QuestionError::GpuQuantity {
+                pod_set: pod_set.to_owned(),
+                resource: name.clone(),
+            })?;
+        total = total
+            .checked_add(n)
+            .filter(|t| *t <= MAX_GPUS)
+            .ok_or(QuestionError::TooManyGpus)?;
+    }
+    Ok(total)
+}
+
+/// A whole-number quantity, as a JSON number or string (`"2"`); anything else is `None`.
+fn quantity(v: &Value) -> Option<i64> {
+    v.as_i64()
+        .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+}
+
+/// GPUs of all the Workload's pods: each pod set's per-pod GPUs times its count.
+pub fn gpus(wl: &Workload) -> Result<i64, QuestionError> {
+    let mut total: i64 = 0;
+    for ps in &wl.spec.pod_sets {
+        let mut in_containers: i64 = 0;
+        for c in &ps.template.spec.containers {
+            in_containers = in_containers
+                .checked_add(container_gpus(c, &ps.name)?)
+                .filter(|t| *t <= MAX_GPUS)
+                .ok_or(QuestionError::TooManyGpus)?;
+        }
+        let mut in_init: i64 = 0;
+        for c in &ps.template.spec.init_containers {
+            in_init = in_init.max(container_gpus(c, &ps.name)?);
+        }
+        if ps.count < 0 {
+            return Err(QuestionError::NegativeCount(ps.name.clone()));
+        }
+        let per_pod = in_containers.max(in_init);
+        total = per_pod
+            .checked_mul(ps.count)
+            .and_then(|n| total.checked_add(n))
+            .filter(|t| *t <= MAX_GPUS)
+            .ok_or(QuestionError::TooManyGpus)?;
+    }
+    Ok(total)
+}
+
+/// `90m`, `2h`, `1h30m`, `45s`, `2d`, `3600`; `None` for anything else, overflow included
+/// (the pod webhook's grammar).
+pub fn parse_duration(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(n) = s.parse::<i64>() {
+        return Some(n);
+    }
+    let (mut total, mut num) = (0i64, String::new());
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+        } else {
+            let n: i64 = num.parse().ok()?;
+            num.clear();
+            let unit = match c {
+                'd' => 86_400,
+                'h' => 3600,
+                'm' => 60,
+                's' => 1,
+                _ => return None,
+            };
+            total = total.checked_add(n.checked_mul(unit)?)?;
+        }
+    }
+    num.is_empty().then_some(total)
+}
+
+/// The question for a Workload; `Ok(None)` when it asks for no GPU (admitted without one,
+/// as the pod webhook allows GPU-less pods).
+pub fn question(
+    wl: &Workload,
+    namespace_labels: &BTreeMap<String, String>,
+    params: &Parameters,
+) -> Result<Option<Question>, QuestionError> {
+    let gpus = gpus(wl)?;
+    if gpus == 0 {
+        return Ok(None);
+    }
+    let namespace = wl.namespace();
+    let duration_s = match wl.annotation(annotations::DURATION) {
+        Some(d) => parse_duration(d).ok_or_else(|| QuestionError::Duration(d.to_owned()))?,
+        None => wl
+            .spec
+            .maximum_execution_time_seconds
+            .unwrap_or(params.default_duration_seconds),
+    };
+    if !(1..=MAX_DURATION_S).contains(&duration_s) {
+        return Err(QuestionError::DurationBounds(duration_s));
+    }
+    let deadline = match wl.annotation(annotations::DEADLINE) {
+        Some(d) => Some(
+            DateTime::parse_from_rfc3339(d.trim())
+                .map_err(|_| QuestionError::Deadline(d.to_owned()))?
+                .with_timezone(&Utc),
+        ),
+        None => None,
+    };
+    let sites = match wl.annotation(annotations::SITES) {
+        Some(s) => s
+            .split(',')
+            .map(|x| x.trim().to_owned())
+            .filter(|x| !x.is_empty())
+            .collect(),
+        None => params.sites.clone(),
+    };
+    let priority = wl
+        .spec
+        .priority_class_ref
+        .as_ref()
+        .map(|r| r.name.clone())
+        .or_else(|| {
+            wl.spec
+                .pod_sets
+                .iter()
+                .find_map(|p| p.template.spec.priority_class_name.clone())
+        })
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "normal".into());
+    Ok(Some(Question {
+        tenant: namespace_labels
+            .get(&params.tenant_label)
+            .filter(|t| !t.trim().is_empty())
+            .cloned()
+            .unwrap_or_else(|| namespace.to_owned()),
+        job_name: wl.metadata.name.clone(),
+        job_key: format!("kueue:{namespace}/{}", wl.metadata.name),
+        gpus,
+        gpu_model: wl.annotation(annotations::GPU_MODEL).map(str::to_owned),
+        model: wl.annotation(annotations::MODEL).map(str::to_owned),
+        kind: wl
+            .annotation(annotations::KIND)
+            .unwrap_or("batch")
+            .to_owned(),
+        duration_s,
+        deadline,
+        priority,
+        sites,
+        source: "kueue",
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn workload(v: Value) -> Workload {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn with_limits(pod_sets: Value) -> Workload {
+        workload(
+            json!({"metadata": {"name": "w", "namespace": "ml"}, "spec": {"podSets": pod_sets}}),
+        )
+    }
+
+    #[test]
+    fn a_real_workload_without_gpus_is_not_asked_and_with_them_is() {
+        let fixture = crate::objects::fixture("workload-v1beta2-pending-check.yaml");
+        let wl = workload(fixture.clone());
+        assert_eq!(
+            question(&wl, &BTreeMap::new(), &Parameters::default()),
+            Ok(None)
+        );
+        // The same Workload with a GPU limit on its container (3 pods × 2 GPUs).
+        let mut with_gpus = fixture;
+        with_gpus["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]
+            ["limits"] = json!({"nvidia.com/gpu": "2"});
+        let q = question(
+            &workload(with_gpus),
+            &BTreeMap::new(),
+            &Parameters::default(),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(q.gpus, 6);
+        assert_eq!(q.tenant, "team-a");
+        assert_eq!(q.job_key, "kueue:team-a/sample-job");
+        assert_eq!(q.duration_s, 3600);
+        assert_eq!(q.priority, "normal");
+        assert_eq!(q.deadline, None);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("3600"), Some(3600));
+        assert_eq!(parse_duration("1h30m"), Some(5400));
+        assert_eq!(parse_duration("2d"), Some(172_800));
+        assert_eq!(parse_duration("1h30"), None);
+        assert_eq!(parse_duration("1x"), None);
+        assert_eq!(parse_duration("9999999999999999d"), None);
+    }
+
+    #[test]
+    fn gpus_add_over_containers_take_the_largest_init_container_and_multiply_by_count() {
+        let wl = with_limits(json!([
+            {"name": "driver", "count": 1, "template": {"spec": {
+                "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "2"}}}]}}},
+            {"name": "workers", "count": 4, "template": {"spec": {
+                "initContainers": [{"resources": {"limits": {"nvidia.com/gpu": 8}}}],
+                "containers": [
+                    {"resources": {"limits": {"nvidia.com/gpu": 2}}},
+                    {"resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]}}}
+        ]));
+        // 1 + 4 × max(2 + 1, 8) = 33.
+        assert_eq!(gpus(&wl).unwrap(), 33);
+        let cpu_only = with_limits(json!([{"template": {"spec": {"containers": [
+            {"resources": {"limits": {"cpu": "4"}}}]}}}]));
+        assert_eq!(gpus(&cpu_only).unwrap(), 0);
+        assert_eq!(
+            question(&cpu_only, &BTreeMap::new(), &Parameters::default()),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn a_limit_wins_over_a_request_of_the_same_resource() {
+        let wl = with_limits(json!([{"template": {"spec": {"containers": [
+            {"resources": {"limits": {"nvidia.com/gpu": 2}, "requests": {"nvidia.com/gpu": 2}}}]}}}]));
+        assert_eq!(gpus(&wl).unwrap(), 2);
+    }
+
+    #[test]
+    fn hostile_quantities_and_counts_are_refused() {
+        let one = |limit: Value, count: Value| {
+            gpus(&with_limits(
+                json!([{"name": "p", "count": count, "template": {"spec": {
+                "containers": [{"resources": {"limits": {"nvidia.com/gpu": limit}}}]}}}]),
+            ))
+        };
+        assert!(matches!(
+            one(json!("2.5"), json!(1)),
+            Err(QuestionError::GpuQuantity { .. })
+        ));
+        assert!(matches!(
+            one(json!(-1), json!(1)),
+            Err(QuestionError::GpuQuantity { .. })
+        ));
+        assert_eq!(
+            one(json!(8), json!(-2)),
+            Err(QuestionError::NegativeCount("p".into()))
+        );
+        assert_eq!(
+            one(json!(100_000), json!(2)),
+            Err(QuestionError::TooManyGpus)
+        );
+        assert_eq!(
+            one(json!(8), json!(i64::MAX)),
+            Err(QuestionError::TooManyGpus)
+        );
+        assert_eq!(one(json!(8), json!(0)), Ok(0));
+    }
+
+    #[test]
+    fn the_question_reads_annotations_labels_and_parameters() {
+        let wl = workload(json!({
+            "metadata": {"name": "job-train-1a2b3", "namespace": "ml",
+                "annotations": {"wattledger.io/deadline": "2026-01-02T03:00:00Z",
+                                "wattledger.io/kind": "training"}},
+            "spec": {"maximumExecutionTimeSeconds": 5400,
+                "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "low"},
+                "podSets": [{"name": "main", "count": 2, "template": {
+                    "metadata": {"annotations": {"wattledger.io/model": "llama-3-8b",
+                                                 "wattledger.io/sites": "s1, s2,"}},
+                    "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}}]}}));
+        let labels = BTreeMap::from([("wattledger.io/tenant".to_owned(), "acme".to_owned())]);
+        let q = question(&wl, &labels, &Parameters::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!(q.tenant, "acme");
+        assert_eq!(q.job_key, "kueue:ml/job-train-1a2b3");
+        assert_eq!(q.gpus, 8);
+        assert_eq!(q.duration_s, 5400);
+        assert_eq!(q.kind, "training");
+        assert_eq!(q.model.as_deref(), Some("llama-3-8b"));
+        assert_eq!(q.sites, ["s1", "s2"]);
+        assert_eq!(q.priority, "low");
+        assert_eq!(
+            q.deadline.unwrap().to_rfc3339(),
+            "2026-01-02T03:00:00+00:00"
+        );
+        let body = serde_json::to_value(&q).unwrap();
+        assert_eq!(body["source"], "kueue");
+        assert!(body.get("gpu_model").is_none(), "{body}");
+
+        // No label: the namespace; no run time anywhere: the parameters' default; the
+        // duration annotation wins over maximumExecutionTimeSeconds.
+        let mut params = Parameters {
+            default_duration_seconds: 600,
+            sites: vec!["s9".into()],
+            ..Parameters::default()
+        };
+        let mut bare = wl.clone();
+        bare.metadata.annotations.clear();
+        bare.spec.pod_sets[0].template.metadata.annotations.clear();
+        bare.spec.maximum_execution_time_seconds = None;
+        let q = question(&bare, &BTreeMap::new(), &params).unwrap().unwrap();
+        assert_eq!((q.tenant.as_str(), q.duration_s), ("ml", 600));
+        assert_eq!(q.sites, ["s9"]);
+        assert_eq!(q.kind, "batch");
+        params.tenant_label = "team".into();
+        bare.metadata
+            .annotations
+            .insert("wattledger.io/duration".into(), "2h".into());
+        bare.spec.maximum_execution_time_seconds = Some(60);
+        let q = question(&bare, &labels, &params).unwrap().unwrap();
+        assert_eq!((q.tenant.as_str(), q.duration_s), ("ml", 7200));
+    }
+
+    #[test]
+    fn bad_annotations_are_named() {
+        let wl = |k: &str, v: &str| {
+            workload(
+                json!({"metadata": {"name": "w", "namespace": "ml", "annotations": {k: v}},
+                "spec": {"podSets": [{"template": {"spec": {"containers": [
+                    {"resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}}),
+            )
+        };
+        let err = |w: Workload| {
+            question(&w, &BTreeMap::new(), &Parameters::default())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(wl("wattledger.io/duration", "soon")).contains("'soon' is not a duration"));
+        assert!(err(wl("wattledger.io/duration", "91d")).contains("90 days"));
+        assert!(err(wl("wattledger.io/deadline", "tomorrow")).contains("RFC 3339"));
+    }
+}
