@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Mints the API tokens the in-cluster clients use, with the server's own signing key, and
+# stores each in its Secret (created or replaced):
+#   wattledger-agent-token    collector  the agents' pushes
+#   wattledger-metrics-token  operator   Prometheus' scrape of /metrics (components/monitoring)
+#   wattledger-kueue-token    scheduler  the Kueue AdmissionCheck controller (../kueue)
+# Run after `kubectl apply -k`, and again to rotate them (TTL_DAYS, default 365). Prometheus
+# and the Kueue controller read the new token by themselves; the agents read theirs at start,
+# so a rotation ends with `kubectl -n wattledger rollout restart daemonset/wattledger-agent`
+# (their spools keep what they read meanwhile).
+set -euo pipefail
+namespace=${NAMESPACE:-wattledger}
+ttl_s=$(( ${TTL_DAYS:-365} * 86400 ))
+kubectl -n "$namespace" rollout status deployment/wattledger --timeout=5m >/dev/null
+mint() { # secret role subject
+  local token
+  token=$(kubectl -n "$namespace" exec deployment/wattledger -c server -- \
+    wattledger token --role "$2" --sub "$3" --ttl-s "$ttl_s")
+  kubectl -n "$namespace" create secret generic "$1" --from-literal=token="$token" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  echo "$namespace/$1: a $2 token for $3, valid ${TTL_DAYS:-365} days"
+}
+mint wattledger-agent-token collector kubernetes-agents
+mint wattledger-metrics-token operator prometheus
+mint wattledger-kueue-token scheduler kueue-admission-check

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The deployment files, checked with the real tools that own each format (tests/run calls it
+# after building the binaries; it needs kubectl, promtool, openssl and target/venv with
+# kubernetes-validate, jsonschema and PyYAML):
+#   - every overlay, the Kueue base and the Grafana dashboards render with `kubectl kustomize`;
+#   - every object validates with kubernetes-validate (strict) against the oldest and newest
+#     Kubernetes versions we support, and every custom resource against its project's CRD;
+#   - every container meets the restricted profile, or its pod says why;
+#   - every agent ConfigMap passes `wattledger-agent --check-config`;
+#   - the PrometheusRule passes `promtool check rules`, and `promtool test rules` fires each alert;
+#   - the webhook's certificate script makes a certificate valid for the Service's names;
+#   - the container image's runtime file system runs every binary (image.sh);
+#   - the Grafana dashboards' queries return data from a real Prometheus (grafana.sh).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# Oldest and newest Kubernetes minor versions the manifests support.
+K8S_VERSIONS=(1.30 1.34)
+py=target/venv/bin/python
+out=target/deploy
+rm -rf "$out" && mkdir -p "$out"
+
+echo "== deploy: rendering with kubectl kustomize ($(kubectl version --client 2>/dev/null | grep -i kustomize))"
+targets=(deploy/kubernetes/overlays/* deploy/kubernetes/kueue deploy/grafana)
+for dir in "${targets[@]}"; do
+  name=$(echo "${dir#deploy/}" | tr / -)
+  kubectl kustomize "$dir" > "$out/$name.yaml"
+  echo "   $dir: $(grep -c '^kind:' "$out/$name.yaml") objects"
+done
+rendered=("$out"/*.yaml)
+
+echo "== deploy: kubernetes-validate --strict against ${K8S_VERSIONS[*]}"
+for v in "${K8S_VERSIONS[@]}"; do
+  for f in "${rendered[@]}"; do
+    # Custom resources only warn here; crd_schemas.py below validates them.
+    if ! report=$(target/venv/bin/kubernetes-validate -k "$v" --strict --quiet "$f" 2>&1); then
+      echo "$report" >&2; echo "deploy: $f is not valid for Kubernetes $v" >&2; exit 1
+    fi
+  done
+  echo "   Kubernetes $v: ${#rendered[@]} files valid"
+done
+
+echo "== deploy: custom resources against their CRDs (tests/fixtures/crds)"
+"$py" tests/deploy/crd_schemas.py selftest >/dev/null
+: > "$out/crd-report.txt"
+for f in "${rendered[@]}"; do
+  "$py" tests/deploy/crd_schemas.py validate "$f" >> "$out/crd-report.txt" 2>&1 \
+    || { cat "$out/crd-report.txt" >&2; echo "deploy: custom resources in $f do not match their CRDs" >&2; exit 1; }
+done
+# A kind without a schema is only skipped there: each custom kind we ship must have met one.
+for kind in ServiceMonitor PrometheusRule Certificate Issuer AdmissionCheck AdmissionCheckParameters; do
+  grep -q "^checked $kind/" "$out/crd-report.txt" \
+    || { echo "deploy: no $kind was checked against its CRD schema" >&2; exit 1; }
+done
+if grep -q '^warning' "$out/crd-report.txt"; then
+  grep '^warning' "$out/crd-report.txt" >&2; echo "deploy: fix the warnings above" >&2; exit 1
+fi
+echo "   $(grep -c '^checked' "$out/crd-report.txt") custom resources valid against their CRDs"
+
+echo "== deploy: security contexts and namespaces"
+"$py" tests/deploy/manifests.py security "${rendered[@]}"
+# deploy/grafana alone leaves the namespace to whoever includes it (components/monitoring).
+"$py" tests/deploy/manifests.py namespaces "$out"/kubernetes-*.yaml
+
+echo "== deploy: the agents' ConfigMaps pass wattledger-agent --check-config"
+for f in "$out"/kubernetes-overlays-*.yaml; do
+  configs="$out/agent-configs/$(basename "$f" .yaml)"
+  "$py" tests/deploy/manifests.py agent-configs "$f" "$configs" >/dev/null
+  for toml in "$configs"/*.toml; do
+    WATTLEDGER_AGENT_NODE=gpu-node-1 WATTLEDGER_AGENT_TOKEN=collector-token \
+      target/debug/wattledger-agent --check-config --config "$toml" > "$out/check-config.txt" 2>&1 \
+      || { cat "$out/check-config.txt" >&2; echo "deploy: $toml (from $f) fails --check-config" >&2; exit 1; }
+    echo "   $(basename "$f" .yaml): $(grep -c 'source:' "$out/check-config.txt") sources ($(grep 'source:' "$out/check-config.txt" | sed 's/.*source: //' | paste -sd, -))"
+  done
+done
+
+echo "== deploy: promtool check rules / test rules"
+"$py" tests/deploy/manifests.py rules "$out/kubernetes-overlays-production.yaml" "$out/wattledger-rules.yaml"
+cp tests/deploy/alerts.test.yaml "$out/"
+promtool check rules "$out/wattledger-rules.yaml" | sed 's/^/   /'
+"$py" tests/deploy/manifests.py alert-coverage "$out/wattledger-rules.yaml" "$out/alerts.test.yaml"
+promtool test rules "$out/alerts.test.yaml" | sed 's/^/   /'
+
+echo "== deploy: the webhook's certificate without cert-manager"
+bash deploy/kubernetes/components/webhook/make-tls-secret.sh --out "$out/tls" >/dev/null
+openssl verify -CAfile "$out/tls/ca.crt" "$out/tls/tls.crt" | sed 's/^/   /'
+for name in wattledger.wattledger.svc wattledger.wattledger.svc.cluster.local; do
+  openssl x509 -in "$out/tls/tls.crt" -noout -checkhost "$name" | grep -q 'does match' \
+    || { echo "deploy: the webhook certificate is not valid for $name" >&2; exit 1; }
+done
+echo "   valid for wattledger.wattledger.svc(.cluster.local)"
+
+bash tests/deploy/image.sh
+bash tests/deploy/grafana.sh
+echo "== deploy: ok"
