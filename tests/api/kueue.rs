@@ -563,6 +563,8 @@ async fn a_flexible_workload_is_deferred_to_the_clean_hour_and_asked_once_per_de
         .unwrap();
     let wait = check["requeueAfterSeconds"].as_i64().unwrap();
     assert_eq!(since + Duration::seconds(wait), start, "{check}");
+    // What the controller answered, for the record (`cargo test … kueue -- --nocapture`).
+    eprintln!("decision {decision}\ncheck state {check}");
     let message = check["message"].as_str().unwrap();
     assert!(
         message.contains(id) && message.contains("deferred until"),
