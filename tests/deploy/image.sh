@@ -21,7 +21,11 @@ chmod 755 "$work"   # the PostgreSQL below runs as postgres
 pg_pid=""
 server_pid=""
 cleanup() {
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+  # Whatever still runs in the image (the server): the processes whose root is its rootfs.
+  for proc in /proc/[0-9]*; do
+    [ "$(readlink "$proc/root" 2>/dev/null)" = "$work/rootfs" ] && kill "${proc#/proc/}" 2>/dev/null
+  done
+  [ -n "$server_pid" ] && wait "$server_pid" 2>/dev/null || true
   [ -n "$pg_pid" ] && as_pg "$bin/pg_ctl" -D "$work/pg" -m immediate -w stop >/dev/null 2>&1 || true
   rm -rf "$work"
 }
