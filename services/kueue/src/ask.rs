@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use wattledger_wire::parse_duration;
 
 /// Annotations a Workload (or its pod templates) may carry; the same names the pod webhook
 /// reads (`deploy/kubernetes/admission-webhook.yaml`).
@@ -146,33 +147,6 @@ pub fn gpus(wl: &Workload) -> Result<i64, QuestionError> {
     Ok(total)
 }
 
-/// `90m`, `2h`, `1h30m`, `45s`, `2d`, `3600`; `None` for anything else, overflow included
-/// (the pod webhook's grammar).
-pub fn parse_duration(s: &str) -> Option<i64> {
-    let s = s.trim();
-    if let Ok(n) = s.parse::<i64>() {
-        return Some(n);
-    }
-    let (mut total, mut num) = (0i64, String::new());
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            num.push(c);
-        } else {
-            let n: i64 = num.parse().ok()?;
-            num.clear();
-            let unit = match c {
-                'd' => 86_400,
-                'h' => 3600,
-                'm' => 60,
-                's' => 1,
-                _ => return None,
-            };
-            total = total.checked_add(n.checked_mul(unit)?)?;
-        }
-    }
-    num.is_empty().then_some(total)
-}
-
 /// The question for a Workload; `Ok(None)` when it asks for no GPU (admitted without one,
 /// as the pod webhook allows GPU-less pods).
 pub fn question(
@@ -287,16 +261,6 @@ mod tests {
         assert_eq!(q.duration_s, 3600);
         assert_eq!(q.priority, "normal");
         assert_eq!(q.deadline, None);
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("3600"), Some(3600));
-        assert_eq!(parse_duration("1h30m"), Some(5400));
-        assert_eq!(parse_duration("2d"), Some(172_800));
-        assert_eq!(parse_duration("1h30"), None);
-        assert_eq!(parse_duration("1x"), None);
-        assert_eq!(parse_duration("9999999999999999d"), None);
     }
 
     #[test]

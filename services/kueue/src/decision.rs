@@ -40,23 +40,8 @@ pub struct Answer {
     pub power_cap_w: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    Admit,
-    Defer,
-    Reject,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Admit => "admit",
-            Verdict::Defer => "defer",
-            Verdict::Reject => "reject",
-        }
-    }
-}
+/// The server's verdict, as the domain defines it.
+pub use wattledger_domain::admission::Verdict;
 
 /// A check state Kueue acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,8 @@
 //! meter exist, is the tenant known) stays with the server.
 //!
 //! Optional fields are left out of the JSON rather than sent as null; unknown fields are
-//! refused.
+//! refused. Schedulers' annotations share one grammar for a run time (`parse_duration`),
+//! read by the server's pod webhook and the Kueue controller alike.
 
 mod job;
 mod meter;
@@ -22,6 +23,7 @@ pub use job::{Allocation, Job};
 pub use meter::{Meter, METER_KINDS};
 pub use sample::Sample;
 pub use signal::{SignalPoint, MAX_AHEAD_DAYS};
+pub use time::parse_duration;
 pub use tokens::Tokens;
 
 use chrono::{DateTime, Utc};

@@ -26,13 +26,13 @@ use envelope::{Envelope, Reservation, Reserved};
 use forecast::Forecast;
 use oversubscription::Factors;
 use rust_decimal::Decimal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// Seconds × watts in a kWh.
 const WS_PER_KWH: i64 = 3_600_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Admit,

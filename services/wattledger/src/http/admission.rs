@@ -18,6 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 use wattledger_domain::input;
 use wattledger_store::admission::{self as store, DecisionFilter};
+use wattledger_wire::parse_duration;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -399,33 +400,6 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
     }))
 }
 
-/// `90m`, `2h`, `1h30m`, `45s`, `3600`; `None` for anything else, overflow included (the
-/// question's own check then bounds it to 90 days).
-fn parse_duration(s: &str) -> Option<i64> {
-    let s = s.trim();
-    if let Ok(n) = s.parse::<i64>() {
-        return Some(n);
-    }
-    let (mut total, mut num) = (0i64, String::new());
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            num.push(c);
-        } else {
-            let n: i64 = num.parse().ok()?;
-            num.clear();
-            let unit = match c {
-                'd' => 86_400,
-                'h' => 3600,
-                'm' => 60,
-                's' => 1,
-                _ => return None,
-            };
-            total = total.checked_add(n.checked_mul(unit)?)?;
-        }
-    }
-    num.is_empty().then_some(total)
-}
-
 /// An admission webhook (AdmissionReview v1): pods requesting `nvidia.com/gpu` (or MIG) are
 /// put to `POST /v1/admission`; reject and defer deny the pod with the reasons (a deferral
 /// names the time to create it again), admit allows it with any warnings, and admit at a
@@ -554,18 +528,6 @@ mod tests {
             300,
         ));
         assert_eq!(annotated.as_array().unwrap().len(), 1);
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("3600"), Some(3600));
-        assert_eq!(parse_duration("1h30m"), Some(5400));
-        assert_eq!(parse_duration("2d"), Some(172_800));
-        assert_eq!(parse_duration("90"), Some(90));
-        assert_eq!(parse_duration("1h30"), None);
-        assert_eq!(parse_duration("1x"), None);
-        assert_eq!(parse_duration("9999999999999999d"), None);
-        assert_eq!(parse_duration("99999999999999999999"), None);
     }
 
     #[test]
