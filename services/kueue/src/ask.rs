@@ -22,18 +22,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use wattledger_wire::parse_duration;
 
-/// Annotations a Workload (or its pod templates) may carry; the same names the pod webhook
-/// reads (`deploy/kubernetes/admission-webhook.yaml`).
-pub mod annotations {
-    pub const DURATION: &str = "wattledger.io/duration";
-    pub const DEADLINE: &str = "wattledger.io/deadline";
-    pub const KIND: &str = "wattledger.io/kind";
-    pub const MODEL: &str = "wattledger.io/model";
-    pub const GPU_MODEL: &str = "wattledger.io/gpu-model";
-    pub const SITES: &str = "wattledger.io/sites";
-    /// Added to every pod set of a Workload admitted at a power cap: W per GPU.
-    pub const POWER_CAP: &str = "wattledger.io/power-cap-w";
-}
+/// Annotations a Workload (or its pod templates) may carry: the names the pod webhook reads.
+pub use wattledger_wire::annotations;
 
 /// Most GPUs one question may name (the admission API's bound).
 pub const MAX_GPUS: i64 = 100_000;

@@ -12,6 +12,7 @@
 //! refused. Schedulers' annotations share one grammar for a run time (`parse_duration`),
 //! read by the server's pod webhook and the Kueue controller alike.
 
+pub mod annotations;
 mod job;
 mod meter;
 mod sample;

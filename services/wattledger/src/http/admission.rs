@@ -272,18 +272,7 @@ fn parse_cursor(c: &str) -> Option<(DateTime<Utc>, Uuid)> {
 }
 
 /// Annotations a pod may carry for the webhook.
-pub mod annotations {
-    pub const TENANT: &str = "wattledger.io/tenant";
-    pub const DURATION: &str = "wattledger.io/duration";
-    pub const DEADLINE: &str = "wattledger.io/deadline";
-    pub const KIND: &str = "wattledger.io/kind";
-    pub const MODEL: &str = "wattledger.io/model";
-    pub const GPU_MODEL: &str = "wattledger.io/gpu-model";
-    pub const SITES: &str = "wattledger.io/sites";
-    /// Set by the webhook on a pod admitted only with its GPUs capped: the power limit per
-    /// GPU, W, for the node's device plugin or an init container to apply.
-    pub const POWER_CAP: &str = "wattledger.io/power-cap-w";
-}
+pub use wattledger_wire::annotations;
 
 /// Most GPUs one pod may ask for (as a question to `POST /v1/admission` may).
 const MAX_POD_GPUS: i64 = 100_000;
