@@ -629,3 +629,306 @@ async fn a_site_hour_of_counter_only_node_meters_keeps_their_mean_as_its_peak() 
     let peak = it_peak(&app).await;
     assert_eq!(peak, Some(1_600_000), "n1's counter rises 96 kJ a minute");
 }
+
+/// The scenario's node, jobs and meters run for `hours` hours from `start` (RFC 3339, on the
+/// hour): one counter series per meter, so no hour starts a new one.
+fn scenario_for_hours(start: &str, hours: i64) -> scenario::Batches {
+    let end = scenario::at_from(start, 60 * hours);
+    let mut b = scenario::batches_at(start);
+    for job in b.jobs.as_array_mut().unwrap() {
+        job["end_at"] = end.clone().into();
+        for a in job["allocations"].as_array_mut().unwrap() {
+            a["end_at"] = end.clone().into();
+        }
+    }
+    let mut samples = Vec::new();
+    for i in 0..=60 * hours {
+        for (meter, per_min) in [
+            ("n1", 96_000_000i64),
+            ("g0", 42_000_000),
+            ("g1", 18_000_000),
+            ("g2", 24_000_000),
+        ] {
+            let ts = scenario::at_from(start, i);
+            samples.push(serde_json::json!({"meter": meter, "ts": ts, "counter_mj": 5_000_000 + i * per_min}));
+        }
+    }
+    b.samples = samples.into();
+    b
+}
+
+/// Figures of a usage row that every grouping must sum the same.
+fn row_sums(row: &serde_json::Value) -> [i64; 5] {
+    ["total_mj", "gpu_mj", "idle_mj", "tokens", "gpu_ms"]
+        .map(|f| row[f].as_i64().unwrap_or_else(|| panic!("{f} in {row}")))
+}
+
+#[tokio::test]
+async fn usage_by_hour_over_whole_days_reads_each_hour() {
+    let app = TestApp::start().await;
+    let (day0, day1, day2) = (
+        "2026-11-02T00:00:00Z",
+        "2026-11-03T00:00:00Z",
+        "2026-11-04T00:00:00Z",
+    );
+    scenario::push(&app, &scenario_for_hours(day0, 48)).await;
+    app.attribute().await;
+    let finance = app.token(Role::Finance);
+
+    // Two whole days: the range the tenant-day rollup serves for any grouping without hours.
+    let range = format!("from={day0}&to={day2}");
+    let (status, by_hour) = app
+        .get(Some(&finance), &format!("/v1/usage?group_by=hour&{range}"))
+        .await;
+    assert_eq!(status, 200, "{by_hour}");
+    let hours = by_hour["rows"].as_array().unwrap();
+    assert_eq!(hours.len(), 48, "24 rows a day");
+    let ledger: Vec<(DateTime<Utc>, i64, i64)> = sqlx::query_as(
+        "SELECT hour, sum(total_mj)::bigint, sum(gpu_ms)::bigint FROM ledger
+         WHERE hour >= $1 AND hour < $2 GROUP BY hour ORDER BY hour",
+    )
+    .bind(DateTime::parse_from_rfc3339(day0).unwrap().to_utc())
+    .bind(DateTime::parse_from_rfc3339(day2).unwrap().to_utc())
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(ledger.len(), 48);
+    for (row, (hour, total_mj, gpu_ms)) in hours.iter().zip(&ledger) {
+        let period: DateTime<Utc> = row["period"].as_str().unwrap().parse().unwrap();
+        assert_eq!(
+            (period, row["total_mj"].as_i64(), row["gpu_ms"].as_i64()),
+            (*hour, Some(*total_mj), Some(*gpu_ms))
+        );
+        // Every hour is the scenario's known hour: 2 kWh at the meter × PUE 1.25, and
+        // 1 + ½ + 1 GPU-hours held.
+        assert_eq!((*total_mj, *gpu_ms), (7_200_000_000, 9_000_000));
+    }
+
+    // The day grouping (from the rollup) sums the same as its 24 hours.
+    let (_, by_day) = app
+        .get(Some(&finance), &format!("/v1/usage?group_by=day&{range}"))
+        .await;
+    let days = by_day["rows"].as_array().unwrap();
+    assert_eq!(days.len(), 2, "{by_day}");
+    for (k, (day, label)) in days.iter().zip([day0, day1]).enumerate() {
+        assert_eq!(day["period"], label);
+        let mut sum = [0i64; 5];
+        for hour in &hours[24 * k..24 * (k + 1)] {
+            for (s, v) in sum.iter_mut().zip(row_sums(hour)) {
+                *s += v;
+            }
+        }
+        assert_eq!(row_sums(day), sum, "{label}");
+    }
+
+    // With another key too, hours stay hours: a tenant's 48 hours add up to its total.
+    let (_, by_tenant_hour) = app
+        .get(
+            Some(&finance),
+            &format!("/v1/usage?group_by=tenant,hour&{range}"),
+        )
+        .await;
+    let (_, by_tenant) = app
+        .get(
+            Some(&finance),
+            &format!("/v1/usage?group_by=tenant&{range}"),
+        )
+        .await;
+    for tenant in by_tenant["rows"].as_array().unwrap() {
+        let rows: Vec<&serde_json::Value> = by_tenant_hour["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["tenant"] == tenant["tenant"])
+            .collect();
+        assert_eq!(rows.len(), 48, "{}", tenant["tenant"]);
+        let total: i64 = rows.iter().map(|r| r["total_mj"].as_i64().unwrap()).sum();
+        assert_eq!(Some(total), tenant["total_mj"].as_i64());
+    }
+}
+
+/// A known answer for GPU time. One hour at a node of four GPUs: `a` trains on g0 all hour;
+/// g1 is cut into MIG slices of 3/7 (`b`) and 4/7 (`c`), sent as 0.428571 and 0.571429; `a`'s
+/// endpoint holds g2 for the first 50 minutes, serving `a`, `b` and `c` tokens weighing 5:3:2;
+/// `b`'s batch job holds g3 for the last 50. Allocated: 1 + 1 + 5/6 + 5/6 of 4 GPUs = 11/12.
+/// The endpoint's 3 000 000 ms go 1 500 000, 900 000 and 600 000 to its tenants.
+fn gpu_time_hour() -> scenario::Batches {
+    use serde_json::json;
+    let (hour, at) = (HOUR, scenario::at);
+    let (minute_50, minute_10) = (at(50), at(10));
+    let mut samples = Vec::new();
+    for i in 0..=60i64 {
+        for (meter, per_min) in [
+            ("n1", 130_000_000i64),
+            ("g0", 42_000_000),
+            ("g1", 18_000_000),
+            ("g2", 24_000_000),
+            ("g3", 30_000_000),
+        ] {
+            samples
+                .push(json!({"meter": meter, "ts": at(i), "counter_mj": 5_000_000 + i * per_min}));
+        }
+    }
+    let alloc = |meter: &str, share: &str, from: &str, to: &str| json!({"meter": meter, "share": share, "start_at": from, "end_at": to});
+    let job = |key: &str, tenant: &str, kind: &str, from: &str, to: &str, a| json!({"key": key, "tenant": tenant, "kind": kind, "start_at": from, "end_at": to, "allocations": [a]});
+    let mut endpoint = job(
+        "job-endpoint",
+        "a",
+        "inference",
+        hour,
+        &minute_50,
+        alloc("g2", "1", hour, &minute_50),
+    );
+    endpoint["model"] = "m-endpoint".into();
+    let tokens = |tenant: &str, prompt: i64, generated: i64| {
+        json!({"job": "job-endpoint", "tenant": tenant, "start_at": hour, "end_at": minute_50,
+               "prompt_tokens": prompt, "generated_tokens": generated})
+    };
+    let base = scenario::batches();
+    scenario::Batches {
+        tenants: json!([{"key": "platform", "name": "Platform"}, {"key": "a", "name": "Tenant A"},
+                        {"key": "b", "name": "Tenant B"}, {"key": "c", "name": "Tenant C"}]),
+        sites: base.sites,
+        models: base.models,
+        meters: json!([
+            {"key": "n1", "site": "s1", "kind": "node"},
+            {"key": "g0", "site": "s1", "kind": "gpu", "parent": "n1", "gpu_uuid": "GPU-0"},
+            {"key": "g1", "site": "s1", "kind": "gpu", "parent": "n1", "gpu_uuid": "GPU-1"},
+            {"key": "g1-mig0", "site": "s1", "kind": "mig", "parent": "g1", "mig_profile": "3g.40gb"},
+            {"key": "g1-mig1", "site": "s1", "kind": "mig", "parent": "g1", "mig_profile": "4g.40gb"},
+            {"key": "g2", "site": "s1", "kind": "gpu", "parent": "n1", "gpu_uuid": "GPU-2"},
+            {"key": "g3", "site": "s1", "kind": "gpu", "parent": "n1", "gpu_uuid": "GPU-3"}
+        ]),
+        jobs: json!([
+            job(
+                "job-train",
+                "a",
+                "training",
+                hour,
+                NEXT_HOUR,
+                alloc("g0", "1", hour, NEXT_HOUR)
+            ),
+            job(
+                "job-mig3",
+                "b",
+                "interactive",
+                hour,
+                NEXT_HOUR,
+                alloc("g1-mig0", "0.428571", hour, NEXT_HOUR)
+            ),
+            job(
+                "job-mig4",
+                "c",
+                "interactive",
+                hour,
+                NEXT_HOUR,
+                alloc("g1-mig1", "0.571429", hour, NEXT_HOUR)
+            ),
+            endpoint,
+            job(
+                "job-batch",
+                "b",
+                "batch",
+                &minute_10,
+                NEXT_HOUR,
+                alloc("g3", "1", &minute_10, NEXT_HOUR)
+            )
+        ]),
+        samples: samples.into(),
+        tokens: json!([
+            tokens("a", 1000, 250),
+            tokens("b", 600, 150),
+            tokens("c", 400, 100)
+        ]),
+    }
+}
+
+#[tokio::test]
+async fn gpu_time_is_held_exactly_and_shown_so_that_it_adds_up() {
+    let app = TestApp::start().await;
+    scenario::push(&app, &gpu_time_hour()).await;
+    app.attribute().await;
+    let operator = app.token(Role::Operator);
+    let range = format!("from={HOUR}&to={NEXT_HOUR}");
+    let usage = |group_by: &str| {
+        let path = format!("/v1/usage?group_by={group_by}&{range}");
+        let (app, operator) = (&app, &operator);
+        async move {
+            let (status, body) = app.get(Some(operator), &path).await;
+            assert_eq!(status, 200, "{body}");
+            body
+        }
+    };
+
+    let by_job = usage("job").await;
+    // 13 200 000 of 14 400 000 GPU-ms: the MIG sevenths hold all of g1 (25 714 + 34 286 ms a
+    // minute; cut to whole ms each they held 59 999, and the site 0.916663).
+    assert_eq!(by_job["sites"][0]["allocated_gpu_fraction"], "0.916667");
+    let (allocated, capacity): (i64, i64) =
+        sqlx::query_as("SELECT allocated_gpu_ms, capacity_gpu_ms FROM site_hours")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!((allocated, capacity), (13_200_000, 14_400_000));
+    let job = |body: &serde_json::Value, key: &str| -> Vec<(String, i64, String)> {
+        body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["job"] == key)
+            .map(|r| {
+                (
+                    r["tenant"].as_str().unwrap_or("").to_owned(),
+                    r["gpu_ms"].as_i64().unwrap(),
+                    r["gpu_hours"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(job(&by_job, "job-mig3")[0].1, 60 * 25_714);
+    assert_eq!(job(&by_job, "job-mig4")[0].1, 60 * 34_286);
+    // 3.6667 GPU-hours in all, split by largest remainder: the two 50-minute jobs tie at
+    // 0.83333…, and the earlier key (job-batch) gets the unit the total still needs.
+    let shown: Vec<(String, String)> = by_job["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["job"].as_str().unwrap_or("").to_owned(),
+                r["gpu_hours"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("job-batch", "0.8334"),
+        ("job-endpoint", "0.8333"),
+        ("job-mig3", "0.4286"),
+        ("job-mig4", "0.5714"),
+        ("job-train", "1"),
+    ];
+    for (key, hours) in expected {
+        assert!(
+            shown.contains(&(key.to_owned(), hours.to_owned())),
+            "{key}: {shown:?}"
+        );
+    }
+    let (_, total) = app
+        .get(Some(&operator), &format!("/v1/usage?{range}"))
+        .await;
+    assert_eq!(total["rows"][0]["gpu_hours"], "3.6667");
+    assert_eq!(total["rows"][0]["gpu_ms"], 13_200_000);
+
+    // The endpoint's tenants: exact ms 5:3:2, and shown GPU-hours that add up to the job's
+    // 0.8333 (rounded each on its own: 0.4167 + 0.25 + 0.1667 = 0.8334).
+    let by_job_tenant = usage("job,tenant").await;
+    let endpoint = job(&by_job_tenant, "job-endpoint");
+    assert_eq!(
+        endpoint,
+        [
+            ("a".to_owned(), 1_500_000, "0.4166".to_owned()),
+            ("b".to_owned(), 900_000, "0.25".to_owned()),
+            ("c".to_owned(), 600_000, "0.1667".to_owned()),
+        ]
+    );
+}

@@ -108,7 +108,8 @@ pub struct Row {
     pub energy: EnergyBreakdown,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
-    /// GPU time held, in ms × share (ppm) / 1e6: the basis of embodied carbon.
+    /// GPU time held, in ms: each step's ms split over its holders by overlap × share (and
+    /// the unheld rest), so the parts add up to the step. The basis of embodied carbon.
     pub gpu_ms: i64,
     /// Embodied carbon (SCI's M) of the GPU time held, in nanograms CO2e; idle GPU time's
     /// share follows the idle policy like idle energy.
@@ -168,6 +169,8 @@ struct Acc {
 struct Scratch {
     weights: Vec<u128>,
     parts: Vec<i64>,
+    /// A GPU's milliseconds in the step, split by the same weights as its energy.
+    ms_parts: Vec<i64>,
     owners: Vec<usize>,
     /// Per job: GPU energy and IT energy in the current step, with the jobs touched.
     step_gpu: Vec<i64>,
@@ -299,7 +302,6 @@ impl<'a> Hour<'a> {
             s.weights.clear();
             s.owners.clear();
             let mut held: u128 = 0;
-            let mut held_ms = 0i64;
             for a in &gpu.allocations {
                 let overlap = step.t1.min(a.end_ms) - step.t0.max(a.start_ms);
                 if overlap <= 0 {
@@ -309,24 +311,36 @@ impl<'a> Hour<'a> {
                 held += w;
                 s.weights.push(w);
                 s.owners.push(a.job);
-                let ms = (w / u128::from(PPM)) as i64;
-                acc[a.job].gpu_ms += ms;
-                acc[a.job].embodied += ms * gpu.embodied_ng_per_ms;
-                acc[a.job].time_price += ms * gpu.time_price_pico_per_ms;
-                acc[a.job].quality |= q;
-                totals.allocated_gpu_ms += ms;
-                held_ms += ms;
             }
-            // The device ages whether or not anyone holds it: the rest is idle.
-            let unheld = (grid.step_ms - held_ms).max(0);
-            idle.embodied += unheld * gpu.embodied_ng_per_ms;
-            idle.time_price += unheld * gpu.time_price_pico_per_ms;
-            totals.embodied_ng += grid.step_ms.max(held_ms) * gpu.embodied_ng_per_ms;
             let capacity = grid.step_ms as u128 * u128::from(PPM);
             s.weights.push(capacity.saturating_sub(held));
+            // The step's GPU time is split among the holders and the unheld rest like its
+            // energy, by largest remainder: cutting each share × time to whole ms on its own
+            // loses a ms a step to slices such as 3/7 + 4/7. Allocations that overbook the
+            // GPU hold more than the step, to the nearest ms.
+            let step_ms = if held > capacity {
+                ((held + u128::from(PPM / 2)) / u128::from(PPM)) as i64
+            } else {
+                grid.step_ms
+            };
             s.parts.resize(s.weights.len(), 0);
+            s.ms_parts.resize(s.weights.len(), 0);
+            split_into(step_ms, &s.weights, &mut s.ms_parts);
             split_into(e, &s.weights, &mut s.parts);
             let last = s.parts.len() - 1;
+            for (k, &j) in s.owners.iter().enumerate() {
+                let ms = s.ms_parts[k];
+                acc[j].gpu_ms += ms;
+                acc[j].embodied += ms * gpu.embodied_ng_per_ms;
+                acc[j].time_price += ms * gpu.time_price_pico_per_ms;
+                acc[j].quality |= q;
+                totals.allocated_gpu_ms += ms;
+            }
+            // The device ages whether or not anyone holds it: the rest is idle.
+            let unheld = s.ms_parts[last];
+            idle.embodied += unheld * gpu.embodied_ng_per_ms;
+            idle.time_price += unheld * gpu.time_price_pico_per_ms;
+            totals.embodied_ng += step_ms * gpu.embodied_ng_per_ms;
             for (k, &j) in s.owners.iter().enumerate() {
                 let part = s.parts[k];
                 if !s.in_step[j] {

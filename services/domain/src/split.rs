@@ -71,6 +71,56 @@ pub fn split_into(total: i64, weights: &[u128], out: &mut [i64]) {
     }
 }
 
+/// Rounds `amounts` to whole `unit`s for showing, so that the shown parts add up to the
+/// shown whole at every level of a nested grouping. `paths[i]` is row `i`'s keys, outermost
+/// first (every path the same length). The whole is `Σ amounts / unit` rounded half up; it
+/// is [`split`] over the first key's groups by their amounts, each group's part over its
+/// next key's groups, and so on down to the rows. A grouping by a prefix of the keys shows
+/// the very figures the rows add up to. A part is within half a unit of its exact figure
+/// plus one unit per level of keys (each split rounds once). `amounts` must not be negative.
+pub fn round_nested<K: Ord>(paths: &[Vec<K>], amounts: &[i64], unit: i64) -> Vec<i64> {
+    debug_assert_eq!(paths.len(), amounts.len());
+    debug_assert!(unit > 0 && amounts.iter().all(|&a| a >= 0));
+    let total: i64 = amounts.iter().sum();
+    let whole = (total + unit / 2) / unit;
+    let mut out = vec![0; amounts.len()];
+    let rows: Vec<usize> = (0..amounts.len()).collect();
+    place_nested(paths, amounts, &rows, 0, whole, &mut out);
+    out
+}
+
+/// Splits `whole` over the groups of `rows` by their key at `depth`, in key order, then each
+/// group's part further down.
+fn place_nested<K: Ord>(
+    paths: &[Vec<K>],
+    amounts: &[i64],
+    rows: &[usize],
+    depth: usize,
+    whole: i64,
+    out: &mut [i64],
+) {
+    let mut rows = rows.to_vec();
+    if rows.iter().all(|&r| paths[r].len() <= depth) {
+        // Rows with the same keys: one part each, by amount.
+        let weights: Vec<u128> = rows.iter().map(|&r| amounts[r].max(0) as u128).collect();
+        for (&r, part) in rows.iter().zip(split(whole, &weights)) {
+            out[r] = part;
+        }
+        return;
+    }
+    rows.sort_by(|&a, &b| paths[a][depth].cmp(&paths[b][depth]).then(a.cmp(&b)));
+    let groups: Vec<&[usize]> = rows
+        .chunk_by(|&a, &b| paths[a][depth] == paths[b][depth])
+        .collect();
+    let weights: Vec<u128> = groups
+        .iter()
+        .map(|g| g.iter().map(|&r| amounts[r].max(0) as u128).sum())
+        .collect();
+    for (group, part) in groups.iter().zip(split(whole, &weights)) {
+        place_nested(paths, amounts, group, depth + 1, part, out);
+    }
+}
+
 fn single_nonzero(weights: &[u128]) -> Option<usize> {
     let mut found = None;
     for (i, &w) in weights.iter().enumerate() {
@@ -171,7 +221,70 @@ mod tests {
         }
     }
 
+    #[test]
+    fn nested_rounding_adds_up_at_every_level() {
+        // A job held 50 min (3 000 000 ms), its tenants 25, 15 and 10 min, to 0.0001 h
+        // (360 ms): alone they round to 0.4167 + 0.2500 + 0.1667 = 0.8334 of a job shown as
+        // 0.8333.
+        let unit = 360;
+        let (a, b, c) = (1_500_000, 900_000, 600_000);
+        let alone: i64 = [a, b, c].iter().map(|&ms| (ms + unit / 2) / unit).sum();
+        assert_eq!(alone, 8334);
+        let job = round_nested(&[vec!["endpoint"]], &[a + b + c], unit);
+        assert_eq!(job, vec![8333]);
+        let parts = round_nested(
+            &[
+                vec!["endpoint", "a"],
+                vec!["endpoint", "b"],
+                vec!["endpoint", "c"],
+            ],
+            &[a, b, c],
+            unit,
+        );
+        assert_eq!(parts.iter().sum::<i64>(), 8333);
+        assert_eq!(parts, vec![4166, 2500, 1667]);
+    }
+
+    #[test]
+    fn nested_rounding_keeps_the_outer_grouping_figures() {
+        // Two jobs with two tenants each, and the jobs alone: the outer figures are the same.
+        let unit = 360;
+        let ms = [1_000_100, 200_200, 50_050, 7_000];
+        let inner = round_nested(&[vec![1, 1], vec![1, 2], vec![2, 1], vec![2, 2]], &ms, unit);
+        let outer = round_nested(&[vec![1], vec![2]], &[ms[0] + ms[1], ms[2] + ms[3]], unit);
+        assert_eq!(vec![inner[0] + inner[1], inner[2] + inner[3]], outer);
+        assert_eq!(
+            round_nested::<u8>(&[vec![]], &[ms.iter().sum()], unit),
+            vec![outer[0] + outer[1]]
+        );
+    }
+
     proptest! {
+        #[test]
+        fn nested_parts_add_up_and_stay_near_their_share(
+            rows in proptest::collection::vec((0u8..3, 0u8..3, 0i64..50_000_000), 1..30),
+        ) {
+            let unit = 360;
+            let paths: Vec<Vec<u8>> = rows.iter().map(|&(a, b, _)| vec![a, b]).collect();
+            let ms: Vec<i64> = rows.iter().map(|r| r.2).collect();
+            let shown = round_nested(&paths, &ms, unit);
+            let total: i64 = ms.iter().sum();
+            prop_assert_eq!(shown.iter().sum::<i64>(), (total + unit / 2) / unit);
+            for (s, m) in shown.iter().zip(&ms) {
+                // Within two units of the exact figure: one for each level's split, with the
+                // whole within half a unit.
+                prop_assert!((s * unit - m).abs() <= 3 * unit, "{} units for {} ms", s, m);
+            }
+            let outer_paths: Vec<Vec<u8>> = rows.iter().map(|&(a, _, _)| vec![a]).collect();
+            let outer = round_nested(&outer_paths, &ms, unit);
+            for key in 0u8..3 {
+                let of = |v: &[i64]| -> i64 {
+                    v.iter().zip(&rows).filter(|(_, r)| r.0 == key).map(|(s, _)| s).sum()
+                };
+                prop_assert_eq!(of(&shown), of(&outer));
+            }
+        }
+
         #[test]
         fn parts_sum_to_whole(total in -1_000_000_000_000i64..1_000_000_000_000, weights in proptest::collection::vec(0u128..1_000_000_000_000, 1..40)) {
             let parts = split(total, &weights);

@@ -95,20 +95,47 @@ pub const COVERAGE_SUMS: &str = "
 
 /// The rows a usage query over `[$from, $to)` (its parameters 2 and 3), of the tenant in
 /// parameter 1 if not null, sums: whole days from the tenant-day rollup and the edges from
-/// the ledger, or every ledger row where the query groups or filters by job (the rollup has
-/// no jobs). Either way, the same sums. With parameter 7 (a count), only the rows of that
-/// many jobs, those with the most energy.
-fn ledger_source(by_job: bool) -> &'static str {
-    if by_job {
-        "(SELECT * FROM ledger_rows
-          WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
-            AND ($7::bigint IS NULL OR job_id IN (
-                SELECT job_id FROM ledger
-                WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
-                  AND job_id IS NOT NULL
-                GROUP BY job_id ORDER BY sum(total_mj) DESC, job_id LIMIT $7)))"
-    } else {
-        "ledger_span($1, $2, $3)"
+/// the ledger where the rollup can serve the query, else every ledger row. Either way, the
+/// same sums. With parameter 7 (a count), only the rows of that many jobs, those with the
+/// most energy.
+fn ledger_source(source: Source) -> &'static str {
+    match source {
+        Source::Ledger => {
+            "(SELECT * FROM ledger_rows
+              WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
+                AND ($7::bigint IS NULL OR job_id IN (
+                    SELECT job_id FROM ledger
+                    WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
+                      AND job_id IS NOT NULL
+                    GROUP BY job_id ORDER BY sum(total_mj) DESC, job_id LIMIT $7)))"
+        }
+        Source::DayRollup => "ledger_span($1, $2, $3)",
+    }
+}
+
+/// Where a usage query's rows come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Ledger,
+    /// The tenant-day rollup (migration 0018) for whole days: one row per site, day, tenant
+    /// and model, standing at its day's midnight, with no job.
+    DayRollup,
+}
+
+impl Source {
+    /// The rollup serves only a query that sees neither hours nor jobs: its rows have no
+    /// job, and a whole day's hours are one row at midnight, which an hour grouping would
+    /// show as that day's only hour.
+    fn of(group_by: &[GroupBy], filter: &UsageFilter) -> Source {
+        let reads_ledger = group_by.contains(&GroupBy::Hour)
+            || group_by.contains(&GroupBy::Job)
+            || filter.job_id.is_some()
+            || filter.top_jobs.is_some();
+        if reads_ledger {
+            Source::Ledger
+        } else {
+            Source::DayRollup
+        }
     }
 }
 
@@ -200,9 +227,7 @@ pub async fn usage(
         .chain(["s.currency"])
         .collect::<Vec<_>>()
         .join(", ");
-    let source = ledger_source(
-        group_by.contains(&GroupBy::Job) || filter.job_id.is_some() || filter.top_jobs.is_some(),
-    );
+    let source = ledger_source(Source::of(group_by, filter));
     let (from, to) = bounds(filter);
     let order = match filter.top_jobs {
         // Column 6 is total_mj, selected only to order by (the row's total is its breakdown's).
@@ -397,4 +422,41 @@ pub async fn backlog(pool: &PgPool) -> StoreResult<Backlog> {
     )
     .fetch_one(pool)
     .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_questions_without_hours_or_jobs_read_the_day_rollup() {
+        let none = UsageFilter::default();
+        let of = |g: &[GroupBy]| Source::of(g, &none);
+        for g in [
+            &[][..],
+            &[GroupBy::Day],
+            &[GroupBy::Tenant, GroupBy::Day],
+            &[GroupBy::Model, GroupBy::Site],
+        ] {
+            assert_eq!(of(g), Source::DayRollup, "{g:?}");
+        }
+        for g in [
+            &[GroupBy::Hour][..],
+            &[GroupBy::Day, GroupBy::Hour],
+            &[GroupBy::Tenant, GroupBy::Hour],
+            &[GroupBy::Job],
+        ] {
+            assert_eq!(of(g), Source::Ledger, "{g:?}");
+        }
+        let one_job = UsageFilter {
+            job_id: Some(7),
+            ..UsageFilter::default()
+        };
+        assert_eq!(Source::of(&[GroupBy::Day], &one_job), Source::Ledger);
+        let top = UsageFilter {
+            top_jobs: Some(10),
+            ..UsageFilter::default()
+        };
+        assert_eq!(Source::of(&[], &top), Source::Ledger);
+    }
 }

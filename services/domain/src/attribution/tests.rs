@@ -251,6 +251,57 @@ fn a_job_is_charged_only_for_the_time_it_held_the_gpu() {
     assert_eq!(train.energy.gpu_mj, 42_000_000 * 30);
 }
 
+/// One GPU for an hour, cut into MIG slices of 3/7 and 4/7 sent as 0.428571 and 0.571429
+/// (which add up to exactly 1). Per minute the slices' exact shares are 25 714.26 and
+/// 34 285.74 ms: the largest remainder (0.74) gets the ms the floors leave, so they hold
+/// 25 714 and 34 286 ms, the whole minute. Cut to whole ms each on its own they held 59 999.
+#[test]
+fn known_answer_mig_sevenths_hold_the_whole_gpu() {
+    let slice = |job, share_ppm| Allocation {
+        share_ppm,
+        ..whole(job)
+    };
+    let hour = SiteHour {
+        policy: policy(IdlePolicy::Platform),
+        grid: hour_grid(),
+        facility: None,
+        nodes: vec![Node {
+            energy: Some(constant(60_000_000, 60)),
+            gpus: vec![Gpu {
+                embodied_ng_per_ms: 1000,
+                time_price_pico_per_ms: 700,
+                energy: constant(42_000_000, 60),
+                allocations: vec![slice(0, 428_571), slice(1, 571_429)],
+            }],
+        }],
+        jobs: vec![job(A), job(B)],
+        tokens: vec![],
+    };
+    let out = attribute(&hour);
+    assert_eq!(out.totals.capacity_gpu_ms, HOUR);
+    assert_eq!(out.totals.allocated_gpu_ms, HOUR, "100 % of the GPU held");
+    let row = |j| out.rows.iter().find(|r| r.job == Some(j)).unwrap();
+    assert_eq!(row(0).gpu_ms, 60 * 25_714);
+    assert_eq!(row(1).gpu_ms, 60 * 34_286);
+    // Embodied carbon and the GPU-time price follow the held ms; nothing is left idle.
+    assert_eq!(row(0).embodied_ng, 60 * 25_714 * 1000);
+    assert_eq!(row(1).time_price_pico, 60 * 34_286 * 700);
+    assert!(out.rows.iter().all(|r| r.job.is_some()), "{:?}", out.rows);
+    assert_eq!(out.totals.embodied_ng, HOUR * 1000);
+}
+
+/// Allocations that overbook a GPU (time-slices whose shares add up to more than 1) hold
+/// what they claim: two whole-GPU claims for the hour are two GPU-hours on one GPU.
+#[test]
+fn overbooked_allocations_hold_what_they_claim() {
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    hour.nodes[0].gpus[2].allocations.push(whole(0));
+    let out = attribute(&hour);
+    let train = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
+    assert_eq!(train.gpu_ms, 2 * HOUR);
+    assert_eq!(out.totals.allocated_gpu_ms, 2 * HOUR + HOUR / 2 + HOUR);
+}
+
 // ---- properties over random site-hours ----
 
 #[derive(Debug, Clone)]
@@ -480,6 +531,94 @@ proptest! {
         let sent: i64 = s.hour.tokens.iter().map(|t| t.prompt + t.generated).sum();
         let kept: i64 = out.rows.iter().map(|r| r.prompt_tokens + r.generated_tokens).sum();
         prop_assert_eq!(sent, kept);
+    }
+
+    /// Every step's GPU time lands whole: the holders' ms and the unheld rest add up to the
+    /// step's ms, and each holder gets its overlap × share to within a ms a step.
+    #[test]
+    fn a_gpus_time_is_split_exactly_among_its_holders(
+        allocs in proptest::collection::vec((-STEP..12 * STEP, 1i64..13 * STEP, 1u32..=PPM / 4), 1..5),
+    ) {
+        let steps = 12usize;
+        let grid = StepGrid { start_ms: 0, step_ms: STEP, steps };
+        let allocations: Vec<Allocation> = allocs
+            .iter()
+            .enumerate()
+            .map(|(job, &(start, len, share))| Allocation {
+                job,
+                start_ms: start,
+                end_ms: start + len,
+                share_ppm: share,
+            })
+            .collect();
+        let hour = SiteHour {
+            policy: policy(IdlePolicy::Platform),
+            grid,
+            facility: None,
+            nodes: vec![Node {
+                energy: Some(constant(10_000_000, steps)),
+                gpus: vec![Gpu {
+                    // One nanogram a ms: the idle row's embodied carbon is the unheld ms.
+                    embodied_ng_per_ms: 1,
+                    time_price_pico_per_ms: 0,
+                    energy: constant(7_000_000, steps),
+                    allocations: allocations.clone(),
+                }],
+            }],
+            jobs: vec![job(A); allocs.len()],
+            tokens: vec![],
+        };
+        let out = attribute(&hour);
+        let held: i64 = out.rows.iter().map(|r| r.gpu_ms).sum();
+        let unheld: i64 = out.rows.iter().filter(|r| r.job.is_none()).map(|r| r.embodied_ng).sum();
+        prop_assert_eq!(held, out.totals.allocated_gpu_ms);
+        prop_assert_eq!(held + unheld, steps as i64 * STEP);
+        for a in &allocations {
+            let (mut exact, mut overlapping) = (0i128, 0i64);
+            for k in 0..steps as i64 {
+                let overlap = ((k + 1) * STEP).min(a.end_ms) - (k * STEP).max(a.start_ms);
+                if overlap > 0 {
+                    exact += i128::from(overlap) * i128::from(a.share_ppm);
+                    overlapping += 1;
+                }
+            }
+            let got = out.rows.iter().find(|r| r.job == Some(a.job)).map_or(0, |r| r.gpu_ms);
+            let off = i128::from(got) * i128::from(PPM) - exact;
+            prop_assert!(off.abs() <= i128::from(overlapping) * i128::from(PPM), "{} ms for {:?}", got, a);
+        }
+    }
+
+    /// Slices whose shares add up to exactly 1 hold the whole GPU, whatever the shares.
+    #[test]
+    fn slices_that_add_up_to_one_hold_every_ms(
+        cuts in proptest::collection::btree_set(1u32..PPM, 1..5),
+    ) {
+        let bounds: Vec<u32> = std::iter::once(0).chain(cuts).chain([PPM]).collect();
+        let allocations: Vec<Allocation> = bounds
+            .windows(2)
+            .enumerate()
+            .map(|(job, w)| Allocation { share_ppm: w[1] - w[0], ..whole(job) })
+            .collect();
+        let hour = SiteHour {
+            policy: policy(IdlePolicy::Platform),
+            grid: hour_grid(),
+            facility: None,
+            nodes: vec![Node {
+                energy: Some(constant(10_000_000, 60)),
+                gpus: vec![Gpu {
+                    embodied_ng_per_ms: 1,
+                    time_price_pico_per_ms: 0,
+                    energy: constant(7_000_000, 60),
+                    allocations: allocations.clone(),
+                }],
+            }],
+            jobs: vec![job(A); allocations.len()],
+            tokens: vec![],
+        };
+        let out = attribute(&hour);
+        prop_assert_eq!(out.totals.allocated_gpu_ms, HOUR);
+        prop_assert_eq!(out.rows.iter().map(|r| r.gpu_ms).sum::<i64>(), HOUR);
+        prop_assert!(out.rows.iter().all(|r| r.job.is_some()), "{:?}", out.rows);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::auth::Role;
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, NaiveTime, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -15,6 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::input;
 use wattledger_domain::metrics::{self, effectiveness, efficiency};
+use wattledger_domain::split::round_nested;
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::inventory::{self, KeyedTable};
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
@@ -91,9 +92,13 @@ pub struct UsageRowOut {
     pub joules_per_token: Option<Decimal>,
     #[schema(value_type = Option<String>)]
     pub idle_fraction: Option<Decimal>,
-    /// GPU-hours held (share-weighted).
+    /// GPU-hours held (share-weighted), to 4 places, rounded together with the other rows
+    /// so that they add up to what the same question grouped by the leading keys of
+    /// `group_by` (or by none) shows.
     #[schema(value_type = String)]
     pub gpu_hours: Decimal,
+    /// GPU time held in ms, exact: the figure to add up or compute with.
+    pub gpu_ms: i64,
     /// Energy cost per currency (currency per kWh × kWh, summed per step).
     #[schema(value_type = BTreeMap<String, String>)]
     pub cost: BTreeMap<String, Decimal>,
@@ -274,6 +279,7 @@ pub async fn get_usage(
         top_jobs: None,
     };
     let rows = usage::usage(&state.pool, &scope, &group_by, &filter).await?;
+    let gpu_hours = shown_gpu_hours(&rows, &group_by);
     let per = group_by
         .iter()
         .copied()
@@ -294,7 +300,8 @@ pub async fn get_usage(
             .unwrap_or_default(),
         rows: rows
             .into_iter()
-            .map(|r| {
+            .zip(gpu_hours)
+            .map(|(r, gpu_hours)| {
                 let tokens = r.tokens();
                 let cost: BTreeMap<String, Decimal> = r
                     .cost_currencies
@@ -322,7 +329,8 @@ pub async fn get_usage(
                     tokens_per_kwh_it: e.tokens_per_kwh_it,
                     joules_per_token: e.joules_per_token,
                     idle_fraction: e.idle_fraction,
-                    gpu_hours: metrics::gpu_hours(r.gpu_ms),
+                    gpu_hours,
+                    gpu_ms: r.gpu_ms,
                     fully_loaded_cost: {
                         let mut total = cost.clone();
                         let gpu_time = r
@@ -371,6 +379,46 @@ pub async fn get_usage(
             })
             .collect(),
     }))
+}
+
+/// The unit GPU-hours are shown in: 0.0001 h, 360 ms.
+const GPU_HOURS_DP: u32 = 4;
+const GPU_HOUR_UNIT_MS: i64 = 360;
+
+/// Each row's GPU-hours as shown. Rounded each on its own, a shared endpoint's tenants
+/// showed 0.4167 + 0.2500 + 0.1667 = 0.8334 GPU-hours of a job shown as 0.8333; exact
+/// GPU-hours have no finite decimal (a ms is 1/3 600 000 h). So the rows are rounded
+/// together, level by level of `group_by` (`split::round_nested`): they add up to the
+/// figure the same question grouped by the leading keys shows, and to its total. A
+/// consumer that computes with GPU time reads the exact `gpu_ms` beside it.
+fn shown_gpu_hours(rows: &[usage::UsageRow], group_by: &[GroupBy]) -> Vec<Decimal> {
+    type Key<'a> = (Option<&'a str>, Option<DateTime<Utc>>);
+    let paths: Vec<Vec<Key>> = rows
+        .iter()
+        .map(|r| {
+            group_by
+                .iter()
+                .map(|g| match g {
+                    GroupBy::Tenant => (r.tenant.as_deref(), None),
+                    GroupBy::Job => (r.job.as_deref(), None),
+                    GroupBy::Model => (r.model.as_deref(), None),
+                    GroupBy::Site => (r.site.as_deref(), None),
+                    GroupBy::Hour => (None, r.period),
+                    // A row's period is its hour where the query groups by hour too.
+                    GroupBy::Day => (
+                        None,
+                        r.period
+                            .map(|p| p.date_naive().and_time(NaiveTime::MIN).and_utc()),
+                    ),
+                })
+                .collect()
+        })
+        .collect();
+    let ms: Vec<i64> = rows.iter().map(|r| r.gpu_ms.max(0)).collect();
+    round_nested(&paths, &ms, GPU_HOUR_UNIT_MS)
+        .into_iter()
+        .map(|units| Decimal::new(units, GPU_HOURS_DP).normalize())
+        .collect()
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -530,4 +578,39 @@ pub async fn list_tenants(
             })
             .collect(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(period: &str, gpu_ms: i64) -> usage::UsageRow {
+        usage::UsageRow {
+            period: Some(period.parse().unwrap()),
+            gpu_ms,
+            ..usage::UsageRow::default()
+        }
+    }
+
+    #[test]
+    fn hours_add_up_to_the_days_shown_by_a_day_grouping() {
+        // Thirds of an hour of GPU time: 0.3333 each on its own, three of them 1.0.
+        let third = 1_200_000;
+        let hours = [
+            row("2026-11-02T10:00:00Z", third),
+            row("2026-11-02T11:00:00Z", third),
+            row("2026-11-03T10:00:00Z", third),
+            row("2026-11-03T11:00:00Z", third),
+            row("2026-11-03T12:00:00Z", third),
+        ];
+        let by_hour = shown_gpu_hours(&hours, &[GroupBy::Day, GroupBy::Hour]);
+        let days = [
+            row("2026-11-02T00:00:00Z", 2 * third),
+            row("2026-11-03T00:00:00Z", 3 * third),
+        ];
+        let by_day = shown_gpu_hours(&days, &[GroupBy::Day]);
+        assert_eq!(by_day, [Decimal::new(6667, 4), Decimal::ONE]);
+        assert_eq!(by_hour[0] + by_hour[1], by_day[0]);
+        assert_eq!(by_hour[2..].iter().copied().sum::<Decimal>(), by_day[1]);
+    }
 }
