@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::routing::get;
 use serde_json::json;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wattledger::auth::Role;
@@ -79,14 +79,7 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
-pub(crate) struct Killed(pub(crate) Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub(crate) use wattledger_tests::Killed;
 
 fn server(db_url: &str, port: u16, log: &std::path::Path) -> Killed {
     server_with(db_url, port, log, &[("WATTLEDGER_WORKER", "false")])
@@ -100,7 +93,7 @@ pub(crate) fn server_with(
     env: &[(&str, &str)],
 ) -> Killed {
     let log = std::fs::File::create(log).unwrap();
-    Killed(
+    Killed::spawn(
         Command::new(binary("wattledger"))
             .args([
                 "--database-url",
@@ -112,9 +105,7 @@ pub(crate) fn server_with(
             .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
+            .stderr(log),
     )
 }
 
@@ -124,15 +115,13 @@ fn agent(config: &std::path::Path, log: &std::path::Path) -> Killed {
         .append(true)
         .open(log)
         .unwrap();
-    Killed(
+    Killed::spawn(
         Command::new(binary("wattledger-agent"))
             .arg("--config")
             .arg(config)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
+            .stderr(log),
     )
 }
 

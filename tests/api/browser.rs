@@ -26,13 +26,12 @@ struct Driver {
 impl Driver {
     async fn start(profile: &std::path::Path) -> Driver {
         let port = free_port();
-        let process = Killed(
+        // chromedriver starts Chromium: killed with it, as its process group.
+        let process = Killed::spawn(
             Command::new("chromedriver")
                 .arg(format!("--port={port}"))
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("chromedriver (apt-get install chromium chromium-driver; tests/run does)"),
+                .stderr(Stdio::null()),
         );
         let http = reqwest::Client::new();
         let base = format!("http://127.0.0.1:{port}");
@@ -155,6 +154,16 @@ impl Driver {
         .to_owned()
     }
 
+    /// What `script` (a function body) returns, run in the page.
+    async fn execute(&self, script: &str) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            json!({"script": script, "args": []}),
+        )
+        .await
+    }
+
     /// Console entries at SEVERE since the last call (errors and failed loads).
     async fn errors(&self) -> Vec<String> {
         self.call(reqwest::Method::POST, "/se/log", json!({"type": "browser"}))
@@ -219,6 +228,37 @@ fn screenshots() -> PathBuf {
     let dir = exe.ancestors().nth(3).unwrap().join("screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Each site's "power per minute" chart shows a series as laid out: the demo's meters
+/// report every 5 minutes, and a line broken at every minute without a value drew nothing.
+async fn operator_power_is_drawn(driver: &Driver) {
+    let charts = driver
+        .execute(
+            "return Array.from(document.querySelectorAll('svg.chart[aria-labelledby^=\"power-\"]')).map(svg => {
+                 const lines = Array.from(svg.querySelectorAll('polyline'));
+                 return {
+                     chart: svg.getAttribute('aria-labelledby'),
+                     width: svg.getBoundingClientRect().width,
+                     points: lines.reduce((n, l) => n + l.points.numberOfItems, 0),
+                     drawn: lines.reduce((w, l) => Math.max(w, l.getBoundingClientRect().width), 0),
+                 };
+             });",
+        )
+        .await;
+    let charts = charts.as_array().unwrap();
+    assert_eq!(charts.len(), 2, "a power chart per site: {charts:?}");
+    for c in charts {
+        let (points, drawn, width) = (
+            c["points"].as_u64().unwrap(),
+            c["drawn"].as_f64().unwrap(),
+            c["width"].as_f64().unwrap(),
+        );
+        assert!(
+            points >= 2 && drawn > 0.0 && width > 0.0,
+            "nothing drawn: {c}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -308,6 +348,9 @@ async fn every_page_loads_in_chromium_without_console_errors() {
         driver.screenshot(&shots.join(format!("{name}.png"))).await;
         let errors = driver.errors().await;
         assert!(errors.is_empty(), "{path}: console errors {errors:?}");
+        if *name == "operator" {
+            operator_power_is_drawn(&driver).await;
+        }
     }
     driver.quit().await;
 

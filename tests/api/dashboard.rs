@@ -283,6 +283,46 @@ async fn a_tenant_sees_its_overview_and_nothing_of_another() {
         assert!(page.body.contains(figure), "{figure} missing");
     }
     assert!(!page.body.contains("job-mig"), "b's job on a's page");
+    // Tokens per kWh over the energy of the job that served them (a's share of the shared
+    // endpoint), as `/v1/usage?group_by=job` answers it: not over a's training too.
+    let (status, jobs) = app
+        .get(
+            Some(&app.tenant_token("a")),
+            &format!(
+                "/v1/usage?group_by=job&from={}&to={}",
+                scenario::HOUR,
+                scenario::NEXT_HOUR
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{jobs}");
+    let endpoint = jobs["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["job"] == "job-endpoint")
+        .unwrap_or_else(|| panic!("{jobs}"));
+    assert_eq!(endpoint["tokens"], 1250);
+    let served_mj = endpoint["total_mj"].as_i64().unwrap();
+    let grouped = |d: rust_decimal::Decimal| wattledger::dashboard::format::grouped(d, 0);
+    let per_kwh = wattledger_domain::metrics::tokens_per_kwh(1250, served_mj).unwrap();
+    assert_eq!(
+        Some(per_kwh),
+        endpoint["tokens_per_kwh"]
+            .as_str()
+            .map(|t| t.parse().unwrap()),
+        "the page's figure is the API's for the job"
+    );
+    let all_energy = wattledger_domain::metrics::tokens_per_kwh(1250, 4_350_000_000).unwrap();
+    assert_ne!(grouped(per_kwh), grouped(all_energy));
+    assert!(
+        page.body.contains(&format!(
+            "{} per kWh of the inference jobs that served them",
+            grouped(per_kwh)
+        )),
+        "{}",
+        page.body
+    );
     // Another tenant's page, the tenant index and finance: not found, as a page that is not.
     for path in [
         "/tenants/b",
@@ -648,11 +688,61 @@ async fn an_admin_adds_users_and_the_overview_shows_deferred_savings() {
     );
     assert!(
         after.body.contains("12.5 kgCO2e marginal (4.3 average)")
-            && after.body.contains("3.10 EUR")
+            && after.body.contains("3.10 EUR"),
+        "{}",
+        after.body
     );
     let b = ada.get("/tenants/b").await;
     assert!(
         b.body.contains("No job was deferred in this range"),
         "a's deferral is not b's"
     );
+
+    // One job moved out of a demand-response event, one that only waited for headroom: each
+    // says why it was deferred and what it saved in its unit, never a saving of 0.0 and a dash.
+    sqlx::query(
+        "INSERT INTO grid_events (key, site_id, starts_at, ends_at, reduction_w, price_per_kwh,
+             baseline_method, created_by)
+         SELECT 'dr-1', s.id, date_trunc('hour', now()) + interval '2 hours',
+                date_trunc('hour', now()) + interval '4 hours', 50000, 0.5, 'weekdays-10', 'test'
+         FROM sites s WHERE s.key = 's1'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO admission_decisions (id, decided_at, tenant_id, source, kind, priority, gpus,
+             decision, site_id, start_at, end_at, request, answer, est_currency, grid_event_id,
+             moved_mj)
+         SELECT gen_random_uuid(), now(), t.id, 'slurm', 'batch', 'normal', 8, 'defer', s.id,
+                now() + interval '5 hours', now() + interval '6 hours', '{}',
+                '{\"savings\": {\"carbon_marginal_kg\": \"0\", \"cost\": \"0\"}}', 'EUR',
+                e.id, 7200000000
+         FROM tenants t, sites s, grid_events e WHERE t.key = 'a' AND s.key = 's1' AND e.key = 'dr-1'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO admission_decisions (id, decided_at, tenant_id, source, kind, priority, gpus,
+             decision, site_id, start_at, end_at, request, answer, est_currency)
+         SELECT gen_random_uuid(), now(), t.id, 'kubernetes', 'training', 'normal', 8, 'defer',
+                s.id, now() + interval '1 hour', now() + interval '9 hours', '{}',
+                '{\"savings\": {\"carbon_marginal_kg\": \"-0.2\", \"cost\": \"0\"}}', 'EUR'
+         FROM tenants t, sites s WHERE t.key = 'a' AND s.key = 's1'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let page = alice.get("/tenants/a").await;
+    for said in [
+        "3 jobs were deferred in this range",
+        "1 moved out of grid event dr-1 (demand response at s1, ",
+        "2.0 kWh moved out of its window; its credit is known once the event is measured",
+        "1 deferred to cleaner and cheaper hours, saving an estimated 12.5 kgCO2e marginal (4.3 average) and 3.10 EUR",
+        "1 waited for power headroom at their site: no carbon or money saving is estimated for it",
+    ] {
+        assert!(page.body.contains(said), "{said} not in {}", page.body);
+    }
+    assert!(!page.body.contains("0.0 kgCO2e marginal"), "{}", page.body);
 }

@@ -146,45 +146,28 @@ async fn the_full_demos_printed_figures_are_the_ledgers() {
 
 /// What the demo prints per tenant is what the API answers for the same range the moment
 /// the demo says it is ready (it used to print, and serve, while hours were still being
-/// attributed: 126,292 kWh printed, 191,348 kWh in the ledger). A 2-day demo, served, with
-/// its live node pushing into the hour under way, which the printed range leaves out.
+/// attributed: 126,292 kWh printed, 191,348 kWh in the ledger). A 2-day demo, served on its
+/// embedded PostgreSQL, with its live node pushing into the hour under way, which the printed
+/// range leaves out. Stopped as Ctrl-C or a service manager stops it (SIGTERM), it leaves
+/// nothing running: not its PostgreSQL (its data kept), not its agent.
 #[tokio::test]
 async fn the_demos_printed_figures_are_the_apis_once_it_says_ready() {
     use std::io::BufRead;
-    let (_pool, db_url) = fresh_db().await;
     let dir = std::env::temp_dir().join(format!("wl-demo-served-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
-    let child = Command::new(binary("wattledger"))
-        .args(["--database-url", &db_url])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .arg("--data-dir")
-        .arg(&dir)
-        .args(["demo", "--days", "2", "--no-close"])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("demo.err")).unwrap())
-        .spawn()
-        .unwrap();
-    // Stopped as Ctrl-C would (SIGTERM), so that it stops its live agent too.
-    struct Stopped(std::process::Child);
-    impl Drop for Stopped {
-        fn drop(&mut self) {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.0.id().to_string()])
-                .status();
-            for _ in 0..100 {
-                if let Ok(Some(_)) = self.0.try_wait() {
-                    return;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut demo = Stopped(child);
+    let mut demo = wattledger_tests::Killed::spawn(
+        Command::new(binary("wattledger"))
+            .env_remove("DATABASE_URL")
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(&dir)
+            .args(["demo", "--days", "2", "--no-close"])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("demo.err")).unwrap()),
+    );
     let stdout = demo.0.stdout.take().unwrap();
     let lines = tokio::task::spawn_blocking(move || {
         let mut lines = Vec::new();
@@ -255,6 +238,31 @@ async fn the_demos_printed_figures_are_the_apis_once_it_says_ready() {
             .unwrap()
             .contains(&serde_json::json!("carbon_marginal_missing")));
     }
+
+    // Its live agent runs, and its PostgreSQL, both named by the data directory.
+    let (data, agent_config) = (dir.join("postgres"), dir.join("demo-agent.toml"));
+    let running = |p: &std::path::Path| wattledger_tests::process::mentioning(&p.to_string_lossy());
+    assert_eq!(running(&agent_config).len(), 1, "{text}\n{}", err());
+    assert!(!running(&data).is_empty(), "{text}\n{}", err());
+    let status = tokio::task::spawn_blocking(move || {
+        let status = demo.terminate(std::time::Duration::from_secs(60));
+        (status, demo)
+    })
+    .await
+    .unwrap();
+    let (status, _demo) = status;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the demo did not stop cleanly on SIGTERM ({status:?}):\n{}",
+        err()
+    );
+    assert_eq!(running(&agent_config), Vec::<String>::new(), "{}", err());
+    assert_eq!(running(&data), Vec::<String>::new(), "{}", err());
+    assert!(
+        !data.join("postmaster.pid").exists() && data.join("PG_VERSION").exists(),
+        "PostgreSQL stopped, its data kept"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The demo's jobs start with its meters: no month bills GPU time of no energy (it closed
@@ -328,14 +336,17 @@ async fn the_demos_power_bound_site_prints_what_the_event_and_admission_hold() {
     assert_eq!(plain, printed, "{replicas:?}");
     // 4 GPUs × 600 W × PUE 1.35 = 3,240 W of nameplate, counted at the measured factor.
     assert!(replicas.iter().all(|r| r.0 < 3240), "{replicas:?}");
-    if stdout.contains("capped at 450 W, running") {
-        let caps: Vec<(Option<serde_json::Value>,)> = sqlx::query_as(
-            "SELECT answer->'power_cap_w' FROM admission_decisions
-             WHERE source = 'demo' AND kind = 'training'",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        assert_eq!(caps, [(Some(serde_json::json!(450)),)]);
-    }
+    // The training run is sized to fit only capped, whatever the hour: said and stored.
+    assert!(
+        stdout.contains("capped at 450 W, running"),
+        "no capped training run in {stdout}"
+    );
+    let caps: Vec<(Option<serde_json::Value>,)> = sqlx::query_as(
+        "SELECT answer->'power_cap_w' FROM admission_decisions
+         WHERE source = 'demo' AND kind = 'training'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(caps, [(Some(serde_json::json!(450)),)]);
 }

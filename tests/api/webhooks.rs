@@ -23,15 +23,13 @@ fn receiver(port: u16, secret: &str, log: &Path, fail_first: u32) -> Killed {
         tool.display()
     );
     let _ = std::fs::remove_file(log);
-    Killed(
+    Killed::spawn(
         Command::new(tool)
             .args(["--port", &port.to_string(), "--secret", secret])
             .arg("--log")
             .arg(log)
             .args(["--fail-first", &fail_first.to_string()])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .stdout(Stdio::null()),
     )
 }
 
@@ -609,14 +607,12 @@ ctx.load_cert_chain(cert, key)
 srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
 srv.serve_forever()
 "#;
-    let _receiver = Killed(
+    let _receiver = Killed::spawn(
         Command::new("python3")
             .args(["-c", server, &port.to_string()])
             .arg(dir.join("leaf.pem"))
             .arg(dir.join("leaf.key"))
-            .arg(&log)
-            .spawn()
-            .unwrap(),
+            .arg(&log),
     );
     listening(port).await;
 

@@ -5,6 +5,9 @@
 //! system temp directory from the installed PostgreSQL binaries.
 
 pub mod peers;
+pub mod process;
+
+pub use process::Killed;
 
 use serde_json::Value;
 use sqlx::PgPool;

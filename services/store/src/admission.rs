@@ -460,52 +460,144 @@ pub async fn list_decisions(
     .await?)
 }
 
-/// What a tenant's jobs deferred in `[from, to)` were estimated to save, at decision time.
-#[derive(Debug, Clone, Default, sqlx::FromRow)]
-pub struct DeferredSavings {
-    pub deferred: i64,
+/// Why admission deferred a job, as its stored decision shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DeferredFor {
+    /// Moved out of a grid event's window (demand response): the decision names the event.
+    GridEvent,
+    /// A later hour was estimated cleaner (carbon), cheaper (price), or both.
+    Cleaner,
+    Cheaper,
+    CleanerAndCheaper,
+    /// Nothing was estimated saved: the job waited for power headroom at its site.
+    Headroom,
+}
+
+impl DeferredFor {
+    fn parse(s: &str) -> Option<DeferredFor> {
+        Some(match s {
+            "grid_event" => DeferredFor::GridEvent,
+            "cleaner" => DeferredFor::Cleaner,
+            "cheaper" => DeferredFor::Cheaper,
+            "cleaner_cheaper" => DeferredFor::CleanerAndCheaper,
+            "headroom" => DeferredFor::Headroom,
+            _ => return None,
+        })
+    }
+}
+
+/// A tenant's jobs deferred in `[from, to)` for one reason (and, out of an event, one
+/// event), with what they were estimated to save at decision time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deferred {
+    pub reason: DeferredFor,
+    /// The grid event's key, for [`DeferredFor::GridEvent`].
+    pub event: Option<String>,
+    pub jobs: i64,
     pub carbon_marginal_kg: Option<Decimal>,
     pub carbon_average_kg: Option<Decimal>,
     /// Per currency: the sites' currencies of the deferred jobs.
     pub costs: Vec<(String, Decimal)>,
+    /// What the jobs would have drawn in the event's window, mJ.
+    pub moved_mj: i64,
 }
 
-pub async fn deferred_savings(
+/// The tenant's deferred jobs of `[from, to)` by reason: an event's first (its key), then
+/// carbon, price, both, and waiting for headroom. A decision's reason is what it recorded:
+/// the event it was moved out of, else the savings it was estimated to make (positive carbon,
+/// positive cost), else none — a job that only waited for the envelope.
+pub async fn deferrals(
     pool: &PgPool,
     scope: &Scope,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-) -> StoreResult<DeferredSavings> {
-    let totals = sqlx::query!(
-        r#"SELECT count(*) AS "deferred!",
-                  sum((answer #>> '{savings,carbon_marginal_kg}')::numeric) AS marginal,
-                  sum((answer #>> '{savings,carbon_average_kg}')::numeric) AS average
-           FROM admission_decisions
-           WHERE ($1::bigint IS NULL OR tenant_id = $1) AND decided_at >= $2 AND decided_at < $3
-             AND decision = 'defer'"#,
-        scope.tenant(),
-        from,
-        to,
+) -> StoreResult<Vec<Deferred>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        reason: String,
+        event: Option<String>,
+        currency: Option<String>,
+        jobs: i64,
+        marginal: Option<Decimal>,
+        average: Option<Decimal>,
+        cost: Option<Decimal>,
+        moved_mj: i64,
+    }
+    let rows: Vec<Row> = sqlx::query_as(
+        r#"WITH d AS (
+                 SELECT d.est_currency, g.key AS event, coalesce(d.moved_mj, 0) AS moved_mj,
+                        (d.answer #>> '{savings,carbon_marginal_kg}')::numeric AS marginal,
+                        (d.answer #>> '{savings,carbon_average_kg}')::numeric AS average,
+                        (d.answer #>> '{savings,cost}')::numeric AS cost
+                 FROM admission_decisions d LEFT JOIN grid_events g ON g.id = d.grid_event_id
+                 WHERE ($1::bigint IS NULL OR d.tenant_id = $1) AND d.decided_at >= $2
+                   AND d.decided_at < $3 AND d.decision = 'defer'
+               ), why AS (
+                 SELECT *, CASE
+                     WHEN event IS NOT NULL THEN 'grid_event'
+                     WHEN (marginal > 0 OR average > 0) AND cost > 0 THEN 'cleaner_cheaper'
+                     WHEN marginal > 0 OR average > 0 THEN 'cleaner'
+                     WHEN cost > 0 THEN 'cheaper'
+                     ELSE 'headroom' END AS reason
+                 FROM d
+               )
+               SELECT reason, event, est_currency AS currency, count(*) AS jobs,
+                      sum(marginal) AS marginal, sum(average) AS average, sum(cost) AS cost,
+                      sum(moved_mj)::bigint AS moved_mj
+               FROM why GROUP BY reason, event, est_currency ORDER BY est_currency"#,
     )
-    .fetch_one(pool)
-    .await?;
-    let costs = sqlx::query!(
-        r#"SELECT est_currency AS "currency!", sum((answer #>> '{savings,cost}')::numeric) AS "cost!"
-           FROM admission_decisions
-           WHERE ($1::bigint IS NULL OR tenant_id = $1) AND decided_at >= $2 AND decided_at < $3
-             AND decision = 'defer'
-             AND est_currency IS NOT NULL AND answer #>> '{savings,cost}' IS NOT NULL
-           GROUP BY est_currency ORDER BY est_currency"#,
-        scope.tenant(),
-        from,
-        to,
-    )
+    .bind(scope.tenant())
+    .bind(from)
+    .bind(to)
     .fetch_all(pool)
     .await?;
-    Ok(DeferredSavings {
-        deferred: totals.deferred,
-        carbon_marginal_kg: totals.marginal,
-        carbon_average_kg: totals.average,
-        costs: costs.into_iter().map(|c| (c.currency, c.cost)).collect(),
-    })
+    let mut out: Vec<Deferred> = Vec::new();
+    for Row {
+        reason,
+        event,
+        currency,
+        jobs,
+        marginal,
+        average,
+        cost,
+        moved_mj,
+    } in rows
+    {
+        let Some(reason) = DeferredFor::parse(&reason) else {
+            continue;
+        };
+        // One entry per reason and event, its currencies together.
+        let i = match out
+            .iter()
+            .position(|d| d.reason == reason && d.event == event)
+        {
+            Some(i) => i,
+            None => {
+                out.push(Deferred {
+                    reason,
+                    event,
+                    jobs: 0,
+                    carbon_marginal_kg: None,
+                    carbon_average_kg: None,
+                    costs: Vec::new(),
+                    moved_mj: 0,
+                });
+                out.len() - 1
+            }
+        };
+        let d = &mut out[i];
+        let add = |a: Option<Decimal>, b: Option<Decimal>| match (a, b) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        d.jobs += jobs;
+        d.moved_mj += moved_mj;
+        d.carbon_marginal_kg = add(d.carbon_marginal_kg, marginal);
+        d.carbon_average_kg = add(d.carbon_average_kg, average);
+        if let (Some(c), Some(a)) = (currency, cost) {
+            d.costs.push((c, a));
+        }
+    }
+    out.sort_by(|a, b| (a.reason, &a.event).cmp(&(b.reason, &b.event)));
+    Ok(out)
 }

@@ -372,6 +372,15 @@ pub async fn list_sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
     .await?)
 }
 
+/// Each site's gap limit by key, s: readings further apart than this are a gap (DESIGN.md
+/// "From samples to energy"); closer, they are the meters' own resolution.
+pub async fn gap_limits(pool: &PgPool) -> StoreResult<HashMap<String, i32>> {
+    let rows: Vec<(String, i32)> = sqlx::query_as("SELECT key, gap_limit_s FROM sites")
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct TenantRow {
     pub id: i64,

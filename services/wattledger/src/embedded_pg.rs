@@ -3,16 +3,26 @@
 //! Started from the installed binaries (`initdb`, `pg_ctl`) in a data directory, on a free
 //! loopback port remembered in the directory, and reused while it runs. As root, the server
 //! runs as the `postgres` user (PostgreSQL refuses to run as root).
+//!
+//! A server this process started stops with it: the command calls [`stop_started`] on its
+//! way out (Ctrl-C and SIGTERM included), a fast shutdown that keeps the data for the next
+//! start. One it found running belongs to whoever started it and is left alone.
 
 use anyhow::{bail, Context};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
+/// The servers this process started, to stop on its way out.
+static STARTED: Mutex<Vec<EmbeddedPostgres>> = Mutex::new(Vec::new());
+
+#[derive(Clone)]
 pub struct EmbeddedPostgres {
     pub dir: PathBuf,
     pub port: u16,
     bin: PathBuf,
+    root: bool,
 }
 
 /// Where the PostgreSQL server binaries are, newest version first.
@@ -97,6 +107,7 @@ impl EmbeddedPostgres {
             port: 0,
             dir: dir.join("postgres"),
             bin,
+            root,
         };
         if !pg.dir.join("PG_VERSION").exists() {
             std::fs::create_dir_all(&pg.dir)?;
@@ -152,8 +163,22 @@ impl EmbeddedPostgres {
                 ],
             )
             .with_context(|| format!("starting PostgreSQL; its log is {log}"))?;
+            STARTED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(pg.clone());
         }
         Ok(pg)
+    }
+
+    /// A fast shutdown (`pg_ctl stop -m fast`): sessions are ended, the data is kept.
+    pub fn stop(&self) -> anyhow::Result<()> {
+        let data = self.dir.to_string_lossy().to_string();
+        self.run(
+            self.root,
+            "pg_ctl",
+            &["-D", &data, "-m", "fast", "-w", "-t", "60", "stop"],
+        )
     }
 
     pub fn url(&self, database: &str) -> String {
@@ -200,6 +225,21 @@ impl EmbeddedPostgres {
             );
         }
         Ok(())
+    }
+}
+
+/// Stops every server this process started, each once; says on stderr what it could not stop
+/// and how to.
+pub fn stop_started() {
+    let started = std::mem::take(&mut *STARTED.lock().unwrap_or_else(|e| e.into_inner()));
+    for pg in started {
+        if let Err(e) = pg.stop() {
+            eprintln!(
+                "The embedded PostgreSQL in {} did not stop ({e:#}); stop it with\n  pg_ctl -D {} -m fast stop",
+                pg.dir.display(),
+                pg.dir.display()
+            );
+        }
     }
 }
 

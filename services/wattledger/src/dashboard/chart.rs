@@ -151,8 +151,12 @@ pub struct Line<'a> {
     pub id: &'a str,
     pub title: &'a str,
     pub description: &'a str,
-    /// One value per point; `None` leaves a gap.
+    /// One value per point; `None` where nothing was measured.
     pub values: Vec<Option<f64>>,
+    /// The furthest apart, in points, two measured points may be and still be joined: the
+    /// meters' own resolution (a PDU polled every 5 minutes measures every fifth minute of
+    /// the day). Further apart, they are a gap and the line breaks.
+    pub join_within: usize,
     /// Labels at some points: (index, text).
     pub labels: Vec<(usize, String)>,
     /// A horizontal limit drawn dashed (e.g. the power envelope): its name and value.
@@ -200,26 +204,39 @@ pub fn line(c: &Line) -> String {
             esc(text)
         );
     }
-    // One polyline per run of measured points: a gap is drawn as one.
-    let mut run: Vec<String> = Vec::new();
-    let flush = |run: &mut Vec<String>, svg: &mut String| {
-        if run.len() > 1 {
+    // One polyline per run of measured points no further apart than `join_within`; a run of
+    // one point (its neighbours beyond a gap) is a dot, so that it still shows.
+    let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut last: Option<usize> = None;
+    for (i, v) in c.values.iter().enumerate() {
+        let Some(v) = v else { continue };
+        let joined = last.is_some_and(|l| i - l <= c.join_within.max(1));
+        match runs.last_mut() {
+            Some(run) if joined => run.push((x(i), y(*v))),
+            _ => runs.push(vec![(x(i), y(*v))]),
+        }
+        last = Some(i);
+    }
+    for run in &runs {
+        if let [(px, py)] = run.as_slice() {
             let _ = write!(
                 svg,
-                r##"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"/>"##,
-                run.join(" "),
+                r##"<circle cx="{px:.1}" cy="{py:.1}" r="1.5" fill="{}"/>"##,
                 colour(0)
             );
+            continue;
         }
-        run.clear();
-    };
-    for (i, v) in c.values.iter().enumerate() {
-        match v {
-            Some(v) => run.push(format!("{:.1},{:.1}", x(i), y(*v))),
-            None => flush(&mut run, &mut svg),
-        }
+        let points: Vec<String> = run
+            .iter()
+            .map(|(px, py)| format!("{px:.1},{py:.1}"))
+            .collect();
+        let _ = write!(
+            svg,
+            r##"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"/>"##,
+            points.join(" "),
+            colour(0)
+        );
     }
-    flush(&mut run, &mut svg);
     if let Some((name, v)) = &c.limit {
         let yy = y(*v);
         let _ = write!(
@@ -315,6 +332,7 @@ mod tests {
             title: "Site <1>",
             description: "d",
             values: vec![Some(1.0), Some(2.0), None, Some(3.0), Some(2.5)],
+            join_within: 1,
             labels: vec![(0, "00:00".into())],
             limit: Some(("Envelope".into(), 4.0)),
             unit: "kW",
@@ -328,10 +346,59 @@ mod tests {
             title: "t",
             description: "d",
             values: vec![None; 3],
+            join_within: 1,
             labels: vec![],
             limit: Some(("Envelope".into(), 4.0)),
             unit: "kW",
         });
         assert_eq!(empty.matches("<polyline").count(), 0);
+    }
+
+    /// Readings every 5 minutes, joined within a 10-minute gap limit, are one line; a
+    /// 15-minute hole in them breaks it, and a reading alone between holes is a dot.
+    #[test]
+    fn a_line_joins_points_at_the_meters_resolution() {
+        let every_fifth = |n: usize| -> Vec<Option<f64>> {
+            (0..n).map(|i| (i % 5 == 0).then_some(2.0)).collect()
+        };
+        let chart = |values: Vec<Option<f64>>, join_within: usize| {
+            line(&Line {
+                id: "p",
+                title: "t",
+                description: "d",
+                values,
+                join_within,
+                labels: vec![],
+                limit: None,
+                unit: "kW",
+            })
+        };
+        let svg = chart(every_fifth(60), 10);
+        assert_eq!(svg.matches("<polyline").count(), 1, "{svg}");
+        // 12 readings in the hour, every one on the line.
+        let points = svg
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert_eq!(points.split(' ').count(), 12);
+        // Joined only within the limit: at one minute, nothing of it is a line.
+        assert_eq!(chart(every_fifth(60), 1).matches("<polyline").count(), 0);
+        assert_eq!(chart(every_fifth(60), 1).matches("<circle").count(), 12);
+        let mut holed = every_fifth(60);
+        for v in &mut holed[16..30] {
+            *v = None;
+        }
+        // 0..=15 (4 readings), a hole of 15 minutes, 30..60 (6 readings).
+        let svg = chart(holed.clone(), 10);
+        assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+        holed[40] = None;
+        holed[35] = None;
+        holed[45] = None;
+        // 30 alone between 15 and 50: a dot.
+        let svg = chart(holed, 10);
+        assert_eq!(svg.matches("<circle").count(), 1, "{svg}");
     }
 }

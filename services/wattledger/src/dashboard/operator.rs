@@ -192,8 +192,9 @@ pub struct View {
     msort: Option<String>,
 }
 
-/// A site's power per minute over one day against its envelope.
-fn power_chart(site: &inventory::SiteRow, day_us: i64, load: &DayLoad) -> String {
+/// A site's power per minute over one day against its envelope, drawn at its meters' own
+/// resolution: minutes measured within the site's gap limit of each other are joined.
+fn power_chart(site: &inventory::SiteRow, gap_limit_s: i32, day_us: i64, load: &DayLoad) -> String {
     let day = chrono::DateTime::from_timestamp_micros(day_us)
         .map(|d| d.format("%b %-d").to_string())
         .unwrap_or_default();
@@ -202,11 +203,13 @@ fn power_chart(site: &inventory::SiteRow, day_us: i64, load: &DayLoad) -> String
         id: &format!("power-{}", site.key),
         title: &format!("{}: site power per minute, {day}, against the envelope", site.name),
         description: &format!(
-            "Line: the site's draw each minute (its facility meters, else its IT meters × PUE {}), kW; dashed: the {} kW power envelope. Peak, swings and minutes over the envelope are in the day table below.",
+            "Line: the site's draw each minute it was measured (its facility meters, else its IT meters × PUE {}), kW, joined across up to {} minutes; a longer gap breaks it. Dashed: the {} kW power envelope. Peak, swings and minutes over the envelope are in the day table below.",
             site.static_pue.normalize(),
+            gap_limit_s / 60,
             site.power_envelope_w / 1000
         ),
         values: load.minutes_mw.iter().map(|m| m.map(kw)).collect(),
+        join_within: usize::try_from(gap_limit_s / 60).unwrap_or(1),
         labels: (0..=4).map(|k| (k * 360, format!("{:02}:00", k * 6))).collect(),
         limit: Some(("Envelope".into(), site.power_envelope_w as f64 / 1000.0)),
         unit: "kW",
@@ -305,6 +308,7 @@ pub async fn page(
     };
     let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
     let sites = inventory::list_sites(&state.pool).await?;
+    let gap_limits = inventory::gap_limits(&state.pool).await?;
     // One read of the range's power profiles for both the headroom and the load shapes.
     let power = power::hours(&state.pool, None, range.from, range.to, None).await?;
     let shapes: BTreeMap<String, BTreeMap<i64, DayLoad>> =
@@ -459,7 +463,11 @@ pub async fn page(
                 chart_svg,
                 power_svg: site_shapes
                     .and_then(|d| d.iter().next_back())
-                    .map(|(day, load)| power_chart(s, *day, load)),
+                    .map(|(day, load)| {
+                        // The schema's default, should the site be gone since it was listed.
+                        let gap_limit_s = gap_limits.get(&s.key).copied().unwrap_or(600);
+                        power_chart(s, gap_limit_s, *day, load)
+                    }),
                 headroom: headroom.remove(&s.key).unwrap_or_default(),
                 power_cap_w: policies.get(&s.key).and_then(|p| p.1),
                 policy: policies.remove(&s.key).map(|p| p.0).unwrap_or_default(),

@@ -4,6 +4,7 @@
 //! the index; a tenant user sees only its own.
 
 use super::chart::{self, Stacked};
+use super::deferred::{self, DeferredView, EventShare};
 use super::format::{carbon_kg, count, energy, f64_of, grouped, kwh_of_mj, money, pct};
 use super::range::Range;
 use super::table::{Column, Header, Key, Sort};
@@ -18,6 +19,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use wattledger_domain::budget_alerts::runs_out_at;
 use wattledger_domain::metrics;
+use wattledger_store::admission::Deferred;
 use wattledger_store::usage::{self, GroupBy, UsageFilter, UsageRow};
 use wattledger_store::{budgets, Scope};
 
@@ -216,15 +218,8 @@ struct OverviewPage {
     models: Vec<ModelRow>,
     jobs: Vec<JobRow>,
     alerts: Vec<AlertRow>,
-    deferred: Deferred,
+    deferred: DeferredView,
     empty: bool,
-}
-
-/// What the tenant's jobs deferred by admission saved, as estimated when deferred.
-pub struct Deferred {
-    pub count: i64,
-    pub carbon: String,
-    pub cost: String,
 }
 
 /// Everything the overview shows, read from the store for one tenant and range.
@@ -235,7 +230,11 @@ struct Loaded {
     by_day: Vec<UsageRow>,
     /// The ten jobs with the most energy.
     by_job: Vec<UsageRow>,
-    saved: wattledger_store::admission::DeferredSavings,
+    /// What the jobs that served tokens drew: the energy tokens per kWh is over.
+    serving: Serving,
+    /// The jobs admission deferred, by reason, and the tenant's share of each grid event
+    /// among them.
+    deferred: (Vec<Deferred>, BTreeMap<String, EventShare>),
     /// The budgets over their current period, each with the alerts raised in it.
     budgets: Vec<(budgets::BudgetState, Vec<budgets::EventRow>)>,
 }
@@ -243,6 +242,7 @@ struct Loaded {
 async fn load(
     pool: &sqlx::PgPool,
     scope: &Scope,
+    tenant: &str,
     range: &Range,
     now: DateTime<Utc>,
 ) -> Result<Loaded, PageError> {
@@ -269,8 +269,8 @@ async fn load(
         by_day_model: usage::usage(pool, scope, &[GroupBy::Day, GroupBy::Model], &filter).await?,
         by_day: usage::usage(pool, scope, &[GroupBy::Day], &filter).await?,
         by_job: usage::usage(pool, scope, &[GroupBy::Job, GroupBy::Model], &top).await?,
-        saved: wattledger_store::admission::deferred_savings(pool, scope, range.from, range.to)
-            .await?,
+        serving: Serving::of(&usage::usage(pool, scope, &[GroupBy::Job], &filter).await?),
+        deferred: deferred::load(pool, scope, tenant, range.from, range.to, now).await?,
         budgets: with_alerts,
     })
 }
@@ -286,7 +286,7 @@ pub async fn overview(
     let scope = session.scope.narrow(id).ok_or(PageError::NotFound)?;
     let now = Utc::now();
     let range = Range::parse(view.from.as_deref(), view.to.as_deref(), now)?;
-    let loaded = load(&state.pool, &scope, &range, now).await?;
+    let loaded = load(&state.pool, &scope, &key, &range, now).await?;
     let nav = Nav::new(&session, &format!("/tenants/{key}"));
     Ok(html(page(key, nav, range, &view, &loaded, now).render()))
 }
@@ -306,13 +306,17 @@ fn page(
         by_day_model,
         by_day,
         by_job,
-        saved,
+        serving,
+        deferred: (deferrals, event_shares),
         budgets: budgets_now,
     } = loaded;
     let from = range.from;
     let empty = total.as_ref().is_none_or(|t| t.energy.total_mj() == 0);
-    let deferred = deferred(saved);
-    let figures = total.as_ref().map(headline).unwrap_or_default();
+    let deferred = deferred::view(deferrals, event_shares);
+    let figures = total
+        .as_ref()
+        .map(|t| headline(t, serving))
+        .unwrap_or_default();
     let bars = budgets_now
         .iter()
         .flat_map(|(b, _)| budget_bars(b, now))
@@ -454,30 +458,28 @@ fn page(
     }
 }
 
-/// What the tenant's deferred jobs saved, as estimated when they were deferred.
-fn deferred(saved: &wattledger_store::admission::DeferredSavings) -> Deferred {
-    Deferred {
-        count: saved.deferred,
-        carbon: format!(
-            "{} kgCO2e marginal ({} average)",
-            grouped(saved.carbon_marginal_kg.unwrap_or_default(), 1),
-            grouped(saved.carbon_average_kg.unwrap_or_default(), 1)
-        ),
-        cost: if saved.costs.is_empty() {
-            "–".into()
-        } else {
-            saved
-                .costs
-                .iter()
-                .map(|(c, a)| money(*a, c))
-                .collect::<Vec<_>>()
-                .join(" + ")
-        },
+/// The tokens a tenant's jobs served and the energy of those jobs (the inference jobs with
+/// token records), summed over its jobs as `/v1/usage?group_by=job` answers them: tokens per
+/// kWh over the rest of its energy (training, batch) would say nothing of its serving.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Serving {
+    tokens: i64,
+    mj: i64,
+}
+
+impl Serving {
+    fn of(jobs: &[UsageRow]) -> Serving {
+        jobs.iter()
+            .filter(|j| j.tokens() > 0)
+            .fold(Serving::default(), |s, j| Serving {
+                tokens: s.tokens + j.tokens(),
+                mj: s.mj + j.energy.total_mj(),
+            })
     }
 }
 
 /// The headline figures of the range: energy, cost, carbon, tokens.
-fn headline(t: &UsageRow) -> Vec<Figure> {
+fn headline(t: &UsageRow, serving: &Serving) -> Vec<Figure> {
     vec![
         Figure {
             label: "Energy".into(),
@@ -503,7 +505,7 @@ fn headline(t: &UsageRow) -> Vec<Figure> {
                 carbon_kg(t.embodied_carbon_g.unwrap_or_default())
             ),
         },
-        tokens_figure(t),
+        tokens_figure(t, serving),
     ]
 }
 
@@ -601,15 +603,34 @@ fn job_row(r: &UsageRow) -> (Vec<Key>, JobRow) {
     )
 }
 
-/// The headline figure of tokens served, with their tokens per kWh.
-fn tokens_figure(t: &UsageRow) -> Figure {
+/// The headline figure of tokens served, with their tokens per kWh of the jobs that served
+/// them and the share of the tenant's energy those jobs drew.
+fn tokens_figure(t: &UsageRow, serving: &Serving) -> Figure {
     Figure {
         label: "Tokens".into(),
         value: count(t.tokens()),
-        note: match metrics::efficiency(t.totals()).tokens_per_kwh {
-            Some(per_kwh) => format!("{} per kWh", grouped(per_kwh, 0)),
+        note: match metrics::tokens_per_kwh(serving.tokens, serving.mj) {
+            Some(per_kwh) => format!(
+                "{} per kWh of the inference jobs that served them ({} of all energy)",
+                grouped(per_kwh, 0),
+                share(serving.mj, t.energy.total_mj())
+            ),
+            None if t.tokens() > 0 => {
+                "the energy of the jobs that served them is not attributed yet".into()
+            }
             None => "no inference tokens".into(),
         },
+    }
+}
+
+/// `part` as a share of `whole`; a part too small to show at one place is said to be so,
+/// not rounded to nothing.
+fn share(part: i64, whole: i64) -> String {
+    let thousandths = i128::from(part) * 1000 / i128::from(whole.max(1));
+    if part > 0 && thousandths == 0 {
+        "under 0.1%".into()
+    } else {
+        pct(Decimal::from(part), Decimal::from(whole))
     }
 }
 
@@ -682,8 +703,47 @@ mod tests {
 
     #[test]
     fn the_tokens_figure_says_tokens_per_kwh_or_that_there_are_none() {
-        assert_eq!(tokens_figure(&row(3_000, None, None)).note, "1,500 per kWh");
-        let none = tokens_figure(&row(0, None, None));
+        // 2 kWh of the tenant's, 0.5 kWh of it drawn by the job that served 3,000 tokens:
+        // 6,000 per kWh of that job, not 1,500 per kWh of everything.
+        let serving = Serving::of(&[
+            UsageRow {
+                job: Some("endpoint".into()),
+                energy: EnergyBreakdown {
+                    gpu_mj: 1_800_000_000,
+                    ..Default::default()
+                },
+                prompt_tokens: 2_000,
+                generated_tokens: 1_000,
+                ..Default::default()
+            },
+            UsageRow {
+                job: Some("training".into()),
+                energy: EnergyBreakdown {
+                    gpu_mj: 5_400_000_000,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        ]);
+        assert_eq!(
+            serving,
+            Serving {
+                tokens: 3_000,
+                mj: 1_800_000_000
+            }
+        );
+        assert_eq!(
+            tokens_figure(&row(3_000, None, None), &serving).note,
+            "6,000 per kWh of the inference jobs that served them (25.0% of all energy)"
+        );
+        // The endpoint's hour not attributed yet: its tokens are known, its energy is not.
+        assert_eq!(
+            tokens_figure(&row(3_000, None, None), &Serving::default()).note,
+            "the energy of the jobs that served them is not attributed yet"
+        );
+        assert_eq!(share(1, 100_000), "under 0.1%");
+        assert_eq!(share(0, 100_000), "0.0%");
+        let none = tokens_figure(&row(0, None, None), &Serving::of(&[]));
         assert_eq!(
             (none.value.as_str(), none.note.as_str()),
             ("0", "no inference tokens")
@@ -773,31 +833,6 @@ mod tests {
             rows[9].when, "Nov 2, 03:00 UTC",
             "the two oldest are left out"
         );
-    }
-
-    #[test]
-    fn deferred_savings_show_each_currency_or_a_dash() {
-        let saved = wattledger_store::admission::DeferredSavings {
-            deferred: 3,
-            carbon_marginal_kg: Some("12.34".parse().unwrap()),
-            carbon_average_kg: None,
-            costs: vec![
-                ("EUR".into(), "5.5".parse().unwrap()),
-                ("USD".into(), Decimal::ONE),
-            ],
-        };
-        let d = deferred(&saved);
-        assert_eq!(d.count, 3);
-        assert_eq!(d.carbon, "12.3 kgCO2e marginal (0.0 average)");
-        assert_eq!(
-            d.cost,
-            format!(
-                "{} + {}",
-                money("5.5".parse().unwrap(), "EUR"),
-                money(Decimal::ONE, "USD")
-            )
-        );
-        assert_eq!(deferred(&Default::default()).cost, "–");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The demo's live node: simulated exporters on loopback and the real agent scraping them.
+//! The demo's live node: simulated exporters on loopback (dcgm-exporter, the node's BMC
+//! through ipmi_exporter, vLLM) and the real agent scraping them.
 
 use super::seed::Client;
 use crate::auth::Role;
@@ -33,6 +34,12 @@ pub(super) async fn live_node(
             "/dcgm/metrics",
             axum::routing::get(
                 move || async move { live::dcgm_metrics(up.elapsed().as_secs_f64()) },
+            ),
+        )
+        .route(
+            "/ipmi/metrics",
+            axum::routing::get(
+                move || async move { live::ipmi_metrics(up.elapsed().as_secs_f64()) },
             ),
         )
         .route(
@@ -90,7 +97,7 @@ pub(super) async fn live_node(
         .await?;
     eprintln!(
         "Live node {}: wattledger-agent (pid {}) scrapes a simulated dcgm-exporter and vLLM at {exporters} \
-         (GPUs every second, sent as one step record per GPU per minute; tokens every 10 s) and \
+         (GPUs every second and the node's BMC every 5 s, sent as one step record per meter per minute; tokens every 10 s) and \
          pushes through the spool; its log: {}",
         live::NODE,
         child.id().unwrap_or_default(),

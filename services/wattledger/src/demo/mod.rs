@@ -1,5 +1,7 @@
 //! `wattledger demo`: a simulated cluster pushed through the real ingest API, attributed,
-//! summarised, and served until Ctrl-C. This module runs it in order; `seed` sends the
+//! summarised, and served until Ctrl-C or SIGTERM, which at any point stop what it started
+//! (the server, the live node's agent; the caller stops an embedded PostgreSQL it started).
+//! This module runs it in order; `seed` sends the
 //! cluster through the API, `power` runs Frankfurt power-bound (policy, admission beyond
 //! nameplate, last week's grid event), `live` starts the live node and its agent, `report`
 //! prints what the ledger says.
@@ -87,6 +89,7 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     if args.sample_interval_s < 10 || args.sample_interval_s > 600 {
         bail!("--sample-interval-s must be between 10 and 600");
     }
+    let mut stop = stop_requested()?;
     let started = std::time::Instant::now();
     // Without a configured database, the demo gets a fresh database of its own on the
     // embedded server, so every run shows the same cluster.
@@ -137,6 +140,95 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         },
     ));
 
+    // Seeding takes minutes: a stop asked meanwhile ends it here, the server with it.
+    let seeding = seed_and_summarise(&pool, &keys, &base, &mut config, &args, started);
+    let client = tokio::select! {
+        seeded = seeding => seeded?,
+        _ = stop.changed() => {
+            eprintln!("\nStopped while seeding.");
+            let _ = stop_tx.send(());
+            let served = server.await?;
+            // Its sessions end before its PostgreSQL is stopped, not under it.
+            pool.close().await;
+            return served;
+        }
+    };
+
+    if args.no_serve {
+        let _ = stop_tx.send(());
+        server.await??;
+        return Ok(());
+    }
+    let (worker_stop, worker_stopped) = tokio::sync::watch::channel(false);
+    let worker = config.worker.then(|| {
+        tokio::spawn(worker::run(
+            pool.clone(),
+            config.retention(),
+            worker_stopped,
+        ))
+    });
+    let agent = tokio::select! {
+        started = live_node(&client, &keys, &config.data_dir, &pool) => match started {
+            Ok(agent) => agent,
+            Err(e) => {
+                eprintln!("The live node did not start ({e:#}); the seeded data is served without it.");
+                None
+            }
+        },
+        _ = stop.changed() => None,
+    };
+    if !*stop.borrow() {
+        greet(&pool, &keys, &base).await?;
+        let _ = stop.changed().await;
+    }
+    // The agent first: it pushes into the server stopping next.
+    if let Some(mut agent) = agent {
+        let _ = agent.kill().await;
+    }
+    let _ = stop_tx.send(());
+    let _ = worker_stop.send(true);
+    server.await??;
+    if let Some(w) = worker {
+        let _ = w.await;
+    }
+    pool.close().await;
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM, listened for from this call on (the receiver sees `true` once asked):
+/// without a handler, the default action would end this process alone and leave its agent
+/// running.
+fn stop_requested() -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        tokio::spawn(async move {
+            tokio::select! { _ = interrupt.recv() => {}, _ = terminate.recv() => {} }
+            let _ = tx.send(true);
+        });
+    }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}
+
+/// Everything before serving: the simulated cluster through the API, attributed, summarised,
+/// the power-bound site, and the months closed. The client it seeded with serves the live
+/// node next.
+async fn seed_and_summarise(
+    pool: &sqlx::PgPool,
+    keys: &crate::auth::Keys,
+    base: &str,
+    config: &mut Config,
+    args: &DemoArgs,
+    started: std::time::Instant,
+) -> anyhow::Result<Client> {
     let (from, to) = demo_range(Utc::now(), args.days);
     let sim = Arc::new(Simulation::new(
         args.seed,
@@ -152,7 +244,7 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     );
     let client = Client {
         http: reqwest::Client::new(),
-        base: base.clone(),
+        base: base.to_owned(),
         admin: keys.mint("demo", Role::Admin, None, 3600)?,
         collector: keys.mint("demo-agent", Role::Collector, None, 3600)?,
         scheduler: keys.mint("demo-scheduler", Role::Scheduler, None, 3600)?,
@@ -191,7 +283,7 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     p.finish();
     // Budgets (and the endpoint their alerts go to) before the data: alerts are raised as
     // the ledger is written.
-    seed_budgets(&client, &args).await?;
+    seed_budgets(&client, args).await?;
     let job_batches = sim.job_batches(2000);
     let mut p = Progress::new("jobs", sim.job_count() as u64);
     for b in job_batches {
@@ -204,11 +296,11 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     let samples = push_samples(&client, sim.clone()).await?;
     let tokens = push_tokens(&client, &sim).await?;
 
-    let pending = wattledger_store::dirty::count(&pool).await? as u64;
+    let pending = wattledger_store::dirty::count(pool).await? as u64;
     let mut p = Progress::new("attribution", pending);
     let t0 = std::time::Instant::now();
     // Every hour up to the simulated end is final before anything is printed or served.
-    let stats = worker::drain_until(&pool, to, |s| p.set(s.hours)).await?;
+    let stats = worker::drain_until(pool, to, |s| p.set(s.hours)).await?;
     p.finish();
     let attribution_s = t0.elapsed().as_secs_f64();
 
@@ -220,37 +312,21 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         attribution_s,
         started.elapsed().as_secs_f64()
     );
-    summary(&pool, from, to).await?;
-    budget_summary(&pool).await?;
-    power::power_bound(&client, &pool, &sim).await?;
+    summary(pool, from, to).await?;
+    budget_summary(pool).await?;
+    power::power_bound(&client, pool, &sim).await?;
     if !args.no_close {
         if config.export_dir.is_none() {
             config.export_dir = Some(config.data_dir.join("exports"));
         }
         let target = args.close.unwrap_or_else(|| Month::of(Utc::now()).prev());
-        close_months(&pool, &config, target).await?;
+        close_months(pool, config, target).await?;
     }
+    Ok(client)
+}
 
-    if args.no_serve {
-        let _ = stop_tx.send(());
-        server.await??;
-        return Ok(());
-    }
-    let (worker_stop, worker_stopped) = tokio::sync::watch::channel(false);
-    let worker = config.worker.then(|| {
-        tokio::spawn(worker::run(
-            pool.clone(),
-            config.retention(),
-            worker_stopped,
-        ))
-    });
-    let _agent = match live_node(&client, &keys, &config.data_dir, &pool).await {
-        Ok(agent) => agent,
-        Err(e) => {
-            eprintln!("The live node did not start ({e:#}); the seeded data is served without it.");
-            None
-        }
-    };
+/// Says where the demo is served and creates its dashboard users, with their passwords.
+async fn greet(pool: &sqlx::PgPool, keys: &crate::auth::Keys, base: &str) -> anyhow::Result<()> {
     let admin = keys.mint("demo-admin", Role::Admin, None, 7 * 24 * 3600)?;
     println!(
         "\nServing the API on {base} (GET {base}/health, {base}/v1/openapi.json). Ctrl-C stops."
@@ -258,19 +334,12 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
     println!("\nDashboard: {base}/  (passwords are new each run)");
     for (user, role, tenant) in DEMO_USERS {
         let password = crate::dashboard::login::new_password()?;
-        crate::dashboard::login::add_user(&pool, user, role, tenant, &password).await?;
+        crate::dashboard::login::add_user(pool, user, role, tenant, &password).await?;
         let what = tenant.map_or(role.as_str().to_owned(), |t| format!("tenant {t}"));
         println!("  {user:<8} {password}   ({what})");
     }
     println!("Admin token (7 days):\n{admin}\n");
     println!("Try:\n  curl -H \"Authorization: Bearer $TOKEN\" '{base}/v1/usage?group_by=tenant'");
-    startup::shutdown_signal().await;
-    let _ = stop_tx.send(());
-    let _ = worker_stop.send(true);
-    server.await??;
-    if let Some(w) = worker {
-        let _ = w.await;
-    }
     Ok(())
 }
 

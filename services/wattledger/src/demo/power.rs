@@ -23,6 +23,8 @@ const REPLICA_GPUS: i64 = 4;
 const REPLICA_W: i64 = 600;
 const CAP_W: i64 = 450;
 const TRAINING_W: i64 = 650;
+/// The largest training run the demo sizes against the room.
+const MAX_TRAINING_GPUS: i64 = 512;
 
 fn time(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
@@ -178,27 +180,29 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
             .as_str()
             .map_or(String::new(), |t| format!("to {t}"))
     );
-    // A fine-tune tonight, once the replicas have ended, on as many whole nodes as just
-    // overrun the room at full power: counted in full, it only fits capped.
-    let Some(room) = room else {
+    // A fine-tune tonight, once the replicas have ended, on the fewest GPUs that overrun the
+    // room at full power but fit it capped: sized by asking admission what-if (its own view
+    // of the room, not this process's reading of the meters a moment apart), so that what it
+    // shows does not depend on the hour the demo runs.
+    let start = Utc::now() + chrono::Duration::hours(7);
+    let training = |gpus: i64| {
+        json!({"tenant": "orbit-labs", "job_name": "orbit-vision-8b-finetune",
+            "model": "orbit-vision-8b", "kind": "training", "gpus": gpus,
+            "power_per_gpu_w": TRAINING_W, "duration_s": 8 * 3600, "earliest_start": start,
+            "sites": [SITE], "source": "demo"})
+    };
+    let Some(gpus) = fits_only_capped(client, &training).await? else {
+        println!("  admission, orbit-labs training: no size fits site {SITE}'s room only capped");
         return Ok(());
     };
-    let node_w = at_site(8, TRAINING_W);
-    let gpus = 8 * (room / node_w + 1);
-    let start = Utc::now() + chrono::Duration::hours(7);
-    let training = json!({"tenant": "acme-research", "job_name": "acme-llm-34b-finetune",
-        "model": "acme-llm-34b", "kind": "training", "gpus": gpus,
-        "power_per_gpu_w": TRAINING_W, "duration_s": 8 * 3600, "earliest_start": start,
-        "sites": [SITE], "source": "demo"});
     let t = client
-        .post(&client.scheduler, "/v1/admission", training)
+        .post(&client.scheduler, "/v1/admission", training(gpus))
         .await?;
     let est = &t["estimate_at_start"];
     println!(
-        "  admission, acme-research training on {gpus} GPUs × {TRAINING_W} W for 8 h from {} ({} counted in full, {} of room): {}{}",
+        "  admission, orbit-labs training on {gpus} GPUs × {TRAINING_W} W for 8 h from {} ({} counted in full: more than the envelope has free then, with the jobs admitted before it): {}{}",
         start.format("%H:%M UTC"),
-        kw(gpus / 8 * node_w),
-        kw(room),
+        kw(at_site(gpus, TRAINING_W)),
         t["decision"].as_str().unwrap_or("?"),
         match t["power_cap_w"].as_i64() {
             Some(c) => format!(
@@ -216,6 +220,25 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
         }
     );
     Ok(())
+}
+
+/// The fewest GPUs of `job(gpus)` that admission, asked what-if, admits now only with its
+/// GPUs capped: past every size that fits in full, before the sizes that fit not at all.
+async fn fits_only_capped(
+    client: &Client,
+    job: &impl Fn(i64) -> Value,
+) -> anyhow::Result<Option<i64>> {
+    for gpus in 1..=MAX_TRAINING_GPUS {
+        let mut ask = job(gpus);
+        ask["dry_run"] = json!(true);
+        let a = client.post(&client.scheduler, "/v1/admission", ask).await?;
+        match (a["decision"].as_str(), a["power_cap_w"].as_i64()) {
+            (Some("admit"), Some(_)) => return Ok(Some(gpus)),
+            (Some("admit"), None) => continue,
+            _ => return Ok(None),
+        }
+    }
+    Ok(None)
 }
 
 fn reasons(a: &Value) -> String {

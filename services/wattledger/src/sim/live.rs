@@ -4,7 +4,9 @@
 //!
 //! Eight GPUs serve one shared Llama endpoint for three tenants. Power follows a slow load
 //! wave per GPU; the energy counters are its exact integral, so they only ever rise, and
-//! the token counters grow with the same load.
+//! the token counters grow with the same load. The node meter the agent declares is read
+//! too, as a site reads it: its BMC's power through an ipmi_exporter (the GPUs' draw and the
+//! host's), so that every meter the demo registers reports.
 
 use serde_json::{json, Value};
 use std::f64::consts::TAU;
@@ -17,6 +19,8 @@ pub const MODEL: &str = "llama-3.1-70b";
 /// Tenants on the shared endpoint, as the endpoint labels them.
 pub const TENANTS: [&str; 3] = ["acme-research", "nimbus-ai", "lumen-search"];
 const GPUS: u32 = 8;
+/// The host's own draw beside its GPUs (CPUs, memory, fans, NICs), W.
+const HOST_W: f64 = 1100.0;
 /// One load wave every ten minutes, phase-shifted per GPU.
 const PERIOD_S: f64 = 600.0;
 
@@ -84,6 +88,21 @@ pub fn dcgm_metrics(t: f64) -> String {
     out
 }
 
+/// The node's power `t` seconds after it came up, as its BMC reads it: its GPUs and its host.
+pub fn node_power_w(t: f64) -> f64 {
+    HOST_W + (0..GPUS).map(|i| power_w(i, t)).sum::<f64>()
+}
+
+/// An ipmi_exporter scrape of the node's BMC at `t` (DCMI power reading).
+pub fn ipmi_metrics(t: f64) -> String {
+    format!(
+        "# HELP ipmi_dcmi_power_consumption_watts Current power consumption in Watts.\n\
+         # TYPE ipmi_dcmi_power_consumption_watts gauge\n\
+         ipmi_dcmi_power_consumption_watts {:.0}\n",
+        node_power_w(t)
+    )
+}
+
 /// A vLLM scrape of the shared endpoint at `t`, one series per tenant label.
 pub fn vllm_metrics(t: f64) -> String {
     let mut out = String::new();
@@ -133,6 +152,17 @@ url = "{exporters}/dcgm/metrics"
 # Read at 1 Hz, sent as one step record per GPU per minute (agent.step_s).
 interval_s = 1
 
+[[exporter]]
+name = "ipmi (live node)"
+url = "{exporters}/ipmi/metrics"
+# Read every 5 s, sent as one step record per minute like the GPUs.
+interval_s = 5
+
+[[exporter.map]]
+metric = "ipmi_dcmi_power_consumption_watts"
+meter = "{NODE}"
+unit = "W"
+
 [[tokens]]
 name = "vllm (live node)"
 url = "{exporters}/vllm/metrics"
@@ -168,15 +198,38 @@ mod tests {
     }
 
     #[test]
-    fn the_scrapes_carry_every_gpu_and_tenant() {
+    fn the_scrapes_carry_every_gpu_tenant_and_the_node() {
         let d = dcgm_metrics(30.0);
         assert_eq!(
             d.matches("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{").count(),
             8
         );
         assert!(d.contains(&gpu_uuid(7)));
+        // The node meter is read: its BMC's power holds its GPUs' and its host's.
+        let gpus: f64 = (0..GPUS).map(|i| power_w(i, 30.0)).sum();
+        let ipmi = ipmi_metrics(30.0);
+        assert!(ipmi.contains(&format!(
+            "ipmi_dcmi_power_consumption_watts {:.0}\n",
+            gpus + HOST_W
+        )));
         let v = vllm_metrics(30.0);
         assert_eq!(v.matches("tenant=\"nimbus-ai\"").count(), 2);
         assert!(gpu_uuid(0).starts_with("GPU-"));
+    }
+
+    /// Every meter the agent's config declares is read by one of its sources.
+    #[test]
+    fn the_agent_reads_every_meter_it_declares() {
+        let config = agent_config(
+            "http://127.0.0.1:1",
+            "t",
+            "http://127.0.0.1:2",
+            std::path::Path::new("/tmp/spool"),
+        );
+        let declared = config.matches("[[meters]]").count();
+        assert_eq!(declared, 1);
+        assert!(config.contains(&format!("key = \"{NODE}\"")));
+        assert!(config.contains(&format!("meter = \"{NODE}\"")));
+        assert!(config.contains("/ipmi/metrics"));
     }
 }
