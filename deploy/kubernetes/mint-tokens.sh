@@ -4,7 +4,11 @@
 #   wattledger-agent-token    collector  the agents' pushes
 #   wattledger-metrics-token  operator   Prometheus' scrape of /metrics (components/monitoring)
 #   wattledger-kueue-token    scheduler  the Kueue AdmissionCheck controller (../kueue)
-# Run after `kubectl apply -k`, and again to rotate them (TTL_DAYS, default 365). Prometheus
+# Each token's id is recorded (`wattledger token list` in the server's container shows them,
+# `wattledger token revoke <jti>` revokes one on every replica at once); tokens minted before
+# ids existed are refused since, so run this once after upgrading from such a version.
+# Run after `kubectl apply -k`, and again to rotate them (TTL_DAYS, default 365, at most
+# WATTLEDGER_TOKEN_MAX_TTL; the old tokens stay valid until they expire or are revoked). Prometheus
 # and the Kueue controller read the new token by themselves; the agents read theirs at start,
 # so a rotation ends with `kubectl -n wattledger rollout restart daemonset/wattledger-agent`
 # (their spools keep what they read meanwhile).
@@ -15,7 +19,7 @@ kubectl -n "$namespace" rollout status deployment/wattledger --timeout=5m >/dev/
 mint() { # secret role subject
   local token
   token=$(kubectl -n "$namespace" exec deployment/wattledger -c server -- \
-    wattledger token --role "$2" --sub "$3" --ttl-s "$ttl_s")
+    wattledger token mint --role "$2" --sub "$3" --ttl-s "$ttl_s" --by mint-tokens.sh)
   kubectl -n "$namespace" create secret generic "$1" --from-literal=token="$token" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   echo "$namespace/$1: a $2 token for $3, valid ${TTL_DAYS:-365} days"

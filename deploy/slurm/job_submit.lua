@@ -7,7 +7,7 @@ Install: copy beside slurm.conf, set JobSubmitPlugins=lua, and write
 wattledger-admission.conf beside it (re-read on every submission):
 
     url=https://wattledger.example.org/v1/admission
-    token_file=/etc/slurm/wattledger.token   # a scheduler token: wattledger token --role scheduler
+    token_file=/etc/slurm/wattledger.token   # a scheduler token: wattledger token mint --role scheduler
     timeout=2                                # seconds; slurmctld holds its locks meanwhile
     fail=open                                # open: admit when wattledger fails; closed: refuse
     default_minutes=60                       # duration assumed for a job without --time

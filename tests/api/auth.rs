@@ -9,7 +9,8 @@ use wattledger_tests::{TestApp, SECRET};
 
 fn claims(aud: &str, exp_offset: i64) -> serde_json::Value {
     let now = chrono::Utc::now().timestamp();
-    json!({"sub": "x", "role": "admin", "iss": ISSUER, "aud": aud, "iat": now, "exp": now + exp_offset})
+    json!({"sub": "x", "role": "admin", "iss": ISSUER, "aud": aud, "iat": now, "exp": now + exp_offset,
+           "jti": uuid::Uuid::now_v7().to_string()})
 }
 
 fn sign(alg: Algorithm, claims: &serde_json::Value) -> String {
@@ -113,4 +114,72 @@ async fn a_tenant_reads_only_its_own_rows() {
     // Finance sees everyone.
     let totals = scenario::tenant_totals(&app, &app.token(Role::Finance)).await;
     assert_eq!(totals.len(), 3);
+}
+
+/// A validly signed token is still input from outside: a NUL or a control character in any
+/// of its string claims is a 401 on every door, never a 500 from PostgreSQL.
+#[tokio::test]
+async fn a_control_character_in_any_claim_of_a_signed_token_is_a_401() {
+    let app = TestApp::start().await;
+    scenario::push(&app, &scenario::batches()).await;
+    let tenant_claims = || {
+        let mut c = claims(AUDIENCE, 600);
+        c["role"] = "tenant".into();
+        c["tenant"] = "a".into();
+        c
+    };
+    // The same claims, clean, pass: what fails below fails for the character alone.
+    let (status, body) = app
+        .get(Some(&sign(Algorithm::HS256, &tenant_claims())), "/v1/usage")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let doors: [(reqwest::Method, &str); 5] = [
+        (reqwest::Method::GET, "/v1/usage"),
+        (reqwest::Method::GET, "/v1/jobs"),
+        (reqwest::Method::GET, "/v1/budgets"),
+        (reqwest::Method::GET, "/metrics"),
+        (reqwest::Method::POST, "/v1/ingest/samples"),
+    ];
+    for claim in ["sub", "tenant", "jti"] {
+        for (what, bad) in [
+            ("NUL", "a\0b"),
+            ("line break", "a\nb"),
+            ("escape", "a\u{1b}b"),
+        ] {
+            let mut c = tenant_claims();
+            c[claim] = bad.into();
+            let token = sign(Algorithm::HS256, &c);
+            for (method, path) in &doors {
+                let (status, body) = app
+                    .send(
+                        method.clone(),
+                        &token,
+                        path,
+                        json!({"records": []}).to_string(),
+                    )
+                    .await;
+                assert_eq!(status, 401, "{claim} with a {what}, {path}: {body}");
+                assert_eq!(body["error"]["code"], "unauthorized");
+                let message = body["error"]["message"].as_str().unwrap();
+                assert!(message.contains(claim), "{message}");
+            }
+        }
+    }
+}
+
+/// A token without an id could never be revoked: it is refused, saying what to do.
+#[tokio::test]
+async fn a_token_without_an_id_is_refused_with_what_to_do() {
+    let app = TestApp::start().await;
+    let mut c = claims(AUDIENCE, 600);
+    c.as_object_mut().unwrap().remove("jti");
+    let (status, body) = app
+        .get(Some(&sign(Algorithm::HS256, &c)), "/v1/usage")
+        .await;
+    assert_eq!(status, 401, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("jti") && message.contains("mint a new one"),
+        "{message}"
+    );
 }

@@ -22,5 +22,6 @@ mod security;
 mod signals;
 mod slurm_admission;
 mod tls;
+mod tokens;
 mod webhooks;
 mod worker;

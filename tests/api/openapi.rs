@@ -97,6 +97,9 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
         "POST /v1/webhooks/endpoints/{id}/test",
         "GET /v1/webhooks/endpoints/{id}/messages",
         "POST /v1/webhooks/endpoints/{id}/messages/{message}/redeliver",
+        "GET /v1/tokens",
+        "POST /v1/tokens",
+        "DELETE /v1/tokens/{jti}",
     ];
     routed.sort();
     assert_eq!(documented, routed);

@@ -403,6 +403,37 @@ async fn sessions_end_at_sign_out_password_reset_and_role_change() {
     );
     // The admin's own session was not touched.
     assert_eq!(ada.get("/admin/users").await.status, 200);
+
+    // A role-only change: fin, finance, becomes an operator with the same password and no
+    // tenant either way; the session that held finance's rights ends.
+    let mut fin = Browser::new(&app);
+    fin.sign_in("fin", "correct horse battery").await;
+    assert_eq!(fin.get("/finance").await.status, 200);
+    let page = ada
+        .post(
+            "/admin/users",
+            &[
+                ("csrf", &csrf),
+                ("username", "fin"),
+                ("role", "operator"),
+                ("tenant", ""),
+                ("password", "correct horse battery"),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(
+        fin.get("/finance").await.location.as_deref(),
+        Some("/login")
+    );
+    // The same password signs in again, now with the new role only.
+    assert_eq!(
+        fin.sign_in("fin", "correct horse battery").await.status,
+        303
+    );
+    assert_eq!(fin.get("/operator").await.status, 200);
+    assert_ne!(fin.get("/finance").await.status, 200);
 }
 
 /// Item 6: guessing passwords meets growing delays, the same for a name that exists and one
@@ -543,7 +574,7 @@ async fn tokens_not_yet_valid_are_refused() {
     let app = TestApp::start().await;
     let now = chrono::Utc::now().timestamp();
     let base = json!({"sub": "x", "role": "admin", "iss": ISSUER, "aud": AUDIENCE,
-                      "iat": now, "exp": now + 7200});
+                      "iat": now, "exp": now + 7200, "jti": uuid::Uuid::now_v7().to_string()});
     let mut nbf = base.clone();
     nbf["nbf"] = json!(now + 3600);
     let mut iat = base.clone();
@@ -640,6 +671,62 @@ async fn slow_and_lying_clients_are_answered_or_cut_off() {
         waited >= Duration::from_secs(5) && waited < Duration::from_secs(15),
         "{waited:?}"
     );
+}
+
+/// The status line of a POST declaring a 100 MB body, with the header `auth` (a whole
+/// line, or nothing), answered before any of the body is sent.
+async fn oversized_post(addr: String, auth: String) -> String {
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    s.write_all(
+        format!(
+            "POST /v1/ingest/samples HTTP/1.1\r\nHost: x\r\n{auth}\
+             Content-Type: application/json\r\nContent-Length: 104857600\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut head))
+        .await
+        .expect("answered without waiting for the body")
+        .unwrap();
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// A body declared over the limit without a valid token is a 401, not a 413: who may not
+/// send anything hears that first; with a valid token it is the 413.
+#[tokio::test]
+async fn an_oversized_body_without_a_valid_token_is_refused_as_unauthenticated() {
+    let app = TestApp::start_with(|c| c.max_body_bytes = 1024).await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let head = |auth: String| oversized_post(addr.clone(), auth);
+    assert_eq!(head(String::new()).await, "HTTP/1.1 401");
+    assert_eq!(
+        head("Authorization: Bearer not.a.token\r\n".into()).await,
+        "HTTP/1.1 401"
+    );
+    let mut nul = serde_json::json!({"sub": "x", "role": "collector", "iss": ISSUER,
+        "aud": AUDIENCE, "iat": chrono::Utc::now().timestamp(),
+        "exp": chrono::Utc::now().timestamp() + 600, "jti": uuid::Uuid::now_v7().to_string()});
+    nul["sub"] = "a\0b".into();
+    assert_eq!(
+        head(format!("Authorization: Bearer {}\r\n", forged(nul))).await,
+        "HTTP/1.1 401"
+    );
+    assert_eq!(
+        head(format!(
+            "Authorization: Bearer {}\r\n",
+            app.token(Role::Collector)
+        ))
+        .await,
+        "HTTP/1.1 413"
+    );
+    // Through an ordinary client too.
+    let (status, body) = app
+        .post_raw("not.a.token", "/v1/ingest/samples", "x".repeat(4096))
+        .await;
+    assert_eq!(status, 401, "{body}");
 }
 
 /// Item 12: GPU limits a pod's author chose to be negative, cancelling or overflowing are

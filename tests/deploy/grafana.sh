@@ -81,10 +81,10 @@ done
 grep -q '^Serving the API' "$work/demo.out" || fail "the demo did not serve within 90 s"
 echo "grafana: demo serving on 127.0.0.1:$api_port, its agent's /metrics on 127.0.0.1:$agent_port"
 
-token=$("$bin/wattledger" token --role operator --sub prometheus --ttl-s 3600)
+token=$("$bin/wattledger" token mint --role operator --sub prometheus --ttl-s 3600)
 # A scheduler asking twice a second (dry runs: nothing is reserved), so the admission panels
 # have decisions in every rate window.
-scheduler=$("$bin/wattledger" token --role scheduler --sub grafana-test --ttl-s 3600)
+scheduler=$("$bin/wattledger" token mint --role scheduler --sub grafana-test --ttl-s 3600)
 while sleep 0.5; do
   curl -fsS -o /dev/null -H "Authorization: Bearer $scheduler" -H 'content-type: application/json' \
     -d '{"tenant": "acme-research", "gpus": 1, "duration_s": 600, "dry_run": true}' \

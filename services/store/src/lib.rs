@@ -5,6 +5,7 @@
 //! a [`Scope`], so a tenant's token cannot reach another tenant's rows by construction.
 
 pub mod admission;
+pub mod api_tokens;
 pub mod attribution;
 pub mod budget_alerts;
 pub mod budgets;

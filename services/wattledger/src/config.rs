@@ -58,6 +58,21 @@ pub struct Config {
         hide_env_values = true
     )]
     pub jwt_secret: Option<String>,
+    /// The longest an API token may live (`400d`, `90d`, `12h`, or seconds): minting a
+    /// longer one is refused, and so is a token whose `exp` is further than this from its
+    /// `iat`.
+    #[arg(long, global = true, env = "WATTLEDGER_TOKEN_MAX_TTL", default_value = "400d",
+          value_parser = parse_lifetime)]
+    pub token_max_ttl: i64,
+    /// How often each replica reads every revoked API token again, ms. Revocations reach the
+    /// replicas at once (LISTEN/NOTIFY); this heals one whose notification was lost.
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_TOKEN_RELOAD_MS",
+        default_value_t = 60_000
+    )]
+    pub token_reload_ms: u64,
     /// Largest request body accepted, in bytes.
     #[arg(long, global = true, env = "WATTLEDGER_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -178,6 +193,16 @@ pub enum TlsSettingsError {
     NoReloadInterval,
 }
 
+/// A lifetime in seconds, by the duration grammar of the annotations; at least a second.
+fn parse_lifetime(s: &str) -> Result<i64, String> {
+    match wattledger_wire::parse_duration(s) {
+        Some(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a lifetime: e.g. 400d, 90d, 12h or a number of seconds"
+        )),
+    }
+}
+
 fn parse_reach(s: &str) -> Result<Reach, String> {
     Reach::parse(s)
 }
@@ -198,6 +223,8 @@ impl Config {
             tls_key_file: None,
             tls_reload_ms: 30_000,
             jwt_secret: Some(jwt_secret),
+            token_max_ttl: crate::auth::DEFAULT_MAX_TTL_S,
+            token_reload_ms: 60_000,
             max_body_bytes: 16 * 1024 * 1024,
             max_batch_records: 50_000,
             max_clock_skew_s: 300,

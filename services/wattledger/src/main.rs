@@ -53,8 +53,16 @@ enum Command {
     /// Dashboard users.
     #[command(subcommand)]
     User(UserCommand),
-    /// Mint an API token signed with the configured key.
-    Token {
+    /// API tokens: mint (recorded, so it can be revoked), list, revoke.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Mint an API token signed with the configured key and record its id; the token is
+    /// printed once.
+    Mint {
         #[arg(long, value_enum)]
         role: Role,
         /// Tenant key (required for, and only for, --role tenant).
@@ -63,9 +71,29 @@ enum Command {
         /// Subject: who or what the token is for.
         #[arg(long, default_value = "cli")]
         sub: String,
-        /// Lifetime in seconds.
-        #[arg(long, default_value_t = 86_400)]
-        ttl_s: i64,
+        /// Lifetime in seconds (default a day; at most WATTLEDGER_TOKEN_MAX_TTL, the default
+        /// if shorter).
+        #[arg(long)]
+        ttl_s: Option<i64>,
+        /// What the token is for, shown by `token list`.
+        #[arg(long, default_value = "")]
+        note: String,
+        /// Who mints it, for the record.
+        #[arg(long, default_value = "cli")]
+        by: String,
+    },
+    /// List the live tokens (not expired, not revoked); with --all, every token recorded.
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    /// Revoke a token by its id (the jti `token list` shows): every replica refuses it at
+    /// once.
+    Revoke {
+        jti: uuid::Uuid,
+        /// Who revokes it, for the record.
+        #[arg(long, default_value = "cli")]
+        by: String,
     },
 }
 
@@ -138,6 +166,14 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    let result = run(cli).await;
+    // An embedded PostgreSQL this process started stops with it (its data is kept): whoever
+    // stops the program expects nothing of it left running.
+    wattledger::embedded_pg::stop_started();
+    result
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve => {
             let listeners = startup::Listeners::bind(&cli.config).await?;
@@ -214,16 +250,7 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Token {
-            role,
-            tenant,
-            sub,
-            ttl_s,
-        } => {
-            let keys = wattledger::signing_key(&cli.config)?;
-            println!("{}", keys.mint(&sub, role, tenant.as_deref(), ttl_s)?);
-            Ok(())
-        }
+        Command::Token(c) => token(cli.config, c).await,
     }
 }
 
@@ -318,6 +345,88 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
                 v + 1
             );
             Ok(())
+        }
+    }
+}
+
+/// `wattledger token …`: tokens are recorded in the database, so each command opens it.
+async fn token(config: Config, command: TokenCommand) -> anyhow::Result<()> {
+    use wattledger::auth::issue;
+    let pool = wattledger::database(&config, &[]).await?;
+    match command {
+        TokenCommand::Mint {
+            role,
+            tenant,
+            sub,
+            ttl_s,
+            note,
+            by,
+        } => {
+            let keys = wattledger::signing_key(&config)?.with_max_ttl(config.token_max_ttl);
+            let request = issue::Request {
+                sub: &sub,
+                role,
+                tenant: tenant.as_deref(),
+                ttl_s: ttl_s.unwrap_or(issue::DEFAULT_TTL_S.min(config.token_max_ttl)),
+                minted_by: &by,
+                note: &note,
+            };
+            let issued = issue::issue(&pool, &keys, &request).await?;
+            eprintln!(
+                "token {} ({}, {}) expires {}",
+                issued.record.jti,
+                issued.record.role,
+                issued.record.sub,
+                issued.record.expires_at.format("%Y-%m-%d %H:%M UTC")
+            );
+            println!("{}", issued.token);
+            Ok(())
+        }
+        TokenCommand::List { all } => {
+            let tokens = wattledger_store::api_tokens::list(&pool, all, Utc::now()).await?;
+            println!(
+                "{:<36}  {:<9}  {:<20}  {:<16}  {:<17}  {:<17}  state",
+                "jti", "role", "subject", "tenant", "issued", "expires"
+            );
+            let when = |t: DateTime<Utc>| t.format("%Y-%m-%d %H:%M").to_string();
+            let now = Utc::now();
+            for t in tokens {
+                let state = match (&t.revoked_at, &t.revoked_by) {
+                    (Some(at), Some(by)) => format!("revoked {} by {by}", when(*at)),
+                    _ if t.expires_at <= now => "expired".to_owned(),
+                    _ => "live".to_owned(),
+                };
+                println!(
+                    "{:<36}  {:<9}  {:<20}  {:<16}  {:<17}  {:<17}  {state}",
+                    t.jti,
+                    t.role,
+                    t.sub,
+                    t.tenant.as_deref().unwrap_or("-"),
+                    when(t.issued_at),
+                    when(t.expires_at),
+                );
+            }
+            Ok(())
+        }
+        TokenCommand::Revoke { jti, by } => {
+            anyhow::ensure!(
+                wattledger_domain::input::key(&by).is_ok(),
+                "--by must be a name without control characters"
+            );
+            // The servers learn it from the database; this process refuses no token.
+            match wattledger_store::api_tokens::revoke(&pool, jti, &by, Utc::now()).await {
+                Ok(t) => {
+                    println!(
+                        "token {jti} ({}, {}) revoked; every server refuses it now",
+                        t.role, t.sub
+                    );
+                    Ok(())
+                }
+                Err(wattledger_store::StoreError::NotFound) => {
+                    anyhow::bail!("no token {jti} was minted here (`wattledger token list --all`)")
+                }
+                Err(e) => Err(e.into()),
+            }
         }
     }
 }

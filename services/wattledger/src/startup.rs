@@ -56,6 +56,11 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let Listeners { http, https } = listeners.into();
+    // Revoked tokens are refused from the first request on, and learnt as they are revoked.
+    let keys = keys.with_max_ttl(config.token_max_ttl);
+    crate::auth::follow::load(&pool, keys.revoked())
+        .await
+        .context("reading the revoked API tokens")?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let worker = config
         .worker
@@ -80,10 +85,17 @@ pub async fn serve(
         stop_tx.subscribe(),
     )
     .await;
+    let revocations = tokio::spawn(crate::auth::follow::run(
+        pool.clone(),
+        keys.revoked().clone(),
+        std::time::Duration::from_millis(config.token_reload_ms.max(1)),
+        stop_tx.subscribe(),
+    ));
     let router = app(AppState::new(pool, keys, config, admission));
     crate::http::serve::serve(http, https, router, shutdown).await?;
     let _ = stop_tx.send(true);
     let _ = admission_task.await;
+    let _ = revocations.await;
     let _ = dispatcher.await;
     if let Some(w) = worker {
         let _ = w.await;

@@ -9,6 +9,7 @@
 //! are 404, as pages that do not exist.
 
 mod chart;
+mod deferred;
 mod finance;
 pub mod format;
 mod grid_event;
@@ -48,6 +49,10 @@ pub fn router() -> Router<AppState> {
         .route("/finance/{month}", get(finance::month))
         .route("/finance/{month}/exports/{format}", get(finance::download))
         .route("/admin/users", get(users::page).post(users::create))
+        .route(
+            "/admin/tokens/{jti}/revoke",
+            axum::routing::post(users::revoke_token),
+        )
         .route("/static/app.css", get(css))
         .route("/static/favicon.svg", get(favicon))
 }

@@ -1,5 +1,6 @@
 //! User administration (admin only): who can sign in, with which role, and a form to add a
-//! user or reset one's password (generated and shown once unless one is typed).
+//! user or reset one's password (generated and shown once unless one is typed); and who holds
+//! a live API token, with a button to revoke each.
 
 use super::format::grouped;
 use super::table::{Column, Header, Key, Sort};
@@ -8,12 +9,12 @@ use crate::auth::Role;
 use crate::dashboard::login::{add_user, new_password};
 use crate::http::AppState;
 use askama::Template;
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use rust_decimal::Decimal;
 use serde::Deserialize;
-use wattledger_store::{inventory, users};
+use wattledger_store::{api_tokens, inventory, users};
 
 pub struct UserView {
     pub username: String,
@@ -22,6 +23,16 @@ pub struct UserView {
     pub created: String,
     pub last_login: String,
     pub disabled: bool,
+}
+
+/// A live API token, as the admin's page lists it.
+pub struct TokenRow {
+    pub jti: String,
+    pub sub: String,
+    pub role: String,
+    pub tenant: String,
+    pub issued: String,
+    pub expires: String,
 }
 
 const USER_COLUMNS: [Column; 5] = [
@@ -43,6 +54,7 @@ struct UsersPage {
     nav: Nav,
     headers: Vec<Header>,
     users: Vec<UserView>,
+    tokens: Vec<TokenRow>,
     tenants: Vec<String>,
     notice: Option<String>,
     error: Option<String>,
@@ -99,11 +111,25 @@ async fn render(
         .collect();
     sort.apply(&mut keyed);
     let users = keyed.into_iter().map(|k| k.1).collect();
+    let when = |t: chrono::DateTime<chrono::Utc>| t.format("%b %-d, %Y %H:%M UTC").to_string();
+    let tokens = api_tokens::list(&state.pool, false, chrono::Utc::now())
+        .await?
+        .into_iter()
+        .map(|t| TokenRow {
+            jti: t.jti.to_string(),
+            sub: t.sub,
+            role: t.role,
+            tenant: t.tenant.unwrap_or_default(),
+            issued: when(t.issued_at),
+            expires: when(t.expires_at),
+        })
+        .collect();
     let mut r = html(
         UsersPage {
             nav: Nav::new(session, "/admin/users"),
             headers: sort.headers(&USER_COLUMNS, ""),
             users,
+            tokens,
             tenants,
             notice,
             error,
@@ -203,4 +229,48 @@ pub async fn create(
             .await
         }
     }
+}
+
+#[derive(Deserialize)]
+pub struct Revoke {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// Revokes an API token from the list (every replica refuses it at once).
+pub async fn revoke_token(
+    State(state): State<AppState>,
+    session: Session,
+    Path(jti): Path<String>,
+    Form(f): Form<Revoke>,
+) -> Result<Response, PageError> {
+    admin_only(&session)?;
+    if f.csrf != session.csrf {
+        return Err(PageError::BadRequest(
+            "The form expired; reload the page and try again.".into(),
+        ));
+    }
+    let jti = uuid::Uuid::try_parse(&jti).map_err(|_| PageError::NotFound)?;
+    let by = format!("dashboard:{}", session.username);
+    let (status, notice, error) =
+        match crate::auth::issue::revoke(&state.pool, &state.keys, jti, &by).await {
+            Ok(t) => {
+                tracing::info!(by = %session.username, %jti, "API token revoked");
+                (
+                    StatusCode::OK,
+                    Some(format!(
+                        "Token {jti} ({}, {}) revoked: no server accepts it any more.",
+                        t.role, t.sub
+                    )),
+                    None,
+                )
+            }
+            Err(wattledger_store::StoreError::NotFound) => (
+                StatusCode::NOT_FOUND,
+                None,
+                Some(format!("No token {jti} was minted here.")),
+            ),
+            Err(e) => return Err(e.into()),
+        };
+    render(&state, &session, &View::default(), status, notice, error).await
 }

@@ -3,12 +3,12 @@
 
 use super::error::{ApiError, ApiResult, FieldError};
 use super::AppState;
-use crate::auth::Role;
+use crate::auth::{Claims, Keys, Role};
 use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use chrono::{DateTime, Duration, Utc};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -34,6 +34,20 @@ impl Caller {
     }
 }
 
+/// The claims of the request's bearer token, verified (signature, times, claims' text,
+/// revocation: `Keys::verify`); any failure is the API's 401. No database is asked.
+pub(crate) fn bearer_claims(keys: &Keys, headers: &HeaderMap) -> Result<Claims, ApiError> {
+    let header = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?;
+    let token = header
+        .strip_prefix("Bearer ")
+        .ok_or_else(|| ApiError::Unauthorized("expected 'Authorization: Bearer <token>'".into()))?;
+    keys.verify(token.trim())
+        .map_err(|e| ApiError::Unauthorized(e.to_string()))
+}
+
 impl<S> FromRequestParts<S> for Caller
 where
     AppState: FromRef<S>,
@@ -43,18 +57,7 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let state = AppState::from_ref(state);
-        let header = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?;
-        let token = header.strip_prefix("Bearer ").ok_or_else(|| {
-            ApiError::Unauthorized("expected 'Authorization: Bearer <token>'".into())
-        })?;
-        let claims = state
-            .keys
-            .verify(token.trim())
-            .map_err(|e| ApiError::Unauthorized(e.to_string()))?;
+        let claims = bearer_claims(&state.keys, &parts.headers)?;
         let scope = match (&claims.role, &claims.tenant) {
             (Role::Tenant, Some(key)) => {
                 Scope::Tenant(state.tenant_id(key).await?.ok_or_else(|| {

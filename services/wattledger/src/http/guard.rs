@@ -1,7 +1,8 @@
 //! What every request passes before a handler sees it, and what every response carries.
 //!
-//! Requests: a declared body over the limit is refused at once (413), not after waiting for
-//! bytes that may never come; the path and query, percent-decoded, pass the one text rule
+//! Requests: a declared body over the limit is refused at once, not after waiting for bytes
+//! that may never come: 401 to an API request without a valid token (the size this server
+//! takes is no business of a stranger's), 413 otherwise; the path and query, percent-decoded, pass the one text rule
 //! (`wattledger_domain::input::text`), so no handler, extractor or query can meet a NUL byte
 //! or a control character from a URL.
 //!
@@ -28,6 +29,9 @@ pub const PAGE_CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'
 /// For everything that is not a page: nothing loads, nothing frames it.
 const DATA_CSP: &str = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'";
 
+/// The API's paths answered without a token.
+const PUBLIC: [&str; 2] = ["/health", "/v1/openapi.json"];
+
 /// Whether a path is the API's (JSON errors) rather than the dashboard's (HTML pages).
 pub fn is_api(path: &str) -> bool {
     path.starts_with("/v1/") || path == "/health" || path == "/metrics"
@@ -49,6 +53,12 @@ pub async fn requests(State(state): State<AppState>, req: Request, next: Next) -
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
+        // Who may not send anything hears that first, not the size this server takes.
+        if is_api(&path) && !PUBLIC.contains(&path.as_str()) {
+            if let Err(e) = super::extract::bearer_claims(&state.keys, req.headers()) {
+                return e.into_response();
+            }
+        }
         return refuse(ApiError::PayloadTooLarge(limit), PageError::TooLarge(limit));
     }
     if let Err(why) = url_text(&req) {

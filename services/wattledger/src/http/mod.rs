@@ -19,6 +19,7 @@ pub mod prometheus;
 pub mod serve;
 pub mod telemetry;
 pub mod tls;
+pub mod tokens;
 pub mod usage;
 mod validate;
 pub mod webhooks;
@@ -43,7 +44,9 @@ use wattledger_store::inventory::{self, KeyedTable};
 #[derive(Clone)]
 pub struct AppState {
     pub pool: PgPool,
-    pub keys: Keys,
+    /// Shared, not copied: the state is cloned several times per request (each extractor
+    /// and middleware takes its own), and a copy of the keys is a dozen allocations.
+    pub keys: Arc<Keys>,
     pub config: Arc<Config>,
     pub admission: Arc<crate::admission::Admission>,
     /// This process's request, ingest and admission counters, for `/metrics`.
@@ -61,7 +64,7 @@ impl AppState {
     ) -> Self {
         AppState {
             pool,
-            keys,
+            keys: Arc::new(keys),
             config: Arc::new(config),
             admission,
             telemetry: Arc::default(),
@@ -103,6 +106,7 @@ pub fn app(state: AppState) -> Router {
         .merge(budgets::router())
         .merge(chargeback::router())
         .merge(grid_events::router())
+        .merge(tokens::router())
         .route("/v1/metrics/efficiency", get(efficiency::get_efficiency))
         .route("/v1/power/headroom", get(power::get_headroom))
         .route("/v1/power/grid", get(power::get_grid))

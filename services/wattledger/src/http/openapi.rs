@@ -2,7 +2,7 @@
 
 use super::{
     admission, budgets, chargeback, efficiency, error, grid_events, ingest, power, power_policy,
-    prometheus, usage, webhooks,
+    prometheus, tokens, usage, webhooks,
 };
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -25,6 +25,7 @@ use utoipa::{Modify, OpenApi};
         budgets::list, budgets::show, budgets::put, budgets::remove,
         chargeback::list, chargeback::show, chargeback::close, chargeback::reopen,
         chargeback::statement, chargeback::export,
+        tokens::list, tokens::mint, tokens::revoke,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail, error::FieldError,
         ingest::IngestOutcome, ingest::ConflictOut, ingest::Counts)),
@@ -36,6 +37,7 @@ use utoipa::{Modify, OpenApi};
          (name = "power", description = "Sites' measured power (headroom, peaks and swings), power policies and grid events (demand response)"),
          (name = "chargeback", description = "Month close, statements, CSV and FOCUS exports"),
          (name = "webhooks", description = "Signed alert deliveries to tenants' endpoints"),
+         (name = "tokens", description = "API tokens: mint (shown once), list, revoke (admin)"),
          (name = "service", description = "Health"))
 )]
 pub struct ApiDoc;

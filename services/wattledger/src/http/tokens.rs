@@ -1,0 +1,217 @@
+//! API tokens over the API (admin only): mint one (shown once, its id recorded), list them,
+//! revoke one. A revoked token is refused at once by every replica (`auth::follow`).
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{Caller, Query, RawBatch};
+use super::validate::Record;
+use super::AppState;
+use crate::auth::issue::{self, IssueError, DEFAULT_TTL_S, MAX_NOTE_LEN};
+use crate::auth::{AuthError, Role};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+use wattledger_store::api_tokens::{self as store, ApiToken};
+use wattledger_store::StoreError;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/tokens", get(list).post(mint))
+        .route("/v1/tokens/{jti}", delete(revoke))
+}
+
+/// A minted token's record; the token itself is not kept.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenView {
+    /// The token's id (its `jti` claim).
+    pub jti: Uuid,
+    /// Who or what the token is for.
+    pub sub: String,
+    pub role: String,
+    /// The tenant a tenant token is bound to.
+    pub tenant: Option<String>,
+    pub issued_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub minted_by: String,
+    pub note: String,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub revoked_by: Option<String>,
+    /// `live`, `expired` or `revoked`.
+    pub state: String,
+}
+
+impl TokenView {
+    fn of(t: ApiToken, now: DateTime<Utc>) -> Self {
+        let state = if t.revoked_at.is_some() {
+            "revoked"
+        } else if t.expires_at <= now {
+            "expired"
+        } else {
+            "live"
+        };
+        TokenView {
+            jti: t.jti,
+            sub: t.sub,
+            role: t.role,
+            tenant: t.tenant,
+            issued_at: t.issued_at,
+            expires_at: t.expires_at,
+            minted_by: t.minted_by,
+            note: t.note,
+            revoked_at: t.revoked_at,
+            revoked_by: t.revoked_by,
+            state: state.into(),
+        }
+    }
+}
+
+/// A new token: shown this once.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MintedToken {
+    /// The bearer token. It is not stored: keep it now.
+    pub token: String,
+    #[serde(flatten)]
+    pub record: TokenView,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct ListParams {
+    /// Every token recorded, expired and revoked ones too (default: the live ones).
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// The live tokens (not expired, not revoked), newest first; with `all=true`, every token.
+#[utoipa::path(get, path = "/v1/tokens", tag = "tokens", params(ListParams),
+    security(("bearer" = [])),
+    responses((status = 200, body = Vec<TokenView>), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(params): Query<ListParams>,
+) -> ApiResult<Json<Vec<TokenView>>> {
+    caller.require(&[])?;
+    let now = Utc::now();
+    let tokens = store::list(&state.pool, params.all, now).await?;
+    Ok(Json(
+        tokens.into_iter().map(|t| TokenView::of(t, now)).collect(),
+    ))
+}
+
+const FIELDS: [&str; 5] = ["role", "sub", "tenant", "ttl_s", "note"];
+const ROLES: [&str; 6] = [
+    "admin",
+    "finance",
+    "operator",
+    "tenant",
+    "scheduler",
+    "collector",
+];
+
+/// Mints a token (admin): `role`, `sub`, `tenant` (for, and only for, a tenant token),
+/// `ttl_s` (default a day, at most `WATTLEDGER_TOKEN_MAX_TTL`, the default if shorter), `note`. The answer holds the
+/// token, this once.
+#[utoipa::path(post, path = "/v1/tokens", tag = "tokens",
+    request_body(content = Object, description = "role, sub, tenant?, ttl_s?, note?"),
+    security(("bearer" = [])),
+    responses((status = 201, body = MintedToken), (status = 400, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn mint(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawBatch(body): RawBatch,
+) -> ApiResult<(StatusCode, Json<MintedToken>)> {
+    caller.require(&[])?;
+    let value: Value = super::json::parse(&body)?;
+    let mut r = Record::new(0, &value, &FIELDS);
+    let role = r.one_of("role", &ROLES).and_then(|n| Role::of_name(&n));
+    let sub = r.key("sub");
+    let tenant = r.opt_key("tenant");
+    let max = state.keys.max_ttl_s();
+    let ttl_s = r.opt_i64("ttl_s").unwrap_or(DEFAULT_TTL_S.min(max));
+    let note = r.opt_str("note", MAX_NOTE_LEN).unwrap_or_default();
+    if !(1..=max).contains(&ttl_s) {
+        r.error(
+            "ttl_s",
+            format!("must be between 1 and {max} seconds (WATTLEDGER_TOKEN_MAX_TTL)"),
+        );
+    }
+    if let Some(role) = role {
+        if (role == Role::Tenant) != tenant.is_some() {
+            r.error(
+                "tenant",
+                "a tenant token needs a tenant, and only a tenant token may have one",
+            );
+        }
+    }
+    let (Some(role), Some(sub), true) = (role, sub, r.errors.is_empty()) else {
+        return Err(ApiError::Validation(r.errors));
+    };
+    let request = issue::Request {
+        sub: &sub,
+        role,
+        tenant: tenant.as_deref(),
+        ttl_s,
+        minted_by: &caller.subject,
+        note: &note,
+    };
+    let issued = issue::issue(&state.pool, &state.keys, &request)
+        .await
+        .map_err(|e| match e {
+            IssueError::Store(e) => ApiError::Store(e),
+            IssueError::UnknownTenant(_) => {
+                ApiError::Validation(vec![super::error::FieldError::new(
+                    0,
+                    "tenant",
+                    e.to_string(),
+                )])
+            }
+            IssueError::Token(AuthError::TooLong { .. } | AuthError::NoLifetime) => {
+                ApiError::Validation(vec![super::error::FieldError::new(
+                    0,
+                    "ttl_s",
+                    e.to_string(),
+                )])
+            }
+            other => ApiError::BadRequest(other.to_string()),
+        })?;
+    tracing::info!(by = %caller.subject, jti = %issued.record.jti, role = role.as_str(), "API token minted");
+    Ok((
+        StatusCode::CREATED,
+        Json(MintedToken {
+            token: issued.token,
+            record: TokenView::of(issued.record, Utc::now()),
+        }),
+    ))
+}
+
+/// Revokes a token (admin): every replica refuses it from now on. Revoking it again
+/// changes nothing.
+#[utoipa::path(delete, path = "/v1/tokens/{jti}", tag = "tokens",
+    params(("jti" = String, Path, description = "The token's id")), security(("bearer" = [])),
+    responses((status = 200, body = TokenView), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn revoke(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(jti): Path<String>,
+) -> ApiResult<Json<TokenView>> {
+    caller.require(&[])?;
+    let jti = Uuid::try_parse(&jti).map_err(|_| ApiError::NotFound)?;
+    let token = issue::revoke(&state.pool, &state.keys, jti, &caller.subject)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => ApiError::NotFound,
+            e => ApiError::Store(e),
+        })?;
+    tracing::info!(by = %caller.subject, %jti, "API token revoked");
+    Ok(Json(TokenView::of(token, Utc::now())))
+}
