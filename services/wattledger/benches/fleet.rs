@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
-use support::{fresh, Served};
+use support::{fresh, Ingested, Served};
 use wattledger::auth::Role;
 use wattledger::embedded_pg::EmbeddedPostgres;
 use wattledger::sim::fleet::{Counters, Fleet, Step};
@@ -95,6 +95,8 @@ struct Figures {
     queries: Vec<(&'static str, f64, f64, f64)>,
     close_s: f64,
     close_baseline_s: f64,
+    /// Site-hours in which Σ ledger was checked equal to the metered site energy.
+    site_hours_checked: usize,
 }
 
 #[tokio::main]
@@ -195,12 +197,21 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
     let per_chunk = (2_000_000 / keys.len()).max(1) as i64;
     let copy_until = args.copy_days * 1440;
     let mut counters = Counters::default();
+    // The facility meters' counters on every hour boundary, as generated: the metered site
+    // energy the ledger must add up to, hour by hour (`conservation`).
+    let mut site_counters: Vec<Vec<i64>> = vec![Vec::new(); Fleet::SITES];
+    let mut ingested = Ingested::default();
     let progress = Instant::now();
     let mut k0 = 0;
     while k0 <= fleet.steps {
         let k1 = (k0 + per_chunk).min(fleet.steps + 1);
         let steps = fleet.steps(k0, k1, &mut counters);
         fig.samples += steps.len();
+        for r in &steps {
+            if (r.meter as usize) < Fleet::SITES && r.k % 60 == 0 {
+                site_counters[r.meter as usize].push(r.counter_mj);
+            }
+        }
         if k0 < copy_until {
             let (n, s) = copy_steps(&copy, &ids, &steps, &ts).await?;
             fig.copy_rows += n;
@@ -211,7 +222,8 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
             .map(|c| fleet.samples_body(&keys, c, &ts))
             .collect();
         drop(steps);
-        let s = support::send_two(&http, &api, &collector, "samples", bodies).await?;
+        let (s, done) = support::send_two(&http, &api, &collector, "samples", bodies).await?;
+        ingested.merge(done);
         fig.api_s += s;
         if k0 < copy_until {
             fig.api_copy_span_s += s;
@@ -226,6 +238,16 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
     }
     drop(copy);
     drop_database(pg, "fleet_copy").await?;
+    // Each record was sent once into a fresh database: every one must have been written.
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM samples")
+        .fetch_one(&api.pool)
+        .await?;
+    if ingested.written != fig.samples as u64 || stored != fig.samples as i64 {
+        bail!(
+            "{} step records generated, the API answered {ingested:?}, {stored} stored",
+            fig.samples
+        );
+    }
 
     let tokens = fleet.token_records();
     fig.tokens = tokens.len();
@@ -244,6 +266,11 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
     .await?;
     fig.attribute_s = t.elapsed().as_secs_f64();
     println!("   attributed: {stats:?}");
+    fig.site_hours_checked = conservation(&api.pool, &fleet, &site_counters).await?;
+    println!(
+        "   conservation: Σ ledger = metered site energy in all {} site-hours, to the mJ",
+        fig.site_hours_checked
+    );
     fig.hours = sqlx::query_scalar("SELECT count(*) FROM site_hours")
         .fetch_one(&api.pool)
         .await?;
@@ -278,7 +305,8 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
     Ok(fig)
 }
 
-/// POSTs `records` to `/v1/ingest/{path}` in batches, one at a time.
+/// POSTs `records` to `/v1/ingest/{path}` in batches, one at a time; each is new to the
+/// database, so every answer must say all its records were written.
 async fn post_all(
     http: &reqwest::Client,
     s: &Served,
@@ -297,8 +325,81 @@ async fn post_all(
         if !r.status().is_success() {
             bail!("{path}: {}", r.text().await?);
         }
+        let mut done = Ingested::default();
+        done.add(&r.bytes().await?)?;
+        if done.written != chunk.len() as u64 {
+            bail!("{path}: {} records sent, {done:?}", chunk.len());
+        }
     }
     Ok(())
+}
+
+/// Σ ledger energy = the metered site energy (the facility meter's counter rise, as the
+/// bench generated it) in every site-hour of the run, checked in one query over the whole
+/// run, which also compares the attribution's own `site_hours.site_mj`; fails with the first
+/// site-hours that differ. Returns the number of site-hours checked.
+async fn conservation(
+    pool: &sqlx::PgPool,
+    fleet: &Fleet,
+    site_counters: &[Vec<i64>],
+) -> anyhow::Result<usize> {
+    let (mut sites, mut hours, mut metered) = (Vec::new(), Vec::new(), Vec::new());
+    for (site, counters) in site_counters.iter().enumerate() {
+        for (h, pair) in counters.windows(2).enumerate() {
+            sites.push(Fleet::site_key(site).to_owned());
+            hours.push(
+                chrono::DateTime::from_timestamp_millis(fleet.from_ms + h as i64 * 3_600_000)
+                    .unwrap(),
+            );
+            metered.push(pair[1] - pair[0]);
+        }
+    }
+    let differing: Vec<DifferingHour> = sqlx::query_as(
+        "WITH metered AS (
+             SELECT s.id AS site_id, m.hour, m.mj
+             FROM unnest($1::text[], $2::timestamptz[], $3::bigint[]) AS m (site, hour, mj)
+             JOIN sites s ON s.key = m.site),
+         ledger_hours AS (
+             SELECT site_id, hour, sum(total_mj)::bigint AS mj
+             FROM ledger GROUP BY site_id, hour)
+         SELECT s.key AS site, hour, m.mj AS metered, l.mj AS ledger, h.site_mj AS site_hours
+         FROM metered m
+         FULL JOIN ledger_hours l USING (site_id, hour)
+         LEFT JOIN site_hours h USING (site_id, hour)
+         JOIN sites s ON s.id = site_id
+         WHERE coalesce(m.mj, 0) <> coalesce(l.mj, 0)
+            OR coalesce(m.mj, 0) <> coalesce(h.site_mj, 0)
+         ORDER BY hour, s.key",
+    )
+    .bind(&sites)
+    .bind(&hours)
+    .bind(&metered)
+    .fetch_all(pool)
+    .await?;
+    if !differing.is_empty() {
+        for d in differing.iter().take(10) {
+            eprintln!(
+                "   {} {}: metered {:?} mJ, Σ ledger {:?} mJ, site_hours {:?} mJ",
+                d.site, d.hour, d.metered, d.ledger, d.site_hours
+            );
+        }
+        bail!(
+            "Σ ledger ≠ metered site energy in {} of {} site-hours",
+            differing.len(),
+            sites.len()
+        );
+    }
+    Ok(sites.len())
+}
+
+/// A site-hour whose Σ ledger or `site_hours` differs from its metered energy.
+#[derive(sqlx::FromRow)]
+struct DifferingHour {
+    site: String,
+    hour: chrono::DateTime<chrono::Utc>,
+    metered: Option<i64>,
+    ledger: Option<i64>,
+    site_hours: Option<i64>,
 }
 
 async fn meter_ids(pool: &sqlx::PgPool) -> anyhow::Result<HashMap<String, i64>> {
@@ -646,12 +747,12 @@ fn report(f: &Figures) {
 }
 
 fn summary(all: &[Figures]) {
-    println!("\n| GPUs | days | step records | API/COPY | API rows/s | attribution s/fleet-day | ledger rows | KB/GPU-day steps+index (compacted) | usage one p95 ms (×SQL) | usage all p95 ms (×SQL) | dashboard p95 ms | budgets p95 ms | close s |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n| GPUs | days | step records | API/COPY | API rows/s | attribution s/fleet-day | ledger rows | KB/GPU-day steps+index (compacted) | usage one p95 ms (×SQL) | usage all p95 ms (×SQL) | dashboard p95 ms | budgets p95 ms | close s | site-hours Σ ledger = metered |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for f in all {
         let q = |i: usize| &f.queries[i];
         println!(
-            "| {} | {} | {} | {:.2} | {:.0} | {:.1} | {} | {:.0} ({:.0}) | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} | {:.1} | {:.2} |",
+            "| {} | {} | {} | {:.2} | {:.0} | {:.1} | {} | {:.0} ({:.0}) | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} | {:.1} | {:.2} | all {} |",
             f.gpus,
             f.days,
             f.samples,
@@ -667,7 +768,8 @@ fn summary(all: &[Figures]) {
             q(1).1 / q(1).3,
             q(3).2,
             q(4).2,
-            f.close_s
+            f.close_s,
+            f.site_hours_checked
         );
     }
 }

@@ -126,7 +126,7 @@ async fn main() -> anyhow::Result<()> {
         let collector = http_server
             .keys
             .mint("bench", Role::Collector, None, 3600)?;
-        let http_s = support::send_two(
+        let (http_s, done) = support::send_two(
             &reqwest::Client::new(),
             &http_server,
             &collector,
@@ -134,6 +134,10 @@ async fn main() -> anyhow::Result<()> {
             bodies.clone(),
         )
         .await?;
+        // A fresh database each round: every record is new.
+        if done.written != rows as u64 {
+            bail!("the API wrote {} of {rows} records: {done:?}", done.written);
+        }
         let (copy_rate, http_rate) = (rows as f64 / copy_s, rows as f64 / http_s);
         ratios.push(http_rate / copy_rate);
         println!(

@@ -60,14 +60,20 @@ pub async fn fresh(
     let admin = keys.mint("bench", Role::Admin, None, 3600)?;
     let client = reqwest::Client::new();
     for (path, body) in inventory {
-        let r = client
-            .post(format!("{base}/v1/ingest/{path}"))
-            .bearer_auth(&admin)
-            .json(body)
-            .send()
-            .await?;
-        if !r.status().is_success() {
-            bail!("{path}: {}", r.text().await?);
+        // A fleet of 100,000 GPUs has more meters than a batch may hold.
+        let Some(records) = body["records"].as_array() else {
+            bail!("{path}: the inventory body has no records");
+        };
+        for chunk in records.chunks(10_000) {
+            let r = client
+                .post(format!("{base}/v1/ingest/{path}"))
+                .bearer_auth(&admin)
+                .json(&serde_json::json!({ "records": chunk }))
+                .send()
+                .await?;
+            if !r.status().is_success() {
+                bail!("{path}: {}", r.text().await?);
+            }
         }
     }
     // Partitions exist before anything is written, so no measurement pays for creating them.
@@ -104,8 +110,54 @@ pub fn inventory(sim: &wattledger::sim::Simulation) -> Vec<(&'static str, serde_
     ]
 }
 
+/// What the server said it did with the batches sent, summed over their answers.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Ingested {
+    pub received: u64,
+    pub written: u64,
+    pub duplicates: u64,
+}
+
+impl Ingested {
+    /// Reads one ingest answer and adds it in, refusing one that does not account for every
+    /// record it received (`written + duplicates = received`) or reports a conflict: a bench
+    /// whose server quietly dropped records would otherwise look faster.
+    // Each bench uses the parts it needs.
+    #[allow(dead_code)]
+    pub fn add(&mut self, answer: &[u8]) -> anyhow::Result<()> {
+        #[derive(serde::Deserialize)]
+        struct Outcome {
+            received: u64,
+            written: u64,
+            duplicates: u64,
+            conflicts: Vec<serde_json::Value>,
+        }
+        let o: Outcome = serde_json::from_slice(answer).map_err(|e| {
+            anyhow::anyhow!("ingest answer: {e}: {}", String::from_utf8_lossy(answer))
+        })?;
+        if o.written + o.duplicates != o.received || !o.conflicts.is_empty() {
+            bail!(
+                "ingest answer does not account for its records: {}",
+                String::from_utf8_lossy(answer)
+            );
+        }
+        self.merge(Ingested {
+            received: o.received,
+            written: o.written,
+            duplicates: o.duplicates,
+        });
+        Ok(())
+    }
+
+    pub fn merge(&mut self, other: Ingested) {
+        self.received += other.received;
+        self.written += other.written;
+        self.duplicates += other.duplicates;
+    }
+}
+
 /// Sends the bodies with two requests in flight (agents send concurrently); returns the
-/// seconds it took.
+/// seconds it took and what the answers said was done (each one checked by `Ingested::add`).
 // Each bench uses the parts it needs.
 #[allow(dead_code)]
 pub async fn send_two(
@@ -114,7 +166,7 @@ pub async fn send_two(
     token: &str,
     path: &str,
     bodies: Vec<Vec<u8>>,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, Ingested)> {
     let url = format!("{}/v1/ingest/{path}", s.base);
     let bodies = std::sync::Arc::new(bodies);
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -124,10 +176,11 @@ pub async fn send_two(
             let (http, url, token) = (http.clone(), url.clone(), token.to_owned());
             let (bodies, next) = (bodies.clone(), next.clone());
             tokio::spawn(async move {
+                let mut done = Ingested::default();
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(body) = bodies.get(i) else {
-                        return Ok::<_, anyhow::Error>(());
+                        return Ok::<_, anyhow::Error>(done);
                     };
                     let r = http
                         .post(&url)
@@ -139,12 +192,14 @@ pub async fn send_two(
                     if !r.status().is_success() {
                         bail!("batch refused: {}", r.text().await?);
                     }
+                    done.add(&r.bytes().await?)?;
                 }
             })
         })
         .collect();
+    let mut done = Ingested::default();
     for lane in lanes {
-        lane.await??;
+        done.merge(lane.await??);
     }
-    Ok(t.elapsed().as_secs_f64())
+    Ok((t.elapsed().as_secs_f64(), done))
 }

@@ -171,6 +171,13 @@ impl Fleet {
         self.jobs.len()
     }
 
+    /// The number of sites; meter `i < SITES` is site `i`'s facility meter.
+    pub const SITES: usize = SITES.len();
+
+    pub fn site_key(site: usize) -> &'static str {
+        SITES[site].0
+    }
+
     pub fn tenant_key(t: usize) -> String {
         format!("t{t:04}")
     }
