@@ -52,18 +52,7 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
         return Ok(InsertOutcome::default());
     }
     let mut tx = pool.begin().await?;
-    // The partitions of the days (months) the rows fall in, not of the range between them:
-    // a spool drained after a week sends a week, not every day since its oldest row.
-    let mut days: Vec<(bool, chrono::NaiveDate)> =
-        rows.iter().map(|r| (r.raw, r.ts.date_naive())).collect();
-    days.sort_unstable();
-    days.dedup();
-    let mut spans: Vec<partitions::Span> = days
-        .into_iter()
-        .map(|(raw, day)| partitions::Span::containing(partitions::Kind::of(raw), day))
-        .collect();
-    spans.dedup();
-    partitions::ensure(&mut tx, &spans).await?;
+    partitions::ensure(&mut tx, &spans_of(rows)).await?;
     let meter_ids: Vec<i64> = rows.iter().map(|r| r.meter_id).collect();
     let ts: Vec<DateTime<Utc>> = rows.iter().map(|r| r.ts).collect();
 
@@ -164,6 +153,81 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     }
     tx.commit().await?;
     Ok(outcome)
+}
+
+/// Inserts several batches, each as `insert` takes it, in one transaction when it can: group
+/// commit, for many small batches arriving at once (a fleet's agents each pushing a minute
+/// of their node's meters). Each such batch marks the same few (site, hour)s dirty, and the
+/// row lock each transaction holds on them until its commit would queue the batches one
+/// behind the other, a commit's flush each; a group marks them once and flushes once.
+///
+/// The group's fast path is one COPY of every batch's rows, all new. If two batches hold the
+/// same (meter, ts), or the group's transaction fails for any reason (a row already stored,
+/// a deadlock with another group), every batch takes `insert` on its own, so each gets its
+/// own outcome, duplicates and conflicts told apart, and its own error.
+#[tracing::instrument(skip_all, fields(batches = batches.len()))]
+pub async fn insert_group(
+    pool: &PgPool,
+    batches: &[Vec<SampleRow>],
+) -> Vec<StoreResult<InsertOutcome>> {
+    if batches.len() > 1 && disjoint(batches) {
+        let rows = batches.concat();
+        match insert_new(pool, &rows).await {
+            Ok(()) => {
+                return batches
+                    .iter()
+                    .map(|b| {
+                        Ok(InsertOutcome {
+                            inserted: b.len() as u64,
+                            ..InsertOutcome::default()
+                        })
+                    })
+                    .collect();
+            }
+            Err(e) => tracing::debug!(error = %e, "group commit falls back to batch by batch"),
+        }
+    }
+    let mut out = Vec::with_capacity(batches.len());
+    for b in batches {
+        out.push(insert(pool, b).await);
+    }
+    out
+}
+
+/// Whether no (meter, ts, raw) is in two batches (each batch has none twice).
+fn disjoint(batches: &[Vec<SampleRow>]) -> bool {
+    let mut seen = std::collections::HashSet::with_capacity(batches.iter().map(Vec::len).sum());
+    batches
+        .iter()
+        .flatten()
+        .all(|r| seen.insert((r.meter_id, r.ts, r.raw)))
+}
+
+/// Rows all new, in one transaction with their dirty marks; fails whole if any is stored.
+async fn insert_new(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<()> {
+    let mut tx = pool.begin().await?;
+    partitions::ensure(&mut tx, &spans_of(rows)).await?;
+    copy(&mut tx, rows).await?;
+    let meter_ids: Vec<i64> = rows.iter().map(|r| r.meter_id).collect();
+    let ts: Vec<DateTime<Utc>> = rows.iter().map(|r| r.ts).collect();
+    dirty::mark_for_samples(&mut tx, &meter_ids, &ts).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The partitions of the days (months) the rows fall in, not of the range between them: a
+/// spool drained after a week sends a week, not every day since its oldest row.
+fn spans_of(rows: &[SampleRow]) -> Vec<partitions::Span> {
+    let mut days: Vec<(bool, chrono::NaiveDate)> =
+        rows.iter().map(|r| (r.raw, r.ts.date_naive())).collect();
+    days.sort_unstable();
+    days.dedup();
+    let mut spans: Vec<partitions::Span> = days
+        .into_iter()
+        .map(|(raw, day)| partitions::Span::containing(partitions::Kind::of(raw), day))
+        .collect();
+    spans.dedup();
+    spans
 }
 
 /// COPY of validated rows in PostgreSQL's binary format: no text to format or parse.

@@ -53,6 +53,8 @@ pub struct AppState {
     pub telemetry: Arc<telemetry::Telemetry>,
     /// Tenant key → id, for tenant tokens: tenants are few and rarely change.
     tenants: Arc<RwLock<HashMap<String, i64>>>,
+    /// Sample batches are written in groups (`ingest::group_commit`).
+    pub samples: ingest::group_commit::SampleWriter,
 }
 
 impl AppState {
@@ -63,6 +65,10 @@ impl AppState {
         admission: Arc<crate::admission::Admission>,
     ) -> Self {
         AppState {
+            samples: ingest::group_commit::SampleWriter::start(
+                pool.clone(),
+                config.max_batch_records,
+            ),
             pool,
             keys: Arc::new(keys),
             config: Arc::new(config),

@@ -5,6 +5,7 @@
 //! one statement. Resending a batch changes nothing.
 
 mod counted;
+pub mod group_commit;
 pub mod inventory;
 pub mod jobs;
 pub mod samples;

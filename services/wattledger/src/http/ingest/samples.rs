@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use wattledger_domain::steps::StepError;
 use wattledger_store::inventory::{self, MeterRef};
-use wattledger_store::samples::{self, SampleRow};
+use wattledger_store::samples::SampleRow;
 use wattledger_wire::Sample;
 
 const FIELDS: [&str; 6] = ["meter", "ts", "counter_mj", "power_w", "peak_w", "step_s"];
@@ -145,7 +145,8 @@ async fn store_samples(
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
-    let outcome = samples::insert(&state.pool, &unique).await?;
+    let collapsed = (rows.len() - unique.len()) as u64;
+    let outcome = state.samples.insert(unique).await?;
     if !outcome.conflicts.is_empty() {
         tracing::warn!(
             conflicts = outcome.conflicts.len(),
@@ -155,7 +156,7 @@ async fn store_samples(
     Ok(Json(IngestOutcome {
         received,
         written: outcome.inserted,
-        duplicates: outcome.duplicates + (rows.len() - unique.len()) as u64,
+        duplicates: outcome.duplicates + collapsed,
         conflicts: outcome
             .conflicts
             .iter()
