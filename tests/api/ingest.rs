@@ -414,3 +414,127 @@ async fn step_records_keep_their_peak_and_a_peak_below_the_mean_is_refused() {
     assert_eq!(body["conflicts"][0]["index"], 0, "{body}");
     assert_eq!(count(&app, "sample_conflicts").await, 1);
 }
+
+/// Group commit (`samples::insert_group`): batches written together keep each its own
+/// outcome, whether the group takes one COPY or falls back batch by batch, and mark what
+/// one batch at a time would.
+#[tokio::test]
+async fn batches_committed_together_keep_their_own_outcomes() {
+    use wattledger_store::samples::{insert_group, SampleRow};
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let ids: std::collections::HashMap<String, i64> = sqlx::query_as("SELECT key, id FROM meters")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let row = |meter: &str, minute: i64, counter_mj: i64| SampleRow {
+        meter_id: ids[meter],
+        ts: chrono::DateTime::parse_from_rfc3339(&scenario::at(minute))
+            .unwrap()
+            .to_utc(),
+        counter_mj: Some(counter_mj),
+        power_mw: None,
+        peak_mw: None,
+        raw: false,
+    };
+    let written = |o: &wattledger_store::StoreResult<wattledger_store::samples::InsertOutcome>| {
+        let o = o.as_ref().unwrap();
+        (o.inserted, o.duplicates, o.conflicts.len())
+    };
+
+    // All new: one transaction for the group.
+    let a = vec![row("g0", 0, 100), row("g1", 0, 100)];
+    let b = vec![row("g2", 0, 100), row("n1", 0, 1_000)];
+    let out = insert_group(&app.pool, &[a.clone(), b.clone()]).await;
+    assert_eq!(
+        out.iter().map(written).collect::<Vec<_>>(),
+        [(2, 0, 0), (2, 0, 0)]
+    );
+    assert_eq!(count(&app, "samples").await, 4);
+
+    // A resend, a conflict and a new batch in one group: the COPY fails on the stored rows
+    // and each batch is written on its own, with its own outcome.
+    let c = vec![row("g0", 1, 200)];
+    let conflicting = vec![row("g2", 0, 999), row("g2", 1, 200)];
+    let out = insert_group(&app.pool, &[c, a.clone(), conflicting]).await;
+    assert_eq!(
+        out.iter().map(written).collect::<Vec<_>>(),
+        [(1, 0, 0), (0, 2, 0), (1, 0, 1)]
+    );
+    assert_eq!(count(&app, "samples").await, 6);
+    assert_eq!(count(&app, "sample_conflicts").await, 1);
+
+    // The same sample in two batches of a group (an agent's retry racing its first try):
+    // written once, the other copy a duplicate.
+    let d = vec![row("g1", 1, 200)];
+    let out = insert_group(&app.pool, &[d.clone(), d]).await;
+    assert_eq!(
+        out.iter().map(written).collect::<Vec<_>>(),
+        [(1, 0, 0), (0, 1, 0)]
+    );
+    assert_eq!(count(&app, "samples").await, 7);
+
+    // Every meter's head follows its newest samples, and the hour is dirty, as batch by
+    // batch would leave them.
+    let heads: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM meter_heads h JOIN meters m ON m.id = h.meter_id
+         WHERE h.last_ts = (SELECT max(ts) FROM samples s WHERE s.meter_id = h.meter_id)",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(heads, 4);
+    assert_eq!(count(&app, "dirty_hours").await, 1);
+}
+
+/// Many agents pushing at once through the API: every push is answered with its own
+/// counts and every sample is stored once.
+#[tokio::test]
+async fn concurrent_pushes_are_each_answered_for_their_own_records() {
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let collector = app.token(Role::Collector);
+    let pushes = (0..40i64).map(|minute| {
+        let (app, collector) = (&app, &collector);
+        async move {
+            let records = json!([
+                {"meter": "g0", "ts": scenario::at(minute), "counter_mj": 1_000 + minute},
+                {"meter": "g1", "ts": scenario::at(minute), "counter_mj": 2_000 + minute}
+            ]);
+            // Every fourth push is sent twice at once, as a retry racing its first try.
+            let twice = minute % 4 == 0;
+            let first = app.ingest(collector, "samples", records.clone());
+            let second = async {
+                if twice {
+                    Some(app.ingest(collector, "samples", records).await)
+                } else {
+                    None
+                }
+            };
+            let (first, second) = tokio::join!(first, second);
+            (first, second)
+        }
+    });
+    let answers = futures::future::join_all(pushes).await;
+    let mut written = 0;
+    for ((status, body), again) in answers {
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["received"], 2, "{body}");
+        let mut w = body["written"].as_u64().unwrap();
+        let mut d = body["duplicates"].as_u64().unwrap();
+        if let Some((status, body)) = again {
+            assert_eq!(status, 200, "{body}");
+            w += body["written"].as_u64().unwrap();
+            d += body["duplicates"].as_u64().unwrap();
+            assert_eq!((w, d), (2, 2), "two tries of one push: {body}");
+        } else {
+            assert_eq!((w, d), (2, 0), "{body}");
+        }
+        written += w;
+    }
+    assert_eq!(written, 80);
+    assert_eq!(count(&app, "samples").await, 80);
+    assert_eq!(count(&app, "sample_conflicts").await, 0);
+}
