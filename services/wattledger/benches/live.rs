@@ -143,6 +143,7 @@ async fn main() -> anyhow::Result<()> {
                 "max_connections=200",
                 // What each statement of a push costs, printed after each size.
                 "shared_preload_libraries=pg_stat_statements",
+                "pg_stat_statements.track_planning=on",
             ],
         )
     })
