@@ -110,11 +110,14 @@ async fn main() -> anyhow::Result<()> {
             println!("connections {c}, round {round}:");
             for (name, r) in &runs {
                 println!(
-                    "  {name:<24} {:>8.0} req/s  p50 {:>6.3} ms  p99 {:>6.3} ms  {:>5.1} % of baseline",
+                    "  {name:<24} {:>8.0} req/s  p50 {:>6.3} ms  p99 {:>6.3} ms  {:>5.1} % of baseline  \
+                     server CPU {:>5.1} µs/req ({:>5.1} % of baseline's)",
                     r.rate,
                     r.p50_ms,
                     r.p99_ms,
-                    100.0 * r.rate / base.rate
+                    100.0 * r.rate / base.rate,
+                    r.cpu_us,
+                    100.0 * base.cpu_us / r.cpu_us
                 );
             }
         }
@@ -288,10 +291,31 @@ struct Run {
     rate: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// This process's CPU time (both servers, the admission state's refresh and writer)
+    /// per answered request. On a machine others are using, the rate follows the share of
+    /// the cores the bench gets; the CPU a request costs does not.
+    cpu_us: f64,
+}
+
+/// User and system CPU seconds of this process, all threads (`/proc/self/stat`, Linux).
+fn cpu_seconds() -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command name (which may hold spaces) start at the state, field 3;
+    // utime and stime are fields 14 and 15, in USER_HZ ticks (100 a second on Linux).
+    let rest = stat.rsplit_once(") ").context("/proc/self/stat")?.1;
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        Ok(rest
+            .split_whitespace()
+            .nth(i)
+            .context("/proc/self/stat is short")?
+            .parse::<f64>()?)
+    };
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 /// One wrk run (one thread: the machine has two cores and the server needs them).
 fn wrk(url: &str, script: &str, connections: u32, seconds: u32) -> anyhow::Result<Run> {
+    let cpu_before = cpu_seconds()?;
     let out = Command::new("wrk")
         .args(["-t1", "--latency", "-s", script])
         .arg(format!("-c{connections}"))
@@ -299,6 +323,7 @@ fn wrk(url: &str, script: &str, connections: u32, seconds: u32) -> anyhow::Resul
         .arg(url)
         .output()
         .context("running wrk")?;
+    let cpu = cpu_seconds()? - cpu_before;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() || text.contains("Non-2xx") || text.contains("Socket errors") {
         bail!("wrk against {url} saw errors:\n{text}");
@@ -331,7 +356,10 @@ fn wrk(url: &str, script: &str, connections: u32, seconds: u32) -> anyhow::Resul
             rate: field("Requests/sec:")?.parse().ok()?,
             p50_ms: ms(field("50%")?)?,
             p99_ms: ms(field("99%")?)?,
+            cpu_us: 0.0,
         })
     })();
-    parsed.with_context(|| format!("could not read wrk's output:\n{text}"))
+    let mut run = parsed.with_context(|| format!("could not read wrk's output:\n{text}"))?;
+    run.cpu_us = cpu * 1e6 / run.requests.max(1) as f64;
+    Ok(run)
 }

@@ -116,6 +116,13 @@ pub struct Answer {
     pub power: PowerSource,
 }
 
+/// An answer and its JSON, written once: the asker's response body and the stored record.
+#[derive(Debug)]
+pub struct Answered {
+    pub answer: Answer,
+    pub json: String,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum AskError {
     #[error("invalid request")]

@@ -2,7 +2,7 @@
 //! policy under a shared lock, reserved under the state's own lock only when it takes
 //! power, and handed to the writer.
 
-use super::api::{validate, Answer, Ask, AskError, PowerSource, Savings};
+use super::api::{validate, Answer, Answered, Ask, AskError, PowerSource, Savings};
 use super::state::{Hot, Pending, LEARN_DAYS};
 use super::{writer, Admission};
 use chrono::{DateTime, Duration, Utc};
@@ -18,7 +18,7 @@ use wattledger_store::admission as store;
 impl Admission {
     /// Decides on one job: validated here, decided on the hot state, reserved at once, and
     /// handed to the writer.
-    pub fn ask(&self, ask: &Ask, source: &str, now: DateTime<Utc>) -> Result<Answer, AskError> {
+    pub fn ask(&self, ask: &Ask, source: &str, now: DateTime<Utc>) -> Result<Answered, AskError> {
         self.ask_maybe_dry(ask, source, now, false)
     }
 
@@ -30,7 +30,7 @@ impl Admission {
         source: &str,
         now: DateTime<Utc>,
         dry_run: bool,
-    ) -> Result<Answer, AskError> {
+    ) -> Result<Answered, AskError> {
         let dry_run = dry_run || ask.dry_run;
         let bad = validate(ask, now);
         // Decided under a shared lock, so decisions run side by side; only a decision that
@@ -110,6 +110,7 @@ impl Admission {
             power_cap_w: d.power_cap_w,
             power,
         };
+        let json = answer_json(&answer);
         let record = store::NewDecision {
             id,
             decided_at: now,
@@ -138,19 +139,34 @@ impl Admission {
                 .and_then(|e| e.carbon_average_kg),
             grid_event_id: d.moved.map(|m| m.event_id),
             moved_mj: d.moved.map(|m| m.mj),
-            // Filled by the writer: serialising is not the request's work.
+            // The question is serialised by the writer, off the request path; the answer is
+            // the body just written for the asker, copied in only if it is to be stored.
             request: String::new(),
             answer: String::new(),
         };
         if let Some(permit) = permit {
             permit.send(writer::Decided {
-                record,
+                record: store::NewDecision {
+                    answer: json.clone(),
+                    ..record
+                },
                 ask: ask.clone(),
-                answer: answer.clone(),
             });
         }
-        Ok(answer)
+        Ok(Answered { answer, json })
     }
+}
+
+/// Room for an answer's JSON (reasons, two estimates, budgets: 1–2 KB), so that writing it
+/// seldom grows the buffer.
+const ANSWER_JSON_CAPACITY: usize = 2048;
+
+fn answer_json(answer: &Answer) -> String {
+    let mut out = Vec::with_capacity(ANSWER_JSON_CAPACITY);
+    // An answer holds only strings, numbers, times and decimals: writing it cannot fail, and
+    // serde_json writes UTF-8.
+    let _ = serde_json::to_writer(&mut out, answer);
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// A decision taken on the state, not yet applied to it.

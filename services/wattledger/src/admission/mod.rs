@@ -17,7 +17,7 @@ mod refresh;
 mod state;
 pub mod writer;
 
-pub use api::{Answer, Ask, AskError, PowerSource};
+pub use api::{Answer, Answered, Ask, AskError, PowerSource};
 
 use chrono::Utc;
 use parking_lot::RwLock;

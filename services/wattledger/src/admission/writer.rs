@@ -8,7 +8,7 @@
 //! each refused row is kept as a dead letter (`admission_dead_letters`, with the reason),
 //! logged, and counted in `/metrics` and `/health`.
 
-use super::{Answer, Ask};
+use super::Ask;
 use sqlx::PgPool;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,18 +20,17 @@ use wattledger_store::StoreError;
 const MAX_BATCH: usize = 1000;
 const LONGEST_BACKOFF: Duration = Duration::from_secs(10);
 
-/// A decision as answered; its question and answer become the record's JSON here.
+/// A decision as answered (the record holds the answer's JSON as sent); its question
+/// becomes the record's JSON here.
 pub struct Decided {
     pub record: NewDecision,
     pub ask: Ask,
-    pub answer: Answer,
 }
 
 impl Decided {
     fn into_record(self) -> NewDecision {
         NewDecision {
             request: serde_json::to_string(&self.ask).unwrap_or_default(),
-            answer: serde_json::to_string(&self.answer).unwrap_or_default(),
             ..self.record
         }
     }

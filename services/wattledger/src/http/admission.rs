@@ -8,6 +8,8 @@ use super::AppState;
 use crate::admission::{Answer, Ask, AskError};
 use crate::auth::Role;
 use axum::extract::State;
+use axum::http::header::{HeaderValue, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
@@ -127,16 +129,20 @@ pub async fn ask(
     State(state): State<AppState>,
     caller: Caller,
     RawBatch(body): RawBatch,
-) -> ApiResult<Json<Answer>> {
+) -> ApiResult<Response> {
     caller.require(&[Role::Scheduler])?;
     let ask = parse_ask(&body)?;
     let started = std::time::Instant::now();
-    let answer = state
+    let answered = state
         .admission
         .ask(&ask, ask.source.as_deref().unwrap_or("api"), Utc::now())
         .map_err(to_api)?;
-    state.telemetry.decided(answer.decision, started.elapsed());
-    Ok(Json(answer))
+    state
+        .telemetry
+        .decided(answered.answer.decision, started.elapsed());
+    // The JSON the decision is stored with, not a second serialisation of the answer.
+    let json = HeaderValue::from_static("application/json");
+    Ok(([(CONTENT_TYPE, json)], answered.json).into_response())
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -438,7 +444,7 @@ pub async fn kubernetes(
         .admission
         .ask_maybe_dry(&ask, "kubernetes", Utc::now(), dry_run)
     {
-        Ok(a) => a,
+        Ok(a) => a.answer,
         Err(AskError::Fields(f)) => {
             let why: Vec<String> = f.into_iter().map(|(k, r)| format!("{k} {r}")).collect();
             return Ok(reply(json!({"uid": uid, "allowed": false,
