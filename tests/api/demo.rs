@@ -169,23 +169,28 @@ async fn the_demos_printed_figures_are_the_apis_once_it_says_ready() {
             .stderr(std::fs::File::create(dir.join("demo.err")).unwrap()),
     );
     let stdout = demo.0.stdout.take().unwrap();
-    let lines = tokio::task::spawn_blocking(move || {
+    let (ready, lines) = tokio::sync::oneshot::channel();
+    // Read to the end, not only to "Try:": a pipe closed under it would fail the demo's
+    // next write.
+    std::thread::spawn(move || {
         let mut lines = Vec::new();
+        let mut ready = Some(ready);
         for line in std::io::BufReader::new(stdout).lines() {
-            let line = line.unwrap();
+            let Ok(line) = line else { break };
             let done = line.starts_with("Try:");
             lines.push(line);
             if done {
-                break;
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(std::mem::take(&mut lines));
+                }
             }
         }
-        lines
     });
+    let err = || std::fs::read_to_string(dir.join("demo.err")).unwrap_or_default();
     let lines = tokio::time::timeout(std::time::Duration::from_secs(240), lines)
         .await
         .expect("the demo did not say it was ready within 4 minutes")
-        .unwrap();
-    let err = || std::fs::read_to_string(dir.join("demo.err")).unwrap_or_default();
+        .unwrap_or_else(|_| panic!("the demo ended before it was ready:\n{}", err()));
     let text = lines.join("\n");
     let find = |prefix: &str| {
         lines

@@ -166,11 +166,19 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
-    let result = run(cli).await;
-    // An embedded PostgreSQL this process started stops with it (its data is kept): whoever
-    // stops the program expects nothing of it left running.
-    wattledger::embedded_pg::stop_started();
-    result
+    let _stop = StopEmbedded;
+    run(cli).await
+}
+
+/// An embedded PostgreSQL this process started stops with it (its data is kept): whoever
+/// stops the program expects nothing of it left running. On drop, so also when a panic
+/// unwinds (a closed stdout makes `println!` panic).
+struct StopEmbedded;
+
+impl Drop for StopEmbedded {
+    fn drop(&mut self) {
+        wattledger::embedded_pg::stop_started();
+    }
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
