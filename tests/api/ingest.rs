@@ -538,3 +538,31 @@ async fn concurrent_pushes_are_each_answered_for_their_own_records() {
     assert_eq!(count(&app, "samples").await, 80);
     assert_eq!(count(&app, "sample_conflicts").await, 0);
 }
+
+/// Sample ingest keeps the meters it has looked up (`ingest::meter_cache`); a meters ingest
+/// on the same server is seen by the next batch.
+#[tokio::test]
+async fn a_meter_re_registered_is_seen_by_the_next_sample_batch() {
+    let app = TestApp::start().await;
+    scenario::push_inventory(&app, &scenario::batches()).await;
+    let collector = app.token(Role::Collector);
+    let sample =
+        |minute| json!([{"meter": "g2", "ts": scenario::at(minute), "counter_mj": 100 + minute}]);
+    let (status, body) = app.ingest(&collector, "samples", sample(0)).await;
+    assert_eq!((status, &body["written"]), (200, &json!(1)), "{body}");
+    // g2 becomes a MIG instance of g1: it has no counter of its own any more.
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Admin),
+            "meters",
+            json!([{"key": "g2", "site": "s1", "kind": "mig", "parent": "g1", "mig_profile": "3g.40gb"}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = app.ingest(&collector, "samples", sample(1)).await;
+    assert_eq!(
+        (status, errors(&body)),
+        (422, vec![(0, "meter".into())]),
+        "{body}"
+    );
+}

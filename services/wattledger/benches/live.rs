@@ -559,28 +559,43 @@ impl Cpu {
             else {
                 continue;
             };
-            if let Some((ppid, cpu)) = stat(pid) {
-                if pid == postmaster || ppid == postmaster {
-                    postgres += cpu;
+            if let Some(s) = stat(pid) {
+                // The postmaster's own, and its ended children's (a backend that closed
+                // during the window), and each live child's.
+                if pid == postmaster {
+                    postgres += s.cpu + s.children_cpu;
+                } else if s.ppid == postmaster {
+                    postgres += s.cpu;
                 }
             }
         }
         Ok(Cpu {
-            server: stat(server).map_or(0.0, |s| s.1),
+            server: stat(server).map_or(0.0, |s| s.cpu),
             postgres,
-            client: stat(std::process::id()).map_or(0.0, |s| s.1),
+            client: stat(std::process::id()).map_or(0.0, |s| s.cpu),
         })
     }
 }
 
-/// A process's parent and its user + system CPU seconds, from `/proc/PID/stat`.
-fn stat(pid: u32) -> Option<(u32, f64)> {
+struct Stat {
+    ppid: u32,
+    /// User + system CPU seconds.
+    cpu: f64,
+    /// Of its children that ended and were waited for.
+    children_cpu: f64,
+}
+
+/// A process's parent and CPU seconds, from `/proc/PID/stat`.
+fn stat(pid: u32) -> Option<Stat> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: fields are counted after its ')'.
     let rest = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split(' ').collect();
     let ticks = 100.0; // USER_HZ on Linux
-    let ppid = f.get(1)?.parse().ok()?;
-    let cpu = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some((ppid, cpu / ticks))
+    let field = |i: usize| f.get(i)?.parse::<f64>().ok();
+    Some(Stat {
+        ppid: f.get(1)?.parse().ok()?,
+        cpu: (field(11)? + field(12)?) / ticks,
+        children_cpu: (field(13)? + field(14)?) / ticks,
+    })
 }

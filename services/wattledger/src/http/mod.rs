@@ -55,6 +55,8 @@ pub struct AppState {
     tenants: Arc<RwLock<HashMap<String, i64>>>,
     /// Sample batches are written in groups (`ingest::group_commit`).
     pub samples: ingest::group_commit::SampleWriter,
+    /// The meters sample batches name (`ingest::meter_cache`).
+    pub meters: Arc<ingest::meter_cache::MeterCache>,
 }
 
 impl AppState {
@@ -69,6 +71,7 @@ impl AppState {
                 pool.clone(),
                 config.max_batch_records,
             ),
+            meters: Arc::default(),
             pool,
             keys: Arc::new(keys),
             config: Arc::new(config),

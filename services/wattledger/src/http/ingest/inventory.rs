@@ -420,5 +420,6 @@ pub async fn meters(
     tx.commit()
         .await
         .map_err(wattledger_store::StoreError::from)?;
+    state.meters.clear();
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
 }

@@ -8,6 +8,7 @@ mod counted;
 pub mod group_commit;
 pub mod inventory;
 pub mod jobs;
+pub mod meter_cache;
 pub mod samples;
 pub mod signals;
 pub mod tokens;

@@ -13,7 +13,7 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use wattledger_domain::steps::StepError;
-use wattledger_store::inventory::{self, MeterRef};
+use wattledger_store::inventory::MeterRef;
 use wattledger_store::samples::SampleRow;
 use wattledger_wire::Sample;
 
@@ -36,7 +36,7 @@ pub async fn samples_batch(
     if let Ok(strict) = serde_json::from_slice::<Strict>(&bytes) {
         if strict.records.len() <= state.config.max_batch_records {
             let keys = distinct(strict.records.iter().map(|r| r.meter.as_str()));
-            let meters = inventory::meters_by_key(&state.pool, &keys).await?;
+            let meters = state.meters.by_key(&state.pool, &keys).await?;
             let rows: Option<Vec<SampleRow>> = strict
                 .records
                 .iter()
@@ -52,7 +52,7 @@ pub async fn samples_batch(
     }
     let Batch(batch) = Batch::parse(&bytes, state.config.max_batch_records)?;
     let keys = distinct(batch.iter().filter_map(|v| v.get("meter")?.as_str()));
-    let meters = inventory::meters_by_key(&state.pool, &keys).await?;
+    let meters = state.meters.by_key(&state.pool, &keys).await?;
     let rows = read_all(&batch, &FIELDS, |r| {
         let meter = r.string("meter");
         let ts = r.time("ts", far_future());
