@@ -51,6 +51,7 @@ async fn main() -> anyhow::Result<()> {
         EmbeddedPostgres::start(&dir, &["synchronous_commit=off"])
     })
     .await??;
+    let _stop = support::StopPostgres { keep: false };
     // Forecasts from an hour ago to two days ahead: every flexible question searches them.
     let hour = Utc::now().duration_trunc(Duration::hours(1))?;
     let sim = Simulation::new(

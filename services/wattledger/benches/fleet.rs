@@ -127,6 +127,7 @@ async fn main() -> anyhow::Result<()> {
         )
     })
     .await??;
+    let _stop = support::StopPostgres { keep: args.keep };
     let mut all = Vec::new();
     for &gpus in &args.sizes {
         let f = run(&pg, gpus, &args).await?;

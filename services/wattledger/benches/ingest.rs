@@ -32,6 +32,7 @@ async fn main() -> anyhow::Result<()> {
         EmbeddedPostgres::start(&dir, &["synchronous_commit=off"])
     })
     .await??;
+    let _stop = support::StopPostgres { keep: false };
     let from = chrono::DateTime::parse_from_rfc3339("2026-09-01T00:00:00Z")?.timestamp_millis();
     let sim = Simulation::new(7, from, from + days * 86_400_000, 300_000);
     let mut batches: Vec<Vec<Value>> = Vec::new();

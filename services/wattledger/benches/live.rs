@@ -148,10 +148,9 @@ async fn main() -> anyhow::Result<()> {
         )
     })
     .await??;
-    let measured = measure(&pg, &args).await;
     // Its settings (pg_stat_statements) are this bench's: a later run starts it afresh.
-    wattledger::embedded_pg::stop_started();
-    measured
+    let _stop = support::StopPostgres { keep: false };
+    measure(&pg, &args).await
 }
 
 async fn measure(pg: &EmbeddedPostgres, args: &Args) -> anyhow::Result<()> {

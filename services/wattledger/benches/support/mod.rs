@@ -203,3 +203,17 @@ pub async fn send_two(
     }
     Ok((t.elapsed().as_secs_f64(), done))
 }
+
+/// Stops the PostgreSQL the bench started when dropped (at its end, also on an error), unless
+/// told to keep it (`--keep`, to look into a query afterwards).
+pub struct StopPostgres {
+    pub keep: bool,
+}
+
+impl Drop for StopPostgres {
+    fn drop(&mut self) {
+        if !self.keep {
+            wattledger::embedded_pg::stop_started();
+        }
+    }
+}
