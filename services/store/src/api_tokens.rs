@@ -25,6 +25,20 @@ pub struct ApiToken {
     pub revoked_by: Option<String>,
 }
 
+impl ApiToken {
+    /// `revoked`, `expired` or `live` at `now`: what the API, the CLI and the dashboard say
+    /// of it.
+    pub fn state(&self, now: DateTime<Utc>) -> &'static str {
+        if self.revoked_at.is_some() {
+            "revoked"
+        } else if self.expires_at <= now {
+            "expired"
+        } else {
+            "live"
+        }
+    }
+}
+
 /// A token about to be handed out, recorded before it is.
 #[derive(Debug, Clone)]
 pub struct NewToken<'a> {

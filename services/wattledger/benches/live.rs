@@ -102,7 +102,6 @@ struct Figures {
     records_s: f64,
     p50_ms: f64,
     p99_ms: f64,
-    max_ms: f64,
     server_cpu: f64,
     postgres_cpu: f64,
     client_cpu: f64,
@@ -112,6 +111,28 @@ struct Figures {
 }
 
 impl Figures {
+    /// The size's row of the table the run ends with.
+    fn row(&self) -> String {
+        format!(
+            "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {} → {} | {} | {} |",
+            self.server,
+            self.gpus,
+            self.agents,
+            self.offered_rps,
+            self.rps,
+            self.records_s,
+            self.p50_ms,
+            self.p99_ms,
+            self.server_cpu,
+            self.postgres_cpu,
+            self.client_cpu,
+            self.backlog_start,
+            self.backlog_end,
+            self.failed,
+            if self.sustained() { "yes" } else { "no" }
+        )
+    }
+
     fn sustained(&self) -> bool {
         self.failed == 0
             && self.p99_ms <= SUSTAINED_P99_MS
@@ -158,47 +179,14 @@ async fn measure(pg: &EmbeddedPostgres, args: &Args) -> anyhow::Result<()> {
     for &gpus in &args.sizes {
         for server in &args.servers {
             let f = run(pg, gpus, server, args).await?;
-            println!(
-            "   {} agents: {:.0} req/s ({:.0} offered), {:.0} records/s, p50 {:.1} ms, p99 {:.1} ms, max {:.0} ms; CPU: server {:.2}, PostgreSQL {:.2}, client {:.2} cores; backlog {} → {}; {} failed: {}",
-            f.agents,
-            f.rps,
-            f.offered_rps,
-            f.records_s,
-            f.p50_ms,
-            f.p99_ms,
-            f.max_ms,
-            f.server_cpu,
-            f.postgres_cpu,
-            f.client_cpu,
-            f.backlog_start,
-            f.backlog_end,
-            f.failed,
-            if f.sustained() { "sustained" } else { "NOT sustained" }
-        );
+            println!("   {}", f.row());
             all.push(f);
         }
     }
     println!("\n| server | GPUs | agents | offered req/s | answered req/s | records/s | p50 ms | p99 ms | server CPU (cores) | PostgreSQL CPU | client CPU | backlog start → end | failed pushes | sustained |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for f in &all {
-        println!(
-            "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {} → {} | {} | {} |",
-            f.server,
-            f.gpus,
-            f.agents,
-            f.offered_rps,
-            f.rps,
-            f.records_s,
-            f.p50_ms,
-            f.p99_ms,
-            f.server_cpu,
-            f.postgres_cpu,
-            f.client_cpu,
-            f.backlog_start,
-            f.backlog_end,
-            f.failed,
-            if f.sustained() { "yes" } else { "no" }
-        );
+        println!("{}", f.row());
     }
     for (label, _) in &args.servers {
         let largest = all
@@ -359,7 +347,6 @@ async fn run(
         records_s: records as f64 / secs,
         p50_ms: pct(0.50),
         p99_ms: pct(0.99),
-        max_ms: *lat.last().unwrap() as f64 / 1000.0,
         server_cpu: (cpu1.server - cpu0.server) / secs,
         postgres_cpu: (cpu1.postgres - cpu0.postgres) / secs,
         client_cpu: (cpu1.client - cpu0.client) / secs,

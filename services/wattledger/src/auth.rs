@@ -43,6 +43,15 @@ pub enum Role {
 }
 
 impl Role {
+    pub const ALL: [Role; 6] = [
+        Role::Admin,
+        Role::Finance,
+        Role::Operator,
+        Role::Tenant,
+        Role::Scheduler,
+        Role::Collector,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Admin => "admin",
@@ -67,11 +76,7 @@ impl Role {
 
     /// Any role, from its name.
     pub fn of_name(name: &str) -> Option<Role> {
-        match name {
-            "scheduler" => Some(Role::Scheduler),
-            "collector" => Some(Role::Collector),
-            other => Role::of_user(other),
-        }
+        Role::ALL.into_iter().find(|r| r.as_str() == name)
     }
 }
 

@@ -401,8 +401,7 @@ async fn token(config: Config, command: TokenCommand) -> anyhow::Result<()> {
             for t in tokens {
                 let state = match (&t.revoked_at, &t.revoked_by) {
                     (Some(at), Some(by)) => format!("revoked {} by {by}", when(*at)),
-                    _ if t.expires_at <= now => "expired".to_owned(),
-                    _ => "live".to_owned(),
+                    _ => t.state(now).to_owned(),
                 };
                 println!(
                     "{:<36}  {:<9}  {:<20}  {:<16}  {:<17}  {:<17}  {state}",

@@ -47,13 +47,7 @@ pub struct TokenView {
 
 impl TokenView {
     fn of(t: ApiToken, now: DateTime<Utc>) -> Self {
-        let state = if t.revoked_at.is_some() {
-            "revoked"
-        } else if t.expires_at <= now {
-            "expired"
-        } else {
-            "live"
-        };
+        let state = t.state(now);
         TokenView {
             jti: t.jti,
             sub: t.sub,
@@ -105,14 +99,6 @@ pub async fn list(
 }
 
 const FIELDS: [&str; 5] = ["role", "sub", "tenant", "ttl_s", "note"];
-const ROLES: [&str; 6] = [
-    "admin",
-    "finance",
-    "operator",
-    "tenant",
-    "scheduler",
-    "collector",
-];
 
 /// Mints a token (admin): `role`, `sub`, `tenant` (for, and only for, a tenant token),
 /// `ttl_s` (default a day, at most `WATTLEDGER_TOKEN_MAX_TTL`, the default if shorter), `note`. The answer holds the
@@ -132,7 +118,9 @@ pub async fn mint(
     caller.require(&[])?;
     let value: Value = super::json::parse(&body)?;
     let mut r = Record::new(0, &value, &FIELDS);
-    let role = r.one_of("role", &ROLES).and_then(|n| Role::of_name(&n));
+    let role = r
+        .one_of("role", &Role::ALL.map(Role::as_str))
+        .and_then(|n| Role::of_name(&n));
     let sub = r.key("sub");
     let tenant = r.opt_key("tenant");
     let max = state.keys.max_ttl_s();
