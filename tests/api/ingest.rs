@@ -423,14 +423,17 @@ async fn batches_committed_together_keep_their_own_outcomes() {
     use wattledger_store::samples::{insert_group, SampleRow};
     let app = TestApp::start().await;
     scenario::push_inventory(&app, &scenario::batches()).await;
-    let ids: std::collections::HashMap<String, i64> = sqlx::query_as("SELECT key, id FROM meters")
-        .fetch_all(&app.pool)
-        .await
-        .unwrap()
-        .into_iter()
-        .collect();
+    let ids: std::collections::HashMap<String, (i64, i64)> =
+        sqlx::query_as::<_, (String, i64, i64)>("SELECT key, site_id, id FROM meters")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(key, site, id)| (key, (site, id)))
+            .collect();
     let row = |meter: &str, minute: i64, counter_mj: i64| SampleRow {
-        meter_id: ids[meter],
+        site_id: ids[meter].0,
+        meter_id: ids[meter].1,
         ts: chrono::DateTime::parse_from_rfc3339(&scenario::at(minute))
             .unwrap()
             .to_utc(),
@@ -565,4 +568,37 @@ async fn a_meter_re_registered_is_seen_by_the_next_sample_batch() {
         (422, vec![(0, "meter".into())]),
         "{body}"
     );
+}
+
+/// A meter's samples are keyed by its site (and sharded by it on Citus): a meter cannot move
+/// to another site, it is registered under a new key there.
+#[tokio::test]
+async fn a_meter_cannot_move_to_another_site() {
+    let app = TestApp::start().await;
+    let b = scenario::batches();
+    scenario::push_inventory(&app, &b).await;
+    let admin = app.token(Role::Admin);
+    let mut other = b.sites[0].clone();
+    other["key"] = json!("s2");
+    assert_eq!(app.ingest(&admin, "sites", json!([other])).await.0, 200);
+    let (status, body) = app
+        .ingest(
+            &admin,
+            "meters",
+            json!([{"key": "g9", "site": "s2", "kind": "node"},
+                   {"key": "g0", "site": "s2", "kind": "gpu", "parent": "g9"}]),
+        )
+        .await;
+    assert_eq!(
+        (status, errors(&body)),
+        (422, vec![(1, "site".into())]),
+        "{body}"
+    );
+    let site: String = sqlx::query_scalar(
+        "SELECT s.key FROM meters m JOIN sites s ON s.id = m.site_id WHERE m.key = 'g0'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(site, "s1");
 }

@@ -6,6 +6,7 @@ mod auth;
 mod browser;
 mod budgets;
 mod chargeback;
+mod citus;
 mod dashboard;
 mod demo;
 mod grid_events;

@@ -228,18 +228,21 @@ async fn load(
         RawSample,
         r#"SELECT meter_id AS "meter_id!", ts AS "ts!", counter_mj, power_mw, peak_mw,
                 raw AS "raw!" FROM samples
-         WHERE meter_id = ANY($1) AND ts >= $2 AND ts < $3
+         WHERE site_id = $4 AND meter_id = ANY($1) AND ts >= $2 AND ts < $3
          UNION ALL
          SELECT m.id, p.ts, p.counter_mj, p.power_mw, p.peak_mw, p.raw FROM unnest($1::bigint[]) AS m(id)
          CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw FROM samples s
-                             WHERE s.meter_id = m.id AND s.ts < $2 ORDER BY ts DESC LIMIT 2) p
+                             WHERE s.site_id = $4 AND s.meter_id = m.id AND s.ts < $2
+                             ORDER BY ts DESC LIMIT 2) p
          UNION ALL
          SELECT m.id, n.ts, n.counter_mj, n.power_mw, n.peak_mw, n.raw FROM unnest($1::bigint[]) AS m(id)
          CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw FROM samples s
-                             WHERE s.meter_id = m.id AND s.ts >= $3 ORDER BY ts LIMIT 2) n"#,
+                             WHERE s.site_id = $4 AND s.meter_id = m.id AND s.ts >= $3
+                             ORDER BY ts LIMIT 2) n"#,
         &metered,
         from,
         to,
+        site_id,
     )
     .fetch_all(pool)
     .await?;

@@ -20,43 +20,47 @@ use sqlx::{Postgres, Transaction};
 /// of late data looks them up in the samples index.
 pub async fn mark_for_samples(
     tx: &mut Transaction<'_, Postgres>,
+    site_ids: &[i64],
     meter_ids: &[i64],
     ts: &[DateTime<Utc>],
 ) -> StoreResult<()> {
     sqlx::query!(
         "WITH batch AS (
-             SELECT meter_id, min(ts) AS lo, max(ts) AS hi
-             FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(meter_id, ts) GROUP BY meter_id
+             SELECT site_id, meter_id, min(ts) AS lo, max(ts) AS hi
+             FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[]) AS t(site_id, meter_id, ts)
+             GROUP BY site_id, meter_id
          ), appending AS (
-             SELECT m.site_id,
+             SELECT b.site_id,
                     CASE WHEN h.last_ts IS NULL THEN b.lo
                          ELSE greatest(coalesce(h.prev_ts, h.last_ts), b.lo - interval '45 days')
                     END AS lo,
                     b.hi
              FROM batch b
-             JOIN meters m ON m.id = b.meter_id
-             LEFT JOIN meter_heads h ON h.meter_id = b.meter_id
+             LEFT JOIN meter_heads h ON h.site_id = b.site_id AND h.meter_id = b.meter_id
              WHERE h.last_ts IS NULL OR h.last_ts < b.lo
          ), late AS (
              -- The samples before are looked for within the 45 days that bound the span, so
              -- a lookup reads those days' partitions, not the whole history (past them, only
              -- whether any sample exists matters: the span is clamped there).
-             SELECT m.site_id,
+             SELECT b.site_id,
                     CASE WHEN p.n = 2 THEN p.ts
-                         WHEN EXISTS (SELECT FROM samples s WHERE s.meter_id = b.meter_id
+                         WHEN EXISTS (SELECT FROM samples s WHERE s.site_id = b.site_id
+                                        AND s.meter_id = b.meter_id
                                         AND s.ts < b.lo - interval '45 days')
                          THEN b.lo - interval '45 days'
                          ELSE coalesce(p.ts, b.lo) END AS lo,
                     least(coalesce(n.ts, b.hi), b.hi + interval '45 days') AS hi
              FROM batch b
-             JOIN meters m ON m.id = b.meter_id
-             JOIN meter_heads h ON h.meter_id = b.meter_id AND h.last_ts >= b.lo
+             JOIN meter_heads h ON h.site_id = b.site_id AND h.meter_id = b.meter_id
+                                AND h.last_ts >= b.lo
              CROSS JOIN LATERAL (SELECT count(*) AS n, min(ts) AS ts FROM (
-                                    SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts < b.lo
+                                    SELECT ts FROM samples s WHERE s.site_id = b.site_id
+                                      AND s.meter_id = b.meter_id AND s.ts < b.lo
                                       AND s.ts >= b.lo - interval '45 days'
                                     ORDER BY ts DESC LIMIT 2) x) p
              CROSS JOIN LATERAL (SELECT max(ts) AS ts FROM (
-                                    SELECT ts FROM samples s WHERE s.meter_id = b.meter_id AND s.ts > b.hi
+                                    SELECT ts FROM samples s WHERE s.site_id = b.site_id
+                                      AND s.meter_id = b.meter_id AND s.ts > b.hi
                                     ORDER BY ts LIMIT 2) x) n
          ), hours AS (
              SELECT DISTINCT site_id, h AS hour
@@ -65,6 +69,7 @@ pub async fn mark_for_samples(
          )
          INSERT INTO dirty_hours (site_id, hour) SELECT site_id, hour FROM hours ORDER BY 1, 2
          ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+        site_ids,
         meter_ids,
         ts,
     )
@@ -74,16 +79,18 @@ pub async fn mark_for_samples(
     // meter order, so concurrent batches of the same meters queue rather than deadlock; the
     // newest two of a union do not depend on which batch comes first.
     sqlx::query!(
-        "INSERT INTO meter_heads AS h (meter_id, last_ts, prev_ts)
-         SELECT meter_id, top[1], top[2] FROM (
-             SELECT meter_id, (array_agg(DISTINCT ts ORDER BY ts DESC))[1:2] AS top
-             FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(meter_id, ts) GROUP BY meter_id
-         ) b ORDER BY meter_id
-         ON CONFLICT (meter_id) DO UPDATE SET (last_ts, prev_ts) = (
+        "INSERT INTO meter_heads AS h (site_id, meter_id, last_ts, prev_ts)
+         SELECT site_id, meter_id, top[1], top[2] FROM (
+             SELECT site_id, meter_id, (array_agg(DISTINCT ts ORDER BY ts DESC))[1:2] AS top
+             FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[]) AS t(site_id, meter_id, ts)
+             GROUP BY site_id, meter_id
+         ) b ORDER BY site_id, meter_id
+         ON CONFLICT (site_id, meter_id) DO UPDATE SET (last_ts, prev_ts) = (
              SELECT t[1], t[2] FROM (
                  SELECT array_agg(DISTINCT x ORDER BY x DESC) AS t
                  FROM unnest(ARRAY[h.last_ts, h.prev_ts, EXCLUDED.last_ts, EXCLUDED.prev_ts]) x
                  WHERE x IS NOT NULL) newest)",
+        site_ids,
         meter_ids,
         ts,
     )

@@ -234,13 +234,13 @@ pub async fn upsert_meters(
              FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
                   AS r(key, site_id, kind, parent_key, gpu_uuid, device_model, mig_profile)
              LEFT JOIN meters p ON p.key = r.parent_key
-             ON CONFLICT (key) DO UPDATE SET site_id = excluded.site_id, kind = excluded.kind,
+             ON CONFLICT (key) DO UPDATE SET kind = excluded.kind,
                 parent_id = excluded.parent_id, gpu_uuid = excluded.gpu_uuid,
                 device_model = excluded.device_model, mig_profile = excluded.mig_profile,
                 updated_at = now()
-             WHERE (meters.site_id, meters.kind, meters.parent_id, meters.gpu_uuid,
+             WHERE (meters.kind, meters.parent_id, meters.gpu_uuid,
                     meters.device_model, meters.mig_profile)
-                   IS DISTINCT FROM (excluded.site_id, excluded.kind, excluded.parent_id,
+                   IS DISTINCT FROM (excluded.kind, excluded.parent_id,
                     excluded.gpu_uuid, excluded.device_model, excluded.mig_profile)",
             &chunk.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
             &chunk.iter().map(|r| r.site_id).collect::<Vec<_>>(),

@@ -99,7 +99,8 @@ pub async fn meter_health(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Ve
              GROUP BY r.meter_id
          )
          SELECT s.key AS site, m.key, m.kind, p.key AS "parent?", m.device_model,
-                (SELECT max(ts) FROM samples x WHERE x.meter_id = m.id) AS last_sample,
+                (SELECT max(ts) FROM samples x WHERE x.site_id = m.site_id AND x.meter_id = m.id)
+                    AS last_sample,
                 coalesce(pm.samples, 0) AS "samples!", coalesce(pm.gaps, 0) AS "gaps!",
                 coalesce(pm.resets, 0) AS "resets!"
          FROM meters m JOIN sites s ON s.id = m.site_id

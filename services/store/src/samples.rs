@@ -1,5 +1,6 @@
 //! The sample write path (step records and raw readings): COPY, or one UNNEST statement per
-//! batch, idempotent on (meter, ts, raw).
+//! batch, idempotent on (meter, ts, raw); a meter's site is first in every key (a meter never
+//! changes site), so a distributed PostgreSQL keeps a site's samples on one shard.
 //!
 //! A sample already stored with the same values is a duplicate (ignored); with different
 //! values it is a conflict: the stored one stands and the conflict is recorded and reported.
@@ -11,6 +12,8 @@ use sqlx::{PgPool, Postgres, Transaction};
 /// A validated sample, meter resolved to its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SampleRow {
+    /// The meter's site.
+    pub site_id: i64,
     pub meter_id: i64,
     pub ts: DateTime<Utc>,
     pub counter_mj: Option<i64>,
@@ -53,6 +56,7 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     }
     let mut tx = pool.begin().await?;
     partitions::ensure(&mut tx, &spans_of(rows)).await?;
+    let site_ids: Vec<i64> = rows.iter().map(|r| r.site_id).collect();
     let meter_ids: Vec<i64> = rows.iter().map(|r| r.meter_id).collect();
     let ts: Vec<DateTime<Utc>> = rows.iter().map(|r| r.ts).collect();
 
@@ -64,7 +68,7 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
             sqlx::query!("RELEASE SAVEPOINT copy_fast_path")
                 .execute(&mut *tx)
                 .await?;
-            dirty::mark_for_samples(&mut tx, &meter_ids, &ts).await?;
+            dirty::mark_for_samples(&mut tx, &site_ids, &meter_ids, &ts).await?;
             tx.commit().await?;
             return Ok(InsertOutcome {
                 inserted: rows.len() as u64,
@@ -87,19 +91,21 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     // that were there before: duplicates and conflicts.
     let existing = sqlx::query!(
         r#"WITH input AS (
-             SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[],
-                                  $5::bigint[], $6::boolean[])
-                 WITH ORDINALITY AS t(meter_id, ts, counter_mj, power_mw, peak_mw, raw, idx)
+             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[],
+                                  $5::bigint[], $6::bigint[], $7::boolean[])
+                 WITH ORDINALITY AS t(site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw, idx)
          ), ins AS (
-             INSERT INTO samples (meter_id, ts, counter_mj, power_mw, peak_mw, raw)
-             SELECT meter_id, ts, counter_mj, power_mw, peak_mw, raw FROM input
-             ON CONFLICT (meter_id, ts, raw) DO NOTHING
+             INSERT INTO samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw)
+             SELECT site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw FROM input
+             ON CONFLICT (site_id, meter_id, ts, raw) DO NOTHING
          )
          SELECT (i.idx - 1)::int AS "idx!", s.counter_mj, s.power_mw, s.peak_mw,
                 (s.counter_mj IS NOT DISTINCT FROM i.counter_mj
                  AND s.power_mw IS NOT DISTINCT FROM i.power_mw
                  AND s.peak_mw IS NOT DISTINCT FROM i.peak_mw) AS "same!"
-         FROM input i JOIN samples s ON s.meter_id = i.meter_id AND s.ts = i.ts AND s.raw = i.raw"#,
+         FROM input i JOIN samples s ON s.site_id = i.site_id AND s.meter_id = i.meter_id
+                                   AND s.ts = i.ts AND s.raw = i.raw"#,
+        &site_ids,
         &meter_ids,
         &ts,
         &counters as &[Option<i64>],
@@ -127,12 +133,13 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     if !outcome.conflicts.is_empty() {
         let c = &outcome.conflicts;
         sqlx::query!(
-            "INSERT INTO sample_conflicts (meter_id, ts, stored_counter_mj, stored_power_mw,
-                                           sent_counter_mj, sent_power_mw, stored_peak_mw,
-                                           sent_peak_mw, raw)
-             SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[],
+            "INSERT INTO sample_conflicts (site_id, meter_id, ts, stored_counter_mj,
+                                           stored_power_mw, sent_counter_mj, sent_power_mw,
+                                           stored_peak_mw, sent_peak_mw, raw)
+             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[],
                                   $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[],
-                                  $9::boolean[])",
+                                  $9::bigint[], $10::boolean[])",
+            &c.iter().map(|c| rows[c.index].site_id).collect::<Vec<_>>(),
             &c.iter().map(|c| rows[c.index].meter_id).collect::<Vec<_>>(),
             &c.iter().map(|c| rows[c.index].ts).collect::<Vec<_>>(),
             &c.iter().map(|c| c.stored_counter_mj).collect::<Vec<_>>() as &[Option<i64>],
@@ -149,7 +156,7 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
         .await?;
     }
     if outcome.inserted > 0 {
-        dirty::mark_for_samples(&mut tx, &meter_ids, &ts).await?;
+        dirty::mark_for_samples(&mut tx, &site_ids, &meter_ids, &ts).await?;
     }
     tx.commit().await?;
     Ok(outcome)
@@ -208,9 +215,10 @@ async fn insert_new(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<()> {
     let mut tx = pool.begin().await?;
     partitions::ensure(&mut tx, &spans_of(rows)).await?;
     copy(&mut tx, rows).await?;
+    let site_ids: Vec<i64> = rows.iter().map(|r| r.site_id).collect();
     let meter_ids: Vec<i64> = rows.iter().map(|r| r.meter_id).collect();
     let ts: Vec<DateTime<Utc>> = rows.iter().map(|r| r.ts).collect();
-    dirty::mark_for_samples(&mut tx, &meter_ids, &ts).await?;
+    dirty::mark_for_samples(&mut tx, &site_ids, &meter_ids, &ts).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -234,7 +242,7 @@ fn spans_of(rows: &[SampleRow]) -> Vec<partitions::Span> {
 async fn copy(tx: &mut Transaction<'_, Postgres>, rows: &[SampleRow]) -> Result<(), sqlx::Error> {
     let mut copy = tx
         .copy_in_raw(
-            "COPY samples (meter_id, ts, counter_mj, power_mw, peak_mw, raw) FROM STDIN (FORMAT binary)",
+            "COPY samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw) FROM STDIN (FORMAT binary)",
         )
         .await?;
     copy.send(binary_copy(rows)).await?;
@@ -248,7 +256,7 @@ const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 /// The binary COPY stream: signature, flags and header extension, then per row a field
 /// count and each field as (length, big-endian value) or length -1 for NULL, then -1.
 fn binary_copy(rows: &[SampleRow]) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(19 + rows.len() * 63 + 2);
+    let mut buf = Vec::with_capacity(19 + rows.len() * 75 + 2);
     buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
     buf.extend_from_slice(&0i32.to_be_bytes());
     buf.extend_from_slice(&0i32.to_be_bytes());
@@ -260,7 +268,8 @@ fn binary_copy(rows: &[SampleRow]) -> Vec<u8> {
         None => buf.extend_from_slice(&(-1i32).to_be_bytes()),
     };
     for r in rows {
-        buf.extend_from_slice(&6i16.to_be_bytes());
+        buf.extend_from_slice(&7i16.to_be_bytes());
+        int8(&mut buf, Some(r.site_id));
         int8(&mut buf, Some(r.meter_id));
         int8(&mut buf, Some(r.ts.timestamp_micros() - PG_EPOCH_OFFSET_US));
         int8(&mut buf, r.counter_mj);
@@ -282,6 +291,7 @@ mod tests {
     fn binary_copy_layout() {
         let ts = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 1).unwrap();
         let buf = binary_copy(&[SampleRow {
+            site_id: 3,
             meter_id: 7,
             ts,
             counter_mj: None,
@@ -291,13 +301,14 @@ mod tests {
         }]);
         assert_eq!(&buf[..11], b"PGCOPY\n\xff\r\n\0");
         let row = &buf[19..];
-        assert_eq!(&row[..2], &6i16.to_be_bytes());
-        assert_eq!(&row[6..14], &7i64.to_be_bytes());
+        assert_eq!(&row[..2], &7i16.to_be_bytes());
+        assert_eq!(&row[6..14], &3i64.to_be_bytes());
+        assert_eq!(&row[18..26], &7i64.to_be_bytes());
         // One second after PostgreSQL's epoch.
-        assert_eq!(&row[18..26], &1_000_000i64.to_be_bytes());
-        assert_eq!(&row[26..30], &(-1i32).to_be_bytes());
+        assert_eq!(&row[30..38], &1_000_000i64.to_be_bytes());
+        assert_eq!(&row[38..42], &(-1i32).to_be_bytes());
         // After the power (12 bytes) and a NULL peak, raw: a one-byte boolean.
-        assert_eq!(&row[46..51], &[0, 0, 0, 1, 1]);
+        assert_eq!(&row[58..63], &[0, 0, 0, 1, 1]);
         assert_eq!(&buf[buf.len() - 2..], &(-1i16).to_be_bytes());
     }
 }

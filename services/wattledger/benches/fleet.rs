@@ -193,7 +193,7 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
     // database (over the first `copy_days`) and then sent through the API.
     let keys = fleet.meter_keys();
     let copy_ids = meter_ids(&copy.pool).await?;
-    let ids: Vec<i64> = keys.iter().map(|k| copy_ids[k]).collect();
+    let ids: Vec<(i64, i64)> = keys.iter().map(|k| copy_ids[k]).collect();
     let ts: Vec<String> = (0..=fleet.steps).map(|k| fleet.ts(k)).collect();
     let per_chunk = (2_000_000 / keys.len()).max(1) as i64;
     let copy_until = args.copy_days * 1440;
@@ -403,12 +403,14 @@ struct DifferingHour {
     site_hours: Option<i64>,
 }
 
-async fn meter_ids(pool: &sqlx::PgPool) -> anyhow::Result<HashMap<String, i64>> {
+/// Each meter's (site id, id) by key.
+async fn meter_ids(pool: &sqlx::PgPool) -> anyhow::Result<HashMap<String, (i64, i64)>> {
     Ok(
-        sqlx::query_as::<_, (String, i64)>("SELECT key, id FROM meters")
+        sqlx::query_as::<_, (String, i64, i64)>("SELECT key, site_id, id FROM meters")
             .fetch_all(pool)
             .await?
             .into_iter()
+            .map(|(key, site, id)| (key, (site, id)))
             .collect(),
     )
 }
@@ -417,7 +419,7 @@ async fn meter_ids(pool: &sqlx::PgPool) -> anyhow::Result<HashMap<String, i64>> 
 /// `\copy`; returns the rows and the seconds the copy took.
 async fn copy_steps(
     s: &Served,
-    ids: &[i64],
+    ids: &[(i64, i64)],
     steps: &[Step],
     ts: &[String],
 ) -> anyhow::Result<(usize, f64)> {
@@ -427,8 +429,9 @@ async fn copy_steps(
     for r in steps {
         writeln!(
             f,
-            "{},{},{},{},{},false",
-            ids[r.meter as usize],
+            "{},{},{},{},{},{},false",
+            ids[r.meter as usize].0,
+            ids[r.meter as usize].1,
             ts[r.k as usize],
             r.counter_mj,
             mw(r.power_w),
@@ -441,7 +444,7 @@ async fn copy_steps(
         .arg(&s.db_url)
         .arg("-c")
         .arg(format!(
-            "\\copy samples (meter_id, ts, counter_mj, power_mw, peak_mw, raw) FROM '{}' WITH (FORMAT csv)",
+            "\\copy samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw) FROM '{}' WITH (FORMAT csv)",
             csv.display()
         ))
         .output()

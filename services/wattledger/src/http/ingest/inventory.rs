@@ -334,7 +334,12 @@ pub async fn meters(
             .collect()
     };
     let sites = inventory::ids_by_key(&state.pool, KeyedTable::Sites, &str_field("site")).await?;
-    let stored = inventory::meters_by_key(&state.pool, &str_field("parent")).await?;
+    // The stored parents, and the stored meters themselves: a meter's site cannot change.
+    let stored = inventory::meters_by_key(
+        &state.pool,
+        &[str_field("parent"), str_field("key")].concat(),
+    )
+    .await?;
     // Parents may be defined in the same batch.
     let in_batch: HashMap<String, (String, Option<String>)> = batch
         .iter()
@@ -372,6 +377,19 @@ pub async fn meters(
             return None;
         }
         let site_id = r.resolve("site", &m.site, &sites, "site");
+        // A meter's samples are keyed by its site (and sharded by it on a distributed
+        // PostgreSQL): a meter moved to another site is a new meter.
+        if let (Some(id), Some(was)) = (site_id, stored.get(&m.key)) {
+            if was.site_id != id {
+                let at = site_keys
+                    .get(&was.site_id)
+                    .map_or("another site", String::as_str);
+                r.error(
+                    "site",
+                    format!("the meter is registered at site {at}; a meter's site cannot change (register it under a new key)"),
+                );
+            }
+        }
         // The parent's kind and site, from this batch or from what is stored.
         if let Some(parent) = &m.parent {
             let wanted = match m.kind.as_str() {

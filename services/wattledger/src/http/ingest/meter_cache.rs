@@ -4,9 +4,9 @@
 //! Only meters found are kept (a meter registered on another replica is found at its first
 //! sample). An entry is trusted for `TTL`: a meter re-registered elsewhere (another kind,
 //! another parent) is seen by this replica within that time; on this replica, a meters
-//! ingest empties the cache at once. A sample's site and parent are read from `meters` by
-//! the write itself (dirty marking joins it), never from here: only the id and whether the
-//! meter is a MIG instance (which has no counter of its own) come from the cache.
+//! ingest empties the cache at once. Only the id, the site (fixed once a meter is
+//! registered) and whether the meter is a MIG instance (which has no counter of its own)
+//! come from the cache.
 
 use std::collections::HashMap;
 use std::sync::RwLock;

@@ -107,6 +107,7 @@ struct Strict {
 /// A checked sample of a known meter, as stored.
 fn row(s: &Sample, meter: &MeterRef) -> SampleRow {
     SampleRow {
+        site_id: meter.site_id,
         meter_id: meter.id,
         ts: s.ts,
         counter_mj: s.counter_mj,
