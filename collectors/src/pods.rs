@@ -101,6 +101,8 @@ fn job(key: &str, pod: &OpenPod, kind: &str, end_at: Option<DateTime<Utc>>) -> J
         key: key.to_owned(),
         name: Some(key.trim_start_matches("k8s:").to_owned()),
         tenant: pod.tenant.clone(),
+        // The pod's GPUs say where it runs.
+        site: None,
         model: None,
         kind: kind.to_owned(),
         priority: None,

@@ -59,7 +59,7 @@ fn source() -> SlurmSource {
          node_meters = { localhost = \"lab-node\" }\n",
     )
     .unwrap();
-    SlurmSource::new(config)
+    SlurmSource::new(config, "lab")
 }
 
 async fn poll(source: &mut SlurmSource) -> (Vec<Job>, serde_json::Value) {

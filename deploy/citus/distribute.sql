@@ -5,7 +5,7 @@
 --   reference    copied to every node: small, read in joins everywhere, written rarely
 --   distributed  sharded by site_id, all co-located: a site's samples, meters' heads, jobs,
 --                allocations, tokens, ledger, site-hours and rollups live on one shard, so
---                ingest, dirty marking, an attribution run and retention touch one shard
+--                ingest, dirty marking and an attribution run touch one shard
 --   local        on the coordinator only: written once per decision, message, session or
 --                close, never per sample
 --
@@ -14,12 +14,6 @@
 -- site_id; a foreign key between distributed tables pairs site_id with site_id; nothing
 -- refers to a distributed table from a reference or local table; every table classified).
 -- A migration that adds a table adds it here.
---
--- Not yet applicable as a whole: `jobs` has no site yet, so it is keyed by `id` and `key`
--- alone, the tables that refer to it (allocations, token_records, ledger) cannot name its
--- site, and admission_decisions (local: a rejected question has no site) refers to it. The
--- test lists each such gap, and fails when one is closed and not struck off, or a new one
--- appears. deploy/SCALING.md says how they close.
 
 -- Reference tables, parents first.
 SELECT create_reference_table('tenants');

@@ -189,7 +189,7 @@ async fn a_flexible_job_is_deferred_to_the_clean_hour_stored_scoped_and_joined()
             &app.token(Role::Scheduler),
             "jobs",
             json!([{"key": "slurm:lab:9001", "name": "finetune",
-            "tenant": "a", "kind": "training", "start_at": Utc::now()}]),
+            "tenant": "a", "site": "s1", "kind": "training", "start_at": Utc::now()}]),
         )
         .await;
     assert_eq!(status, 200, "{body}");

@@ -12,24 +12,6 @@
 use std::collections::{BTreeSet, HashMap};
 use wattledger_tests::fresh_db;
 
-/// The gaps left until jobs carry their site (issue 31, part 3): each one is struck off
-/// when a migration closes it, so the list only shrinks.
-const KNOWN_GAPS: &[&str] = &[
-    "admission_decisions.admission_decisions_job_id_fkey: a local table refers to distributed jobs",
-    "allocations.allocations_job_id_fkey: refers to jobs without pairing site_id with its site_id",
-    "allocations: distributed by site_id, which it does not have",
-    "allocations: unique index allocations_job_id_meter_id_start_at_key (job_id, meter_id, start_at) lacks site_id",
-    "allocations: unique index allocations_pkey (id) lacks site_id",
-    "jobs: distributed by site_id, which it does not have",
-    "jobs: unique index jobs_key_key (key) lacks site_id",
-    "jobs: unique index jobs_pkey (id) lacks site_id",
-    "ledger.ledger_job_id_fkey: refers to jobs without pairing site_id with its site_id",
-    "token_records.token_records_job_id_fkey: refers to jobs without pairing site_id with its site_id",
-    "token_records: distributed by site_id, which it does not have",
-    "token_records: unique index token_records_job_id_tenant_id_start_at_key (job_id, tenant_id, start_at) lacks site_id",
-    "token_records: unique index token_records_pkey (id) lacks site_id",
-];
-
 #[derive(Debug, Clone, PartialEq)]
 enum Class {
     Reference,
@@ -218,21 +200,10 @@ async fn gaps(pool: &sqlx::PgPool) -> BTreeSet<String> {
 async fn the_migrated_schema_keeps_to_citus_rules_for_its_classification() {
     let (pool, _) = fresh_db().await;
     let found = gaps(&pool).await;
-    let known: BTreeSet<String> = KNOWN_GAPS.iter().map(|s| (*s).to_owned()).collect();
-    let new: Vec<&String> = found.difference(&known).collect();
-    let closed: Vec<&String> = known.difference(&found).collect();
     assert!(
-        new.is_empty(),
+        found.is_empty(),
         "a migration broke distributability (or deploy/citus/distribute.sql misses a table):\n{}",
-        new.iter()
-            .map(|s| format!("  {s}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    assert!(
-        closed.is_empty(),
-        "closed, strike these off KNOWN_GAPS:\n{}",
-        closed
+        found
             .iter()
             .map(|s| format!("  {s}"))
             .collect::<Vec<_>>()

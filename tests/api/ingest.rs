@@ -82,7 +82,7 @@ async fn bad_jobs_and_tokens_are_refused_with_their_fields() {
                 {"key": "j1", "tenant": "a", "kind": "training", "start_at": scenario::at(10), "end_at": scenario::at(5)},
                 {"key": "j2", "tenant": "zzz", "kind": "dancing", "start_at": scenario::at(0),
                  "allocations": [{"meter": "n1"}, {"meter": "g0", "share": 1.5}]},
-                {"key": "j1", "tenant": "a", "kind": "batch", "start_at": scenario::at(0)}
+                {"key": "j1", "tenant": "a", "site": "s1", "kind": "batch", "start_at": scenario::at(0)}
             ]),
         )
         .await;
@@ -105,8 +105,8 @@ async fn bad_jobs_and_tokens_are_refused_with_their_fields() {
             &scheduler,
             "jobs",
             json!([
-                {"key": "j1", "tenant": "a", "kind": "batch", "start_at": scenario::at(0)},
-                {"key": "j1", "tenant": "a", "kind": "batch", "start_at": scenario::at(1)}
+                {"key": "j1", "tenant": "a", "site": "s1", "kind": "batch", "start_at": scenario::at(0)},
+                {"key": "j1", "tenant": "a", "site": "s1", "kind": "batch", "start_at": scenario::at(1)}
             ]),
         )
         .await;
@@ -601,4 +601,94 @@ async fn a_meter_cannot_move_to_another_site() {
     .await
     .unwrap();
     assert_eq!(site, "s1");
+}
+
+/// A job belongs to one site, its GPUs' (its rows are keyed and sharded by it): a job on two
+/// sites' GPUs is refused, one sent before its GPUs are known names its site, and a job's
+/// site cannot change, also by a record for another site under the same key.
+#[tokio::test]
+async fn a_job_belongs_to_one_site() {
+    let app = TestApp::start().await;
+    let b = scenario::batches();
+    scenario::push_inventory(&app, &b).await;
+    let admin = app.token(Role::Admin);
+    let mut other = b.sites[0].clone();
+    other["key"] = json!("s2");
+    assert_eq!(app.ingest(&admin, "sites", json!([other])).await.0, 200);
+    let meters = json!([{"key": "s2-n", "site": "s2", "kind": "node"},
+                        {"key": "s2-g", "site": "s2", "kind": "gpu", "parent": "s2-n"}]);
+    assert_eq!(app.ingest(&admin, "meters", meters).await.0, 200);
+    let scheduler = app.token(Role::Scheduler);
+    let job = |key: &str, site: Option<&str>, gpus: &[&str]| {
+        let mut j = json!({"key": key, "tenant": "a", "kind": "batch",
+                           "start_at": scenario::at(0),
+                           "allocations": gpus.iter().map(|g| json!({"meter": g})).collect::<Vec<_>>()});
+        if let Some(s) = site {
+            j["site"] = json!(s);
+        }
+        j
+    };
+    let (status, body) = app
+        .ingest(
+            &scheduler,
+            "jobs",
+            json!([
+                job("two-sites", None, &["g0", "s2-g"]),
+                job("no-site", None, &[]),
+                job("named-elsewhere", Some("s2"), &["g0"]),
+                job("unknown-site", Some("nowhere"), &[]),
+            ]),
+        )
+        .await;
+    assert_eq!(
+        (status, errors(&body)),
+        (
+            422,
+            vec![
+                (0, "allocations".into()),
+                (1, "site".into()),
+                (2, "site".into()),
+                (3, "site".into())
+            ]
+        ),
+        "{body}"
+    );
+    // Named before its GPUs are known, then reported with them.
+    let (status, body) = app
+        .ingest(&scheduler, "jobs", json!([job("later", Some("s2"), &[])]))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = app
+        .ingest(&scheduler, "jobs", json!([job("later", None, &["s2-g"])]))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The same key at another site: refused, the stored job stands.
+    let (status, body) = app
+        .ingest(&scheduler, "jobs", json!([job("later", None, &["g0"])]))
+        .await;
+    assert_eq!(
+        (status, errors(&body)),
+        (422, vec![(0, "site".into())]),
+        "{body}"
+    );
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT s.key, m.key FROM jobs j JOIN sites s ON s.id = j.site_id
+         JOIN allocations a ON a.site_id = j.site_id AND a.job_id = j.id
+         JOIN meters m ON m.id = a.meter_id WHERE j.key = 'later'",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, vec![("s2".to_owned(), "s2-g".to_owned())]);
+    // Its token records take its site.
+    let collector = app.token(Role::Collector);
+    let tokens = json!([{"job": "later", "start_at": scenario::at(0), "end_at": scenario::at(1),
+                         "prompt_tokens": 3, "generated_tokens": 1}]);
+    assert_eq!(app.ingest(&collector, "tokens", tokens).await.0, 200);
+    let site: String =
+        sqlx::query_scalar("SELECT s.key FROM token_records t JOIN sites s ON s.id = t.site_id")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(site, "s2");
 }

@@ -196,6 +196,7 @@ async fn the_documented_ingest_records_are_the_agents_own() {
                 key: "j".into(),
                 name: Some("n".into()),
                 tenant: "a".into(),
+                site: Some("s".into()),
                 model: Some("m".into()),
                 kind: "batch".into(),
                 priority: Some("high".into()),

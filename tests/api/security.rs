@@ -181,7 +181,7 @@ async fn nul_bytes_anywhere_are_refused_with_a_4xx() {
         .ingest(
             &app.token(Role::Scheduler),
             "jobs",
-            json!([{"key": "j1", "tenant": "a", "kind": "batch", "start_at": scenario::at(0)},
+            json!([{"key": "j1", "tenant": "a", "site": "s1", "kind": "batch", "start_at": scenario::at(0)},
                    {"key": "j2", "tenant": "a\u{0}", "kind": "batch", "start_at": scenario::at(0)}]),
         )
         .await;

@@ -183,7 +183,7 @@ async fn slurm_asks_wattledger_before_queueing_a_gpu_job() {
             &scheduler,
             "jobs",
             json!([{"key": format!("slurm:lab:{id}"), "name": "flex",
-            "tenant": "tenant-a", "kind": "batch", "submit_at": now, "start_at": Utc::now()}]),
+            "tenant": "tenant-a", "site": "s1", "kind": "batch", "submit_at": now, "start_at": Utc::now()}]),
         )
         .await;
     assert_eq!(status, 200, "{body}");

@@ -297,8 +297,9 @@ async fn load(
     let allocs = sqlx::query_as!(
         AllocationRow,
         "SELECT a.meter_id, a.job_id, j.key AS job_key, a.share, a.start_at, a.end_at
-         FROM allocations a JOIN meters m ON m.id = a.meter_id JOIN jobs j ON j.id = a.job_id
-         WHERE m.site_id = $1 AND a.start_at < $3 AND (a.end_at IS NULL OR a.end_at > $2)",
+         FROM allocations a JOIN meters m ON m.id = a.meter_id
+         JOIN jobs j ON j.site_id = a.site_id AND j.id = a.job_id
+         WHERE m.site_id = $1 AND a.site_id = $1 AND a.start_at < $3 AND (a.end_at IS NULL OR a.end_at > $2)",
         site_id,
         from,
         to,
@@ -362,10 +363,12 @@ async fn load(
     let token_rows = sqlx::query_as!(
         TokenRecordRow,
         "SELECT job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens
-         FROM token_records WHERE job_id = ANY($1) AND start_at < $3 AND end_at >= $2",
+         FROM token_records
+         WHERE site_id = $4 AND job_id = ANY($1) AND start_at < $3 AND end_at >= $2",
         &job_ids,
         from,
         to,
+        site_id,
     )
     .fetch_all(pool)
     .await?;

@@ -278,7 +278,6 @@ pub async fn ids_by_key<'e>(
         KeyedTable::Tenants => ids!("SELECT key, id FROM tenants WHERE key = ANY($1)"),
         KeyedTable::Sites => ids!("SELECT key, id FROM sites WHERE key = ANY($1)"),
         KeyedTable::Models => ids!("SELECT key, id FROM models WHERE key = ANY($1)"),
-        KeyedTable::Jobs => ids!("SELECT key, id FROM jobs WHERE key = ANY($1)"),
     })
 }
 
@@ -288,7 +287,6 @@ pub enum KeyedTable {
     Tenants,
     Sites,
     Models,
-    Jobs,
 }
 
 /// Meters by key, with what validation needs (kind, site, parent).

@@ -1,4 +1,9 @@
 //! Jobs and their GPU allocations, upserted by stable scheduler key.
+//!
+//! A job belongs to one site (its GPUs'), and its allocations and token records carry it:
+//! keyed by site, they shard with the site's samples and ledger (migration 0029). A key
+//! names one job fleet-wide, which the database holds per site only: the upsert checks it
+//! under a lock on each key.
 
 use crate::usage::{Coverage, COVERAGE_SUMS, ENERGY_SUMS};
 use crate::{dirty, Scope, StoreError, StoreResult};
@@ -10,6 +15,7 @@ use wattledger_domain::breakdown::EnergyBreakdown;
 #[derive(Debug, Clone)]
 pub struct JobRecord {
     pub key: String,
+    pub site_id: i64,
     pub name: String,
     pub tenant_id: i64,
     pub model_id: Option<i64>,
@@ -45,11 +51,37 @@ pub async fn upsert(
     now: DateTime<Utc>,
 ) -> StoreResult<Upserted> {
     let mut tx = pool.begin().await?;
+    let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
+    // In key order, so two batches of the same keys queue rather than deadlock.
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(hashtextextended(k, 0))
+         FROM (SELECT DISTINCT k FROM unnest($1::text[]) k ORDER BY k) x",
+        &keys,
+    )
+    .execute(&mut *tx)
+    .await?;
+    let site_of: std::collections::HashMap<&str, i64> = records
+        .iter()
+        .map(|r| (r.key.as_str(), r.site_id))
+        .collect();
+    let moved: Vec<String> =
+        sqlx::query!("SELECT key, site_id FROM jobs WHERE key = ANY($1)", &keys)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .filter(|r| site_of.get(r.key.as_str()) != Some(&r.site_id))
+            .map(|r| r.key)
+            .collect();
+    if !moved.is_empty() {
+        return Err(StoreError::JobsAtAnotherSite(moved));
+    }
     let ids = sqlx::query!(
-        "INSERT INTO jobs (key, name, tenant_id, model_id, kind, priority, submit_at, start_at, end_at)
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[],
-                              $6::text[], $7::timestamptz[], $8::timestamptz[], $9::timestamptz[])
-         ON CONFLICT (key) DO UPDATE SET name = excluded.name, tenant_id = excluded.tenant_id,
+        "INSERT INTO jobs (key, site_id, name, tenant_id, model_id, kind, priority, submit_at,
+                           start_at, end_at)
+         SELECT * FROM UNNEST($1::text[], $10::bigint[], $2::text[], $3::bigint[], $4::bigint[],
+                              $5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[],
+                              $9::timestamptz[])
+         ON CONFLICT (site_id, key) DO UPDATE SET name = excluded.name, tenant_id = excluded.tenant_id,
             model_id = excluded.model_id, kind = excluded.kind, priority = excluded.priority,
             submit_at = excluded.submit_at, start_at = excluded.start_at, end_at = excluded.end_at,
             updated_at = now()
@@ -67,12 +99,12 @@ pub async fn upsert(
         &records.iter().map(|r| r.submit_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
         &records.iter().map(|r| r.start_at).collect::<Vec<_>>(),
         &records.iter().map(|r| r.end_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
+        &records.iter().map(|r| r.site_id).collect::<Vec<_>>(),
     )
     .fetch_all(&mut *tx)
     .await?;
     let changed_jobs = ids.len() as u64;
 
-    let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
     let job_ids: std::collections::HashMap<String, i64> =
         sqlx::query!("SELECT key, id FROM jobs WHERE key = ANY($1)", &keys)
             .fetch_all(&mut *tx)
@@ -81,6 +113,7 @@ pub async fn upsert(
             .map(|r| (r.key, r.id))
             .collect();
 
+    let mut a_site = Vec::new();
     let mut a_job = Vec::new();
     let mut a_meter = Vec::new();
     let mut a_share = Vec::new();
@@ -88,6 +121,7 @@ pub async fn upsert(
     let mut a_end = Vec::new();
     for r in records {
         for a in &r.allocations {
+            a_site.push(r.site_id);
             a_job.push(job_ids[&r.key]);
             a_meter.push(a.meter_id);
             a_share.push(a.share);
@@ -98,27 +132,29 @@ pub async fn upsert(
     // Allocations that change report their old and new spans, so both get recomputed.
     let changed = sqlx::query!(
             r#"WITH input AS (
-                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::numeric[], $4::timestamptz[], $5::timestamptz[])
-                     AS t(job_id, meter_id, share, start_at, end_at)
+                 SELECT * FROM UNNEST($6::bigint[], $1::bigint[], $2::bigint[], $3::numeric[],
+                                      $4::timestamptz[], $5::timestamptz[])
+                     AS t(site_id, job_id, meter_id, share, start_at, end_at)
              ), old AS (
-                 SELECT a.job_id, a.meter_id, a.start_at, a.end_at FROM allocations a
-                 JOIN input i USING (job_id, meter_id, start_at)
+                 SELECT a.site_id, a.job_id, a.meter_id, a.start_at, a.end_at FROM allocations a
+                 JOIN input i USING (site_id, job_id, meter_id, start_at)
              ), up AS (
-                 INSERT INTO allocations (job_id, meter_id, share, start_at, end_at)
+                 INSERT INTO allocations (site_id, job_id, meter_id, share, start_at, end_at)
                  SELECT * FROM input
-                 ON CONFLICT (job_id, meter_id, start_at) DO UPDATE SET share = excluded.share,
+                 ON CONFLICT (site_id, job_id, meter_id, start_at) DO UPDATE SET share = excluded.share,
                     end_at = excluded.end_at, updated_at = now()
                  WHERE (allocations.share, allocations.end_at) IS DISTINCT FROM (excluded.share, excluded.end_at)
-                 RETURNING job_id, meter_id, start_at, end_at
+                 RETURNING site_id, job_id, meter_id, start_at, end_at
              )
              SELECT up.meter_id AS "meter_id!", up.start_at AS "start_at!", up.end_at,
                     old.job_id IS NOT NULL AS "existed!", old.end_at AS old_end
-             FROM up LEFT JOIN old USING (job_id, meter_id, start_at)"#,
+             FROM up LEFT JOIN old USING (site_id, job_id, meter_id, start_at)"#,
         &a_job,
         &a_meter,
         &a_share,
         &a_start,
         &a_end as &[Option<DateTime<Utc>>],
+        &a_site,
     )
     .fetch_all(&mut *tx)
     .await?;
@@ -159,6 +195,35 @@ pub async fn upsert(
         jobs: changed_jobs,
         allocations: changed_allocations,
     })
+}
+
+/// A stored job's id and site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobRef {
+    pub id: i64,
+    pub site_id: i64,
+}
+
+/// The stored jobs of these keys.
+pub async fn by_key(
+    pool: &PgPool,
+    keys: &[String],
+) -> StoreResult<std::collections::HashMap<String, JobRef>> {
+    Ok(sqlx::query!(
+        "SELECT key, id, site_id FROM jobs WHERE key = ANY($1)",
+        keys
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| {
+        let job = JobRef {
+            id: r.id,
+            site_id: r.site_id,
+        };
+        (r.key, job)
+    })
+    .collect())
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -203,7 +268,7 @@ pub async fn get(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<JobRow>
     let sql = format!(
         "{} WHERE j.key = $2 AND ($1::bigint IS NULL OR j.tenant_id = $1
             OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))
-         GROUP BY j.id, t.key, m.key",
+         GROUP BY j.site_id, j.id, t.key, m.key",
         job_select()
     );
     sqlx::query_as(&sql)
@@ -239,7 +304,7 @@ pub async fn list(
         "{} WHERE j.start_at < $3 AND (j.end_at IS NULL OR j.end_at >= $2)
             AND ($1::bigint IS NULL OR j.tenant_id = $1
                  OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))
-         GROUP BY j.id, t.key, m.key ORDER BY total_mj DESC, j.key LIMIT $4",
+         GROUP BY j.site_id, j.id, t.key, m.key ORDER BY total_mj DESC, j.key LIMIT $4",
         job_select()
     );
     Ok(sqlx::query_as(&sql)

@@ -6,6 +6,8 @@ use sqlx::PgPool;
 
 #[derive(Debug, Clone)]
 pub struct TokenRow {
+    /// The job's site.
+    pub site_id: i64,
     pub job_id: i64,
     pub tenant_id: Option<i64>,
     pub start_at: DateTime<Utc>,
@@ -27,18 +29,21 @@ pub async fn insert(pool: &PgPool, rows: &[TokenRow]) -> StoreResult<TokenOutcom
     let mut tx = pool.begin().await?;
     let existing = sqlx::query!(
         r#"WITH input AS (
-             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::timestamptz[],
-                                  $5::bigint[], $6::bigint[])
-                 WITH ORDINALITY AS t(job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens, idx)
+             SELECT * FROM UNNEST($7::bigint[], $1::bigint[], $2::bigint[], $3::timestamptz[],
+                                  $4::timestamptz[], $5::bigint[], $6::bigint[])
+                 WITH ORDINALITY AS t(site_id, job_id, tenant_id, start_at, end_at, prompt_tokens,
+                                      generated_tokens, idx)
          ), ins AS (
-             INSERT INTO token_records (job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens)
-             SELECT job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens FROM input
-             ON CONFLICT (job_id, tenant_id, start_at) DO NOTHING
+             INSERT INTO token_records (site_id, job_id, tenant_id, start_at, end_at, prompt_tokens,
+                                        generated_tokens)
+             SELECT site_id, job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens
+             FROM input
+             ON CONFLICT (site_id, job_id, tenant_id, start_at) DO NOTHING
          )
          SELECT (i.idx - 1)::int AS "idx!",
                 (r.end_at, r.prompt_tokens, r.generated_tokens)
                     = (i.end_at, i.prompt_tokens, i.generated_tokens) AS "same!"
-         FROM input i JOIN token_records r ON r.job_id = i.job_id
+         FROM input i JOIN token_records r ON r.site_id = i.site_id AND r.job_id = i.job_id
               AND r.tenant_id IS NOT DISTINCT FROM i.tenant_id AND r.start_at = i.start_at"#,
         &rows.iter().map(|r| r.job_id).collect::<Vec<_>>(),
         // Tenant ids may be null (a job's own tenant), which the parameter's check does not allow.
@@ -47,6 +52,7 @@ pub async fn insert(pool: &PgPool, rows: &[TokenRow]) -> StoreResult<TokenOutcom
         &rows.iter().map(|r| r.end_at).collect::<Vec<_>>(),
         &rows.iter().map(|r| r.prompt_tokens).collect::<Vec<_>>(),
         &rows.iter().map(|r| r.generated_tokens).collect::<Vec<_>>(),
+        &rows.iter().map(|r| r.site_id).collect::<Vec<_>>(),
     )
     .fetch_all(&mut *tx)
     .await?;
@@ -60,17 +66,15 @@ pub async fn insert(pool: &PgPool, rows: &[TokenRow]) -> StoreResult<TokenOutcom
     }
     out.inserted = rows.len() as u64 - out.duplicates - out.conflicts.len() as u64;
     if out.inserted > 0 {
-        // Tokens change the split of their jobs' hours at every site the job ran on then.
+        // Tokens change the split of their jobs' hours, at the job's site.
         sqlx::query!(
             "INSERT INTO dirty_hours (site_id, hour)
-             SELECT DISTINCT m.site_id, h
-             FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS t(job_id, lo, hi)
-             JOIN allocations a ON a.job_id = t.job_id
-             JOIN meters m ON m.id = a.meter_id,
+             SELECT DISTINCT t.site_id, h
+             FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS t(site_id, lo, hi),
              generate_series(date_trunc('hour', t.lo), date_trunc('hour', t.hi), interval '1 hour') h
              ORDER BY 1, 2
              ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
-            &rows.iter().map(|r| r.job_id).collect::<Vec<_>>(),
+            &rows.iter().map(|r| r.site_id).collect::<Vec<_>>(),
             &rows.iter().map(|r| r.start_at).collect::<Vec<_>>(),
             &rows.iter().map(|r| r.end_at).collect::<Vec<_>>(),
         )

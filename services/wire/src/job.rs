@@ -21,6 +21,11 @@ pub struct Job {
     pub name: Option<String>,
     /// The tenant's key.
     pub tenant: String,
+    /// The key of the site the job runs at. By default the site of its allocations' GPUs,
+    /// which must all be at one site (a job on two sites' GPUs is reported as two jobs);
+    /// needed for a new job sent without allocations. A job's site cannot change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
     /// The model's key, for a job that serves or trains one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -68,6 +73,9 @@ impl Job {
             p.text("name", name, MAX_NAME_LEN);
         }
         p.key("tenant", &self.tenant);
+        if let Some(site) = &self.site {
+            p.key("site", site);
+        }
         if let Some(model) = &self.model {
             p.key("model", model);
         }
@@ -138,6 +146,7 @@ mod tests {
             key: "slurm:c1:42".into(),
             name: Some("train".into()),
             tenant: "acme".into(),
+            site: None,
             model: None,
             kind: "training".into(),
             priority: None,

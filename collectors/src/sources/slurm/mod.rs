@@ -83,13 +83,16 @@ impl SourceConfig for SlurmConfig {
         super::interval(self.interval_s)
     }
 
-    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
-        Ok(Box::new(SlurmSource::new(self.clone())))
+    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+        Ok(Box::new(SlurmSource::new(self.clone(), &agent.site)))
     }
 }
 
 pub struct SlurmSource {
     config: SlurmConfig,
+    /// The agent's site: a job is sent with it, since one sent before its GPUs are known
+    /// (or without any) has no other way to say where it runs.
+    site: String,
     state: State,
     warned_no_indices: std::collections::BTreeSet<String>,
     /// Jobs squeue listed in this poll.
@@ -97,9 +100,10 @@ pub struct SlurmSource {
 }
 
 impl SlurmSource {
-    pub fn new(config: SlurmConfig) -> Self {
+    pub fn new(config: SlurmConfig, site: &str) -> Self {
         SlurmSource {
             config,
+            site: site.to_owned(),
             state: State::default(),
             warned_no_indices: Default::default(),
             live: Default::default(),
@@ -187,6 +191,7 @@ impl SlurmSource {
                     .get(&j.account)
                     .cloned()
                     .unwrap_or_else(|| j.account.clone()),
+                site: Some(self.site.clone()),
                 model: None,
                 kind: self
                     .config
@@ -309,6 +314,7 @@ mod tests {
         SlurmSource::new(
             toml::from_str("accounts = { \"tenant-a\" = \"acme\" }\npartition_kinds = { debug = \"interactive\" }")
                 .unwrap(),
+            "s1",
         )
     }
 

@@ -232,13 +232,13 @@ impl<'a> Record<'a> {
     }
 
     /// The id of the row `key` names, or an "unknown {what}" error.
-    pub fn resolve(
+    pub fn resolve<V: Copy>(
         &mut self,
         field: &str,
         key: &str,
-        ids: &HashMap<String, i64>,
+        ids: &HashMap<String, V>,
         what: &str,
-    ) -> Option<i64> {
+    ) -> Option<V> {
         let id = ids.get(key).copied();
         if id.is_none() {
             self.error(field, format!("unknown {what}"));

@@ -3,7 +3,7 @@
 use super::{far_future, IngestResponses, Records};
 use super::{latest, read_all, reject_repeats, Counts, IngestOutcome};
 use crate::auth::Role;
-use crate::http::error::ApiResult;
+use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Batch, Caller};
 use crate::http::validate::Record;
 use crate::http::AppState;
@@ -13,12 +13,14 @@ use chrono::Utc;
 use std::collections::HashSet;
 use wattledger_store::inventory::{self, KeyedTable};
 use wattledger_store::jobs::{self, AllocationRecord, JobRecord};
+use wattledger_store::StoreError;
 use wattledger_wire::{Allocation, Job};
 
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 11] = [
     "key",
     "name",
     "tenant",
+    "site",
     "model",
     "kind",
     "priority",
@@ -46,6 +48,8 @@ pub async fn jobs_batch(
             .collect()
     };
     let tenants = inventory::ids_by_key(&state.pool, KeyedTable::Tenants, &field("tenant")).await?;
+    let sites = inventory::ids_by_key(&state.pool, KeyedTable::Sites, &field("site")).await?;
+    let stored = jobs::by_key(&state.pool, &field("key")).await?;
     let models = inventory::ids_by_key(&state.pool, KeyedTable::Models, &field("model")).await?;
     let meter_keys: Vec<String> = batch
         .iter()
@@ -61,12 +65,17 @@ pub async fn jobs_batch(
         let tenant = r.resolve("tenant", &job.tenant, &tenants, "tenant");
         // An unknown model is an error recorded, so the record is refused all the same.
         let model = (job.model.as_ref()).and_then(|m| r.resolve("model", m, &models, "model"));
+        let named_site = (job.site.as_ref()).and_then(|s| r.resolve("site", s, &sites, "site"));
+        let mut gpu_sites = HashSet::new();
         let mut allocations = Vec::new();
         let mut seen = HashSet::new();
         for (k, a) in job.allocations.iter().enumerate() {
             let field = format!("allocations[{k}].meter");
             let meter_id = match meters.get(&a.meter) {
-                Some(m) if m.kind == "gpu" || m.kind == "mig" => m.id,
+                Some(m) if m.kind == "gpu" || m.kind == "mig" => {
+                    gpu_sites.insert(m.site_id);
+                    m.id
+                }
                 Some(_) => {
                     r.error(&field, "allocations are of GPU or MIG meters");
                     continue;
@@ -88,8 +97,15 @@ pub async fn jobs_batch(
                 end_at: a.end_at.or(job.end_at),
             });
         }
+        let site_id = job_site(
+            r,
+            named_site,
+            &gpu_sites,
+            stored.get(&job.key).map(|j| j.site_id),
+        );
         Some(JobRecord {
             key: job.key,
+            site_id: site_id?,
             name: job.name.unwrap_or_default(),
             tenant_id: tenant?,
             model_id: model,
@@ -102,12 +118,66 @@ pub async fn jobs_batch(
         })
     })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
-    let written = jobs::upsert(&state.pool, &records, Utc::now()).await?;
+    let written = match jobs::upsert(&state.pool, &records, Utc::now()).await {
+        // Another batch placed these keys at another site since they were checked above.
+        Err(StoreError::JobsAtAnotherSite(keys)) => {
+            return Err(ApiError::Conflict {
+                code: "job_at_another_site",
+                message: format!(
+                    "jobs {} are at another site; a job's site cannot change",
+                    keys.join(", ")
+                ),
+            })
+        }
+        other => other?,
+    };
     let allocations = records.iter().map(|r| r.allocations.len()).sum();
     Ok(Json(IngestOutcome {
         allocations: Some(Counts::of(allocations, written.allocations)),
         ..IngestOutcome::upserted(records.len(), written.jobs)
     }))
+}
+
+/// The site a job runs at: its GPUs' (which must be one site), the one its record names
+/// (which must agree with its GPUs'), and the one it was stored at (which cannot change);
+/// `None`, with the error recorded, when they disagree or none is known.
+fn job_site(
+    r: &mut Record<'_>,
+    named: Option<i64>,
+    gpus: &HashSet<i64>,
+    stored: Option<i64>,
+) -> Option<i64> {
+    if gpus.len() > 1 {
+        r.error(
+            "allocations",
+            "the GPUs are at several sites: report one job per site",
+        );
+        return None;
+    }
+    let of_gpus = gpus.iter().next().copied();
+    let site = match (named, of_gpus) {
+        (Some(n), Some(g)) if n != g => {
+            r.error("site", "the job's GPUs are at another site");
+            return None;
+        }
+        (n, g) => n.or(g).or(stored),
+    };
+    match (site, stored) {
+        (Some(s), Some(was)) if s != was => {
+            r.error(
+                "site",
+                "the job is registered at another site; a job's site cannot change",
+            );
+            None
+        }
+        (None, _) => {
+            if r.errors.is_empty() {
+                r.error("site", "needed for a new job sent without allocations");
+            }
+            None
+        }
+        (site, _) => site,
+    }
 }
 
 /// The record's fields by type, as a wire job for its `check`; `None` (with the errors
@@ -116,6 +186,7 @@ fn read_job(r: &mut Record<'_>) -> Option<Job> {
     let key = r.string("key");
     let name = r.opt_string("name");
     let tenant = r.string("tenant");
+    let site = r.opt_string("site");
     let model = r.opt_string("model");
     let kind = r.string("kind");
     let priority = r.opt_string("priority");
@@ -156,6 +227,7 @@ fn read_job(r: &mut Record<'_>) -> Option<Job> {
         key: key?,
         name,
         tenant: tenant?,
+        site,
         model,
         kind: kind?,
         priority,

@@ -38,7 +38,7 @@ pub async fn tokens_batch(
             .filter_map(|v| v.get(f)?.as_str().map(str::to_owned))
             .collect()
     };
-    let jobs = inventory::ids_by_key(&state.pool, KeyedTable::Jobs, &field("job")).await?;
+    let jobs = wattledger_store::jobs::by_key(&state.pool, &field("job")).await?;
     let tenants = inventory::ids_by_key(&state.pool, KeyedTable::Tenants, &field("tenant")).await?;
     let latest = latest(&state);
     let rows = read_all(&batch, &FIELDS, |r| {
@@ -57,11 +57,13 @@ pub async fn tokens_batch(
             generated_tokens: generated_tokens?,
         };
         r.problems(t.check(latest));
-        let job_id = r.resolve("job", &t.job, &jobs, "job");
+        let job = r.resolve("job", &t.job, &jobs, "job");
         let tenant_id =
             (t.tenant.as_ref()).and_then(|k| r.resolve("tenant", k, &tenants, "tenant"));
+        let job = job?;
         Some(TokenRow {
-            job_id: job_id?,
+            site_id: job.site_id,
+            job_id: job.id,
             tenant_id,
             start_at: t.start_at,
             end_at: t.end_at,
