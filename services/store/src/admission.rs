@@ -221,7 +221,7 @@ pub async fn learned_draw(
         r#"SELECT l.tenant_id AS "tenant_id!", m.key AS "model?", j.kind AS "kind!",
                 (sum(l.gpu_mj + l.node_overhead_mj) * 1000 / sum(l.gpu_ms))::bigint
                     AS "gpu_draw_w!"
-         FROM ledger l JOIN jobs j ON j.id = l.job_id LEFT JOIN models m ON m.id = l.model_id
+         FROM ledger l JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id LEFT JOIN models m ON m.id = l.model_id
          WHERE l.hour >= $1 AND ($2::bigint IS NULL OR l.tenant_id = $2)
          GROUP BY GROUPING SETS ((l.tenant_id, m.key, j.kind), (l.tenant_id, j.kind))
          HAVING sum(l.gpu_ms) > 0"#,

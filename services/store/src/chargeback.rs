@@ -312,7 +312,7 @@ async fn ledger_entries(
          JOIN tenants t ON t.id = l.tenant_id
          JOIN sites s ON s.id = l.site_id
          LEFT JOIN models m ON m.id = l.model_id
-         LEFT JOIN jobs j ON j.id = l.job_id
+         LEFT JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id
          CROSS JOIN LATERAL (SELECT CASE WHEN l.job_id IS NULL THEN 0 ELSE l.idle_mj END AS mj) i
          CROSS JOIN LATERAL (
              SELECT CASE WHEN l.total_mj = 0 THEN 0

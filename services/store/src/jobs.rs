@@ -258,7 +258,7 @@ fn job_select() -> String {
          FROM jobs j
          JOIN tenants t ON t.id = j.tenant_id
          LEFT JOIN models m ON m.id = j.model_id
-         LEFT JOIN ledger_rows l ON l.job_id = j.id AND ($1::bigint IS NULL OR l.tenant_id = $1)"
+         LEFT JOIN ledger_rows l ON l.site_id = j.site_id AND l.job_id = j.id AND ($1::bigint IS NULL OR l.tenant_id = $1)"
     )
 }
 
@@ -379,7 +379,7 @@ pub async fn allocations(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResu
                 coalesce(m.device_model, p.device_model) AS device_model, m.mig_profile,
                 a.share, a.start_at, a.end_at
          FROM allocations a JOIN meters m ON m.id = a.meter_id
-         JOIN jobs j ON j.id = a.job_id
+         JOIN jobs j ON j.site_id = a.site_id AND j.id = a.job_id
          LEFT JOIN meters p ON p.id = m.parent_id AND m.kind = 'mig'
          WHERE a.job_id = $1 AND ($2::bigint IS NULL OR j.tenant_id = $2
              OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $2))

@@ -139,6 +139,40 @@ impl Source {
     }
 }
 
+/// The tokens a scope's jobs served in a range and the energy of the jobs that served them
+/// (those with tokens), as `usage` grouped by job adds them up; one bare sum per job over the
+/// ledger rows, where the full grouping would fold every job's costs, carbon and names.
+#[tracing::instrument(skip_all)]
+pub async fn serving(pool: &PgPool, scope: &Scope, filter: &UsageFilter) -> StoreResult<Serving> {
+    let (from, to) = bounds(filter);
+    Ok(sqlx::query_as!(
+        Serving,
+        r#"SELECT coalesce(sum(tokens), 0)::bigint AS "tokens!",
+                  coalesce(sum(mj), 0)::bigint AS "mj!"
+           FROM (SELECT sum(prompt_tokens + generated_tokens) AS tokens, sum(total_mj) AS mj
+                 FROM ledger_rows
+                 WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
+                   AND ($4::bigint IS NULL OR site_id = $4)
+                   AND ($5::bigint IS NULL OR model_id = $5)
+                 GROUP BY job_id) per_job
+           WHERE tokens > 0"#,
+        scope.tenant(),
+        from,
+        to,
+        filter.site_id,
+        filter.model_id,
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Tokens served and the energy of the jobs that served them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Serving {
+    pub tokens: i64,
+    pub mj: i64,
+}
+
 /// The bounds of a usage range, open ends closed at the bounds of any time the ledger can
 /// hold (the input rule's years), so the rollup can split it into whole days.
 fn bounds(filter: &UsageFilter) -> (DateTime<Utc>, DateTime<Utc>) {
@@ -247,7 +281,8 @@ pub async fn usage(
              FROM {source} l
              JOIN tenants t ON t.id = l.tenant_id
              JOIN sites s ON s.id = l.site_id
-             LEFT JOIN jobs j ON j.id = l.job_id
+             -- On the whole key (site, id): unique, so unused it is no join at all.
+             LEFT JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id
              LEFT JOIN models m ON m.id = l.model_id
              WHERE ($4::bigint IS NULL OR l.site_id = $4)
                AND ($5::bigint IS NULL OR l.job_id = $5)

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use wattledger_domain::budget_alerts::runs_out_at;
 use wattledger_domain::metrics;
 use wattledger_store::admission::Deferred;
-use wattledger_store::usage::{self, GroupBy, UsageFilter, UsageRow};
+use wattledger_store::usage::{self, GroupBy, Serving, UsageFilter, UsageRow};
 use wattledger_store::{budgets, Scope};
 
 fn costs(r: &UsageRow) -> String {
@@ -269,7 +269,9 @@ async fn load(
         by_day_model: usage::usage(pool, scope, &[GroupBy::Day, GroupBy::Model], &filter).await?,
         by_day: usage::usage(pool, scope, &[GroupBy::Day], &filter).await?,
         by_job: usage::usage(pool, scope, &[GroupBy::Job, GroupBy::Model], &top).await?,
-        serving: Serving::of(&usage::usage(pool, scope, &[GroupBy::Job], &filter).await?),
+        // Tokens per kWh over the energy of the jobs that served the tokens: over the rest of
+        // a tenant's energy (training, batch) it would say nothing of its serving.
+        serving: usage::serving(pool, scope, &filter).await?,
         deferred: deferred::load(pool, scope, tenant, range.from, range.to, now).await?,
         budgets: with_alerts,
     })
@@ -455,26 +457,6 @@ fn page(
         alerts,
         deferred,
         empty,
-    }
-}
-
-/// The tokens a tenant's jobs served and the energy of those jobs (the inference jobs with
-/// token records), summed over its jobs as `/v1/usage?group_by=job` answers them: tokens per
-/// kWh over the rest of its energy (training, batch) would say nothing of its serving.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Serving {
-    tokens: i64,
-    mj: i64,
-}
-
-impl Serving {
-    fn of(jobs: &[UsageRow]) -> Serving {
-        jobs.iter()
-            .filter(|j| j.tokens() > 0)
-            .fold(Serving::default(), |s, j| Serving {
-                tokens: s.tokens + j.tokens(),
-                mj: s.mj + j.energy.total_mj(),
-            })
     }
 }
 
@@ -705,33 +687,10 @@ mod tests {
     fn the_tokens_figure_says_tokens_per_kwh_or_that_there_are_none() {
         // 2 kWh of the tenant's, 0.5 kWh of it drawn by the job that served 3,000 tokens:
         // 6,000 per kWh of that job, not 1,500 per kWh of everything.
-        let serving = Serving::of(&[
-            UsageRow {
-                job: Some("endpoint".into()),
-                energy: EnergyBreakdown {
-                    gpu_mj: 1_800_000_000,
-                    ..Default::default()
-                },
-                prompt_tokens: 2_000,
-                generated_tokens: 1_000,
-                ..Default::default()
-            },
-            UsageRow {
-                job: Some("training".into()),
-                energy: EnergyBreakdown {
-                    gpu_mj: 5_400_000_000,
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        ]);
-        assert_eq!(
-            serving,
-            Serving {
-                tokens: 3_000,
-                mj: 1_800_000_000
-            }
-        );
+        let serving = Serving {
+            tokens: 3_000,
+            mj: 1_800_000_000,
+        };
         assert_eq!(
             tokens_figure(&row(3_000, None, None), &serving).note,
             "6,000 per kWh of the inference jobs that served them (25.0% of all energy)"
@@ -743,7 +702,7 @@ mod tests {
         );
         assert_eq!(share(1, 100_000), "under 0.1%");
         assert_eq!(share(0, 100_000), "0.0%");
-        let none = tokens_figure(&row(0, None, None), &Serving::of(&[]));
+        let none = tokens_figure(&row(0, None, None), &Serving::default());
         assert_eq!(
             (none.value.as_str(), none.note.as_str()),
             ("0", "no inference tokens")
