@@ -570,17 +570,26 @@ async fn a_meter_re_registered_is_seen_by_the_next_sample_batch() {
     );
 }
 
+/// The scenario's inventory and a second site, `s2`, like its `s1`.
+async fn with_second_site() -> TestApp {
+    let app = TestApp::start().await;
+    let b = scenario::batches();
+    scenario::push_inventory(&app, &b).await;
+    let mut other = b.sites[0].clone();
+    other["key"] = json!("s2");
+    let (status, body) = app
+        .ingest(&app.token(Role::Admin), "sites", json!([other]))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app
+}
+
 /// A meter's samples are keyed by its site (and sharded by it on Citus): a meter cannot move
 /// to another site, it is registered under a new key there.
 #[tokio::test]
 async fn a_meter_cannot_move_to_another_site() {
-    let app = TestApp::start().await;
-    let b = scenario::batches();
-    scenario::push_inventory(&app, &b).await;
+    let app = with_second_site().await;
     let admin = app.token(Role::Admin);
-    let mut other = b.sites[0].clone();
-    other["key"] = json!("s2");
-    assert_eq!(app.ingest(&admin, "sites", json!([other])).await.0, 200);
     let (status, body) = app
         .ingest(
             &admin,
@@ -608,13 +617,8 @@ async fn a_meter_cannot_move_to_another_site() {
 /// site cannot change, also by a record for another site under the same key.
 #[tokio::test]
 async fn a_job_belongs_to_one_site() {
-    let app = TestApp::start().await;
-    let b = scenario::batches();
-    scenario::push_inventory(&app, &b).await;
+    let app = with_second_site().await;
     let admin = app.token(Role::Admin);
-    let mut other = b.sites[0].clone();
-    other["key"] = json!("s2");
-    assert_eq!(app.ingest(&admin, "sites", json!([other])).await.0, 200);
     let meters = json!([{"key": "s2-n", "site": "s2", "kind": "node"},
                         {"key": "s2-g", "site": "s2", "kind": "gpu", "parent": "s2-n"}]);
     assert_eq!(app.ingest(&admin, "meters", meters).await.0, 200);

@@ -60,18 +60,12 @@ pub async fn upsert(
     )
     .execute(&mut *tx)
     .await?;
-    let site_of: std::collections::HashMap<&str, i64> = records
+    let stored = by_key(&mut *tx, &keys).await?;
+    let moved: Vec<String> = records
         .iter()
-        .map(|r| (r.key.as_str(), r.site_id))
+        .filter(|r| stored.get(&r.key).is_some_and(|j| j.site_id != r.site_id))
+        .map(|r| r.key.clone())
         .collect();
-    let moved: Vec<String> =
-        sqlx::query!("SELECT key, site_id FROM jobs WHERE key = ANY($1)", &keys)
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .filter(|r| site_of.get(r.key.as_str()) != Some(&r.site_id))
-            .map(|r| r.key)
-            .collect();
     if !moved.is_empty() {
         return Err(StoreError::JobsAtAnotherSite(moved));
     }
@@ -205,15 +199,15 @@ pub struct JobRef {
 }
 
 /// The stored jobs of these keys.
-pub async fn by_key(
-    pool: &PgPool,
+pub async fn by_key<'e>(
+    db: impl sqlx::PgExecutor<'e>,
     keys: &[String],
 ) -> StoreResult<std::collections::HashMap<String, JobRef>> {
     Ok(sqlx::query!(
         "SELECT key, id, site_id FROM jobs WHERE key = ANY($1)",
         keys
     )
-    .fetch_all(pool)
+    .fetch_all(db)
     .await?
     .into_iter()
     .map(|r| {
