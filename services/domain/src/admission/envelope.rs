@@ -16,7 +16,7 @@
 //! thousands of reservations.
 
 use chrono::{DateTime, Duration, Utc};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// How far back a site's measured draw reaches (the store's `site_draw` takes each meter's
 /// highest reading over this).
@@ -116,10 +116,66 @@ impl Reserved {
             .fold(self.level(a), i64::max)
     }
 
+    /// The highest reserved draw over each of `windows`, whose ends must never move back (the
+    /// runs of one job from sorted starts): one pass over the steps they span, keeping the
+    /// falling levels ahead in a queue, where [`Reserved::peak`] per window would walk every
+    /// window's steps again. A flexible job at a site with thousands of admitted jobs has
+    /// as many candidate starts as the site has releases. Lazy, so that a job that takes the
+    /// first window it fits stops there. Yields each window's start with its peak.
+    pub fn peaks<'s, I>(&'s self, windows: I) -> impl Iterator<Item = (DateTime<Utc>, i64)> + 's
+    where
+        I: IntoIterator<Item = (DateTime<Utc>, DateTime<Utc>)>,
+        I::IntoIter: 's,
+    {
+        let mut windows = windows.into_iter().peekable();
+        let first = windows.peek().map_or(0, |(from, _)| minute_floor(*from));
+        let mut at_start = self.level(first);
+        let mut behind = self.levels.range(first + 1..).peekable();
+        let mut ahead = self.levels.range(first + 1..).peekable();
+        // Steps inside the current window, (minute, level), levels strictly falling.
+        let mut queue: VecDeque<(i64, i64)> = VecDeque::new();
+        let mut last = (i64::MIN, i64::MIN);
+        windows.map(move |(from, to)| {
+            let (a, b) = (minute_floor(from), minute_ceil(to));
+            debug_assert!(a >= last.0 && b >= last.1, "windows move back");
+            last = (a, b);
+            while let Some((_, l)) = behind.next_if(|(m, _)| **m <= a) {
+                at_start = *l;
+            }
+            while let Some((m, l)) = ahead.next_if(|(m, _)| **m < b) {
+                while queue.back().is_some_and(|(_, q)| q <= l) {
+                    queue.pop_back();
+                }
+                queue.push_back((*m, *l));
+            }
+            while queue.front().is_some_and(|(m, _)| *m <= a) {
+                queue.pop_front();
+            }
+            (
+                from,
+                queue.front().map_or(at_start, |(_, l)| at_start.max(*l)),
+            )
+        })
+    }
+
     /// Instants at which reserved draw falls, i.e. headroom can appear.
     pub fn releases(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
-        let mut previous = self.before;
-        self.levels.iter().filter_map(move |(m, l)| {
+        self.releases_from(None)
+    }
+
+    /// Releases at or after `from`, in order, from the steps there on only.
+    fn releases_from(
+        &self,
+        from: Option<DateTime<Utc>>,
+    ) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        let (mut previous, steps) = match from {
+            None => (self.before, self.levels.range(..)),
+            Some(from) => {
+                let m = minute_ceil(from);
+                (self.level(m - 1), self.levels.range(m..))
+            }
+        };
+        steps.filter_map(move |(m, l)| {
             let falls = *l < previous;
             previous = *l;
             falls.then(|| at_minute(*m))
@@ -181,6 +237,23 @@ impl<'a> Envelope<'a> {
         self.base_w + self.reserved.peak(from, to)
     }
 
+    /// Those of `starts` (sorted) a job drawing `draw_w` for `run` fits at, lazily.
+    pub fn fitting<I>(
+        &self,
+        draw_w: i64,
+        starts: I,
+        run: Duration,
+    ) -> impl Iterator<Item = DateTime<Utc>> + 'a
+    where
+        I: IntoIterator<Item = DateTime<Utc>>,
+        I::IntoIter: 'a,
+    {
+        let (base, limit) = (self.base_w, self.limit_w);
+        self.reserved
+            .peaks(starts.into_iter().map(move |s| (s, s + run)))
+            .filter_map(move |(s, peak)| (base + peak + draw_w <= limit).then_some(s))
+    }
+
     /// Whether a job drawing `draw_w` over `[from, to)` stays within the envelope.
     pub fn fits(&self, draw_w: i64, from: DateTime<Utc>, to: DateTime<Utc>) -> bool {
         self.peak(from, to) + draw_w <= self.limit_w
@@ -189,6 +262,17 @@ impl<'a> Envelope<'a> {
     /// Instants at which headroom can appear: where reservations end.
     pub fn releases(&self) -> impl Iterator<Item = DateTime<Utc>> + 'a {
         self.reserved.releases()
+    }
+
+    /// Releases in `[from, to]`, reading only the steps from `from` on.
+    pub fn releases_within(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> impl Iterator<Item = DateTime<Utc>> + 'a {
+        self.reserved
+            .releases_from(Some(from))
+            .take_while(move |r| *r <= to)
     }
 }
 
@@ -315,6 +399,18 @@ mod tests {
             prop_assert_eq!(res.at(t(from)), direct(from));
             let peak = (from..from + len).map(direct).max().unwrap();
             prop_assert_eq!(res.peak(t(from), t(from + len)), peak);
+            // One pass over sorted windows of one length peaks as each window alone does,
+            // seconds into a minute included.
+            let starts: Vec<_> = (0..12).map(|k| t(from + k * k) + Duration::seconds(k * 7)).collect();
+            let windows: Vec<_> = starts.iter().map(|s| (*s, *s + Duration::minutes(len))).collect();
+            let each: Vec<_> = windows.iter().map(|(a, b)| res.peak(*a, *b)).collect();
+            prop_assert_eq!(res.peaks(windows).map(|(_, p)| p).collect::<Vec<_>>(), each);
+            // Releases from an instant on are those of all releases at or after it.
+            let after = t(from) + Duration::seconds(len % 60);
+            prop_assert_eq!(
+                res.releases_from(Some(after)).collect::<Vec<_>>(),
+                res.releases().filter(|r| *r >= after).collect::<Vec<_>>()
+            );
             // Releases are exactly the minutes where the direct sum falls.
             let falls: Vec<_> = (prune_at..300).filter(|m| direct(*m) < direct(m - 1))
                 .map(t).collect();

@@ -15,17 +15,31 @@ pub struct Point {
 
 /// Points sorted by start, not overlapping (the later of two overlapping points is cut at the
 /// next one's start), with the running integral at each point's start.
+///
+/// Points are held to the whole second (their fraction dropped): signals come in minutes and
+/// hours, and seconds since the epoch are what a question's many integrals search and
+/// subtract, cheaper than dates.
 #[derive(Debug, Clone, Default)]
 pub struct Forecast {
     points: Vec<Point>,
+    /// Each point's start and end, seconds since the epoch.
+    starts: Vec<i64>,
+    ends: Vec<i64>,
     /// Σ value × seconds of the points before i.
     integral: Vec<Decimal>,
     /// Seconds covered by the points before i.
     covered: Vec<i64>,
 }
 
+fn whole_second(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
+}
+
 impl Forecast {
     pub fn new(mut points: Vec<Point>) -> Self {
+        for p in &mut points {
+            (p.start, p.end) = (whole_second(p.start), whole_second(p.end));
+        }
         points.retain(|p| p.end > p.start);
         points.sort_by_key(|p| p.start);
         let mut kept: Vec<Point> = Vec::with_capacity(points.len());
@@ -54,6 +68,8 @@ impl Forecast {
         integral.push(sum);
         covered.push(secs);
         Forecast {
+            starts: kept.iter().map(|p| p.start.timestamp()).collect(),
+            ends: kept.iter().map(|p| p.end.timestamp()).collect(),
             points: kept,
             integral,
             covered,
@@ -73,30 +89,55 @@ impl Forecast {
         self.points.iter().flat_map(|p| [p.start, p.end])
     }
 
-    /// (integral, covered seconds) from the first point's start up to `t`.
-    fn prefix(&self, t: DateTime<Utc>) -> (Decimal, i64) {
+    /// The instants in `[from, to]` where the value changes (a point starts or ends), in
+    /// order and each once: the candidate starts of a flexible job come from these, and a
+    /// question should not sort every boundary of two days of signals to find a dozen.
+    pub fn changes(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        // Points do not overlap, so their ends are sorted too: skip those that end before `from`.
+        let first = self.points.partition_point(|p| p.end < from);
+        let points = &self.points[first..];
+        points
+            .iter()
+            .enumerate()
+            .take_while(move |(_, p)| p.start <= to)
+            .flat_map(move |(k, p)| {
+                // An end that is the next point's start is that start.
+                let end = (points.get(k + 1).map(|n| n.start) != Some(p.end)).then_some(p.end);
+                std::iter::once(p.start).chain(end)
+            })
+            .filter(move |t| *t >= from && *t <= to)
+    }
+
+    /// (integral, covered seconds) from the first point's start up to `t`, in seconds since
+    /// the epoch.
+    fn prefix(&self, t: i64) -> (Decimal, i64) {
         // The number of points starting at or before t.
-        let i = self.points.partition_point(|p| p.start <= t);
+        let i = self.starts.partition_point(|s| *s <= t);
         if i == 0 {
             return (Decimal::ZERO, 0);
         }
-        let p = &self.points[i - 1];
-        let into = (t.min(p.end) - p.start).num_seconds();
+        let into = t.min(self.ends[i - 1]) - self.starts[i - 1];
         (
-            self.integral[i - 1] + p.value * Decimal::from(into),
+            self.integral[i - 1] + self.points[i - 1].value * Decimal::from(into),
             self.covered[i - 1] + into,
         )
     }
 
-    /// ∫ value dt over `[from, to)` in value × seconds, or `None` where any second of it has
-    /// no point: a slot that is not fully forecast is not a slot to choose.
+    /// ∫ value dt over `[from, to)` in value × seconds (both held to the whole second), or
+    /// `None` where any second of it has no point: a slot that is not fully forecast is not a
+    /// slot to choose.
     pub fn integral(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Option<Decimal> {
+        let (from, to) = (from.timestamp(), to.timestamp());
         if to <= from {
             return Some(Decimal::ZERO);
         }
         let (a, ca) = self.prefix(from);
         let (b, cb) = self.prefix(to);
-        (cb - ca == (to - from).num_seconds()).then_some(b - a)
+        (cb - ca == to - from).then_some(b - a)
     }
 }
 
@@ -175,6 +216,22 @@ mod tests {
                 }).sum()
             });
             prop_assert_eq!(f.integral(t(from), t(to)), direct.map(Decimal::from));
+        }
+
+        /// `changes` finds the boundaries in a range that sorting every boundary would,
+        /// with gaps, overlaps and restated points among them.
+        #[test]
+        fn changes_are_the_boundaries_in_range(
+            spans in proptest::collection::vec((0i64..100, 1i64..30), 0..20),
+            from in -10i64..130,
+            len in 0i64..80,
+        ) {
+            let f = Forecast::new(spans.iter().map(|(a, l)| pt(*a, a + l, 1)).collect());
+            let (from, to) = (t(from), t(from + len));
+            let mut all: Vec<_> = f.boundaries().filter(|b| *b >= from && *b <= to).collect();
+            all.sort();
+            all.dedup();
+            prop_assert_eq!(f.changes(from, to).collect::<Vec<_>>(), all);
         }
     }
 }

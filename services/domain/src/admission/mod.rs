@@ -21,7 +21,7 @@ pub mod oversubscription;
 use crate::demand_response;
 use crate::job_kind::JobKind;
 use budget::{Budget, JobAmounts, Remaining};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use envelope::{Envelope, Reservation, Reserved};
 use forecast::Forecast;
 use oversubscription::Factors;
@@ -199,27 +199,68 @@ impl Job {
     }
 
     fn estimate(&self, site: &Site, start: DateTime<Utc>) -> Estimate {
-        let end = start + self.duration;
         let w = self.site_draw_w(site);
-        let kwh_per = |integral: Decimal| w * integral / Decimal::from(WS_PER_KWH);
         let secs = Decimal::from(self.duration.num_seconds());
+        let kg = Some(Decimal::ONE_THOUSAND);
+        let weighed =
+            |signal: &Forecast, per| weighed(w, signal, start, start + self.duration, per);
         Estimate {
             site: site.key.clone(),
             start_at: start,
-            kwh: micro(kwh_per(secs)),
+            kwh: micro(w * secs / Decimal::from(WS_PER_KWH)),
             currency: site.currency.clone(),
-            cost: site.price.integral(start, end).map(|i| micro(kwh_per(i))),
-            carbon_average_kg: site
-                .carbon_average
-                .integral(start, end)
-                .map(|i| micro(kwh_per(i) / Decimal::ONE_THOUSAND)),
-            carbon_marginal_kg: site
-                .carbon_marginal
-                .integral(start, end)
-                .map(|i| micro(kwh_per(i) / Decimal::ONE_THOUSAND)),
+            cost: weighed(&site.price, None),
+            carbon_average_kg: weighed(&site.carbon_average, kg),
+            carbon_marginal_kg: weighed(&site.carbon_marginal, kg),
             run_s: self.duration.num_seconds(),
         }
     }
+
+    /// What a start is compared on, as its [`Estimate`] would say it, and nothing else: a
+    /// flexible question prices every candidate start, and shows only two. `w` is the job's
+    /// draw at the site.
+    fn priced<'s>(
+        &self,
+        site: &'s Site,
+        w: Decimal,
+        start: DateTime<Utc>,
+        policy: &Policy,
+    ) -> Priced<'s> {
+        let end = start + self.duration;
+        let kg = Some(Decimal::ONE_THOUSAND);
+        let average = || weighed(w, &site.carbon_average, start, end, kg);
+        Priced {
+            carbon: if policy.marginal {
+                weighed(w, &site.carbon_marginal, start, end, kg).or_else(average)
+            } else {
+                average()
+            },
+            cost: weighed(w, &site.price, start, end, None),
+            currency: &site.currency,
+        }
+    }
+}
+
+/// A run drawing `w` over `[start, end)` weighed by a signal, value × kWh (currency, or g
+/// CO2e divided by `per` into kg), rounded as estimates show it; `None` where the signal does
+/// not cover the run.
+fn weighed(
+    w: Decimal,
+    signal: &Forecast,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    per: Option<Decimal>,
+) -> Option<Decimal> {
+    let v = w * signal.integral(start, end)? / Decimal::from(WS_PER_KWH);
+    Some(micro(per.map_or(v, |per| v / per)))
+}
+
+/// A candidate start's carbon on the policy's basis and its cost.
+#[derive(Debug, Clone, Copy)]
+struct Priced<'s> {
+    carbon: Option<Decimal>,
+    cost: Option<Decimal>,
+    currency: &'s str,
 }
 
 impl Estimate {
@@ -230,22 +271,14 @@ impl Estimate {
             carbon_kg: self.carbon_average_kg,
         }
     }
-
-    fn carbon(&self, marginal: bool) -> Option<Decimal> {
-        if marginal {
-            self.carbon_marginal_kg.or(self.carbon_average_kg)
-        } else {
-            self.carbon_average_kg
-        }
-    }
 }
 
 /// Percent saved by `b` over `a`, weighting carbon and price; `None` where neither can be
 /// compared.
-fn saving_pct(a: &Estimate, b: &Estimate, policy: &Policy) -> Option<Decimal> {
+fn saving_pct(a: &Priced, b: &Priced, policy: &Policy) -> Option<Decimal> {
     let pct =
         |x: Decimal, y: Decimal| (x > Decimal::ZERO).then(|| (x - y) / x * Decimal::ONE_HUNDRED);
-    let carbon = match (a.carbon(policy.marginal), b.carbon(policy.marginal)) {
+    let carbon = match (a.carbon, b.carbon) {
         (Some(x), Some(y)) => pct(x, y),
         _ => None,
     };
@@ -260,6 +293,12 @@ fn saving_pct(a: &Estimate, b: &Estimate, policy: &Policy) -> Option<Decimal> {
         (None, Some(p)) if w < Decimal::ONE => Some(p),
         _ => None,
     }
+}
+
+/// An instant as reasons write it, `2026-11-26T14:00:00Z`: RFC 3339 to the second, which
+/// chrono writes without parsing a format string each time.
+fn iso(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 fn kw(w: i64) -> String {
@@ -315,9 +354,9 @@ pub fn decide(
             if latest < start0 {
                 let why = format!(
                     "the deadline {} is too close: the job needs {} min, and may start no earlier than {}",
-                    deadline.format("%Y-%m-%dT%H:%M:%SZ"),
+                    iso(deadline),
                     job.duration.num_minutes(),
-                    start0.format("%Y-%m-%dT%H:%M:%SZ")
+                    iso(start0)
                 );
                 return reject(vec![why], Some(now_first), verdict.remaining);
             }
@@ -350,10 +389,10 @@ pub fn decide(
     // 2 and 3. Every (site, start) the job may take: as early as possible, whenever an
     // admitted job ends (headroom), and for a flexible job wherever a forecast value
     // changes, at the job's start or its end (an optimum of a step function lies there).
-    struct Option_ {
+    struct Option_<'s> {
         site: usize,
         start: DateTime<Utc>,
-        estimate: Estimate,
+        priced: Priced<'s>,
         /// How long it would run there, and its draw counted against the envelope: as
         /// asked, or at the cap.
         run: Duration,
@@ -369,6 +408,7 @@ pub fn decide(
     for (i, site) in sites.iter().enumerate() {
         let env = Envelope::new(site.envelope_w, site.draw_w, &site.reserved, now);
         let draw = job.envelope_draw_w(site);
+        let site_w = job.site_draw_w(site);
         // Flexible work keeps out of the site's grid events (and may start as each ends).
         let events: Vec<&GridWindow> = if job.deadline.is_some() {
             site.grid_events
@@ -379,27 +419,41 @@ pub fn decide(
             Vec::new()
         };
         let clear = |s: DateTime<Utc>, d: Duration| events.iter().all(|e| clear_of(e, s, d));
-        let mut starts: Vec<DateTime<Utc>> = vec![start0];
-        starts.extend(env.releases());
-        starts.extend(events.iter().map(|e| e.end));
-        if job.deadline.is_some() {
-            for b in site
-                .carbon_average
-                .boundaries()
-                .chain(site.carbon_marginal.boundaries())
-                .chain(site.price.boundaries())
-            {
-                starts.push(b);
-                starts.push(b - job.duration);
+        // A job without a deadline takes its first window: the candidates in order, until
+        // one fits. Only a flexible one shops, over every candidate.
+        let mut fits: Vec<DateTime<Utc>> = match job.deadline {
+            None => env
+                .fitting(
+                    draw,
+                    std::iter::once(start0).chain(
+                        env.releases_within(start0, latest)
+                            .filter(move |r| *r > start0),
+                    ),
+                    job.duration,
+                )
+                .take(1)
+                .collect(),
+            Some(_) => {
+                let mut starts: Vec<DateTime<Utc>> = vec![start0];
+                starts.extend(env.releases_within(start0, latest));
+                starts.extend(events.iter().map(|e| e.end));
+                // A start at a change, or that ends at one: from `start0` to `latest`.
+                for signal in [&site.carbon_average, &site.carbon_marginal, &site.price] {
+                    for b in signal.changes(start0, latest + job.duration) {
+                        if b <= latest {
+                            starts.push(b);
+                        }
+                        if b - job.duration >= start0 {
+                            starts.push(b - job.duration);
+                        }
+                    }
+                }
+                starts.retain(|s| *s >= start0 && *s <= latest);
+                starts.sort_unstable();
+                starts.dedup();
+                env.fitting(draw, starts, job.duration).collect()
             }
-        }
-        starts.retain(|s| *s >= start0 && *s <= latest);
-        starts.sort();
-        starts.dedup();
-        let mut fits: Vec<DateTime<Utc>> = starts
-            .into_iter()
-            .filter(|s| env.fits(draw, *s, *s + job.duration))
-            .collect();
+        };
         // Blocked now: until the first fit, or past the last start allowed.
         let until = match fits.first() {
             None => Some(latest),
@@ -415,7 +469,7 @@ pub fn decide(
                     kw(env.peak(start0, start0 + job.duration)),
                     kw(draw),
                     kw(site.envelope_w),
-                    until.format("%Y-%m-%dT%H:%M:%SZ")
+                    iso(until)
                 ),
             ));
         }
@@ -428,8 +482,8 @@ pub fn decide(
                 "site {}: grid event {} from {} to {}",
                 site.key,
                 e.key,
-                e.start.format("%Y-%m-%dT%H:%M:%SZ"),
-                e.end.format("%Y-%m-%dT%H:%M:%SZ")
+                iso(e.start),
+                iso(e.end)
             );
             if fits.iter().any(|s| clear(*s, job.duration)) {
                 fits.retain(|s| clear(*s, job.duration));
@@ -453,18 +507,12 @@ pub fn decide(
                 ));
             }
         }
-        // A job without a deadline takes its first window; only a flexible one shops.
-        let take = if job.deadline.is_some() {
-            fits.len()
-        } else {
-            fits.len().min(1)
-        };
         let fits_now = fits.first() == Some(&start0);
-        for s in fits.into_iter().take(take) {
+        for s in fits {
             options.push(Option_ {
                 site: i,
                 start: s,
-                estimate: job.estimate(site, s),
+                priced: job.priced(site, site_w, s, policy),
                 run: job.duration,
                 counted_w: draw,
                 cap: None,
@@ -483,7 +531,7 @@ pub fn decide(
                     options.push(Option_ {
                         site: i,
                         start: start0,
-                        estimate: capped.estimate(site, start0),
+                        priced: capped.priced(site, capped.site_draw_w(site), start0, policy),
                         run: capped.duration,
                         counted_w,
                         cap: Some(cap),
@@ -514,7 +562,7 @@ pub fn decide(
     if job.deadline.is_some() || sites.len() > 1 {
         let mut best: Option<(Decimal, &Option_)> = None;
         for o in &options[1..] {
-            if let Some(s) = saving_pct(&base.estimate, &o.estimate, policy) {
+            if let Some(s) = saving_pct(&base.priced, &o.priced, policy) {
                 if best.as_ref().is_none_or(|(b, _)| s > *b) {
                     best = Some((s, o));
                 }
@@ -524,11 +572,11 @@ pub fn decide(
             Some((s, o)) if s > policy.threshold_pct => {
                 reasons.push(format!(
                     "starting at {} on site {} saves {}% ({}) against {} on site {}, above the {}% threshold",
-                    o.start.format("%Y-%m-%dT%H:%M:%SZ"),
+                    iso(o.start),
                     sites[o.site].key,
                     s.round_dp(1).normalize(),
                     basis_label(policy),
-                    base.start.format("%Y-%m-%dT%H:%M:%SZ"),
+                    iso(base.start),
                     sites[base.site].key,
                     policy.threshold_pct.normalize()
                 ));
@@ -542,8 +590,8 @@ pub fn decide(
             )),
             None => reasons.push(format!(
                 "no carbon or price forecast covers {} to {} on site {}: nothing to compare, started as early as possible",
-                base.start.format("%Y-%m-%dT%H:%M:%SZ"),
-                (base.start + job.duration).format("%Y-%m-%dT%H:%M:%SZ"),
+                iso(base.start),
+                iso(base.start + job.duration),
                 sites[base.site].key
             )),
         }
@@ -590,12 +638,16 @@ pub fn decide(
             kw(site.envelope_w)
         ));
     }
+    let at = match chosen.cap.and_then(|cap| job.capped(cap)) {
+        Some(capped) => capped.estimate(site, chosen.start),
+        None => job.estimate(site, chosen.start),
+    };
+    // Capped, it starts now: as early as it may is when it starts.
     let now_est = if chosen.cap.is_some() {
-        chosen.estimate.clone()
+        at.clone()
     } else {
         job.estimate(site, start0)
     };
-    let at = chosen.estimate.clone();
     let remaining = budget::check(budgets, &at.amounts()).remaining;
     Decision {
         verdict: verdict_kind,
