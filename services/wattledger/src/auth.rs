@@ -181,6 +181,19 @@ impl Revoked {
     }
 }
 
+/// Tokens this process has verified, with their claims, so that a scheduler asking many
+/// times a second with one token pays for its check (HMAC, base64, JSON, the claim rules)
+/// once. Only tokens that passed are kept, so a flood of bad ones cannot fill it; a hit
+/// still checks what time and revocation change: the expiry and the revoked set.
+#[derive(Default)]
+struct Verified {
+    tokens: RwLock<HashMap<Box<str>, Claims>>,
+}
+
+/// Verified tokens kept: far more than the schedulers, collectors and sessions one server
+/// sees within a token's life. When full, the expired go, and if that is not enough, all.
+const VERIFIED_MAX: usize = 4096;
+
 #[derive(Clone)]
 pub struct Keys {
     encoding: EncodingKey,
@@ -188,6 +201,7 @@ pub struct Keys {
     validation: Validation,
     max_ttl_s: i64,
     revoked: Arc<Revoked>,
+    verified: Arc<Verified>,
 }
 
 /// The text rule for a string claim: keys and subjects are keys, the rest plain text.
@@ -216,12 +230,15 @@ impl Keys {
             validation,
             max_ttl_s: DEFAULT_MAX_TTL_S,
             revoked: Arc::default(),
+            verified: Arc::default(),
         })
     }
 
     /// The same keys with another maximum lifetime, in seconds.
     pub fn with_max_ttl(mut self, max_ttl_s: i64) -> Self {
         self.max_ttl_s = max_ttl_s;
+        // What was verified under the old maximum is not verified under this one.
+        self.verified = Arc::default();
         self
     }
 
@@ -292,6 +309,36 @@ impl Keys {
     /// Then what the signature cannot vouch for: every string claim passes the text rule,
     /// the token has an id and was not revoked, and lives no longer than the maximum.
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        self.verify_at(token, Utc::now().timestamp())
+    }
+
+    /// As [`Keys::verify`], a token verified before answering from what this process kept
+    /// of it, checked again against `now` and the revoked set.
+    fn verify_at(&self, token: &str, now: i64) -> Result<Claims, AuthError> {
+        if let Some(c) = self.verified.tokens.read().get(token) {
+            if c.exp + (LEEWAY_S as i64) < now {
+                return Err(jsonwebtoken::errors::Error::from(
+                    jsonwebtoken::errors::ErrorKind::ExpiredSignature,
+                )
+                .into());
+            }
+            if !self.revoked.contains(&c.jti) {
+                return Ok(c.clone());
+            }
+        }
+        let claims = self.verify_signed(token)?;
+        let mut tokens = self.verified.tokens.write();
+        if tokens.len() >= VERIFIED_MAX {
+            tokens.retain(|_, c| c.exp + (LEEWAY_S as i64) >= now);
+            if tokens.len() >= VERIFIED_MAX {
+                tokens.clear();
+            }
+        }
+        tokens.insert(token.into(), claims.clone());
+        Ok(claims)
+    }
+
+    fn verify_signed(&self, token: &str) -> Result<Claims, AuthError> {
         let data = jsonwebtoken::decode::<Presented>(token, &self.decoding, &self.validation)?;
         let c = data.claims;
         if c.iat > Utc::now().timestamp() + LEEWAY_S as i64 {
@@ -470,6 +517,8 @@ mod tests {
         let replica_half = k.clone();
         let (t, c) = k.sign("ops", Role::Admin, None, 60).unwrap();
         let (other, _) = k.sign("ops", Role::Admin, None, 60).unwrap();
+        // Verified, and so kept, before it is revoked.
+        assert_eq!(replica_half.verify(&t).unwrap(), c);
         k.revoked().add(c.jti, c.exp);
         assert!(matches!(replica_half.verify(&t), Err(AuthError::Revoked)));
         assert!(k.verify(&other).is_ok());
@@ -479,6 +528,42 @@ mod tests {
         k.revoked().merge([(old, now - 3600)], now);
         assert!(!k.revoked().contains(&old));
         assert!(k.revoked().contains(&c.jti));
+    }
+
+    #[test]
+    fn a_kept_token_expires_as_a_fresh_one_would() {
+        let k = Keys::new(KEY).unwrap();
+        let (t, c) = k.sign("ops", Role::Admin, None, 60).unwrap();
+        assert_eq!(k.verify_at(&t, c.iat).unwrap(), c);
+        // Kept now: within the leeway it still passes, past it, it is refused as expired.
+        let leeway = LEEWAY_S as i64;
+        assert_eq!(k.verify_at(&t, c.exp + leeway).unwrap(), c);
+        let refused = k.verify_at(&t, c.exp + leeway + 1).unwrap_err();
+        assert!(
+            refused.to_string().contains("ExpiredSignature"),
+            "{refused}"
+        );
+        // A maximum lifetime set later is not bypassed by what was kept under the old one.
+        let shorter = k.clone().with_max_ttl(30);
+        assert!(matches!(
+            shorter.verify(&t),
+            Err(AuthError::LivesTooLong { max_s: 30 })
+        ));
+    }
+
+    #[test]
+    fn the_kept_tokens_stay_bounded() {
+        let k = Keys::new(KEY).unwrap();
+        let tokens: Vec<String> = (0..VERIFIED_MAX + 10)
+            .map(|_| k.mint("ops", Role::Admin, None, 60).unwrap())
+            .collect();
+        for t in &tokens {
+            k.verify(t).unwrap();
+        }
+        assert!(k.verified.tokens.read().len() <= VERIFIED_MAX);
+        // A refused token is never kept.
+        assert!(k.verify("not.a.token").is_err());
+        assert!(!k.verified.tokens.read().contains_key("not.a.token"));
     }
 
     #[test]
