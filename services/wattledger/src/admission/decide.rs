@@ -111,44 +111,41 @@ impl Admission {
             power,
         };
         let json = answer_json(&answer);
-        let record = store::NewDecision {
-            id,
-            decided_at: now,
-            tenant_id,
-            source: source.into(),
-            job_name: ask.job_name.clone(),
-            job_key: ask.job_key.clone(),
-            kind: ask.kind.clone(),
-            priority: ask.priority.clone(),
-            gpus: i32::try_from(ask.gpus).unwrap_or(i32::MAX),
-            decision: answer.decision.as_str().into(),
-            site_id,
-            start_at: reservation.map(|r| r.start),
-            end_at: reservation.map(|r| r.end),
-            reserved_w: reservation.map(|r| r.draw_w),
-            model: ask.model.clone(),
-            est_kwh: answer.estimate_at_start.as_ref().map(|e| e.kwh),
-            est_cost: answer.estimate_at_start.as_ref().and_then(|e| e.cost),
-            est_currency: answer
-                .estimate_at_start
-                .as_ref()
-                .map(|e| e.currency.clone()),
-            est_carbon_kg: answer
-                .estimate_at_start
-                .as_ref()
-                .and_then(|e| e.carbon_average_kg),
-            grid_event_id: d.moved.map(|m| m.event_id),
-            moved_mj: d.moved.map(|m| m.mj),
-            // The question is serialised by the writer, off the request path; the answer is
-            // the body just written for the asker, copied in only if it is to be stored.
-            request: String::new(),
-            answer: String::new(),
-        };
+        // Only a decision that is stored needs its record: a what-if builds none.
         if let Some(permit) = permit {
             permit.send(writer::Decided {
                 record: store::NewDecision {
+                    id,
+                    decided_at: now,
+                    tenant_id,
+                    source: source.into(),
+                    job_name: ask.job_name.clone(),
+                    job_key: ask.job_key.clone(),
+                    kind: ask.kind.clone(),
+                    priority: ask.priority.clone(),
+                    gpus: i32::try_from(ask.gpus).unwrap_or(i32::MAX),
+                    decision: answer.decision.as_str().into(),
+                    site_id,
+                    start_at: reservation.map(|r| r.start),
+                    end_at: reservation.map(|r| r.end),
+                    reserved_w: reservation.map(|r| r.draw_w),
+                    model: ask.model.clone(),
+                    est_kwh: answer.estimate_at_start.as_ref().map(|e| e.kwh),
+                    est_cost: answer.estimate_at_start.as_ref().and_then(|e| e.cost),
+                    est_currency: answer
+                        .estimate_at_start
+                        .as_ref()
+                        .map(|e| e.currency.clone()),
+                    est_carbon_kg: answer
+                        .estimate_at_start
+                        .as_ref()
+                        .and_then(|e| e.carbon_average_kg),
+                    grid_event_id: d.moved.map(|m| m.event_id),
+                    moved_mj: d.moved.map(|m| m.mj),
+                    // The question is serialised by the writer, off the request path; the
+                    // answer is the body just written for the asker.
+                    request: String::new(),
                     answer: json.clone(),
-                    ..record
                 },
                 ask: ask.clone(),
             });
