@@ -191,7 +191,8 @@ struct Verified {
 }
 
 /// Verified tokens kept: far more than the schedulers, collectors and sessions one server
-/// sees within a token's life. When full, the expired go, and if that is not enough, all.
+/// sees within a token's life. When full, the expired go, and if over half are still live,
+/// all do.
 const VERIFIED_MAX: usize = 4096;
 
 #[derive(Clone)]
@@ -330,7 +331,8 @@ impl Keys {
         let mut tokens = self.verified.tokens.write();
         if tokens.len() >= VERIFIED_MAX {
             tokens.retain(|_, c| c.exp + (LEEWAY_S as i64) >= now);
-            if tokens.len() >= VERIFIED_MAX {
+            // Mostly live: start again rather than scan the full store for every new token.
+            if tokens.len() >= VERIFIED_MAX / 2 {
                 tokens.clear();
             }
         }

@@ -175,11 +175,14 @@ impl Reserved {
                 (self.level(m - 1), self.levels.range(m..))
             }
         };
-        steps.filter_map(move |(m, l)| {
-            let falls = *l < previous;
-            previous = *l;
-            falls.then(|| at_minute(*m))
-        })
+        steps
+            .filter_map(move |(m, l)| {
+                let falls = *l < previous;
+                previous = *l;
+                falls.then(|| at_minute(*m))
+            })
+            // Within a millisecond after a minute, `minute_ceil` still names that minute.
+            .filter(move |r| from.is_none_or(|from| *r >= from))
     }
 
     /// Steps kept.
@@ -405,8 +408,9 @@ mod tests {
             let windows: Vec<_> = starts.iter().map(|s| (*s, *s + Duration::minutes(len))).collect();
             let each: Vec<_> = windows.iter().map(|(a, b)| res.peak(*a, *b)).collect();
             prop_assert_eq!(res.peaks(windows).map(|(_, p)| p).collect::<Vec<_>>(), each);
-            // Releases from an instant on are those of all releases at or after it.
-            let after = t(from) + Duration::seconds(len % 60);
+            // Releases from an instant on are those of all releases at or after it, a
+            // fraction of a millisecond after a minute included.
+            let after = t(from) + Duration::seconds(len % 60) + Duration::nanoseconds(len % 2 * 500);
             prop_assert_eq!(
                 res.releases_from(Some(after)).collect::<Vec<_>>(),
                 res.releases().filter(|r| *r >= after).collect::<Vec<_>>()
