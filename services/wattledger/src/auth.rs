@@ -148,6 +148,12 @@ pub enum AuthError {
     Invalid(#[from] jsonwebtoken::errors::Error),
 }
 
+/// Whether a token expiring at `exp` is refused at `now` (Unix seconds): past its expiry by
+/// more than the leeway, as jsonwebtoken decides it.
+fn expired(exp: i64, now: i64) -> bool {
+    exp + (LEEWAY_S as i64) < now
+}
+
 /// The ids of revoked tokens this process refuses, each with its expiry (Unix seconds):
 /// once expired, a token is refused anyway and its id is forgotten.
 #[derive(Debug, Default)]
@@ -169,7 +175,7 @@ impl Revoked {
     pub fn merge(&self, revoked: impl IntoIterator<Item = (Uuid, i64)>, now: i64) {
         let mut ids = self.ids.write();
         ids.extend(revoked);
-        ids.retain(|_, exp| *exp + LEEWAY_S as i64 >= now);
+        ids.retain(|_, exp| !expired(*exp, now));
     }
 
     pub fn len(&self) -> usize {
@@ -317,7 +323,7 @@ impl Keys {
     /// of it, checked again against `now` and the revoked set.
     fn verify_at(&self, token: &str, now: i64) -> Result<Claims, AuthError> {
         if let Some(c) = self.verified.tokens.read().get(token) {
-            if c.exp + (LEEWAY_S as i64) < now {
+            if expired(c.exp, now) {
                 return Err(jsonwebtoken::errors::Error::from(
                     jsonwebtoken::errors::ErrorKind::ExpiredSignature,
                 )
@@ -330,7 +336,7 @@ impl Keys {
         let claims = self.verify_signed(token)?;
         let mut tokens = self.verified.tokens.write();
         if tokens.len() >= VERIFIED_MAX {
-            tokens.retain(|_, c| c.exp + (LEEWAY_S as i64) >= now);
+            tokens.retain(|_, c| !expired(c.exp, now));
             // Mostly live: start again rather than scan the full store for every new token.
             if tokens.len() >= VERIFIED_MAX / 2 {
                 tokens.clear();

@@ -262,11 +262,6 @@ impl<'a> Envelope<'a> {
         self.peak(from, to) + draw_w <= self.limit_w
     }
 
-    /// Instants at which headroom can appear: where reservations end.
-    pub fn releases(&self) -> impl Iterator<Item = DateTime<Utc>> + 'a {
-        self.reserved.releases()
-    }
-
     /// Releases in `[from, to]`, reading only the steps from `from` on.
     pub fn releases_within(
         &self,

@@ -84,11 +84,6 @@ impl Forecast {
         &self.points
     }
 
-    /// The instants where the value changes: every point's start and end.
-    pub fn boundaries(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
-        self.points.iter().flat_map(|p| [p.start, p.end])
-    }
-
     /// The instants in `[from, to]` where the value changes (a point starts or ends), in
     /// order and each once: the candidate starts of a flexible job come from these, and a
     /// question should not sort every boundary of two days of signals to find a dozen.
@@ -228,7 +223,8 @@ mod tests {
         ) {
             let f = Forecast::new(spans.iter().map(|(a, l)| pt(*a, a + l, 1)).collect());
             let (from, to) = (t(from), t(from + len));
-            let mut all: Vec<_> = f.boundaries().filter(|b| *b >= from && *b <= to).collect();
+            let mut all: Vec<_> = f.points().iter().flat_map(|p| [p.start, p.end])
+                .filter(|b| *b >= from && *b <= to).collect();
             all.sort();
             all.dedup();
             prop_assert_eq!(f.changes(from, to).collect::<Vec<_>>(), all);

@@ -440,12 +440,7 @@ pub fn decide(
                 // A start at a change, or that ends at one: from `start0` to `latest`.
                 for signal in [&site.carbon_average, &site.carbon_marginal, &site.price] {
                     for b in signal.changes(start0, latest + job.duration) {
-                        if b <= latest {
-                            starts.push(b);
-                        }
-                        if b - job.duration >= start0 {
-                            starts.push(b - job.duration);
-                        }
+                        starts.extend([b, b - job.duration]);
                     }
                 }
                 starts.retain(|s| *s >= start0 && *s <= latest);
