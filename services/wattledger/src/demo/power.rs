@@ -23,6 +23,8 @@ const REPLICA_GPUS: i64 = 4;
 const REPLICA_W: i64 = 600;
 const CAP_W: i64 = 450;
 const TRAINING_W: i64 = 650;
+/// How long the demo waits for admission to count a changed power policy.
+const POLICY_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 /// The largest training run the demo sizes against the room.
 const MAX_TRAINING_GPUS: i64 = 512;
 
@@ -108,15 +110,29 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
         "model": "llama-3.1-70b", "kind": "inference", "gpus": REPLICA_GPUS,
         "power_per_gpu_w": REPLICA_W, "duration_s": 6 * 3600, "priority": "normal",
         "sites": [SITE], "source": "demo"});
-    // Admission reloads the policy when it changes; ask what-if until it counts it.
+    // Admission reloads the policy when it changes; ask what-if until it counts it. The
+    // reload reads a week of the site's meters, which on a loaded machine takes seconds:
+    // everything below (the factor, the cap) needs the policy, so it waits, and says so if
+    // it never comes rather than printing sizes without it.
     let mut dry = replica.clone();
     dry["dry_run"] = json!(true);
-    for _ in 0..50 {
+    let asked = std::time::Instant::now();
+    loop {
         let a = client
             .post(&client.scheduler, "/v1/admission", dry.clone())
             .await?;
         if reasons(&a).contains("over-subscription") {
+            tracing::info!(
+                waited_ms = asked.elapsed().as_millis() as u64,
+                "admission counts the power policy"
+            );
             break;
+        }
+        if asked.elapsed() > POLICY_WAIT {
+            anyhow::bail!(
+                "admission did not count site {SITE}'s power policy within {} s",
+                POLICY_WAIT.as_secs()
+            );
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
@@ -191,9 +207,17 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
             "power_per_gpu_w": TRAINING_W, "duration_s": 8 * 3600, "earliest_start": start,
             "sites": [SITE], "source": "demo"})
     };
-    let Some(gpus) = fits_only_capped(client, &training).await? else {
-        println!("  admission, orbit-labs training: no size fits site {SITE}'s room only capped");
-        return Ok(());
+    let gpus = match fits_only_capped(client, &training).await? {
+        Ok(gpus) => gpus,
+        Err(last) => {
+            println!(
+                "  admission, orbit-labs training: no size fits site {SITE}'s room only capped (at {} GPUs: {} {})",
+                last["gpus"],
+                last["decision"].as_str().unwrap_or("?"),
+                reasons(&last)
+            );
+            return Ok(());
+        }
     };
     let t = client
         .post(&client.scheduler, "/v1/admission", training(gpus))
@@ -224,21 +248,31 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
 
 /// The fewest GPUs of `job(gpus)` that admission, asked what-if, admits now only with its
 /// GPUs capped: past every size that fits in full, before the sizes that fit not at all.
+/// Admission re-reads the site's measured draw every half minute, and the demo's site has no
+/// new readings after the seed, so the room can change between two sizes; a pass that ends
+/// without a capped fit is asked again. `Err` holds the last answer, with the size asked.
 async fn fits_only_capped(
     client: &Client,
     job: &impl Fn(i64) -> Value,
-) -> anyhow::Result<Option<i64>> {
-    for gpus in 1..=MAX_TRAINING_GPUS {
-        let mut ask = job(gpus);
-        ask["dry_run"] = json!(true);
-        let a = client.post(&client.scheduler, "/v1/admission", ask).await?;
-        match (a["decision"].as_str(), a["power_cap_w"].as_i64()) {
-            (Some("admit"), Some(_)) => return Ok(Some(gpus)),
-            (Some("admit"), None) => continue,
-            _ => return Ok(None),
+) -> anyhow::Result<Result<i64, Value>> {
+    let mut last = Value::Null;
+    for _ in 0..3 {
+        for gpus in 1..=MAX_TRAINING_GPUS {
+            let mut ask = job(gpus);
+            ask["dry_run"] = json!(true);
+            let a = client.post(&client.scheduler, "/v1/admission", ask).await?;
+            match (a["decision"].as_str(), a["power_cap_w"].as_i64()) {
+                (Some("admit"), Some(_)) => return Ok(Ok(gpus)),
+                (Some("admit"), None) => continue,
+                _ => {
+                    last = a;
+                    last["gpus"] = json!(gpus);
+                    break;
+                }
+            }
         }
     }
-    Ok(None)
+    Ok(Err(last))
 }
 
 fn reasons(a: &Value) -> String {
