@@ -480,7 +480,7 @@ async fn password_guessing_is_slowed_alike_for_known_and_unknown_names() {
 /// proxy names, not the proxy itself, and only for a proxy the operator trusts.
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_address_throttle_counts_each_client() {
-    use wattledger::http::client_addr::TrustedProxies;
+    use wattledger::config::TrustedProxies;
     let app =
         TestApp::start_with(|c| c.trusted_proxies = TrustedProxies::parse("127.0.0.1").unwrap())
             .await;

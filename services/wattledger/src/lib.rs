@@ -1,8 +1,9 @@
-//! The wattledger server: HTTP API, attribution worker, simulator and demo.
+//! The wattledger server: HTTP API and dashboard, attribution worker, simulator and demo.
 //!
 //! `main.rs` is a thin CLI over this library so tests can start the real app on port 0.
 
 pub mod admission;
+pub mod app;
 pub mod auth;
 pub mod chargeback;
 pub mod config;
@@ -12,8 +13,12 @@ pub mod embedded_pg;
 pub mod grid_events;
 pub mod http;
 pub mod progress;
+pub mod server;
 pub mod sim;
 pub mod startup;
+pub mod state;
+pub mod telemetry;
+pub mod views;
 pub mod webhooks;
 pub mod worker;
 

@@ -2,7 +2,8 @@
 
 use crate::auth::Keys;
 use crate::config::Config;
-use crate::http::{app, AppState};
+use crate::server::app;
+use crate::state::AppState;
 use crate::worker;
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -23,7 +24,7 @@ impl Listeners {
     pub async fn bind(config: &Config) -> anyhow::Result<Self> {
         let https = match config.tls()? {
             Some(tls) => {
-                let acceptor = crate::http::tls::acceptor(tls.files, tls.reload_every)
+                let acceptor = crate::server::tls::acceptor(tls.files, tls.reload_every)
                     .context("loading the TLS key pair")?;
                 let listener = TcpListener::bind(tls.listen)
                     .await
@@ -92,7 +93,7 @@ pub async fn serve(
         stop_tx.subscribe(),
     ));
     let router = app(AppState::new(pool, keys, config, admission));
-    crate::http::serve::serve(http, https, router, shutdown).await?;
+    crate::server::serve::serve(http, https, router, shutdown).await?;
     let _ = stop_tx.send(true);
     let _ = admission_task.await;
     let _ = revocations.await;

@@ -4,7 +4,7 @@
 use super::format::{count, energy, grouped};
 use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
-use crate::http::AppState;
+use crate::state::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
@@ -332,5 +332,5 @@ pub async fn download(
     let (_, e) = store::export(&state.pool, &session.scope, month, &format)
         .await?
         .ok_or(PageError::NotFound)?;
-    Ok(crate::http::chargeback::export_file(e))
+    Ok(crate::views::download::export_file(e))
 }

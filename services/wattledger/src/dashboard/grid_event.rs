@@ -7,7 +7,7 @@ use super::format::{energy, grouped, kwh_of_mj, money};
 use super::{html, Nav, PageError, Session};
 use crate::auth::Role;
 use crate::grid_events::{report, Status};
-use crate::http::AppState;
+use crate::state::AppState;
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::Response;

@@ -7,7 +7,7 @@ use super::chart::{self, Stacked};
 use super::format::{carbon_kg, count, energy, f64_of, grouped, kwh_of_mj, pct};
 use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
-use crate::http::AppState;
+use crate::state::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;

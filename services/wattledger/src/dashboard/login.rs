@@ -5,8 +5,8 @@
 
 use super::{cookie, html, session_key, Form, PageError, Session, SESSION_COOKIE, SESSION_TTL_S};
 use crate::auth::Role;
-use crate::http::client_addr::ClientAddr;
-use crate::http::AppState;
+use crate::server::client_addr::ClientAddr;
+use crate::state::AppState;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use askama::Template;

@@ -22,7 +22,7 @@ mod tenant;
 mod users;
 
 use crate::auth::Role;
-use crate::http::AppState;
+use crate::state::AppState;
 use askama::Template;
 use axum::extract::{FromRef, FromRequestParts, State};
 use axum::http::request::Parts;
@@ -169,12 +169,6 @@ pub enum PageError {
 
 impl From<wattledger_store::StoreError> for PageError {
     fn from(e: wattledger_store::StoreError) -> Self {
-        PageError::Internal(e.to_string())
-    }
-}
-
-impl From<crate::http::error::ApiError> for PageError {
-    fn from(e: crate::http::error::ApiError) -> Self {
         PageError::Internal(e.to_string())
     }
 }

@@ -9,7 +9,7 @@ use super::range::Range;
 use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
 use crate::auth::Role;
-use crate::http::AppState;
+use crate::state::AppState;
 use askama::Template;
 use axum::extract::{Query, State};
 use axum::response::Response;
@@ -83,7 +83,7 @@ fn class_label(class: &str) -> &'static str {
 }
 
 /// The rows of a site's headroom over the whole range.
-pub fn headroom_rows(span: &[crate::http::power::HeadroomOut]) -> Vec<HeadroomRow> {
+pub fn headroom_rows(span: &[crate::views::power::HeadroomOut]) -> Vec<HeadroomRow> {
     let kw = |w: Decimal| grouped(w / Decimal::ONE_THOUSAND, 1);
     span.iter()
         .map(|h| HeadroomRow {
@@ -312,12 +312,12 @@ pub async fn page(
     // One read of the range's power profiles for both the headroom and the load shapes.
     let power = power::hours(&state.pool, None, range.from, range.to, None).await?;
     let shapes: BTreeMap<String, BTreeMap<i64, DayLoad>> =
-        crate::http::power::load_shapes(&power, &sites)
+        crate::views::power::load_shapes(&power, &sites)
             .into_iter()
             .map(|(site, _, days)| (site, days))
             .collect();
     let mut headroom: BTreeMap<String, Vec<HeadroomRow>> =
-        crate::http::power::by_site(&power, headroom::DEFAULT_PERCENTILE)
+        crate::views::power::by_site(&power, headroom::DEFAULT_PERCENTILE)
             .into_iter()
             .map(|s| (s.site, headroom_rows(&s.span)))
             .collect();

@@ -9,7 +9,7 @@ use super::format::{carbon_kg, count, energy, f64_of, grouped, kwh_of_mj, money,
 use super::range::Range;
 use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
-use crate::http::AppState;
+use crate::state::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;

@@ -7,7 +7,7 @@ use super::table::{Column, Header, Key, Sort};
 use super::{html, Form, Nav, PageError, Session};
 use crate::auth::Role;
 use crate::dashboard::login::{add_user, new_password};
-use crate::http::AppState;
+use crate::state::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;

@@ -82,7 +82,7 @@ async fn load_shape(pool: &PgPool) -> anyhow::Result<()> {
         Some(&["facility", "it"]),
     )
     .await?;
-    let days: Vec<_> = crate::http::power::load_shapes(&rows, &sites)
+    let days: Vec<_> = crate::views::power::load_shapes(&rows, &sites)
         .into_iter()
         .flat_map(|(_, _, days)| days.into_values())
         .map(|d| d.shape)

@@ -4,9 +4,9 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
 use super::extract::{Caller, Query, RawBatch, RawJson};
-use super::AppState;
 use crate::admission::{Answer, Ask, AskError};
 use crate::auth::Role;
+use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header::{HeaderValue, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};

@@ -5,8 +5,8 @@
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, RawBatch};
 use super::validate::Record;
-use super::AppState;
 use crate::auth::Role;
+use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;

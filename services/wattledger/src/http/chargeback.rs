@@ -4,10 +4,11 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
 use super::extract::{Caller, Query, RawBatch};
-use super::AppState;
 use crate::auth::Role;
+use crate::state::AppState;
+use crate::views::download;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -486,7 +487,7 @@ pub async fn statement(
     if csv {
         let body = chargeback::csv::render(&close);
         let name = format!("wattledger-{month}-v{}-{tenant}.csv", close.version);
-        return Ok(file(
+        return Ok(download::file(
             body.into_bytes(),
             "text/csv; charset=utf-8",
             &name,
@@ -523,32 +524,5 @@ pub async fn export(
     let (_, e) = store::export(&state.pool, &caller.scope, month, &format)
         .await?
         .ok_or(ApiError::NotFound)?;
-    Ok(export_file(e))
-}
-
-/// An export as a download: its content type, file name and checksum (the dashboard serves
-/// the same).
-pub(crate) fn export_file(e: chargeback::Export) -> Response {
-    let content_type = if e.format == "json" {
-        "application/json"
-    } else {
-        "text/csv; charset=utf-8"
-    };
-    file(e.content, content_type, &e.file_name, Some(&e.sha256))
-}
-
-fn file(body: Vec<u8>, content_type: &'static str, name: &str, sha256: Option<&str>) -> Response {
-    let mut r = (StatusCode::OK, body).into_response();
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
-        h.insert(header::CONTENT_DISPOSITION, v);
-    }
-    if let Some(sum) = sha256.and_then(|s| HeaderValue::from_str(s).ok()) {
-        h.insert("x-checksum-sha256", sum.clone());
-        if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", sum.to_str().unwrap_or(""))) {
-            h.insert(header::ETAG, etag);
-        }
-    }
-    r
+    Ok(download::export_file(e))
 }

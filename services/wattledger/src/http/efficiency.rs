@@ -8,8 +8,8 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query};
-use super::AppState;
 use crate::auth::Role;
+use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Duration, Utc};

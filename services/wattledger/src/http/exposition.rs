@@ -2,7 +2,7 @@
 //! samples with escaped label values, and histograms as their `_bucket`, `_sum` and
 //! `_count` samples. What the families hold is `prometheus.rs`'s.
 
-use super::telemetry::HistogramSnapshot;
+use crate::telemetry::HistogramSnapshot;
 use rust_decimal::Decimal;
 use std::fmt::Write;
 

@@ -2,8 +2,8 @@
 //! batch, and query strings (with the span rule every ranged query uses).
 
 use super::error::{ApiError, ApiResult, FieldError};
-use super::AppState;
 use crate::auth::{Claims, Keys, Role};
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};

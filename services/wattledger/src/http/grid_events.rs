@@ -8,9 +8,9 @@
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query, RawBatch};
 use super::validate::Record;
-use super::AppState;
 use crate::auth::Role;
 use crate::grid_events::{self as report, Report};
+use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;

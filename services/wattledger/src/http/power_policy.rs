@@ -6,8 +6,8 @@
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query, RawBatch};
 use super::validate::Record;
-use super::AppState;
 use crate::auth::Role;
+use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::Json;
 use chrono::{DateTime, Utc};

@@ -16,10 +16,10 @@
 use super::error::ApiResult;
 use super::exposition::{num, write_family, Family, Labels};
 use super::extract::Caller;
-use super::telemetry::Telemetry;
-use super::AppState;
 use crate::admission::WriterHealth;
 use crate::auth::Role;
+use crate::state::AppState;
+use crate::telemetry::Telemetry;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -54,7 +54,7 @@ pub async fn get_metrics(
         reads::latest_hour_models(pool),
         budgets::list(pool, &Scope::All, None, now),
     )?;
-    let shapes = super::power::latest_hour_shapes(pool, &sites).await?;
+    let shapes = crate::views::power::latest_hour_shapes(pool, &sites).await?;
     let snapshot = Snapshot {
         now,
         sites,

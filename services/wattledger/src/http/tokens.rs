@@ -4,9 +4,9 @@
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query, RawBatch};
 use super::validate::Record;
-use super::AppState;
 use crate::auth::issue::{self, IssueError, DEFAULT_TTL_S, MAX_NOTE_LEN};
 use crate::auth::{AuthError, Role};
+use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get};

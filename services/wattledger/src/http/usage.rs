@@ -2,8 +2,8 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query};
-use super::AppState;
 use crate::auth::Role;
+use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};

@@ -4,8 +4,8 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
 use super::extract::{Caller, RawBatch};
-use super::AppState;
 use crate::auth::Role;
+use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};

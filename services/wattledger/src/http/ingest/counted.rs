@@ -8,8 +8,8 @@
 use super::IngestOutcome;
 use crate::http::error::ApiResult;
 use crate::http::extract::{Batch, Caller, RawBatch};
-use crate::http::telemetry::{RecordKind, RecordOutcome, Telemetry};
-use crate::http::AppState;
+use crate::state::AppState;
+use crate::telemetry::{RecordKind, RecordOutcome, Telemetry};
 use axum::extract::State;
 use axum::routing::{post, MethodRouter};
 use axum::Json;

@@ -6,7 +6,7 @@ use crate::auth::Role;
 use crate::http::error::ApiResult;
 use crate::http::extract::{Batch, Caller};
 use crate::http::validate::Record;
-use crate::http::AppState;
+use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
 use rust_decimal::Decimal;

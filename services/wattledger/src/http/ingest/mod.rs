@@ -5,17 +5,15 @@
 //! one statement. Resending a batch changes nothing.
 
 mod counted;
-pub mod group_commit;
 pub mod inventory;
 pub mod jobs;
-pub mod meter_cache;
 pub mod samples;
 pub mod signals;
 pub mod tokens;
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
 use super::validate::{all_or_errors, Record};
-use super::AppState;
+use crate::state::AppState;
 use axum::Router;
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
@@ -23,7 +21,7 @@ use std::collections::HashSet;
 use utoipa::ToSchema;
 
 pub fn router() -> Router<AppState> {
-    use crate::http::telemetry::RecordKind as K;
+    use crate::telemetry::RecordKind as K;
     use counted::{post_batch, post_samples};
     Router::new()
         .route(

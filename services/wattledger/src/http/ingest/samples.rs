@@ -7,7 +7,7 @@ use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
 use crate::http::extract::RawBatch;
 use crate::http::extract::{Batch, Caller};
-use crate::http::AppState;
+use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};

@@ -5,7 +5,7 @@ use super::{far_future, read_all, IngestOutcome, IngestResponses, Records};
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
 use crate::http::extract::{Batch, Caller};
-use crate::http::AppState;
+use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
 use chrono::{Duration, Utc};

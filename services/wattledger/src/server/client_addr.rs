@@ -3,59 +3,11 @@
 //! that proxy says it forwarded for. Behind a proxy, every client would otherwise share the
 //! proxy's address, and one person's mistyping would slow everyone's sign-in.
 
-use super::AppState;
+use crate::config::TrustedProxies;
+use crate::state::AppState;
 use axum::extract::{ConnectInfo, FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use std::net::{IpAddr, SocketAddr};
-
-/// Networks whose connections are reverse proxies: `X-Forwarded-For` from them is believed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TrustedProxies(Vec<(IpAddr, u8)>);
-
-impl TrustedProxies {
-    /// `10.0.0.5`, `10.0.0.0/8`, `fd00::/8`, comma-separated; empty trusts nobody.
-    pub fn parse(list: &str) -> Result<TrustedProxies, String> {
-        let mut nets = Vec::new();
-        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (addr, bits) = match item.split_once('/') {
-                Some((a, b)) => (a, Some(b)),
-                None => (item, None),
-            };
-            let ip: IpAddr = addr
-                .parse()
-                .map_err(|_| format!("'{item}' is not an IP address or network"))?;
-            let max = if ip.is_ipv4() { 32 } else { 128 };
-            let bits = match bits {
-                None => max,
-                Some(b) => b
-                    .parse::<u8>()
-                    .ok()
-                    .filter(|b| *b <= max)
-                    .ok_or_else(|| format!("'{item}': the prefix length must be 0 to {max}"))?,
-            };
-            nets.push((ip, bits));
-        }
-        Ok(TrustedProxies(nets))
-    }
-
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        self.0.iter().any(|&(net, bits)| in_network(ip, net, bits))
-    }
-}
-
-fn in_network(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
-    match (ip, net) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0);
-            u32::from(a) & mask == u32::from(n) & mask
-        }
-        (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
-            u128::from(a) & mask == u128::from(n) & mask
-        }
-        _ => false,
-    }
-}
 
 /// The client: the peer, or, for a trusted proxy, the nearest address in `X-Forwarded-For`
 /// that is not itself a trusted proxy (the ones to its left the client could have written).

@@ -11,9 +11,9 @@
 //! security policy (the dashboard's for HTML; nothing at all may load or frame anything
 //! else) and `X-Frame-Options: DENY`.
 
-use super::error::ApiError;
-use super::AppState;
 use crate::dashboard::PageError;
+use crate::http::error::ApiError;
+use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderValue};
 use axum::middleware::Next;
@@ -55,7 +55,7 @@ pub async fn requests(State(state): State<AppState>, req: Request, next: Next) -
     if declared.is_some_and(|n| n > limit as u64) {
         // Who may not send anything hears that first, not the size this server takes.
         if is_api(&path) && !PUBLIC.contains(&path.as_str()) {
-            if let Err(e) = super::extract::bearer_claims(&state.keys, req.headers()) {
+            if let Err(e) = crate::http::extract::bearer_claims(&state.keys, req.headers()) {
                 return e.into_response();
             }
         }

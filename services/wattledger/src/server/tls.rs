@@ -6,6 +6,7 @@
 //! used for new connections without a restart. A pair that does not load (half written, a key
 //! that is not the certificate's) is reported once and the previous pair kept.
 
+use crate::config::KeyPairFiles;
 use parking_lot::RwLock;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -16,13 +17,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio_rustls::TlsAcceptor;
-
-/// Where the PEM certificate chain (leaf first) and its private key are.
-#[derive(Debug, Clone)]
-pub struct KeyPairFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
 
 /// Why a key pair could not be loaded. The cause is part of the message (not a `source`):
 /// a failed reload is logged as one line.
