@@ -43,6 +43,8 @@ impl std::fmt::Display for JobKind {
     }
 }
 
+crate::text_column::text_column!(JobKind);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use std::collections::HashMap;
 use uuid::Uuid;
+use wattledger_domain::meter_kind::MeterKind;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SiteRow {
@@ -55,7 +56,7 @@ pub async fn site_draw(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<HashMap<
              FROM recent a LEFT JOIN recent b ON b.meter_id = a.meter_id AND b.n = 2
              WHERE a.n = 1
          )
-         SELECT m.site_id, m.kind, (sum(p.mw) / 1000)::bigint AS "w!", s.static_pue
+         SELECT m.site_id, m.kind AS "kind: MeterKind", (sum(p.mw) / 1000)::bigint AS "w!", s.static_pue
          FROM per_meter p JOIN meters m ON m.id = p.meter_id JOIN sites s ON s.id = m.site_id
          WHERE p.mw IS NOT NULL AND m.kind IN ('facility', 'node', 'gpu')
          GROUP BY m.site_id, m.kind, s.static_pue"#,
@@ -63,14 +64,11 @@ pub async fn site_draw(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<HashMap<
     )
     .fetch_all(pool)
     .await?;
+    // Per site: the facility, node and GPU meters' draw (the query reads no MIG meters).
     let mut by_site: HashMap<i64, [Option<i64>; 3]> = HashMap::new();
     let mut pue: HashMap<i64, Decimal> = HashMap::new();
     for r in rows {
-        let slot = match r.kind.as_str() {
-            "facility" => 0,
-            "node" => 1,
-            _ => 2,
-        };
+        let slot = (r.kind as usize).min(2);
         by_site.entry(r.site_id).or_default()[slot] = Some(r.w);
         pue.insert(r.site_id, r.static_pue);
     }

@@ -19,6 +19,7 @@ use wattledger_domain::energy::{meter_steps, MeterSteps, Sample, StepGrid};
 use wattledger_domain::headroom::{hour_profiles, HourProfile, PowerClass};
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::load_shape;
+use wattledger_domain::meter_kind::MeterKind;
 use wattledger_domain::peaks;
 use wattledger_domain::tokens::{tokens_in_hour, HOUR_MS};
 use wattledger_domain::units::{share_ppm, PPM};
@@ -162,7 +163,7 @@ async fn load(
     };
 
     let meters = sqlx::query!(
-        "SELECT id, kind, parent_id FROM meters WHERE site_id = $1 ORDER BY id",
+        r#"SELECT id, kind AS "kind: MeterKind", parent_id FROM meters WHERE site_id = $1 ORDER BY id"#,
         site_id,
     )
     .fetch_all(pool)
@@ -195,24 +196,24 @@ async fn load(
     .collect();
     let facility: Vec<i64> = meters
         .iter()
-        .filter(|m| m.kind == "facility")
+        .filter(|m| m.kind == MeterKind::Facility)
         .map(|m| m.id)
         .collect();
     let mut nodes: Vec<(i64, Vec<i64>)> = meters
         .iter()
-        .filter(|m| m.kind == "node")
+        .filter(|m| m.kind == MeterKind::Node)
         .map(|m| (m.id, Vec::new()))
         .collect();
     let node_index: HashMap<i64, usize> = nodes.iter().enumerate().map(|(i, n)| (n.0, i)).collect();
     let mut mig_parent: HashMap<i64, i64> = HashMap::new();
     for m in &meters {
-        match (m.kind.as_str(), m.parent_id) {
-            ("gpu", Some(p)) => {
+        match (m.kind, m.parent_id) {
+            (MeterKind::Gpu, Some(p)) => {
                 if let Some(&i) = node_index.get(&p) {
                     nodes[i].1.push(m.id);
                 }
             }
-            ("mig", Some(p)) => {
+            (MeterKind::Mig, Some(p)) => {
                 mig_parent.insert(m.id, p);
             }
             _ => {}
@@ -220,7 +221,7 @@ async fn load(
     }
     let metered: Vec<i64> = meters
         .iter()
-        .filter(|m| m.kind != "mig")
+        .filter(|m| m.kind != MeterKind::Mig)
         .map(|m| m.id)
         .collect();
 
@@ -253,8 +254,12 @@ async fn load(
     // site's node meters, a GPU always has one, or its GPUs where it has none). Every reading
     // counts, before the dedup below; a meter with a counter alone counts its intervals' mean
     // power.
-    let it_kind = if nodes.is_empty() { "gpu" } else { "node" };
-    let of_kind = |kind: &str| -> HashSet<i64> {
+    let it_kind = if nodes.is_empty() {
+        MeterKind::Gpu
+    } else {
+        MeterKind::Node
+    };
+    let of_kind = |kind: MeterKind| -> HashSet<i64> {
         meters
             .iter()
             .filter(|m| m.kind == kind)
@@ -262,9 +267,9 @@ async fn load(
             .collect()
     };
     let sets = PowerMeters {
-        facility: of_kind("facility"),
+        facility: of_kind(MeterKind::Facility),
         it: of_kind(it_kind),
-        gpus: of_kind("gpu"),
+        gpus: of_kind(MeterKind::Gpu),
     };
     let readings = peaks::power_readings(
         rows.iter()

@@ -7,6 +7,7 @@ use crate::StoreResult;
 use rust_decimal::Decimal;
 use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
 use std::collections::HashMap;
+use wattledger_domain::meter_kind::MeterKind;
 
 #[derive(Debug, Clone)]
 pub struct TenantRecord {
@@ -43,7 +44,7 @@ pub struct ModelRecord {
 pub struct MeterRecord {
     pub key: String,
     pub site_id: i64,
-    pub kind: String,
+    pub kind: MeterKind,
     pub parent_key: Option<String>,
     pub gpu_uuid: Option<String>,
     pub device_model: Option<String>,
@@ -55,7 +56,7 @@ pub struct MeterRecord {
 pub struct MeterRef {
     pub id: i64,
     pub site_id: i64,
-    pub kind: String,
+    pub kind: MeterKind,
     pub parent_id: Option<i64>,
 }
 
@@ -218,16 +219,10 @@ pub async fn upsert_meters(
     records: &[MeterRecord],
 ) -> StoreResult<u64> {
     let mut changed = 0;
-    // Parents first: facility, node, gpu, mig. Within a kind the batch order is kept.
-    let rank = |k: &str| match k {
-        "facility" => 0,
-        "node" => 1,
-        "gpu" => 2,
-        _ => 3,
-    };
+    // Parents first (kinds sort outermost first). Within a kind the batch order is kept.
     let mut ordered: Vec<&MeterRecord> = records.iter().collect();
-    ordered.sort_by_key(|r| rank(&r.kind));
-    for chunk in ordered.chunk_by(|a, b| rank(&a.kind) == rank(&b.kind)) {
+    ordered.sort_by_key(|r| r.kind);
+    for chunk in ordered.chunk_by(|a, b| a.kind == b.kind) {
         let done = sqlx::query!(
             "INSERT INTO meters (key, site_id, kind, parent_id, gpu_uuid, device_model, mig_profile)
              SELECT r.key, r.site_id, r.kind, p.id, r.gpu_uuid, r.device_model, r.mig_profile
@@ -244,7 +239,7 @@ pub async fn upsert_meters(
                     excluded.gpu_uuid, excluded.device_model, excluded.mig_profile)",
             &chunk.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
             &chunk.iter().map(|r| r.site_id).collect::<Vec<_>>(),
-            &chunk.iter().map(|r| r.kind.clone()).collect::<Vec<_>>(),
+            &chunk.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>() as &[&str],
             &chunk.iter().map(|r| r.parent_key.clone()).collect::<Vec<_>>() as &[Option<String>],
             &chunk.iter().map(|r| r.gpu_uuid.clone()).collect::<Vec<_>>() as &[Option<String>],
             &chunk.iter().map(|r| r.device_model.clone()).collect::<Vec<_>>() as &[Option<String>],
@@ -295,7 +290,7 @@ pub async fn meters_by_key<'e>(
     keys: &[String],
 ) -> StoreResult<HashMap<String, MeterRef>> {
     let rows = sqlx::query!(
-        "SELECT key, id, site_id, kind, parent_id FROM meters WHERE key = ANY($1)",
+        r#"SELECT key, id, site_id, kind AS "kind: MeterKind", parent_id FROM meters WHERE key = ANY($1)"#,
         keys,
     )
     .fetch_all(db)
@@ -324,8 +319,8 @@ pub async fn meters_by_key_or_uuid<'e>(
     names: &[String],
 ) -> StoreResult<HashMap<String, MeterRef>> {
     let rows = sqlx::query!(
-        "SELECT key, gpu_uuid, id, site_id, kind, parent_id FROM meters
-         WHERE key = ANY($1) OR gpu_uuid = ANY($1)",
+        r#"SELECT key, gpu_uuid, id, site_id, kind AS "kind: MeterKind", parent_id FROM meters
+         WHERE key = ANY($1) OR gpu_uuid = ANY($1)"#,
         names,
     )
     .fetch_all(db)

@@ -4,6 +4,7 @@
 use crate::StoreResult;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use wattledger_domain::meter_kind::MeterKind;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SiteDay {
@@ -69,7 +70,7 @@ pub async fn site_days(
 pub struct MeterHealth {
     pub site: String,
     pub key: String,
-    pub kind: String,
+    pub kind: MeterKind,
     pub parent: Option<String>,
     pub device_model: Option<String>,
     pub last_sample: Option<DateTime<Utc>>,
@@ -98,7 +99,7 @@ pub async fn meter_health(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Ve
              FROM recent r JOIN meters m ON m.id = r.meter_id JOIN sites s ON s.id = m.site_id
              GROUP BY r.meter_id
          )
-         SELECT s.key AS site, m.key, m.kind, p.key AS "parent?", m.device_model,
+         SELECT s.key AS site, m.key, m.kind AS "kind: MeterKind", p.key AS "parent?", m.device_model,
                 (SELECT max(ts) FROM samples x WHERE x.site_id = m.site_id AND x.meter_id = m.id)
                     AS last_sample,
                 coalesce(pm.samples, 0) AS "samples!", coalesce(pm.gaps, 0) AS "gaps!",

@@ -2,9 +2,10 @@
 
 use crate::{Problem, Problems};
 use serde::{Deserialize, Serialize};
+use wattledger_domain::meter_kind::MeterKind;
 
 /// The kinds of meter, outermost first: `facility` ⊇ `node` ⊇ `gpu` ⊇ `mig`.
-pub const METER_KINDS: [&str; 4] = ["facility", "node", "gpu", "mig"];
+pub const METER_KINDS: [&str; 4] = MeterKind::NAMES;
 
 /// A meter in the tree facility ⊇ node ⊇ gpu ⊇ mig.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -20,6 +20,7 @@ use wattledger_domain::demand_response::Target;
 use wattledger_domain::headroom::{self, PowerClass};
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::load_shape::DayLoad;
+use wattledger_domain::meter_kind::MeterKind;
 use wattledger_domain::metrics;
 use wattledger_store::inventory;
 use wattledger_store::operations::{self, MeterHealth, SiteDay};
@@ -50,10 +51,12 @@ pub struct DayRow {
 pub struct MeterRow {
     pub depth: usize,
     pub key: String,
-    pub kind: String,
+    pub kind: MeterKind,
     pub device: String,
     pub last: String,
-    pub stale: bool,
+    /// Silent for longer than `STALE_MIN`, and a meter that reports (a MIG slice has no
+    /// samples of its own).
+    pub late: bool,
     pub samples: i64,
     pub gaps: i64,
     pub resets: i64,
@@ -253,7 +256,7 @@ fn tree(meters: Vec<MeterHealth>) -> Vec<(usize, MeterHealth)> {
         let Some(mut list) = children.remove(&parent) else {
             return;
         };
-        list.sort_by(|a, b| (kind_rank(&a.kind), &a.key).cmp(&(kind_rank(&b.kind), &b.key)));
+        list.sort_by(|a, b| (a.kind, &a.key).cmp(&(b.kind, &b.key)));
         for m in list {
             let key = m.key.clone();
             out.push((depth, m));
@@ -266,15 +269,6 @@ fn tree(meters: Vec<MeterHealth>) -> Vec<(usize, MeterHealth)> {
         out.extend(rest.into_iter().map(|m| (0, m)));
     }
     out
-}
-
-fn kind_rank(kind: &str) -> u8 {
-    match kind {
-        "facility" => 0,
-        "node" => 1,
-        "gpu" => 2,
-        _ => 3,
-    }
 }
 
 pub async fn page(
@@ -418,16 +412,17 @@ pub async fn page(
                     let age = m.last_sample.map(|t| now - t);
                     let keys = vec![
                         Key::Num(Decimal::from(position as i64)),
-                        Key::Text(m.kind.clone()),
+                        Key::Text(m.kind.to_string()),
                         Key::Text(m.device_model.clone().unwrap_or_default()),
                         Key::Num(Decimal::from(m.last_sample.map_or(0, |t| t.timestamp()))),
                         Key::Num(Decimal::from(m.samples)),
                         Key::Num(Decimal::from(m.gaps)),
                         Key::Num(Decimal::from(m.resets)),
                     ];
+                    let stale = age.is_none_or(|a| a > Duration::minutes(STALE_MIN));
                     let row = MeterRow {
                         depth: depth.min(3),
-                        stale: age.is_none_or(|a| a > Duration::minutes(STALE_MIN)),
+                        late: stale && m.kind != MeterKind::Mig,
                         last: match age {
                             None => "never".into(),
                             Some(a) if a < Duration::minutes(2) => format!("{} s ago", a.num_seconds().max(0)),
@@ -473,7 +468,7 @@ pub async fn page(
                 policy: policies.remove(&s.key).map(|p| p.0).unwrap_or_default(),
                 events: events.remove(&s.key).unwrap_or_default(),
                 days: rows,
-                stale: rows_m.iter().filter(|m| m.stale && m.kind != "mig").count(),
+                stale: rows_m.iter().filter(|m| m.late).count(),
                 gaps: rows_m.iter().map(|m| m.gaps).sum(),
                 resets: rows_m.iter().map(|m| m.resets).sum(),
                 meters: rows_m,

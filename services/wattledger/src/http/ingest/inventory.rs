@@ -12,6 +12,7 @@ use axum::Json;
 use rust_decimal::Decimal;
 use std::collections::HashMap;
 use utoipa::ToSchema;
+use wattledger_domain::meter_kind::MeterKind;
 use wattledger_store::inventory::{
     self, DeviceModelRecord, KeyedTable, MeterRecord, ModelRecord, SiteRecord, TenantRecord,
 };
@@ -391,22 +392,18 @@ pub async fn meters(
             }
         }
         // The parent's kind and site, from this batch or from what is stored.
-        if let Some(parent) = &m.parent {
-            let wanted = match m.kind.as_str() {
-                "node" => "facility",
-                "gpu" => "node",
-                _ => "gpu",
-            };
+        let kind = MeterKind::parse(&m.kind)?;
+        if let (Some(parent), Some(wanted)) = (&m.parent, kind.parent()) {
             let found = match (in_batch.get(parent), stored.get(parent)) {
-                (Some((kind, site)), _) => Some((kind.clone(), site.clone())),
-                (None, Some(s)) => Some((s.kind.clone(), site_keys.get(&s.site_id).cloned())),
+                (Some((kind, site)), _) => Some((MeterKind::parse(kind), site.clone())),
+                (None, Some(s)) => Some((Some(s.kind), site_keys.get(&s.site_id).cloned())),
                 (None, None) => None,
             };
             match found {
                 None => r.error("parent", "unknown meter"),
-                Some((kind, _)) if kind != wanted => r.error(
+                Some((kind_found, _)) if kind_found != Some(wanted) => r.error(
                     "parent",
-                    format!("the parent of a {} meter must be a {wanted} meter", m.kind),
+                    format!("the parent of a {kind} meter must be a {wanted} meter"),
                 ),
                 Some((_, Some(site))) if site != m.site => {
                     r.error("parent", "the parent is at another site")
@@ -417,7 +414,7 @@ pub async fn meters(
         Some(MeterRecord {
             key: m.key,
             site_id: site_id?,
-            kind: m.kind,
+            kind,
             parent_key: m.parent,
             gpu_uuid: m.gpu_uuid,
             device_model: m.device_model,

@@ -72,7 +72,7 @@ pub async fn jobs_batch(
         for (k, a) in job.allocations.iter().enumerate() {
             let field = format!("allocations[{k}].meter");
             let meter_id = match meters.get(&a.meter) {
-                Some(m) if m.kind == "gpu" || m.kind == "mig" => {
+                Some(m) if m.kind.is_device() => {
                     gpu_sites.insert(m.site_id);
                     m.id
                 }

@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
+use wattledger_domain::meter_kind::MeterKind;
 use wattledger_domain::steps::StepError;
 use wattledger_store::inventory::MeterRef;
 use wattledger_store::samples::SampleRow;
@@ -41,7 +42,7 @@ pub async fn samples_batch(
                 .records
                 .iter()
                 .map(|s| {
-                    let meter = meters.get(&s.meter).filter(|m| m.kind != "mig")?;
+                    let meter = meters.get(&s.meter).filter(|m| m.kind != MeterKind::Mig)?;
                     s.check(latest).is_empty().then(|| row(s, meter))
                 })
                 .collect();
@@ -83,7 +84,7 @@ pub async fn samples_batch(
                 r.error("meter", "unknown meter");
                 return None;
             }
-            Some(m) if m.kind == "mig" => {
+            Some(m) if m.kind == MeterKind::Mig => {
                 r.error(
                     "meter",
                     "a MIG instance has no energy counter; send its GPU's samples",
