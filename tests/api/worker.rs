@@ -48,7 +48,9 @@ async fn new_data_during_a_claim_keeps_the_hour_dirty() {
         .ingest(&app.token(Role::Collector), "tokens", tokens)
         .await;
     assert_eq!(status, 200);
-    attribution::run_claim(&app.pool, &claim).await.unwrap();
+    wattledger::app::attribution::run_claim(&app.pool, &claim)
+        .await
+        .unwrap();
     let still_dirty: i64 = sqlx::query_scalar("SELECT count(*) FROM dirty_hours")
         .fetch_one(&app.pool)
         .await

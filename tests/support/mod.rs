@@ -275,7 +275,7 @@ impl TestApp {
     }
 
     /// Attributes every dirty hour now.
-    pub async fn attribute(&self) -> wattledger_store::attribution::RunStats {
+    pub async fn attribute(&self) -> wattledger::app::attribution::RunStats {
         wattledger::worker::drain(&self.pool, |_| {}).await.unwrap()
     }
 }

@@ -1,20 +1,20 @@
-//! The attribution driver's I/O: claim dirty hours, load their inputs, write their ledger.
+//! Attribution's statements: claim dirty hours, load their inputs, write their results.
 //!
-//! The worker claims up to a day of one site's dirty hours with a lease (so replicas do not
-//! collide), loads samples, allocations, jobs and tokens for that window in a handful of
-//! queries, runs the pure core per hour, and replaces those hours' ledger rows in one
-//! transaction. A mark that moved on while computing stays dirty for the next pass.
+//! A worker claims up to a day of one site's dirty hours with a lease (so replicas do not
+//! collide) and loads samples, allocations, jobs and tokens for that window in a handful of
+//! queries; the use case (`wattledger::app::attribution`) runs the pure core per hour and
+//! writes the results with the functions here, in one transaction it holds.
 
 use crate::StoreResult;
-use chrono::{DateTime, Duration, TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use wattledger_domain::attribution::{
-    self, Allocation, Attributed, Gpu, IdlePolicy, Job, Node, SiteHour, SitePolicy, Tokens,
+    Allocation, Attributed, Gpu, IdlePolicy, Job, Node, SiteHour, SitePolicy, Tokens,
 };
-use wattledger_domain::costing::{self, HourAmounts};
+use wattledger_domain::costing::HourAmounts;
 use wattledger_domain::energy::{meter_steps, MeterSteps, Sample, StepGrid};
 use wattledger_domain::headroom::{hour_profiles, HourProfile, PowerClass};
 use wattledger_domain::job_kind::JobKind;
@@ -64,7 +64,7 @@ pub async fn claim(pool: &PgPool, max_hours: i64) -> StoreResult<Option<Claim>> 
 }
 
 /// Everything the window needs, loaded once.
-struct Window {
+pub struct Window {
     policy: SitePolicy,
     gap_limit_ms: i64,
     facility: Vec<i64>,
@@ -133,7 +133,9 @@ struct TokenRecordRow {
     generated_tokens: i64,
 }
 
-async fn load(
+/// The inputs of `[from, to)` at one site: its policy, meter tree, samples (with the two
+/// readings either side), allocations, jobs and tokens, and the hours' power profiles.
+pub async fn load(
     pool: &PgPool,
     site_id: i64,
     from: DateTime<Utc>,
@@ -503,7 +505,8 @@ impl Window {
         meter_steps(&all[lo..hi], grid, self.gap_limit_ms)
     }
 
-    fn site_hour(&self, hour: DateTime<Utc>) -> SiteHour {
+    /// The pure core's input for one hour of the window.
+    pub fn site_hour(&self, hour: DateTime<Utc>) -> SiteHour {
         let start = hour.timestamp_millis();
         let grid = StepGrid {
             start_ms: start,
@@ -570,108 +573,39 @@ impl Window {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RunStats {
-    pub hours: u64,
-    pub rows: u64,
-    pub gpu_steps: u64,
-    /// Budget alerts this run raised.
-    pub alerts: u64,
+/// One hour's result as the pure core and costing gave it.
+pub struct HourResult {
+    pub hour: DateTime<Utc>,
+    pub attributed: Attributed,
+    pub amounts: HourAmounts,
 }
 
-impl std::ops::AddAssign for RunStats {
-    fn add_assign(&mut self, s: RunStats) {
-        self.hours += s.hours;
-        self.rows += s.rows;
-        self.gpu_steps += s.gpu_steps;
-        self.alerts += s.alerts;
-    }
-}
-
-/// Attributes a claimed set of hours and writes the result in one transaction.
-#[tracing::instrument(skip_all, fields(site = claim.site_id, hours = claim.hours.len()))]
-pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {
-    let first = claim.hours[0].0;
-    let last = claim.hours[claim.hours.len() - 1].0 + Duration::hours(1);
-    let window = load(pool, claim.site_id, first, last).await?;
-    let rates = crate::signals::site_rates(pool, claim.site_id, first, last).await?;
-    let results: Vec<(DateTime<Utc>, Attributed, HourAmounts)> = claim
-        .hours
-        .iter()
-        .map(|(h, _)| {
-            let input = window.site_hour(*h);
-            let out = attribution::attribute(&input);
-            let row_mj: Vec<i64> = out.rows.iter().map(|r| r.energy.total_mj()).collect();
-            let row_ng: Vec<i64> = out.rows.iter().map(|r| r.embodied_ng).collect();
-            let row_pico: Vec<i64> = out.rows.iter().map(|r| r.time_price_pico).collect();
-            let amounts = costing::hour_amounts(
-                input.grid,
-                &out.totals.site_mj_by_step,
-                &costing::RowInputs {
-                    mj: &row_mj,
-                    embodied_ng: &row_ng,
-                    time_price_pico: &row_pico,
-                },
-                &rates,
-            );
-            (*h, out, amounts)
-        })
-        .collect();
-    write(pool, claim, &window, &results).await
-}
-
-async fn write(
-    pool: &PgPool,
-    claim: &Claim,
-    window: &Window,
-    results: &[(DateTime<Utc>, Attributed, HourAmounts)],
-) -> StoreResult<RunStats> {
-    let mut stats = RunStats::default();
-    let mut tx = pool.begin().await?;
-    let run_id: i64 =
+/// Opens an attribution run's record; [`finish_run`] stamps it.
+pub async fn begin_run(conn: &mut PgConnection) -> StoreResult<i64> {
+    Ok(
         sqlx::query_scalar!("INSERT INTO attribution_runs DEFAULT VALUES RETURNING id")
-            .fetch_one(&mut *tx)
-            .await?;
-    let hours: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.0).collect();
+            .fetch_one(conn)
+            .await?,
+    )
+}
+
+/// Replaces the ledger rows of `hours` at the site with `results`' rows (jobs as the
+/// window's job ids); returns the tenants of the rows written, once each.
+pub async fn replace_ledger(
+    conn: &mut PgConnection,
+    site_id: i64,
+    hours: &[DateTime<Utc>],
+    window: &Window,
+    results: &[HourResult],
+) -> StoreResult<(u64, Vec<i64>)> {
     sqlx::query!(
         "DELETE FROM ledger WHERE site_id = $1 AND hour = ANY($2)",
-        claim.site_id,
-        &hours,
+        site_id,
+        hours,
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-
-    let mut c = LedgerColumns::default();
-    for (hour, out, amounts) in results {
-        stats.hours += 1;
-        stats.gpu_steps += out.totals.gpu_steps as u64;
-        for (r, a) in out.rows.iter().zip(&amounts.rows) {
-            c.cost.push(a.cost);
-            c.carbon.push(a.carbon_g);
-            c.marginal.push(a.carbon_marginal_g);
-            c.embodied.push(a.embodied_g);
-            c.gpu_time_cost.push(a.gpu_time_cost);
-            c.price_fallback.push(a.price_fallback_mj);
-            c.carbon_fallback.push(a.carbon_fallback_mj);
-            c.hour.push(*hour);
-            c.tenant.push(r.tenant);
-            c.job.push(r.job.map(|j| window.job_ids[j]));
-            c.model.push(r.model);
-            c.gpu.push(r.energy.gpu_mj);
-            c.node.push(r.energy.node_overhead_mj);
-            c.idle.push(r.energy.idle_mj);
-            c.facility.push(r.energy.facility_overhead_mj);
-            c.total.push(r.energy.total_mj());
-            c.estimated.push(r.energy.estimated_mj);
-            c.prompt.push(r.prompt_tokens);
-            c.generated.push(r.generated_tokens);
-            c.gpu_ms.push(r.gpu_ms);
-            let mut flags = r.quality.names();
-            flags.extend(&amounts.flags);
-            c.flags.push(flags.join(","));
-        }
-    }
-    stats.rows = c.hour.len() as u64;
+    let c = LedgerColumns::of(window, results);
     sqlx::query!(
         "INSERT INTO ledger (hour, site_id, tenant_id, job_id, model_id, gpu_mj, node_overhead_mj,
                              idle_mj, facility_overhead_mj, total_mj, estimated_mj, prompt_tokens,
@@ -688,7 +622,7 @@ async fn write(
                      $21::bigint[], $22::bigint[])
               AS t(hour, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
                    flags, cost, carbon, marginal, embodied, gpu_time, price_fb, carbon_fb)",
-        claim.site_id,
+        site_id,
         &c.hour,
         &c.tenant,
         &c.job as &[Option<i64>],
@@ -711,11 +645,21 @@ async fn write(
         &c.price_fallback,
         &c.carbon_fallback,
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
+    let mut tenants = c.tenant.clone();
+    tenants.sort_unstable();
+    tenants.dedup();
+    Ok((c.hour.len() as u64, tenants))
+}
 
-    // The tenant-day rollups of the days these hours fall in, rebuilt from the ledger rows
-    // just written, so a reader of either sees the same sums (migration 0018).
+/// Rebuilds the tenant-day rollups of the days `hours` fall in from the ledger rows written,
+/// so a reader of either sees the same sums (migration 0018).
+pub async fn rebuild_days(
+    conn: &mut PgConnection,
+    site_id: i64,
+    hours: &[DateTime<Utc>],
+) -> StoreResult<()> {
     let mut days: Vec<DateTime<Utc>> = hours.iter().map(|h| day_of(*h)).collect();
     days.sort_unstable();
     days.dedup();
@@ -726,30 +670,47 @@ async fn write(
     for day in &days {
         sqlx::query!(
             "SELECT pg_advisory_xact_lock($1::int4, $2::int4)",
-            claim.site_id as i32,
+            site_id as i32,
             (day.timestamp() / 86_400) as i32,
         )
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
     }
-    sqlx::query!("SELECT usage_days_rebuild($1, $2)", claim.site_id, &days)
-        .execute(&mut *tx)
+    sqlx::query!("SELECT usage_days_rebuild($1, $2)", site_id, &days)
+        .execute(&mut *conn)
         .await?;
+    Ok(())
+}
 
-    // An hour with no energy and no rows had no data at all (say, before monitoring began):
-    // it leaves no site-hour, so it does not count as available GPU time.
+/// Replaces the site-hours of `hours` with `results`' totals, and sets their IT and site
+/// peaks (migrations 0020, 0024) from the window's samples.
+pub async fn replace_site_hours(
+    conn: &mut PgConnection,
+    site_id: i64,
+    hours: &[DateTime<Utc>],
+    window: &Window,
+    results: &[HourResult],
+    run_id: i64,
+) -> StoreResult<()> {
     sqlx::query!(
         "DELETE FROM site_hours WHERE site_id = $1 AND hour = ANY($2)",
-        claim.site_id,
-        &hours,
+        site_id,
+        hours,
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    let measured: Vec<&(DateTime<Utc>, Attributed, HourAmounts)> = results
+    // An hour with no energy and no rows had no data at all (say, before monitoring began):
+    // it leaves no site-hour, so it does not count as available GPU time.
+    let measured: Vec<&HourResult> = results
         .iter()
-        .filter(|(_, a, _)| a.totals.site_mj != 0 || !a.rows.is_empty())
+        .filter(|r| r.attributed.totals.site_mj != 0 || !r.attributed.rows.is_empty())
         .collect();
-    let t = |f: fn(&Attributed) -> i64| measured.iter().map(|(_, a, _)| f(a)).collect::<Vec<i64>>();
+    let t = |f: fn(&Attributed) -> i64| {
+        measured
+            .iter()
+            .map(|r| f(&r.attributed))
+            .collect::<Vec<i64>>()
+    };
     sqlx::query!(
         "INSERT INTO site_hours (site_id, hour, site_mj, it_mj, gpu_mj, idle_mj, estimated_mj,
                                  allocated_gpu_ms, capacity_gpu_ms, flags, run_id, computed_at)
@@ -757,8 +718,8 @@ async fn write(
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
                      $7::bigint[], $8::bigint[], $9::bigint[], $10::text[])
               AS t(hour, site, it, gpu, idle, est, alloc, cap, flags)",
-        claim.site_id,
-        &measured.iter().map(|(h, _, _)| *h).collect::<Vec<_>>(),
+        site_id,
+        &measured.iter().map(|r| r.hour).collect::<Vec<_>>(),
         &t(|a| a.totals.site_mj),
         &t(|a| a.totals.it_mj),
         &t(|a| a.totals.gpu_mj),
@@ -766,34 +727,42 @@ async fn write(
         &t(|a| a.totals.estimated_mj),
         &t(|a| a.totals.allocated_gpu_ms),
         &t(|a| a.totals.capacity_gpu_ms),
-        &measured.iter().map(|(_, a, _)| a.totals.quality.names().join(",")).collect::<Vec<_>>(),
+        &measured
+            .iter()
+            .map(|r| r.attributed.totals.quality.names().join(","))
+            .collect::<Vec<_>>(),
         run_id,
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-
-    // The hours' IT and site peaks (migrations 0020, 0024), from the samples the window
-    // loaded.
     sqlx::query!(
         "UPDATE site_hours h SET it_peak_mw = p.it, site_peak_mw = p.site
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[]) AS p(hour, it, site)
          WHERE h.site_id = $1 AND h.hour = p.hour AND h.hour = ANY($5)",
-        claim.site_id,
+        site_id,
         &window.peaks.iter().map(|p| p.hour).collect::<Vec<_>>(),
         &window.peaks.iter().map(|p| p.it_mw).collect::<Vec<_>>() as &[Option<i64>],
         &window.peaks.iter().map(|p| p.site_mw).collect::<Vec<_>>() as &[Option<i64>],
-        &hours,
+        hours,
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
+    Ok(())
+}
 
-    // The hours' power profiles (migration 0024): the claimed hours' rows are replaced.
+/// Replaces the power profiles of `hours` (migration 0024) with the window's.
+pub async fn replace_power(
+    conn: &mut PgConnection,
+    site_id: i64,
+    hours: &[DateTime<Utc>],
+    window: &Window,
+) -> StoreResult<()> {
     sqlx::query!(
         "DELETE FROM site_hour_power WHERE site_id = $1 AND hour = ANY($2)",
-        claim.site_id,
-        &hours,
+        site_id,
+        hours,
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
     let power: Vec<_> = window
         .power
@@ -810,16 +779,21 @@ async fn write(
          SELECT $1, t.hour, t.class, ($5::bigint[])[(t.i - 1) * 60 + 1 : t.i * 60], t.parts
          FROM UNNEST($2::timestamptz[], $3::text[], $4::bigint[])
               WITH ORDINALITY AS t(hour, class, parts, i)",
-        claim.site_id,
+        site_id,
         &power.iter().map(|p| p.0).collect::<Vec<_>>(),
         &power.iter().map(|p| p.1.as_str()).collect::<Vec<_>>() as &[&str],
         &power.iter().map(|p| p.2.parts_peak_mw).collect::<Vec<_>>(),
         &minutes as &[Option<i64>],
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
+    Ok(())
+}
 
-    // Clear the marks we computed; a mark bumped meanwhile stays, with its lease released.
+/// Clears the claim's marks that were computed and releases its lease: a mark bumped
+/// meanwhile (new data for an hour being computed) stays, for the next pass.
+pub async fn clear_marks(conn: &mut PgConnection, claim: &Claim) -> StoreResult<()> {
+    let hours: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.0).collect();
     let marked: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.1).collect();
     sqlx::query!(
         "DELETE FROM dirty_hours d USING UNNEST($2::timestamptz[], $3::timestamptz[]) AS t(hour, marked_at)
@@ -828,30 +802,34 @@ async fn write(
         &hours,
         &marked,
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
     sqlx::query!(
         "UPDATE dirty_hours SET claimed_until = NULL WHERE site_id = $1 AND hour = ANY($2)",
         claim.site_id,
         &hours,
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    // Budget alerts in the same transaction as the ledger rows that cross them.
-    let mut tenants: Vec<i64> = c.tenant.clone();
-    tenants.sort_unstable();
-    tenants.dedup();
-    stats.alerts = crate::budget_alerts::evaluate(&mut tx, &tenants, &hours, Utc::now()).await?;
+    Ok(())
+}
+
+/// Stamps the run's end with what it wrote.
+pub async fn finish_run(
+    conn: &mut PgConnection,
+    run_id: i64,
+    hours: u64,
+    rows: u64,
+) -> StoreResult<()> {
     sqlx::query!(
         "UPDATE attribution_runs SET finished_at = clock_timestamp(), hours = $2, rows = $3 WHERE id = $1",
         run_id,
-        stats.hours as i32,
-        stats.rows as i32,
+        hours as i32,
+        rows as i32,
     )
-    .execute(&mut *tx)
+    .execute(conn)
     .await?;
-    tx.commit().await?;
-    Ok(stats)
+    Ok(())
 }
 
 #[derive(Default)]
@@ -877,6 +855,46 @@ struct LedgerColumns {
     gpu_time_cost: Vec<Option<Decimal>>,
     price_fallback: Vec<i64>,
     carbon_fallback: Vec<i64>,
+}
+
+impl LedgerColumns {
+    /// The rows of every hour as columns, for one UNNEST insert.
+    fn of(window: &Window, results: &[HourResult]) -> LedgerColumns {
+        let mut c = LedgerColumns::default();
+        for HourResult {
+            hour,
+            attributed: out,
+            amounts,
+        } in results
+        {
+            for (r, a) in out.rows.iter().zip(&amounts.rows) {
+                c.cost.push(a.cost);
+                c.carbon.push(a.carbon_g);
+                c.marginal.push(a.carbon_marginal_g);
+                c.embodied.push(a.embodied_g);
+                c.gpu_time_cost.push(a.gpu_time_cost);
+                c.price_fallback.push(a.price_fallback_mj);
+                c.carbon_fallback.push(a.carbon_fallback_mj);
+                c.hour.push(*hour);
+                c.tenant.push(r.tenant);
+                c.job.push(r.job.map(|j| window.job_ids[j]));
+                c.model.push(r.model);
+                c.gpu.push(r.energy.gpu_mj);
+                c.node.push(r.energy.node_overhead_mj);
+                c.idle.push(r.energy.idle_mj);
+                c.facility.push(r.energy.facility_overhead_mj);
+                c.total.push(r.energy.total_mj());
+                c.estimated.push(r.energy.estimated_mj);
+                c.prompt.push(r.prompt_tokens);
+                c.generated.push(r.generated_tokens);
+                c.gpu_ms.push(r.gpu_ms);
+                let mut flags = r.quality.names();
+                flags.extend(&amounts.flags);
+                c.flags.push(flags.join(","));
+            }
+        }
+        c
+    }
 }
 
 /// Truncates a time to its UTC day.

@@ -6,13 +6,13 @@
 //! between only leaves the close to try again. The exports go to `WATTLEDGER_EXPORT_DIR` when
 //! one is configured, beside a `SHA256SUMS` file.
 
+use crate::app::attribution::RunStats;
 use crate::config::Config;
 use crate::worker;
 use chrono::Utc;
 use sqlx::PgPool;
 use std::path::{Path, PathBuf};
 use wattledger_domain::chargeback::{self, Export, Issuer, Month};
-use wattledger_store::attribution::RunStats;
 use wattledger_store::chargeback::{self as store, CloseError, Closed};
 
 /// Attempts before giving up when late data keeps dirtying the month during a close.

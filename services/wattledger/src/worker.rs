@@ -1,9 +1,10 @@
 //! The attribution worker: drains dirty hours through the pure core, beside the API, and
 //! keeps the meter data's partitions (created ahead, dropped after retention).
 
+use crate::app::attribution::{run_claim, RunStats};
 use std::time::Duration;
 use tokio::sync::watch;
-use wattledger_store::attribution::{self, RunStats};
+use wattledger_store::attribution;
 use wattledger_store::retention::{self, Policy};
 use wattledger_store::{compaction, partitions, StoreResult};
 
@@ -21,7 +22,7 @@ pub async fn drain(
 ) -> StoreResult<RunStats> {
     let mut total = RunStats::default();
     while let Some(claim) = attribution::claim(pool, CLAIM_HOURS).await? {
-        total += attribution::run_claim(pool, &claim).await?;
+        total += run_claim(pool, &claim).await?;
         progress(&total);
     }
     Ok(total)

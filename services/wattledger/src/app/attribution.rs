@@ -1,0 +1,100 @@
+//! Attributing a claim of dirty hours: load the window's inputs, run the pure core and the
+//! costing per hour, and write the hours' ledger rows, site-hours, power profiles and rollups,
+//! clear their marks and raise the budget alerts they cross, all in one transaction. A mark
+//! bumped while computing (new data for the hour) stays dirty for the next pass.
+
+use chrono::{DateTime, Duration, Utc};
+use sqlx::PgPool;
+use wattledger_domain::attribution;
+use wattledger_domain::costing::{self, SiteRates};
+use wattledger_store::attribution::{self as store, Claim, HourResult, Window};
+use wattledger_store::StoreResult;
+
+/// What attribution runs did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunStats {
+    pub hours: u64,
+    pub rows: u64,
+    pub gpu_steps: u64,
+    /// Budget alerts this run raised.
+    pub alerts: u64,
+}
+
+impl std::ops::AddAssign for RunStats {
+    fn add_assign(&mut self, s: RunStats) {
+        self.hours += s.hours;
+        self.rows += s.rows;
+        self.gpu_steps += s.gpu_steps;
+        self.alerts += s.alerts;
+    }
+}
+
+/// Attributes a claimed set of hours and writes the result in one transaction.
+#[tracing::instrument(skip_all, fields(site = claim.site_id, hours = claim.hours.len()))]
+pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {
+    let hours: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.0).collect();
+    let (Some(first), Some(last)) = (hours.first(), hours.last()) else {
+        return Ok(RunStats::default());
+    };
+    let (from, to) = (*first, *last + Duration::hours(1));
+    let window = store::load(pool, claim.site_id, from, to).await?;
+    let rates = wattledger_store::signals::site_rates(pool, claim.site_id, from, to).await?;
+    let results = attribute(&window, &rates, &hours);
+
+    let mut tx = pool.begin().await?;
+    let run_id = store::begin_run(&mut tx).await?;
+    let (rows, tenants) =
+        store::replace_ledger(&mut tx, claim.site_id, &hours, &window, &results).await?;
+    store::rebuild_days(&mut tx, claim.site_id, &hours).await?;
+    store::replace_site_hours(&mut tx, claim.site_id, &hours, &window, &results, run_id).await?;
+    store::replace_power(&mut tx, claim.site_id, &hours, &window).await?;
+    store::clear_marks(&mut tx, claim).await?;
+    // Budget alerts in the same transaction as the ledger rows that cross them.
+    let alerts =
+        wattledger_store::budget_alerts::evaluate(&mut tx, &tenants, &hours, Utc::now()).await?;
+    store::finish_run(&mut tx, run_id, hours.len() as u64, rows).await?;
+    tx.commit().await?;
+    Ok(RunStats {
+        hours: hours.len() as u64,
+        rows,
+        gpu_steps: results
+            .iter()
+            .map(|r| r.attributed.totals.gpu_steps as u64)
+            .sum(),
+        alerts,
+    })
+}
+
+/// Each hour through the pure core, then priced and weighed in carbon.
+fn attribute(window: &Window, rates: &SiteRates, hours: &[DateTime<Utc>]) -> Vec<HourResult> {
+    hours
+        .iter()
+        .map(|&hour| {
+            let input = window.site_hour(hour);
+            let attributed = attribution::attribute(&input);
+            let of = |f: fn(&attribution::Row) -> i64| -> Vec<i64> {
+                attributed.rows.iter().map(f).collect()
+            };
+            let (mj, ng, pico) = (
+                of(|r| r.energy.total_mj()),
+                of(|r| r.embodied_ng),
+                of(|r| r.time_price_pico),
+            );
+            let amounts = costing::hour_amounts(
+                input.grid,
+                &attributed.totals.site_mj_by_step,
+                &costing::RowInputs {
+                    mj: &mj,
+                    embodied_ng: &ng,
+                    time_price_pico: &pico,
+                },
+                rates,
+            );
+            HourResult {
+                hour,
+                attributed,
+                amounts,
+            }
+        })
+        .collect()
+}
