@@ -273,15 +273,6 @@ impl Config {
     }
 }
 
-/// Expands `{node}`, `{index}`, `{uuid}`, `{gi}` in a meter-key template.
-pub fn meter_key(template: &str, node: &str, index: u32, uuid: &str, gi: Option<u32>) -> String {
-    template
-        .replace("{node}", node)
-        .replace("{index}", &index.to_string())
-        .replace("{uuid}", uuid)
-        .replace("{gi}", &gi.map(|g| g.to_string()).unwrap_or_default())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,18 +337,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("WATTLEDGER_AGENT_NODE"), "{err}");
-    }
-
-    #[test]
-    fn meter_key_templates() {
-        assert_eq!(
-            meter_key("{node}-gpu{index}", "n1", 3, "GPU-x", None),
-            "n1-gpu3"
-        );
-        assert_eq!(
-            meter_key("{node}-gpu{index}-mig{gi}", "n1", 0, "GPU-x", Some(2)),
-            "n1-gpu0-mig2"
-        );
-        assert_eq!(meter_key("{uuid}", "n1", 0, "GPU-x", None), "GPU-x");
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod dcgm;
 pub mod exporter;
+pub mod gpu_meter;
 pub mod grid;
 pub mod http;
 pub mod nvml;

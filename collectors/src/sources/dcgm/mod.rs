@@ -3,12 +3,12 @@
 
 pub mod parse;
 
+use super::gpu_meter::meter_key;
 use super::http::{get_text, Auth};
 use super::{
     client_for, need_node, saved, BoxFuture, Collected, Source, SourceConfig, SourceError,
     StateError,
 };
-use crate::agent::config::meter_key;
 use crate::agent::config::AgentConfig;
 use crate::pods::{PodUse, Pods};
 use crate::records::{Batch, Job, Meter, Sample};
@@ -28,9 +28,9 @@ pub struct DcgmConfig {
     /// Send every reading as read instead of one record per meter per step (`agent.step_s`).
     #[serde(default)]
     pub raw: bool,
-    #[serde(default = "default_gpu_meter")]
+    #[serde(default = "super::gpu_meter::default_gpu_meter")]
     pub gpu_meter: String,
-    #[serde(default = "default_mig_meter")]
+    #[serde(default = "super::gpu_meter::default_mig_meter")]
     pub mig_meter: String,
     /// Turn pods on GPUs (the exporter's pod attributes) into jobs. Off where a scheduler
     /// source already reports the jobs.
@@ -46,12 +46,6 @@ pub struct DcgmConfig {
 
 fn default_interval() -> f64 {
     10.0
-}
-pub(crate) fn default_gpu_meter() -> String {
-    "{node}-gpu{index}".into()
-}
-pub(crate) fn default_mig_meter() -> String {
-    "{node}-gpu{index}-mig{gi}".into()
 }
 fn default_pod_kind() -> String {
     "inference".into()

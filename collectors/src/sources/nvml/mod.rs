@@ -25,12 +25,12 @@ pub struct NvmlConfig {
     /// Send every reading as read instead of one record per meter per step (`agent.step_s`).
     #[serde(default)]
     pub raw: bool,
-    #[serde(default = "super::dcgm::default_gpu_meter")]
+    #[serde(default = "super::gpu_meter::default_gpu_meter")]
     pub gpu_meter: String,
     /// MIG instance meters. NVML's safe API gives no GPU-instance id, so `{gi}` here is the
     /// instance's position on its GPU (DCGM's `GPU_I_ID` may differ); `{uuid}` is the MIG
     /// UUID, which the meter also carries, so allocations by UUID always match.
-    #[serde(default = "super::dcgm::default_mig_meter")]
+    #[serde(default = "super::gpu_meter::default_mig_meter")]
     pub mig_meter: String,
     /// Read `/proc/<pid>/cgroup` of GPU processes to name the job that owns each.
     #[serde(default = "yes")]

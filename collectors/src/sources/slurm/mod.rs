@@ -6,8 +6,8 @@
 
 pub mod parse;
 
+use super::gpu_meter::meter_key;
 use super::{saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError};
-use crate::agent::config::meter_key;
 use crate::agent::config::AgentConfig;
 use crate::records::{Allocation, Batch, Job};
 use chrono::{DateTime, Duration, Utc};
@@ -42,7 +42,7 @@ pub struct SlurmConfig {
     /// Slurm node name → node meter key; unmapped nodes keep their name.
     #[serde(default)]
     pub node_meters: BTreeMap<String, String>,
-    #[serde(default = "super::dcgm::default_gpu_meter")]
+    #[serde(default = "super::gpu_meter::default_gpu_meter")]
     pub gpu_meter: String,
     /// GPUs per node, so an exclusive job whose indices were never seen still gets its GPUs.
     pub gpus_per_node: Option<u32>,
