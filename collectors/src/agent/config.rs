@@ -1,7 +1,7 @@
 //! The agent's TOML configuration (`deploy/agent/agent.toml` is the documented example),
 //! with environment overrides for what differs per node.
 
-use crate::sources::{self, SourceConfig};
+use crate::sources::{self, SourceConfig, SourceContext};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -87,6 +87,16 @@ pub struct AgentConfig {
     /// step's mean and peak power. A source with `raw = true` sends every reading instead.
     #[serde(default = "default_step_s")]
     pub step_s: u32,
+}
+
+impl AgentConfig {
+    /// What the sources are told of this agent: its site and node.
+    pub fn source_context(&self) -> SourceContext {
+        SourceContext {
+            site: self.site.clone(),
+            node: self.node.clone(),
+        }
+    }
 }
 
 /// A meter the agent declares. `key` and `parent` may name `{node}` and `{site}`, so one
@@ -238,6 +248,7 @@ impl Config {
                 ));
             }
         }
+        let context = a.source_context();
         let mut names = std::collections::HashSet::new();
         for source in self.sources() {
             let name = source.name();
@@ -246,7 +257,7 @@ impl Config {
                     "two sources are named {name:?}: give them distinct `name`s"
                 ));
             }
-            source.check(a).map_err(ConfigError::Invalid)?;
+            source.check(&context).map_err(ConfigError::Invalid)?;
         }
         Ok(())
     }

@@ -43,17 +43,16 @@ pub struct Built {
 
 /// Builds every configured source; meter sources send step records unless configured raw.
 pub fn sources(config: &Config) -> Result<Vec<Built>, AgentError> {
+    let context = config.agent.source_context();
     config
         .sources()
         .into_iter()
         .map(|c| {
             let (name, every) = (c.name(), c.interval());
-            let source = c
-                .build(&config.agent)
-                .map_err(|reason| AgentError::Source {
-                    name: name.clone(),
-                    reason,
-                })?;
+            let source = c.build(&context).map_err(|reason| AgentError::Source {
+                name: name.clone(),
+                reason,
+            })?;
             let source: Box<dyn Source> = if c.stepped() {
                 Box::new(Stepped::new(source, config.agent.step_s, every))
             } else {

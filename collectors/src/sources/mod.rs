@@ -17,7 +17,6 @@ pub mod slurm;
 pub mod snmp;
 pub mod tokens;
 
-use crate::agent::config::AgentConfig;
 use crate::records::Batch;
 use chrono::{DateTime, Utc};
 use std::future::Future;
@@ -71,12 +70,33 @@ pub trait SourceConfig: std::fmt::Debug + Send + Sync {
     fn stepped(&self) -> bool {
         false
     }
-    /// What the configuration alone shows to be wrong, with the `[agent]` section it runs
-    /// under; said at start, before anything is read.
-    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+    /// What the configuration alone shows to be wrong, in the context it runs in; said at
+    /// start, before anything is read.
+    fn check(&self, _context: &SourceContext) -> Result<(), String> {
         Ok(())
     }
-    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String>;
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, String>;
+}
+
+/// What a source is told of the agent that runs it: the site its meters and jobs belong to
+/// and this node's meter key. The agent fills it from its `[agent]` section; a source sees
+/// this and nothing else of the agent, so sources build (and are tested) without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceContext {
+    /// The site this agent's meters belong to (`agent.site`).
+    pub site: String,
+    /// This node's meter key (`agent.node`): the parent of the GPU meters the GPU sources
+    /// register. An agent that reads no GPUs (a PDU or scheduler poller) may have none.
+    pub node: Option<String>,
+}
+
+impl SourceContext {
+    /// This node's meter key, for a source (`kind`) that registers its GPUs under it.
+    pub fn need_node(&self, kind: &str) -> Result<&str, String> {
+        self.node.as_deref().ok_or_else(|| {
+            format!("agent.node (this node's meter key) is needed by the {kind} source")
+        })
+    }
 }
 
 pub trait Source: Send {
@@ -97,16 +117,6 @@ pub struct StateError(#[from] serde_json::Error);
 /// this, so none drops an unreadable state silently.
 pub fn saved<T: serde::de::DeserializeOwned>(state: serde_json::Value) -> Result<T, StateError> {
     Ok(serde_json::from_value(state)?)
-}
-
-/// The GPU sources register their GPUs under this node's meter.
-fn need_node(agent: &AgentConfig, source: &str) -> Result<(), String> {
-    match agent.node {
-        Some(_) => Ok(()),
-        None => Err(format!(
-            "agent.node (this node's meter key) is needed by the {source} source"
-        )),
-    }
 }
 
 /// Seconds from the config to a `Duration`, at least 100 ms.

@@ -6,10 +6,9 @@ pub mod parse;
 use super::gpu_meter::meter_key;
 use super::http::{get_text, Auth};
 use super::{
-    client_for, need_node, saved, BoxFuture, Collected, Source, SourceConfig, SourceError,
+    client_for, saved, BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError,
     StateError,
 };
-use crate::agent::config::AgentConfig;
 use crate::pods::{PodUse, Pods};
 use crate::records::{Batch, Job, Meter, Sample};
 use chrono::{DateTime, Utc};
@@ -66,16 +65,16 @@ impl SourceConfig for DcgmConfig {
         !self.raw
     }
 
-    fn check(&self, agent: &AgentConfig) -> Result<(), String> {
-        need_node(agent, "dcgm")
+    fn check(&self, context: &SourceContext) -> Result<(), String> {
+        context.need_node("dcgm").map(drop)
     }
 
-    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
-        let node = agent.node.as_deref().unwrap_or_default();
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, String> {
+        let node = context.need_node("dcgm")?;
         let client = client_for(None, self.interval_s)?;
         Ok(Box::new(DcgmSource::new(
             self.clone(),
-            &agent.site,
+            &context.site,
             node,
             client,
         )))

@@ -5,8 +5,7 @@ pub mod parse;
 
 use super::http::{get_text, Auth};
 use super::prom;
-use super::{client_for, BoxFuture, Collected, Source, SourceConfig, SourceError};
-use crate::agent::config::AgentConfig;
+use super::{client_for, BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError};
 use crate::records::Batch;
 use crate::units::{self, Unit};
 use chrono::{DateTime, Utc};
@@ -96,11 +95,11 @@ impl SourceConfig for ExporterConfig {
         !self.raw
     }
 
-    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+    fn check(&self, _context: &SourceContext) -> Result<(), String> {
         ExporterConfig::check(self)
     }
 
-    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, String> {
         let client = client_for(None, self.interval_s)?;
         Ok(Box::new(ExporterSource::new(self.clone(), client)))
     }

@@ -9,8 +9,7 @@
 pub mod parse;
 
 use super::http::{get_answer, get_text, Answer, Auth};
-use super::{client_for, BoxFuture, Collected, Source, SourceConfig, SourceError};
-use crate::agent::config::AgentConfig;
+use super::{client_for, BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError};
 use crate::records::Batch;
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
@@ -148,11 +147,11 @@ impl SourceConfig for GridConfig {
         super::interval(self.interval_s)
     }
 
-    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+    fn check(&self, _context: &SourceContext) -> Result<(), String> {
         GridConfig::check(self)
     }
 
-    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, String> {
         // Providers answer slowly at times; a fetch may take up to 30 s whatever the interval.
         let client = client_for(None, 30.0)?;
         Ok(Box::new(GridSource::new(self.clone(), client)))

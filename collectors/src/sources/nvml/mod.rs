@@ -8,8 +8,7 @@
 pub mod cgroup;
 pub mod parse;
 
-use super::{need_node, BoxFuture, Collected, Source, SourceConfig, SourceError};
-use crate::agent::config::AgentConfig;
+use super::{BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError};
 use chrono::{DateTime, Utc};
 use parse::{records, GpuRead, MigRead};
 use serde::Deserialize;
@@ -57,13 +56,13 @@ impl SourceConfig for NvmlConfig {
         !self.raw
     }
 
-    fn check(&self, agent: &AgentConfig) -> Result<(), String> {
-        need_node(agent, "nvml")
+    fn check(&self, context: &SourceContext) -> Result<(), String> {
+        context.need_node("nvml").map(drop)
     }
 
-    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
-        let node = agent.node.as_deref().unwrap_or_default();
-        Ok(Box::new(NvmlSource::new(self.clone(), &agent.site, node)))
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, String> {
+        let node = context.need_node("nvml")?;
+        Ok(Box::new(NvmlSource::new(self.clone(), &context.site, node)))
     }
 }
 

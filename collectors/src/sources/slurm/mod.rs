@@ -7,8 +7,9 @@
 pub mod parse;
 
 use super::gpu_meter::meter_key;
-use super::{saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError};
-use crate::agent::config::AgentConfig;
+use super::{
+    saved, BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError, StateError,
+};
 use crate::records::{Allocation, Batch, Job};
 use chrono::{DateTime, Duration, Utc};
 use parse::{NodeGpus, SlurmJob};
@@ -83,8 +84,8 @@ impl SourceConfig for SlurmConfig {
         super::interval(self.interval_s)
     }
 
-    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
-        Ok(Box::new(SlurmSource::new(self.clone(), &agent.site)))
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, String> {
+        Ok(Box::new(SlurmSource::new(self.clone(), &context.site)))
     }
 }
 

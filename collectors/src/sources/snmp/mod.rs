@@ -7,8 +7,9 @@
 
 pub mod parse;
 
-use super::{saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError};
-use crate::agent::config::AgentConfig;
+use super::{
+    saved, BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError, StateError,
+};
 use crate::feeds::Feeds;
 use crate::records::Batch;
 use crate::units::{self, Unit};
@@ -206,11 +207,11 @@ impl SourceConfig for SnmpConfig {
         !self.raw
     }
 
-    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+    fn check(&self, _context: &SourceContext) -> Result<(), String> {
         SnmpConfig::check(self)
     }
 
-    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, String> {
         Ok(Box::new(SnmpSource::new(self.clone())?))
     }
 }
