@@ -6,7 +6,8 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Declares `Config` with one table array per kind of source, and `Config::sources`.
+/// Declares `Config` with one table array per kind of source the registry lists
+/// (`crate::sources::registry`), and `Config::sources`.
 macro_rules! config_with_sources {
     ($($(#[$doc:meta])* $table:ident: $config:ty,)*) => {
         /// The agent's TOML: `[agent]`, the `[[meters]]` it declares, and a `[[<table>]]` per
@@ -32,28 +33,9 @@ macro_rules! config_with_sources {
     };
 }
 
-// The registry of sources: a TOML table name and its config type (`crate::sources::<name>`).
-// A new source is its folder and one line here.
-config_with_sources! {
-    /// GPUs through NVML on this node.
-    nvml: sources::nvml::NvmlConfig,
-    /// GPUs through a dcgm-exporter.
-    dcgm: sources::dcgm::DcgmConfig,
-    /// Inference servers' token counters.
-    tokens: sources::tokens::TokensConfig,
-    /// Redfish rack PDUs.
-    redfish: sources::redfish::RedfishConfig,
-    /// SNMP rack PDUs.
-    snmp: sources::snmp::SnmpConfig,
-    /// Prometheus exporters a site runs (snmp_exporter, ipmi_exporter).
-    exporter: sources::exporter::ExporterConfig,
-    /// Slurm accounting.
-    slurm: sources::slurm::SlurmConfig,
-    /// The kubelet's pod resources.
-    podresources: sources::podresources::PodResourcesConfig,
-    /// Grid carbon intensity and prices.
-    grid: sources::grid::GridConfig,
-}
+// The table of each kind of source and its config type come from the registry beside the
+// sources (`crate::sources::registry`); this file makes them fields of the agent's TOML.
+sources::registry::with_sources!(config_with_sources);
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,8 +1,14 @@
 //! What the agent reads, one folder per source: `<name>/mod.rs` holds its configuration and
 //! its I/O edge (fetch on an interval, turn readings into ingest records), `<name>/parse.rs`
-//! its pure parser of the peer's wire format, tested on real payloads. This module owns the
-//! [`Source`] trait every source implements; `http` and `prom` are the HTTP edge and the
-//! Prometheus text format several sources share.
+//! its pure parser of the peer's wire format, tested on real payloads.
+//!
+//! This module owns what every source shares: the [`SourceConfig`] and [`Source`] traits,
+//! the [`SourceContext`] a source is built in (all it knows of the agent that runs it), and
+//! the errors of building and collecting. Beside them: `registry` lists the kinds of source
+//! the agent's TOML can name, `gpu_meter` the GPU meter keys the GPU and scheduler sources
+//! share, `http` and `prom` the HTTP edge and the Prometheus text format several sources use.
+//! Nothing here imports the agent: the agent (`crate::agent`) uses the sources, not the
+//! other way round.
 
 pub mod dcgm;
 pub mod exporter;
@@ -13,6 +19,7 @@ pub mod nvml;
 pub mod podresources;
 pub mod prom;
 pub mod redfish;
+pub mod registry;
 pub mod slurm;
 pub mod snmp;
 pub mod tokens;
@@ -58,8 +65,8 @@ impl Collected {
 }
 
 /// A configured source: one `[[<table>]]` entry of the agent's TOML. The table names and
-/// their config types are listed once, in the registry in `crate::agent::config`; adding a
-/// source is a folder here and a line there.
+/// their config types are listed once, in [`registry`]; adding a source is a folder here and
+/// a line there.
 pub trait SourceConfig: std::fmt::Debug + Send + Sync {
     /// How logs and metric labels name it; unique among an agent's sources.
     fn name(&self) -> String;
