@@ -122,6 +122,9 @@ pub enum ConfigError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// What a source's own check finds wrong with its table.
+    #[error(transparent)]
+    Source(#[from] sources::BuildError),
 }
 
 /// The environment variables that override `[agent]` settings, and what they set.
@@ -239,7 +242,7 @@ impl Config {
                     "two sources are named {name:?}: give them distinct `name`s"
                 ));
             }
-            source.check(&context).map_err(ConfigError::Invalid)?;
+            source.check(&context)?;
         }
         Ok(())
     }

@@ -6,8 +6,8 @@ pub mod parse;
 use super::gpu_meter::meter_key;
 use super::http::{get_text, Auth};
 use super::{
-    client_for, saved, BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError,
-    StateError,
+    client_for, saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext,
+    SourceError, StateError,
 };
 use crate::pods::{PodUse, Pods};
 use crate::records::{Batch, Job, Meter, Sample};
@@ -65,11 +65,11 @@ impl SourceConfig for DcgmConfig {
         !self.raw
     }
 
-    fn check(&self, context: &SourceContext) -> Result<(), String> {
+    fn check(&self, context: &SourceContext) -> Result<(), BuildError> {
         context.need_node("dcgm").map(drop)
     }
 
-    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, String> {
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         let node = context.need_node("dcgm")?;
         let client = client_for(None, self.interval_s)?;
         Ok(Box::new(DcgmSource::new(

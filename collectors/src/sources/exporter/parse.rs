@@ -123,10 +123,14 @@ mod tests {
             .contains("2 series"));
         let bad =
             config("url = \"http://x\"\n[[map]]\nmetric = \"p\"\nmeter = \"n\"\nunit = \"kVA\"\n");
-        assert!(bad.check().unwrap_err().contains("kVA"));
+        assert!(bad.check().unwrap_err().to_string().contains("kVA"));
         let twice = config(
             "url = \"http://x\"\n[[map]]\nmetric = \"a\"\nmeter = \"n\"\nunit = \"Wh\"\n[[map]]\nmetric = \"b\"\nmeter = \"n\"\nunit = \"kWh\"\n",
         );
-        assert!(twice.check().unwrap_err().contains("two mappings"));
+        assert!(twice
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("two mappings"));
     }
 }

@@ -8,7 +8,7 @@
 pub mod cgroup;
 pub mod parse;
 
-use super::{BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError};
+use super::{BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext, SourceError};
 use chrono::{DateTime, Utc};
 use parse::{records, GpuRead, MigRead};
 use serde::Deserialize;
@@ -56,11 +56,11 @@ impl SourceConfig for NvmlConfig {
         !self.raw
     }
 
-    fn check(&self, context: &SourceContext) -> Result<(), String> {
+    fn check(&self, context: &SourceContext) -> Result<(), BuildError> {
         context.need_node("nvml").map(drop)
     }
 
-    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, String> {
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         let node = context.need_node("nvml")?;
         Ok(Box::new(NvmlSource::new(self.clone(), &context.site, node)))
     }

@@ -12,7 +12,8 @@ pub mod parse;
 
 use super::http::error_chain;
 use super::{
-    saved, BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError, StateError,
+    saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext, SourceError,
+    StateError,
 };
 use crate::pods::{PodUse, Pods};
 use crate::records::Batch;
@@ -69,7 +70,7 @@ impl SourceConfig for PodResourcesConfig {
         super::interval(self.interval_s)
     }
 
-    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         Ok(Box::new(PodResourcesSource::new(self.clone())))
     }
 }

@@ -6,8 +6,8 @@ pub mod parse;
 
 use super::http::{error_chain, get_answer, get_text, Answer, Auth};
 use super::{
-    client_for, saved, BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError,
-    StateError,
+    client_for, saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext,
+    SourceError, StateError,
 };
 use crate::feeds::{Feeds, OutletReading};
 use crate::records::Batch;
@@ -70,14 +70,18 @@ impl SourceConfig for RedfishConfig {
         !self.raw
     }
 
-    fn check(&self, _context: &SourceContext) -> Result<(), String> {
+    fn check(&self, _context: &SourceContext) -> Result<(), BuildError> {
         if self.outlets.is_empty() {
-            return Err(format!("redfish {}: no outlets mapped to meters", self.url));
+            return Err(BuildError::Missing {
+                name: format!("redfish {}", self.url),
+                setting: "outlets mapped to meters",
+                why: None,
+            });
         }
         Ok(())
     }
 
-    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         let client = client_for(self.ca_file.as_deref(), self.interval_s)?;
         Ok(Box::new(RedfishSource::new(self.clone(), client)))
     }

@@ -8,7 +8,8 @@ pub mod parse;
 
 use super::gpu_meter::meter_key;
 use super::{
-    saved, BoxFuture, Collected, Source, SourceConfig, SourceContext, SourceError, StateError,
+    saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext, SourceError,
+    StateError,
 };
 use crate::records::{Allocation, Batch, Job};
 use chrono::{DateTime, Duration, Utc};
@@ -84,7 +85,7 @@ impl SourceConfig for SlurmConfig {
         super::interval(self.interval_s)
     }
 
-    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, String> {
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         Ok(Box::new(SlurmSource::new(self.clone(), &context.site)))
     }
 }
