@@ -129,7 +129,7 @@ impl Source for ExporterSource {
                 reason,
             };
             let scrape = prom::parse(&text).map_err(|e| parse(e.to_string()))?;
-            let s = samples(&scrape, &self.config.map, now).map_err(parse)?;
+            let s = samples(&scrape, &self.config.map, now).map_err(|e| parse(e.to_string()))?;
             Ok(Collected::new([Batch::Samples(s)], None))
         })
     }
