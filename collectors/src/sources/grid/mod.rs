@@ -1,5 +1,5 @@
 //! Grid signals fetched where the site runs: carbon intensity and electricity prices from
-//! the providers' APIs (or a tariff the site states), parsed by `wattledger_domain::signals`
+//! the providers' APIs (or a tariff the site states), parsed by the `wattledger-grid` crate
 //! and pushed to `/v1/ingest/signals` through the spool like every other record.
 //!
 //! Every fetch sends the whole window the provider answered; the server keeps one value per
@@ -16,7 +16,8 @@ use crate::records::Batch;
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
 use std::path::PathBuf;
-use wattledger_domain::signals::{tariff, Basis};
+use wattledger_domain::signals::Basis;
+use wattledger_grid::tariff;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

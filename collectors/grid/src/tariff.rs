@@ -4,11 +4,12 @@
 //! A tariff is written in local time at a fixed UTC offset; daylight-saving switches are not
 //! modelled (a site on a DST tariff states the offset of the season, or sends prices as CSV).
 
-use super::{parse_time, Point, Series, Signal, SignalError, Status};
+use crate::{parse_time, SignalError};
 use chrono::{DateTime, Datelike, Duration, FixedOffset, Timelike, Utc, Weekday};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
+use wattledger_domain::signals::{Point, Series, Signal, Status};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
