@@ -134,8 +134,11 @@ pub enum BuildError {
         kind: &'static str,
     },
     /// The grid source's `[grid.tariff]` does not hold.
-    #[error("{name}: tariff: {reason}")]
-    Tariff { name: String, reason: String },
+    #[error("{name}: tariff: {error}")]
+    Tariff {
+        name: String,
+        error: wattledger_grid::tariff::TariffError,
+    },
     /// The source's HTTP client could not be made (its CA file, its TLS backend).
     #[error(transparent)]
     Client(#[from] http::ClientError),

@@ -100,9 +100,9 @@ impl GridConfig {
                     setting: "[grid.tariff]",
                     why: None,
                 })?;
-                t.check().map_err(|reason| BuildError::Tariff {
+                t.check().map_err(|error| BuildError::Tariff {
                     name: name.clone(),
-                    reason,
+                    error,
                 })?;
                 need(
                     self.region.is_some(),
