@@ -88,7 +88,8 @@ pub trait SourceConfig: std::fmt::Debug + Send + Sync {
 /// Why a source cannot be built from its configuration: what [`SourceConfig::check`] finds
 /// wrong at start, or what stops [`SourceConfig::build`]. `name` is how the message names the
 /// source (its kind and URL or target, or its configured name); settings are written as the
-/// TOML writes them.
+/// TOML writes them. A variant that holds another error (`Oid`, `Tariff`) says it in its
+/// message rather than as its `source()`, so the agent's error report says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// A GPU source registers its GPUs under this node's meter, and the agent has no node.
