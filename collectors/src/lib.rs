@@ -3,11 +3,14 @@
 //!
 //! - `sources/<name>/`: one folder per source: its config and I/O edge in `mod.rs`, its pure
 //!   parser of the peer's wire format in `parse.rs`, fed real payloads by its tests;
+//!   `sources/` itself holds the traits, the registry of sources and the context a source
+//!   is built in, and imports nothing of `agent/`;
 //! - `feeds.rs`: PDU outlets summed into one counter per node meter;
 //! - `pods.rs`: Kubernetes pods on GPUs as jobs that open, move and close;
 //! - `steps.rs`: fast readings reduced to one record per meter per step;
 //! - `records.rs`: the ingest API's record types; `units.rs`: register units to W and mJ;
-//! - `agent/`: configuration, spool, push, metrics and the run loop.
+//! - `agent/`: configuration, spool, push, metrics and the run loop: it builds the sources
+//!   the registry lists from its TOML, each with the context its `[agent]` section gives.
 
 pub mod agent;
 pub mod feeds;

@@ -567,7 +567,7 @@ async fn two_regions_known_answer_to_the_millionth_and_the_milligram() {
             ]),
         )
         .await);
-    let tariff: wattledger_domain::signals::tariff::Tariff = serde_json::from_value(json!({
+    let tariff: wattledger_grid::tariff::Tariff = serde_json::from_value(json!({
         "currency": "EUR", "utc_offset_minutes": 60,
         "seasons": [{"months": [1,2,3,4,5,6,7,8,9,10,11,12], "price": "0.18", "bands": [
             {"days": ["weekdays"], "hours": [8, 20], "price": "0.25"},

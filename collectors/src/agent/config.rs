@@ -1,12 +1,13 @@
 //! The agent's TOML configuration (`deploy/agent/agent.toml` is the documented example),
 //! with environment overrides for what differs per node.
 
-use crate::sources::{self, SourceConfig};
+use crate::sources::{self, SourceConfig, SourceContext};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Declares `Config` with one table array per kind of source, and `Config::sources`.
+/// Declares `Config` with one table array per kind of source the registry lists
+/// (`crate::sources::registry`), and `Config::sources`.
 macro_rules! config_with_sources {
     ($($(#[$doc:meta])* $table:ident: $config:ty,)*) => {
         /// The agent's TOML: `[agent]`, the `[[meters]]` it declares, and a `[[<table>]]` per
@@ -32,28 +33,9 @@ macro_rules! config_with_sources {
     };
 }
 
-// The registry of sources: a TOML table name and its config type (`crate::sources::<name>`).
-// A new source is its folder and one line here.
-config_with_sources! {
-    /// GPUs through NVML on this node.
-    nvml: sources::nvml::NvmlConfig,
-    /// GPUs through a dcgm-exporter.
-    dcgm: sources::dcgm::DcgmConfig,
-    /// Inference servers' token counters.
-    tokens: sources::tokens::TokensConfig,
-    /// Redfish rack PDUs.
-    redfish: sources::redfish::RedfishConfig,
-    /// SNMP rack PDUs.
-    snmp: sources::snmp::SnmpConfig,
-    /// Prometheus exporters a site runs (snmp_exporter, ipmi_exporter).
-    exporter: sources::exporter::ExporterConfig,
-    /// Slurm accounting.
-    slurm: sources::slurm::SlurmConfig,
-    /// The kubelet's pod resources.
-    podresources: sources::podresources::PodResourcesConfig,
-    /// Grid carbon intensity and prices.
-    grid: sources::grid::GridConfig,
-}
+// The table of each kind of source and its config type come from the registry beside the
+// sources (`crate::sources::registry`); this file makes them fields of the agent's TOML.
+sources::registry::with_sources!(config_with_sources);
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,6 +69,16 @@ pub struct AgentConfig {
     /// step's mean and peak power. A source with `raw = true` sends every reading instead.
     #[serde(default = "default_step_s")]
     pub step_s: u32,
+}
+
+impl AgentConfig {
+    /// What the sources are told of this agent: its site and node.
+    pub fn source_context(&self) -> SourceContext {
+        SourceContext {
+            site: self.site.clone(),
+            node: self.node.clone(),
+        }
+    }
 }
 
 /// A meter the agent declares. `key` and `parent` may name `{node}` and `{site}`, so one
@@ -130,6 +122,9 @@ pub enum ConfigError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// What a source's own check finds wrong with its table.
+    #[error(transparent)]
+    Source(#[from] sources::BuildError),
 }
 
 /// The environment variables that override `[agent]` settings, and what they set.
@@ -238,6 +233,7 @@ impl Config {
                 ));
             }
         }
+        let context = a.source_context();
         let mut names = std::collections::HashSet::new();
         for source in self.sources() {
             let name = source.name();
@@ -246,7 +242,7 @@ impl Config {
                     "two sources are named {name:?}: give them distinct `name`s"
                 ));
             }
-            source.check(a).map_err(ConfigError::Invalid)?;
+            source.check(&context)?;
         }
         Ok(())
     }
@@ -271,15 +267,6 @@ impl Config {
             .clone()
             .unwrap_or_else(|| self.agent.spool_dir.join("dead-letter.jsonl"))
     }
-}
-
-/// Expands `{node}`, `{index}`, `{uuid}`, `{gi}` in a meter-key template.
-pub fn meter_key(template: &str, node: &str, index: u32, uuid: &str, gi: Option<u32>) -> String {
-    template
-        .replace("{node}", node)
-        .replace("{index}", &index.to_string())
-        .replace("{uuid}", uuid)
-        .replace("{gi}", &gi.map(|g| g.to_string()).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -346,18 +333,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("WATTLEDGER_AGENT_NODE"), "{err}");
-    }
-
-    #[test]
-    fn meter_key_templates() {
-        assert_eq!(
-            meter_key("{node}-gpu{index}", "n1", 3, "GPU-x", None),
-            "n1-gpu3"
-        );
-        assert_eq!(
-            meter_key("{node}-gpu{index}-mig{gi}", "n1", 0, "GPU-x", Some(2)),
-            "n1-gpu0-mig2"
-        );
-        assert_eq!(meter_key("{uuid}", "n1", 0, "GPU-x", None), "GPU-x");
     }
 }

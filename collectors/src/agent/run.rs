@@ -9,7 +9,7 @@ use super::push::Pusher;
 use super::spool::{Entry, SourceState, Spool, SpoolError};
 use super::stepped::Stepped;
 use crate::records::{Batch, Meter};
-use crate::sources::{http, Source, SourceError};
+use crate::sources::{http, BuildError, Source, SourceError};
 use chrono::Utc;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -23,9 +23,9 @@ pub enum AgentError {
     #[error(transparent)]
     Spool(#[from] SpoolError),
     #[error("HTTP client: {0}")]
-    Http(String),
-    #[error("source {name}: {reason}")]
-    Source { name: String, reason: String },
+    Http(http::ClientError),
+    #[error("source {name}: {error}")]
+    Source { name: String, error: BuildError },
     #[error("metrics listener on {addr}: {source}")]
     Listen {
         addr: String,
@@ -43,17 +43,16 @@ pub struct Built {
 
 /// Builds every configured source; meter sources send step records unless configured raw.
 pub fn sources(config: &Config) -> Result<Vec<Built>, AgentError> {
+    let context = config.agent.source_context();
     config
         .sources()
         .into_iter()
         .map(|c| {
             let (name, every) = (c.name(), c.interval());
-            let source = c
-                .build(&config.agent)
-                .map_err(|reason| AgentError::Source {
-                    name: name.clone(),
-                    reason,
-                })?;
+            let source = c.build(&context).map_err(|error| AgentError::Source {
+                name: name.clone(),
+                error,
+            })?;
             let source: Box<dyn Source> = if c.stepped() {
                 Box::new(Stepped::new(source, config.agent.step_s, every))
             } else {

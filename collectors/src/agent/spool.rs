@@ -56,7 +56,23 @@ pub enum SpoolError {
     #[error("spool I/O in {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error("spool entry at segment {} offset {} is corrupt: {reason}", .at.segment, .at.offset)]
-    Corrupt { at: Pos, reason: String },
+    Corrupt { at: Pos, reason: FrameError },
+    /// The cursor file (what the server has acknowledged) does not read as a position.
+    #[error("spool cursor file {} is not `<segment> <offset>`", .path.display())]
+    Cursor { path: PathBuf },
+}
+
+/// Why the bytes at a position of a segment are not a whole, valid frame.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("truncated header")]
+    TruncatedHeader,
+    #[error("frame length {0} runs past the segment")]
+    TooLong(u32),
+    #[error("checksum mismatch")]
+    Checksum,
+    #[error("not an entry: {0}")]
+    NotAnEntry(serde_json::Error),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
@@ -331,20 +347,20 @@ impl Spool {
     }
 }
 
-fn decode(buf: &[u8]) -> Result<(Entry, usize), String> {
+fn decode(buf: &[u8]) -> Result<(Entry, usize), FrameError> {
     if buf.len() < HEADER as usize {
-        return Err("truncated header".into());
+        return Err(FrameError::TruncatedHeader);
     }
     let len = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes"));
     let crc = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
     if len > MAX_FRAME || buf.len() < HEADER as usize + len as usize {
-        return Err(format!("frame length {len} runs past the segment"));
+        return Err(FrameError::TooLong(len));
     }
     let payload = &buf[HEADER as usize..HEADER as usize + len as usize];
     if crc32fast::hash(payload) != crc {
-        return Err("checksum mismatch".into());
+        return Err(FrameError::Checksum);
     }
-    let entry = serde_json::from_slice(payload).map_err(|e| format!("not an entry: {e}"))?;
+    let entry = serde_json::from_slice(payload).map_err(FrameError::NotAnEntry)?;
     Ok((entry, HEADER as usize + len as usize))
 }
 
@@ -375,13 +391,7 @@ fn read_cursor(dir: &Path) -> Result<Option<Pos>, SpoolError> {
     let mut parts = text.split_whitespace().map(str::parse::<u64>);
     match (parts.next(), parts.next()) {
         (Some(Ok(segment)), Some(Ok(offset))) => Ok(Some(Pos { segment, offset })),
-        _ => Err(SpoolError::Corrupt {
-            at: Pos {
-                segment: 0,
-                offset: 0,
-            },
-            reason: format!("cursor file {} is not `<segment> <offset>`", path.display()),
-        }),
+        _ => Err(SpoolError::Cursor { path }),
     }
 }
 

@@ -2,6 +2,7 @@
 //! kinds of authentication, and errors that say why.
 
 use super::SourceError;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How a GET authenticates.
@@ -79,19 +80,43 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// Why an HTTP client (a source's, or the agent's for pushing) could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The CA bundle could not be read.
+    #[error("{}: {error}", .path.display())]
+    ReadCa {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{}: not a PEM certificate: {error}", .path.display())]
+    NotPem {
+        path: PathBuf,
+        error: reqwest::Error,
+    },
+    /// The client builder refused (its TLS backend could not start): said with its causes.
+    #[error("{}", error_chain(.0))]
+    Build(reqwest::Error),
+}
+
 /// An HTTP client for a source, trusting `ca_file` beside the system roots.
 pub(crate) fn http_client(
-    ca_file: Option<&std::path::Path>,
+    ca_file: Option<&Path>,
     timeout: Duration,
-) -> Result<reqwest::Client, String> {
+) -> Result<reqwest::Client, ClientError> {
     let mut b = reqwest::Client::builder()
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none());
     if let Some(path) = ca_file {
-        let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let cert = reqwest::Certificate::from_pem(&pem)
-            .map_err(|e| format!("{}: not a PEM certificate: {e}", path.display()))?;
+        let pem = std::fs::read(path).map_err(|error| ClientError::ReadCa {
+            path: path.to_owned(),
+            error,
+        })?;
+        let cert = reqwest::Certificate::from_pem(&pem).map_err(|error| ClientError::NotPem {
+            path: path.to_owned(),
+            error,
+        })?;
         b = b.add_root_certificate(cert);
     }
-    b.build().map_err(|e| error_chain(&e))
+    b.build().map_err(ClientError::Build)
 }

@@ -37,7 +37,32 @@ pub struct Scrape {
 #[error("line {line}: {reason}")]
 pub struct ParseError {
     pub line: usize,
-    pub reason: String,
+    pub reason: LineError,
+}
+
+/// What is wrong with a sample line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    #[error("expected a metric name")]
+    NoName,
+    #[error("expected a value")]
+    NoValue,
+    #[error("'{0}' is not a number")]
+    NotANumber(String),
+    #[error("'{0}' is not a timestamp")]
+    NotATimestamp(String),
+    #[error("unexpected text after the timestamp")]
+    TrailingText,
+    #[error("expected a label name")]
+    NoLabelName,
+    #[error("expected '=' after a label name")]
+    NoEquals,
+    #[error("expected a quoted label value")]
+    UnquotedValue,
+    #[error("unterminated label value")]
+    Unterminated,
+    #[error("expected ',' or '}}' after a label")]
+    NoSeparator,
 }
 
 /// Parses a whole scrape. A malformed line is an error naming its line number: a scrape
@@ -46,10 +71,6 @@ pub fn parse(text: &str) -> Result<Scrape, ParseError> {
     let mut scrape = Scrape::default();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
-        let err = |reason: &str| ParseError {
-            line: i + 1,
-            reason: reason.to_owned(),
-        };
         if line.is_empty() {
             continue;
         }
@@ -68,7 +89,12 @@ pub fn parse(text: &str) -> Result<Scrape, ParseError> {
             }
             continue;
         }
-        scrape.samples.push(sample(line).map_err(|r| err(&r))?);
+        scrape
+            .samples
+            .push(sample(line).map_err(|reason| ParseError {
+                line: i + 1,
+                reason,
+            })?);
     }
     Ok(scrape)
 }
@@ -81,11 +107,11 @@ fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == ':'
 }
 
-fn sample(line: &str) -> Result<Sample, String> {
+fn sample(line: &str) -> Result<Sample, LineError> {
     let name_end = line.find(|c: char| !is_name_char(c)).unwrap_or(line.len());
     let name = &line[..name_end];
     if name.is_empty() || !name.starts_with(is_name_start) {
-        return Err("expected a metric name".into());
+        return Err(LineError::NoName);
     }
     let mut rest = &line[name_end..];
     let mut labels = Vec::new();
@@ -95,17 +121,17 @@ fn sample(line: &str) -> Result<Sample, String> {
         rest = remaining;
     }
     let mut fields = rest.split_whitespace();
-    let value = fields.next().ok_or("expected a value")?;
-    let value = go_float(value).ok_or_else(|| format!("'{value}' is not a number"))?;
+    let value = fields.next().ok_or(LineError::NoValue)?;
+    let value = go_float(value).ok_or_else(|| LineError::NotANumber(value.into()))?;
     let timestamp_ms = match fields.next() {
         Some(t) => Some(
             t.parse::<i64>()
-                .map_err(|_| format!("'{t}' is not a timestamp"))?,
+                .map_err(|_| LineError::NotATimestamp(t.into()))?,
         ),
         None => None,
     };
     if fields.next().is_some() {
-        return Err("unexpected text after the timestamp".into());
+        return Err(LineError::TrailingText);
     }
     Ok(Sample {
         name: name.to_owned(),
@@ -119,7 +145,7 @@ fn sample(line: &str) -> Result<Sample, String> {
 type Labels = Vec<(String, String)>;
 
 /// Parses `name="value",...}` and returns the labels and what follows the `}`.
-fn label_set(mut s: &str) -> Result<(Labels, &str), String> {
+fn label_set(mut s: &str) -> Result<(Labels, &str), LineError> {
     let mut labels = Vec::new();
     loop {
         s = s.trim_start();
@@ -131,14 +157,11 @@ fn label_set(mut s: &str) -> Result<(Labels, &str), String> {
             .unwrap_or(s.len());
         let name = &s[..name_end];
         if name.is_empty() {
-            return Err("expected a label name".into());
+            return Err(LineError::NoLabelName);
         }
         s = s[name_end..].trim_start();
-        s = s
-            .strip_prefix('=')
-            .ok_or("expected '=' after a label name")?
-            .trim_start();
-        s = s.strip_prefix('"').ok_or("expected a quoted label value")?;
+        s = s.strip_prefix('=').ok_or(LineError::NoEquals)?.trim_start();
+        s = s.strip_prefix('"').ok_or(LineError::UnquotedValue)?;
         let mut value = String::new();
         let mut chars = s.char_indices();
         let end = loop {
@@ -146,11 +169,11 @@ fn label_set(mut s: &str) -> Result<(Labels, &str), String> {
                 Some((_, '\\')) => match chars.next() {
                     Some((_, 'n')) => value.push('\n'),
                     Some((_, c)) => value.push(c),
-                    None => return Err("unterminated label value".into()),
+                    None => return Err(LineError::Unterminated),
                 },
                 Some((i, '"')) => break i,
                 Some((_, c)) => value.push(c),
-                None => return Err("unterminated label value".into()),
+                None => return Err(LineError::Unterminated),
             }
         };
         labels.push((name.to_owned(), value));
@@ -158,7 +181,7 @@ fn label_set(mut s: &str) -> Result<(Labels, &str), String> {
         if let Some(rest) = s.strip_prefix(',') {
             s = rest;
         } else if !s.starts_with('}') {
-            return Err("expected ',' or '}' after a label".into());
+            return Err(LineError::NoSeparator);
         }
     }
 }
@@ -206,7 +229,9 @@ mod tests {
 
     #[test]
     fn malformed_lines_are_errors_with_their_line() {
-        assert_eq!(parse("ok 1\nbad{a=1} 2\n").unwrap_err().line, 2);
+        let e = parse("ok 1\nbad{a=1} 2\n").unwrap_err();
+        assert_eq!((e.line, &e.reason), (2, &LineError::UnquotedValue));
+        assert_eq!(e.to_string(), "line 2: expected a quoted label value");
         assert!(parse("x{a=\"1\"} abc").is_err());
         assert!(parse("x{a=\"unterminated} 1").is_err());
         assert!(parse("9x 1").is_err());

@@ -3,13 +3,12 @@
 
 pub mod parse;
 
+use super::gpu_meter::meter_key;
 use super::http::{get_text, Auth};
 use super::{
-    client_for, need_node, saved, BoxFuture, Collected, Source, SourceConfig, SourceError,
-    StateError,
+    client_for, saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext,
+    SourceError, StateError,
 };
-use crate::agent::config::meter_key;
-use crate::agent::config::AgentConfig;
 use crate::pods::{PodUse, Pods};
 use crate::records::{Batch, Job, Meter, Sample};
 use chrono::{DateTime, Utc};
@@ -28,9 +27,9 @@ pub struct DcgmConfig {
     /// Send every reading as read instead of one record per meter per step (`agent.step_s`).
     #[serde(default)]
     pub raw: bool,
-    #[serde(default = "default_gpu_meter")]
+    #[serde(default = "super::gpu_meter::default_gpu_meter")]
     pub gpu_meter: String,
-    #[serde(default = "default_mig_meter")]
+    #[serde(default = "super::gpu_meter::default_mig_meter")]
     pub mig_meter: String,
     /// Turn pods on GPUs (the exporter's pod attributes) into jobs. Off where a scheduler
     /// source already reports the jobs.
@@ -46,12 +45,6 @@ pub struct DcgmConfig {
 
 fn default_interval() -> f64 {
     10.0
-}
-pub(crate) fn default_gpu_meter() -> String {
-    "{node}-gpu{index}".into()
-}
-pub(crate) fn default_mig_meter() -> String {
-    "{node}-gpu{index}-mig{gi}".into()
 }
 fn default_pod_kind() -> String {
     "inference".into()
@@ -72,16 +65,16 @@ impl SourceConfig for DcgmConfig {
         !self.raw
     }
 
-    fn check(&self, agent: &AgentConfig) -> Result<(), String> {
-        need_node(agent, "dcgm")
+    fn check(&self, context: &SourceContext) -> Result<(), BuildError> {
+        context.need_node("dcgm").map(drop)
     }
 
-    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
-        let node = agent.node.as_deref().unwrap_or_default();
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
+        let node = context.need_node("dcgm")?;
         let client = client_for(None, self.interval_s)?;
         Ok(Box::new(DcgmSource::new(
             self.clone(),
-            &agent.site,
+            &context.site,
             node,
             client,
         )))

@@ -5,8 +5,9 @@ pub mod parse;
 
 use super::http::{get_text, Auth};
 use super::prom;
-use super::{client_for, BoxFuture, Collected, Source, SourceConfig, SourceError};
-use crate::agent::config::AgentConfig;
+use super::{
+    client_for, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext, SourceError,
+};
 use crate::records::Batch;
 use crate::units::{self, Unit};
 use chrono::{DateTime, Utc};
@@ -48,33 +49,35 @@ fn default_interval() -> f64 {
 }
 
 impl ExporterConfig {
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), BuildError> {
+        // Named by kind and URL whatever its `name`: the URL is what tells two apart.
+        let name = || format!("exporter {}", self.url);
         if self.map.is_empty() {
-            return Err(format!(
-                "exporter {}: no [[exporter.map]] entries",
-                self.url
-            ));
+            return Err(BuildError::Missing {
+                name: name(),
+                setting: "[[exporter.map]] entries",
+                why: None,
+            });
         }
         let mut seen = std::collections::BTreeSet::new();
         for m in &self.map {
             if let Some(u) = Unit::parse(&m.unit) {
                 // Two registers of one kind on one meter would overwrite each other.
                 if !seen.insert((m.meter.as_str(), u.is_energy())) {
-                    let kind = if u.is_energy() { "energy" } else { "power" };
-                    return Err(format!(
-                        "exporter {}: meter {} is given {kind} by two mappings: map each feed to a meter of its own",
-                        self.url, m.meter
-                    ));
+                    return Err(BuildError::SharedMeter {
+                        name: name(),
+                        meter: m.meter.clone(),
+                        kind: if u.is_energy() { "energy" } else { "power" },
+                    });
                 }
             }
             if Unit::parse(&m.unit).is_none() {
-                return Err(format!(
-                    "exporter {}: metric {}: unit {:?} is none of {}",
-                    self.url,
-                    m.metric,
-                    m.unit,
-                    units::NAMES
-                ));
+                return Err(BuildError::Invalid {
+                    name: name(),
+                    setting: format!("metric {}: unit", m.metric),
+                    value: m.unit.clone(),
+                    why: format!("is none of {}", units::NAMES),
+                });
             }
         }
         Ok(())
@@ -96,11 +99,11 @@ impl SourceConfig for ExporterConfig {
         !self.raw
     }
 
-    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+    fn check(&self, _context: &SourceContext) -> Result<(), BuildError> {
         ExporterConfig::check(self)
     }
 
-    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         let client = client_for(None, self.interval_s)?;
         Ok(Box::new(ExporterSource::new(self.clone(), client)))
     }
@@ -126,7 +129,7 @@ impl Source for ExporterSource {
                 reason,
             };
             let scrape = prom::parse(&text).map_err(|e| parse(e.to_string()))?;
-            let s = samples(&scrape, &self.config.map, now).map_err(parse)?;
+            let s = samples(&scrape, &self.config.map, now).map_err(|e| parse(e.to_string()))?;
             Ok(Collected::new([Batch::Samples(s)], None))
         })
     }

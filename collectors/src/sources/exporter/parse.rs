@@ -8,6 +8,18 @@ use crate::units::Unit;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
+/// Several series of a scrape match one mapping: summing or choosing would both be guesses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{count} series of {metric} match the labels {labels:?} for meter {meter}: name more labels"
+)]
+pub struct Ambiguous {
+    pub count: usize,
+    pub metric: String,
+    pub labels: BTreeMap<String, String>,
+    pub meter: String,
+}
+
 /// Picks the mapped series out of a scrape, one sample per meter. Negative values are the
 /// vendors' "not supported" (-1) and are skipped; two series matching one mapping are an
 /// error, since summing or choosing would both be guesses.
@@ -15,7 +27,7 @@ pub fn samples(
     scrape: &prom::Scrape,
     map: &[Mapping],
     now: DateTime<Utc>,
-) -> Result<Vec<Sample>, String> {
+) -> Result<Vec<Sample>, Ambiguous> {
     let mut by_meter: BTreeMap<&str, Sample> = BTreeMap::new();
     for m in map {
         let Some(u) = Unit::parse(&m.unit) else {
@@ -27,13 +39,12 @@ pub fn samples(
             .filter(|s| s.name == m.metric && m.labels.iter().all(|(k, v)| s.label(k) == Some(v)))
             .collect();
         if matching.len() > 1 {
-            return Err(format!(
-                "{} series of {} match the labels {:?} for meter {}: name more labels",
-                matching.len(),
-                m.metric,
-                m.labels,
-                m.meter
-            ));
+            return Err(Ambiguous {
+                count: matching.len(),
+                metric: m.metric.clone(),
+                labels: m.labels.clone(),
+                meter: m.meter.clone(),
+            });
         }
         let Some(s) = matching.first() else { continue };
         if !s.value.is_finite() || s.value < 0.0 {
@@ -118,15 +129,21 @@ mod tests {
         assert!(samples(&scrape, &map("{ o = \"1\" }"), now())
             .unwrap()
             .is_empty());
-        assert!(samples(&scrape, &map("{}"), now())
-            .unwrap_err()
-            .contains("2 series"));
+        let e = samples(&scrape, &map("{}"), now()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "2 series of pwr match the labels {} for meter n: name more labels"
+        );
         let bad =
             config("url = \"http://x\"\n[[map]]\nmetric = \"p\"\nmeter = \"n\"\nunit = \"kVA\"\n");
-        assert!(bad.check().unwrap_err().contains("kVA"));
+        assert!(bad.check().unwrap_err().to_string().contains("kVA"));
         let twice = config(
             "url = \"http://x\"\n[[map]]\nmetric = \"a\"\nmeter = \"n\"\nunit = \"Wh\"\n[[map]]\nmetric = \"b\"\nmeter = \"n\"\nunit = \"kWh\"\n",
         );
-        assert!(twice.check().unwrap_err().contains("two mappings"));
+        assert!(twice
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("two mappings"));
     }
 }

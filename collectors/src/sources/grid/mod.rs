@@ -1,5 +1,5 @@
 //! Grid signals fetched where the site runs: carbon intensity and electricity prices from
-//! the providers' APIs (or a tariff the site states), parsed by `wattledger_domain::signals`
+//! the providers' APIs (or a tariff the site states), parsed by the `wattledger-grid` crate
 //! and pushed to `/v1/ingest/signals` through the spool like every other record.
 //!
 //! Every fetch sends the whole window the provider answered; the server keeps one value per
@@ -9,13 +9,15 @@
 pub mod parse;
 
 use super::http::{get_answer, get_text, Answer, Auth};
-use super::{client_for, BoxFuture, Collected, Source, SourceConfig, SourceError};
-use crate::agent::config::AgentConfig;
+use super::{
+    client_for, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext, SourceError,
+};
 use crate::records::Batch;
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
 use std::path::PathBuf;
-use wattledger_domain::signals::{tariff, Basis};
+use wattledger_domain::signals::Basis;
+use wattledger_grid::tariff;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -77,44 +79,72 @@ fn default_interval() -> f64 {
 }
 
 impl GridConfig {
-    pub fn check(&self) -> Result<(), String> {
-        let who = self.name();
-        let need = |ok: bool, what: &str| {
-            if ok {
+    pub fn check(&self) -> Result<(), BuildError> {
+        let name = self.name();
+        // Each setting a provider needs, with what it is for: the first one missing is said.
+        let need = |given: bool, setting: &'static str, why: &'static str| {
+            if given {
                 Ok(())
             } else {
-                Err(format!("{who}: {what}"))
+                Err(BuildError::Missing {
+                    name: name.clone(),
+                    setting,
+                    why: Some(why),
+                })
             }
         };
         match self.provider {
             Provider::Tariff => {
-                let t = self
-                    .tariff
-                    .as_ref()
-                    .ok_or_else(|| format!("{who}: no [grid.tariff]"))?;
-                t.check().map_err(|e| format!("{who}: tariff: {e}"))?;
+                let t = self.tariff.as_ref().ok_or_else(|| BuildError::Missing {
+                    name: name.clone(),
+                    setting: "[grid.tariff]",
+                    why: None,
+                })?;
+                t.check().map_err(|error| BuildError::Tariff {
+                    name: name.clone(),
+                    error,
+                })?;
                 need(
                     self.region.is_some(),
-                    "a tariff needs `region` (the site's price_region)",
+                    "`region`",
+                    "a tariff needs the site's price_region",
                 )?;
             }
             p => {
-                need(self.url.is_some(), "no `url`")?;
+                if self.url.is_none() {
+                    return Err(BuildError::Missing {
+                        name,
+                        setting: "`url`",
+                        why: None,
+                    });
+                }
+                let (region, token_file) = (self.region.is_some(), self.token_file.is_some());
                 match p {
-                    Provider::Electricitymaps => need(self.token_file.is_some(), "Electricity Maps needs `token_file`")?,
-                    Provider::Watttime => need(
-                        self.username.is_some() && self.token_file.is_some(),
-                        "WattTime needs `username` and `token_file` (the password)",
+                    Provider::Electricitymaps => need(
+                        token_file,
+                        "`token_file`",
+                        "Electricity Maps needs its API key",
                     )?,
-                    Provider::Entsoe => need(
-                        self.region.is_some() && self.token_file.is_some(),
-                        "ENTSO-E needs `region` and `token_file` (the security token)",
+                    Provider::Watttime => {
+                        let why = "WattTime needs `username` and `token_file` (the password)";
+                        need(self.username.is_some(), "`username`", why)?;
+                        need(token_file, "`token_file`", why)?;
+                    }
+                    Provider::Entsoe => {
+                        let why = "ENTSO-E needs `region` and `token_file` (the security token)";
+                        need(region, "`region`", why)?;
+                        need(token_file, "`token_file`", why)?;
+                    }
+                    Provider::Casdk => need(
+                        self.basis.is_some(),
+                        "`basis`",
+                        "the Carbon Aware SDK needs average or marginal, per its data source",
                     )?,
-                    Provider::Casdk => need(self.basis.is_some(), "the Carbon Aware SDK needs `basis` (average or marginal, per its data source)")?,
-                    Provider::Csv => need(
-                        self.region.is_some() && self.currency.is_some(),
-                        "CSV prices need `region` and `currency`",
-                    )?,
+                    Provider::Csv => {
+                        let why = "CSV prices need `region` and `currency`";
+                        need(region, "`region`", why)?;
+                        need(self.currency.is_some(), "`currency`", why)?;
+                    }
                     Provider::Ukci | Provider::Tariff => {}
                 }
             }
@@ -148,11 +178,11 @@ impl SourceConfig for GridConfig {
         super::interval(self.interval_s)
     }
 
-    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+    fn check(&self, _context: &SourceContext) -> Result<(), BuildError> {
         GridConfig::check(self)
     }
 
-    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         // Providers answer slowly at times; a fetch may take up to 30 s whatever the interval.
         let client = client_for(None, 30.0)?;
         Ok(Box::new(GridSource::new(self.clone(), client)))
@@ -290,10 +320,10 @@ mod tests {
 
         let bad: GridConfig =
             toml::from_str("provider = \"watttime\"\nurl = \"https://x\"\n").unwrap();
-        assert!(bad.check().unwrap_err().contains("username"));
+        assert!(bad.check().unwrap_err().to_string().contains("username"));
         let bad: GridConfig =
             toml::from_str("provider = \"casdk\"\nurl = \"https://x\"\n").unwrap();
-        assert!(bad.check().unwrap_err().contains("basis"));
+        assert!(bad.check().unwrap_err().to_string().contains("basis"));
     }
 
     /// A WattTime stand-in: `/login` checks basic auth and hands out numbered tokens; the

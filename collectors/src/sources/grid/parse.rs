@@ -1,13 +1,12 @@
-//! A grid provider's payload as ingest points: the provider's parser in
-//! `wattledger_domain::signals` chosen by the configured provider and URL, the points renamed
-//! to the site's region where the config says so.
+//! A grid provider's payload as ingest points: the provider's parser in `wattledger_grid`
+//! chosen by the configured provider and URL, the points renamed to the site's region where
+//! the config says so.
 
 use super::{GridConfig, Provider};
 use crate::records::SignalPoint;
 use chrono::Duration;
-use wattledger_domain::signals::{
-    casdk, electricitymaps, entsoe, tariff, ukci, watttime, Basis, Series, SignalError,
-};
+use wattledger_domain::signals::{Basis, Series};
+use wattledger_grid::{casdk, electricitymaps, entsoe, tariff, ukci, watttime, SignalError};
 
 /// Parsed series to ingest records, the zone renamed to the configured region if one is set.
 pub fn points(series: &[Series], region: Option<&str>) -> Vec<SignalPoint> {

@@ -8,8 +8,7 @@
 pub mod cgroup;
 pub mod parse;
 
-use super::{need_node, BoxFuture, Collected, Source, SourceConfig, SourceError};
-use crate::agent::config::AgentConfig;
+use super::{BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext, SourceError};
 use chrono::{DateTime, Utc};
 use parse::{records, GpuRead, MigRead};
 use serde::Deserialize;
@@ -25,12 +24,12 @@ pub struct NvmlConfig {
     /// Send every reading as read instead of one record per meter per step (`agent.step_s`).
     #[serde(default)]
     pub raw: bool,
-    #[serde(default = "super::dcgm::default_gpu_meter")]
+    #[serde(default = "super::gpu_meter::default_gpu_meter")]
     pub gpu_meter: String,
     /// MIG instance meters. NVML's safe API gives no GPU-instance id, so `{gi}` here is the
     /// instance's position on its GPU (DCGM's `GPU_I_ID` may differ); `{uuid}` is the MIG
     /// UUID, which the meter also carries, so allocations by UUID always match.
-    #[serde(default = "super::dcgm::default_mig_meter")]
+    #[serde(default = "super::gpu_meter::default_mig_meter")]
     pub mig_meter: String,
     /// Read `/proc/<pid>/cgroup` of GPU processes to name the job that owns each.
     #[serde(default = "yes")]
@@ -57,13 +56,13 @@ impl SourceConfig for NvmlConfig {
         !self.raw
     }
 
-    fn check(&self, agent: &AgentConfig) -> Result<(), String> {
-        need_node(agent, "nvml")
+    fn check(&self, context: &SourceContext) -> Result<(), BuildError> {
+        context.need_node("nvml").map(drop)
     }
 
-    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
-        let node = agent.node.as_deref().unwrap_or_default();
-        Ok(Box::new(NvmlSource::new(self.clone(), &agent.site, node)))
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
+        let node = context.need_node("nvml")?;
+        Ok(Box::new(NvmlSource::new(self.clone(), &context.site, node)))
     }
 }
 

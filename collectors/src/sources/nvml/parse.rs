@@ -3,8 +3,8 @@
 //! half of the source, the calls into the driver stay in `mod.rs`.
 
 use super::NvmlConfig;
-use crate::agent::config::meter_key;
 use crate::records::{Batch, Meter, Sample};
+use crate::sources::gpu_meter::meter_key;
 use crate::sources::Collected;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;

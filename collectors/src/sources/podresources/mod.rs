@@ -11,8 +11,10 @@
 pub mod parse;
 
 use super::http::error_chain;
-use super::{saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError};
-use crate::agent::config::AgentConfig;
+use super::{
+    saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext, SourceError,
+    StateError,
+};
 use crate::pods::{PodUse, Pods};
 use crate::records::Batch;
 use chrono::{DateTime, Utc};
@@ -68,7 +70,7 @@ impl SourceConfig for PodResourcesConfig {
         super::interval(self.interval_s)
     }
 
-    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         Ok(Box::new(PodResourcesSource::new(self.clone())))
     }
 }

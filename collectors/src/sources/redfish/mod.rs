@@ -6,9 +6,9 @@ pub mod parse;
 
 use super::http::{error_chain, get_answer, get_text, Answer, Auth};
 use super::{
-    client_for, saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError,
+    client_for, saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext,
+    SourceError, StateError,
 };
-use crate::agent::config::AgentConfig;
 use crate::feeds::{Feeds, OutletReading};
 use crate::records::Batch;
 use chrono::{DateTime, Utc};
@@ -70,14 +70,18 @@ impl SourceConfig for RedfishConfig {
         !self.raw
     }
 
-    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+    fn check(&self, _context: &SourceContext) -> Result<(), BuildError> {
         if self.outlets.is_empty() {
-            return Err(format!("redfish {}: no outlets mapped to meters", self.url));
+            return Err(BuildError::Missing {
+                name: format!("redfish {}", self.url),
+                setting: "outlets mapped to meters",
+                why: None,
+            });
         }
         Ok(())
     }
 
-    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         let client = client_for(self.ca_file.as_deref(), self.interval_s)?;
         Ok(Box::new(RedfishSource::new(self.clone(), client)))
     }

@@ -6,9 +6,11 @@
 
 pub mod parse;
 
-use super::{saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError};
-use crate::agent::config::meter_key;
-use crate::agent::config::AgentConfig;
+use super::gpu_meter::meter_key;
+use super::{
+    saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext, SourceError,
+    StateError,
+};
 use crate::records::{Allocation, Batch, Job};
 use chrono::{DateTime, Duration, Utc};
 use parse::{NodeGpus, SlurmJob};
@@ -42,7 +44,7 @@ pub struct SlurmConfig {
     /// Slurm node name → node meter key; unmapped nodes keep their name.
     #[serde(default)]
     pub node_meters: BTreeMap<String, String>,
-    #[serde(default = "super::dcgm::default_gpu_meter")]
+    #[serde(default = "super::gpu_meter::default_gpu_meter")]
     pub gpu_meter: String,
     /// GPUs per node, so an exclusive job whose indices were never seen still gets its GPUs.
     pub gpus_per_node: Option<u32>,
@@ -83,8 +85,8 @@ impl SourceConfig for SlurmConfig {
         super::interval(self.interval_s)
     }
 
-    fn build(&self, agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
-        Ok(Box::new(SlurmSource::new(self.clone(), &agent.site)))
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
+        Ok(Box::new(SlurmSource::new(self.clone(), &context.site)))
     }
 }
 

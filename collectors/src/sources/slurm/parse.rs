@@ -219,9 +219,22 @@ pub fn parse_gres_detail(s: &str) -> Option<(Option<String>, Vec<u32>)> {
     Some((model, indices))
 }
 
+/// A hostlist that does not expand.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostlistError {
+    #[error("unbalanced brackets in '{0}'")]
+    Unbalanced(String),
+    /// A bracket group that does not close (`gpu[1-`).
+    #[error("bad hostlist '{0}'")]
+    Item(String),
+    /// A range that is not numbers, runs backwards, or names more than 100,000 hosts.
+    #[error("bad range '{0}'")]
+    Range(String),
+}
+
 /// Expands a Slurm hostlist: `gpu[1-3,7],cpu01` → gpu1 gpu2 gpu3 gpu7 cpu01 (zero padding
 /// kept: `n[08-10]` → n08 n09 n10).
-pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
+pub fn expand_hostlist(list: &str) -> Result<Vec<String>, HostlistError> {
     let mut out = Vec::new();
     let mut depth = 0;
     let mut start = 0;
@@ -242,27 +255,28 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
         }
     }
     if depth != 0 {
-        return Err(format!("unbalanced brackets in '{list}'"));
+        return Err(HostlistError::Unbalanced(list.to_owned()));
     }
     Ok(out)
 }
 
-fn expand_one(item: &str, out: &mut Vec<String>) -> Result<(), String> {
+fn expand_one(item: &str, out: &mut Vec<String>) -> Result<(), HostlistError> {
     let Some((prefix, rest)) = item.split_once('[') else {
         out.push(item.to_owned());
         return Ok(());
     };
     let (ranges, suffix) = rest
         .split_once(']')
-        .ok_or_else(|| format!("bad hostlist '{item}'"))?;
+        .ok_or_else(|| HostlistError::Item(item.to_owned()))?;
     for r in ranges.split(',') {
+        let bad = || HostlistError::Range(r.to_owned());
         let (a, b) = r.split_once('-').unwrap_or((r, r));
         let (lo, hi) = (
-            a.parse::<u64>().map_err(|_| format!("bad range '{r}'"))?,
-            b.parse::<u64>().map_err(|_| format!("bad range '{r}'"))?,
+            a.parse::<u64>().map_err(|_| bad())?,
+            b.parse::<u64>().map_err(|_| bad())?,
         );
         if hi < lo || hi - lo > 100_000 {
-            return Err(format!("bad range '{r}'"));
+            return Err(bad());
         }
         for n in lo..=hi {
             let mut rest_out = Vec::new();
@@ -364,7 +378,14 @@ mod tests {
             expand_hostlist("r[1-2]n[1-2]").unwrap(),
             vec!["r1n1", "r1n2", "r2n1", "r2n2"]
         );
-        assert!(expand_hostlist("gpu[1-").is_err());
+        assert_eq!(
+            expand_hostlist("gpu[1-"),
+            Err(HostlistError::Unbalanced("gpu[1-".into()))
+        );
+        assert_eq!(
+            expand_hostlist("n[3-1]").unwrap_err().to_string(),
+            "bad range '3-1'"
+        );
         assert_eq!(gpus_in_tres_per_job("gres/gpu:h100:2,gres/gpu:2"), Some(4));
     }
 }

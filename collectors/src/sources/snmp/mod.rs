@@ -7,8 +7,10 @@
 
 pub mod parse;
 
-use super::{saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError};
-use crate::agent::config::AgentConfig;
+use super::{
+    saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext, SourceError,
+    StateError,
+};
 use crate::feeds::Feeds;
 use crate::records::Batch;
 use crate::units::{self, Unit};
@@ -87,43 +89,60 @@ fn default_retries() -> u32 {
 }
 
 impl CustomColumn {
-    fn column(&self, energy: bool) -> Result<Column, String> {
+    /// The column `[snmp.columns] <kind>` (`power` or `energy`) describes, of the source
+    /// `name`.
+    fn column(&self, name: &str, kind: &str) -> Result<Column, BuildError> {
+        let energy = kind == "energy";
+        let invalid = |why: String| BuildError::Invalid {
+            name: name.to_owned(),
+            setting: format!("columns.{kind}.unit"),
+            value: self.unit.clone(),
+            why,
+        };
         let unit = Unit::parse(&self.unit)
-            .ok_or_else(|| format!("unit {:?} is none of {}", self.unit, units::NAMES))?;
+            .ok_or_else(|| invalid(format!("is none of {}", units::NAMES)))?;
         if unit.is_energy() != energy {
             let want = if energy { "an energy" } else { "a power" };
-            return Err(format!("unit {} is not {want} unit", self.unit));
+            return Err(invalid(format!("is not {want} unit")));
         }
+        let oid = |setting: &str, text: &str| {
+            Oid::parse(text).map_err(|error| BuildError::Oid {
+                name: name.to_owned(),
+                setting: format!("columns.{kind}.{setting}"),
+                error,
+            })
+        };
         let suffix = match &self.suffix {
-            Some(s) => Oid::parse(s)?.0,
+            Some(s) => oid("suffix", s)?.0,
             None => Vec::new(),
         };
         Ok(Column {
-            oid: Oid::parse(&self.oid)?,
+            oid: oid("oid", &self.oid)?,
             suffix,
             unit,
-            digits: self.digits_oid.as_deref().map(Oid::parse).transpose()?,
+            digits: self
+                .digits_oid
+                .as_deref()
+                .map(|d| oid("digits_oid", d))
+                .transpose()?,
         })
     }
 }
 
 impl SnmpConfig {
     /// The vendor profile this source reads, or why the config names none.
-    pub fn profile(&self) -> Result<Profile, String> {
-        let who = self.name();
+    pub fn profile(&self) -> Result<Profile, BuildError> {
+        let name = self.name();
         match (&self.profile, &self.columns) {
-            (Some(p), None) => Profile::built_in(p).ok_or_else(|| {
-                format!(
-                    "{who}: profile {p:?} is none of {}",
-                    parse::BUILT_IN.join(" ")
-                )
+            (Some(p), None) => Profile::built_in(p).ok_or_else(|| BuildError::Invalid {
+                name,
+                setting: "profile".into(),
+                value: p.clone(),
+                why: format!("is none of {}", parse::BUILT_IN.join(" ")),
             }),
             (None, Some(c)) => {
-                let col = |c: &Option<CustomColumn>, energy| {
-                    c.as_ref()
-                        .map(|c| c.column(energy))
-                        .transpose()
-                        .map_err(|e| format!("{who}: {e}"))
+                let col = |c: &Option<CustomColumn>, kind| {
+                    c.as_ref().map(|c| c.column(&name, kind)).transpose()
                 };
                 let p = Profile {
                     name: c
@@ -131,37 +150,54 @@ impl SnmpConfig {
                         .as_deref()
                         .map(Oid::parse)
                         .transpose()
-                        .map_err(|e| format!("{who}: {e}"))?,
-                    power: col(&c.power, false)?,
-                    energy: col(&c.energy, true)?,
+                        .map_err(|error| BuildError::Oid {
+                            name: name.clone(),
+                            setting: "columns.name".into(),
+                            error,
+                        })?,
+                    power: col(&c.power, "power")?,
+                    energy: col(&c.energy, "energy")?,
                 };
                 if p.power.is_none() && p.energy.is_none() {
-                    return Err(format!(
-                        "{who}: [snmp.columns] names neither power nor energy"
-                    ));
+                    return Err(BuildError::Missing {
+                        name,
+                        setting: "power or energy column",
+                        why: Some("[snmp.columns] names neither"),
+                    });
                 }
                 Ok(p)
             }
-            _ => Err(format!(
-                "{who}: give either profile = \"…\" or [snmp.columns], not both or neither"
-            )),
+            _ => Err(BuildError::OneOf {
+                name,
+                one: "profile = \"…\"",
+                other: "[snmp.columns]",
+            }),
         }
     }
 
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), BuildError> {
         self.profile()?;
         if self.outlets.is_empty() {
-            return Err(format!("{}: no outlets mapped to meters", self.name()));
+            return Err(BuildError::Missing {
+                name: self.name(),
+                setting: "outlets mapped to meters",
+                why: None,
+            });
         }
         if !matches!(self.version.as_str(), "1" | "2c") {
-            return Err(format!(
-                "{}: version {:?}: only \"1\" and \"2c\" (SNMPv3 is not supported yet)",
-                self.name(),
-                self.version
-            ));
+            return Err(BuildError::Invalid {
+                name: self.name(),
+                setting: "version".into(),
+                value: self.version.clone(),
+                why: "is not supported: only \"1\" and \"2c\" (SNMPv3 is not supported yet)".into(),
+            });
         }
         if self.community.is_none() && self.community_file.is_none() {
-            return Err(format!("{}: no community or community_file", self.name()));
+            return Err(BuildError::Missing {
+                name: self.name(),
+                setting: "community or community_file",
+                why: None,
+            });
         }
         Ok(())
     }
@@ -206,11 +242,11 @@ impl SourceConfig for SnmpConfig {
         !self.raw
     }
 
-    fn check(&self, _agent: &AgentConfig) -> Result<(), String> {
+    fn check(&self, _context: &SourceContext) -> Result<(), BuildError> {
         SnmpConfig::check(self)
     }
 
-    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         Ok(Box::new(SnmpSource::new(self.clone())?))
     }
 }
@@ -222,7 +258,7 @@ pub struct SnmpSource {
 }
 
 impl SnmpSource {
-    pub fn new(config: SnmpConfig) -> Result<Self, String> {
+    pub fn new(config: SnmpConfig) -> Result<Self, BuildError> {
         let profile = config.profile()?;
         Ok(SnmpSource {
             config,
@@ -398,20 +434,25 @@ mod tests {
         assert!(wrong_kind
             .check()
             .unwrap_err()
+            .to_string()
             .contains("not an energy unit"));
         let both = config(
             "target = \"p\"\ncommunity = \"c\"\nprofile = \"sentry4\"\noutlets = { \"1\" = \"n\" }\n\
              [columns]\npower = { oid = \"1.3.6\", unit = \"W\" }\n",
         );
-        assert!(both.check().unwrap_err().contains("not both"));
+        assert!(both.check().unwrap_err().to_string().contains("not both"));
         let unknown = config(
             "target = \"p\"\ncommunity = \"c\"\nprofile = \"eaton\"\noutlets = { \"1\" = \"n\" }\n",
         );
-        assert!(unknown.check().unwrap_err().contains("raritan-pdu2"));
+        assert!(unknown
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("raritan-pdu2"));
         let v3 = config(
             "target = \"p\"\ncommunity = \"c\"\nversion = \"3\"\nprofile = \"sentry4\"\noutlets = { \"1\" = \"n\" }\n",
         );
-        assert!(v3.check().unwrap_err().contains("SNMPv3"));
+        assert!(v3.check().unwrap_err().to_string().contains("SNMPv3"));
         assert_eq!(
             config(
                 "target = \"fd00::5\"\ncommunity = \"c\"\nprofile = \"sentry4\"\noutlets = {}\n"

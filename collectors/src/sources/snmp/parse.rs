@@ -27,16 +27,26 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Oid(pub Vec<u32>);
 
+/// Text that is not an OID.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OidError {
+    #[error("an empty OID")]
+    Empty,
+    #[error("{0:?} is not a dotted OID")]
+    NotDotted(String),
+}
+
 impl Oid {
-    pub fn parse(text: &str) -> Result<Oid, String> {
+    /// Dotted sub-identifiers, a leading dot allowed (`.1.3.6.1`).
+    pub fn parse(text: &str) -> Result<Oid, OidError> {
         let t = text.trim().trim_start_matches('.');
         if t.is_empty() {
-            return Err("an empty OID".into());
+            return Err(OidError::Empty);
         }
         t.split('.')
             .map(|p| {
                 p.parse::<u32>()
-                    .map_err(|_| format!("{text:?} is not a dotted OID"))
+                    .map_err(|_| OidError::NotDotted(text.to_owned()))
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Oid)

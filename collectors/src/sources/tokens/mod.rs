@@ -8,9 +8,9 @@ pub mod parse;
 
 use super::http::{get_text, Auth};
 use super::{
-    client_for, saved, BoxFuture, Collected, Source, SourceConfig, SourceError, StateError,
+    client_for, saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext,
+    SourceError, StateError,
 };
-use crate::agent::config::AgentConfig;
 use crate::records::{Batch, Tokens};
 use chrono::{DateTime, Utc};
 use parse::{Baseline, DeltaTracker};
@@ -55,7 +55,7 @@ impl SourceConfig for TokensConfig {
         super::interval(self.interval_s)
     }
 
-    fn build(&self, _agent: &AgentConfig) -> Result<Box<dyn Source>, String> {
+    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
         let client = client_for(None, self.interval_s)?;
         Ok(Box::new(TokensSource::new(self.clone(), client)))
     }

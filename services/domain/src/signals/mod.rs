@@ -4,23 +4,14 @@
 //! intensity while admission decisions want the *marginal* one, and a forecast must never
 //! be billed as an actual.
 //!
-//! One module per wire format, each a pure parser from the provider's payload to
-//! [`Series`]: carbon from `electricitymaps`, `watttime`, `ukci` (UK Carbon Intensity),
-//! `casdk` (Carbon Aware SDK); prices from `entsoe` (day-ahead XML) and `tariff`
-//! (time-of-use tariffs and CSV). Values are `Decimal`, converted exactly (WattTime's
-//! lbs/MWh → g/kWh, €/MWh → €/kWh).
-
-pub mod casdk;
-pub mod electricitymaps;
-pub mod entsoe;
-pub mod tariff;
-pub mod ukci;
-pub mod watttime;
+//! This module owns those types, which the server stores, prices with and reasons about.
+//! The parsers of the providers' formats (Electricity Maps, WattTime, UK Carbon Intensity,
+//! Carbon Aware SDK, ENTSO-E, tariffs and CSV) that produce them live in the
+//! `wattledger-grid` crate (`collectors/grid`), shared by the agent and the simulator.
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
-use std::str::FromStr;
 
 /// What a carbon intensity averages over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -72,60 +63,13 @@ pub struct Series {
     pub points: Vec<Point>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum SignalError {
-    #[error("not JSON: {0}")]
-    Json(#[from] serde_json::Error),
-    /// The payload parsed but is not the shape this format has.
-    #[error("{0}")]
-    Shape(String),
-    /// A value in a unit that is not an emission rate or price.
-    #[error("{0}")]
-    Unit(String),
-}
-
-pub(crate) fn shape(msg: impl Into<String>) -> SignalError {
-    SignalError::Shape(msg.into())
-}
-
-/// A JSON number as an exact `Decimal` (its shortest decimal text, not its binary value).
-pub(crate) fn decimal(v: &serde_json::Value, what: &str) -> Result<Decimal, SignalError> {
-    let n = v
-        .as_number()
-        .ok_or_else(|| shape(format!("{what} is not a number")))?;
-    Decimal::from_str(&n.to_string())
-        .or_else(|_| Decimal::from_scientific(&n.to_string()))
-        .map_err(|_| shape(format!("{what} {n} is out of range")))
-}
-
-pub(crate) fn time(v: &serde_json::Value, what: &str) -> Result<DateTime<Utc>, SignalError> {
-    let s = v
-        .as_str()
-        .ok_or_else(|| shape(format!("{what} is not a time string")))?;
-    parse_time(s).ok_or_else(|| shape(format!("{what} {s:?} is not an ISO-8601 time")))
-}
-
-/// ISO-8601 with or without seconds (the UK API writes `2018-01-20T12:00Z`).
-pub fn parse_time(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s)
-        .or_else(|_| DateTime::parse_from_str(s, "%Y-%m-%dT%H:%M%#z"))
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
-}
-
-/// 1 lb = 453.59237 g (exact, by definition) and 1 MWh = 1000 kWh, so lbs/MWh × 0.45359237
-/// = g/kWh, exactly.
-pub fn lbs_per_mwh_to_g_per_kwh(lbs_per_mwh: Decimal) -> Decimal {
-    lbs_per_mwh * Decimal::new(45_359_237, 8)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::*;
     use std::path::PathBuf;
 
     /// Real payloads live in `../shared/fixtures` beside the checkout (SOURCES.md says
-    /// where each came from); tests read them from there.
+    /// where each came from); tests read them from there. (The webhook signature tests read
+    /// their vectors through this too.)
     pub fn fixture(path: &str) -> String {
         let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../../shared/fixtures")
@@ -136,21 +80,5 @@ pub(crate) mod tests {
                 full.display()
             )
         })
-    }
-
-    #[test]
-    fn pounds_per_mwh_to_grams_per_kwh_exactly() {
-        assert_eq!(
-            lbs_per_mwh_to_g_per_kwh(Decimal::from(1000)),
-            Decimal::from_str("453.59237").unwrap()
-        );
-        assert_eq!(
-            lbs_per_mwh_to_g_per_kwh(Decimal::from(870)),
-            Decimal::from_str("394.6253619").unwrap()
-        );
-        assert_eq!(
-            parse_time("2018-01-20T12:00Z").unwrap(),
-            parse_time("2018-01-20T12:00:00+00:00").unwrap()
-        );
     }
 }

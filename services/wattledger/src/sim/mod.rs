@@ -472,7 +472,7 @@ impl Simulation {
 
     /// Grid signals over the simulated range: each site's zone as an Electricity Maps
     /// history and its time-of-use tariff, as ingest records (through the real parsers).
-    pub fn signal_records(&self) -> Result<Vec<Value>, wattledger_domain::signals::SignalError> {
+    pub fn signal_records(&self) -> Result<Vec<Value>, wattledger_grid::SignalError> {
         let mut out = Vec::new();
         let (from, to) = (
             chrono::DateTime::from_timestamp_millis(self.from_ms).unwrap_or_default(),

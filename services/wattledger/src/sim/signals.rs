@@ -5,8 +5,9 @@
 
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
-use wattledger_domain::signals::tariff::{Band, Season, Tariff};
-use wattledger_domain::signals::{electricitymaps, Series, SignalError};
+use wattledger_domain::signals::Series;
+use wattledger_grid::tariff::{Band, Season, Tariff};
+use wattledger_grid::{electricitymaps, SignalError};
 
 use super::rng;
 

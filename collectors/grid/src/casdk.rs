@@ -8,10 +8,11 @@
 //! (Electricity Maps: average; WattTime: marginal), which the site states in config, so the
 //! caller passes the basis.
 
-use super::{decimal, shape, time, Basis, Point, Series, Signal, SignalError, Status};
+use crate::{decimal, shape, time, SignalError};
 use chrono::Duration;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use wattledger_domain::signals::{Basis, Point, Series, Signal, Status};
 
 fn series(region: String, basis: Basis, status: Status, points: Vec<Point>) -> Series {
     Series {
@@ -141,7 +142,7 @@ pub fn parse_forecasts(json: &str, basis: Basis) -> Result<Vec<Series>, SignalEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::tests::fixture;
+    use crate::tests::fixture;
     use rust_decimal::Decimal;
     use std::str::FromStr;
 

@@ -8,12 +8,13 @@
 //! `classificationSequence_AttributeInstanceComponent.position`) wins. Prices per MWh become
 //! prices per kWh exactly.
 
-use super::{parse_time, shape, Point, Series, Signal, SignalError, Status};
+use crate::{parse_time, shape, SignalError};
 use chrono::{DateTime, Duration, Utc};
 use quick_xml::events::Event;
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use wattledger_domain::signals::{Point, Series, Signal, Status};
 
 #[derive(Debug, Default)]
 struct Period {

@@ -6,9 +6,10 @@
 //! not null — it is null for the future) and a forecast point; a region is named by its
 //! `regionid` (`GB-3`) so a site can be bound to it.
 
-use super::{decimal, shape, time, Basis, Point, Series, Signal, SignalError, Status};
+use crate::{decimal, shape, time, SignalError};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use wattledger_domain::signals::{Basis, Point, Series, Signal, Status};
 
 fn series(region: String, status: Status, points: Vec<Point>) -> Series {
     Series {
@@ -123,7 +124,7 @@ pub fn parse_factors(json: &str) -> Result<BTreeMap<String, rust_decimal::Decima
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::tests::fixture;
+    use crate::tests::fixture;
     use chrono::Duration;
     use rust_decimal::Decimal;
 

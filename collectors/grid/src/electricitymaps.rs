@@ -4,9 +4,10 @@
 //! Values are hourly averages in gCO2eq/kWh keyed by the hour's start; `isEstimated` marks a
 //! nowcast that a later fetch revises (GRID-NOTES.md). Average basis, actual status.
 
-use super::{decimal, shape, time, Basis, Point, Series, Signal, SignalError, Status};
+use crate::{decimal, shape, time, SignalError};
 use chrono::Duration;
 use serde_json::Value;
+use wattledger_domain::signals::{Basis, Point, Series, Signal, Status};
 
 pub fn parse(json: &str) -> Result<Series, SignalError> {
     let doc: Value = serde_json::from_str(json)?;
@@ -65,7 +66,7 @@ pub fn parse(json: &str) -> Result<Series, SignalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::tests::fixture;
+    use crate::tests::fixture;
     use rust_decimal::Decimal;
 
     #[test]

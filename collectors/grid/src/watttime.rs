@@ -6,12 +6,10 @@
 //! a *percentile* (units `percentile`), which is not an emission rate: refused, so it can
 //! never be multiplied by kWh.
 
-use super::{
-    decimal, lbs_per_mwh_to_g_per_kwh, shape, time, Basis, Point, Series, Signal, SignalError,
-    Status,
-};
+use crate::{decimal, lbs_per_mwh_to_g_per_kwh, shape, time, SignalError};
 use chrono::Duration;
 use serde_json::Value;
+use wattledger_domain::signals::{Basis, Point, Series, Signal, Status};
 
 pub fn parse(json: &str) -> Result<Series, SignalError> {
     let doc: Value = serde_json::from_str(json)?;
@@ -29,7 +27,7 @@ pub fn parse(json: &str) -> Result<Series, SignalError> {
         .and_then(Value::as_str)
         .unwrap_or("co2_moer");
     if units != "lbs_co2_per_mwh" || signal_type != "co2_moer" {
-        return Err(super::SignalError::Unit(format!(
+        return Err(SignalError::Unit(format!(
             "WattTime {signal_type} in {units} is not an emission rate (the signal index is a \
              percentile); ask for signal_type=co2_moer"
         )));
@@ -104,7 +102,7 @@ pub fn region_from_loc(json: &str) -> Result<String, SignalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::tests::fixture;
+    use crate::tests::fixture;
     use rust_decimal::Decimal;
     use std::str::FromStr;
 

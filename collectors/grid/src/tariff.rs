@@ -4,11 +4,12 @@
 //! A tariff is written in local time at a fixed UTC offset; daylight-saving switches are not
 //! modelled (a site on a DST tariff states the offset of the season, or sends prices as CSV).
 
-use super::{parse_time, Point, Series, Signal, SignalError, Status};
+use crate::{parse_time, SignalError};
 use chrono::{DateTime, Datelike, Duration, FixedOffset, Timelike, Utc, Weekday};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
+use wattledger_domain::signals::{Point, Series, Signal, Status};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,6 +42,32 @@ pub struct Band {
     pub price: Decimal,
 }
 
+/// Why a tariff does not hold: each names the season (and band) by its position.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TariffError {
+    #[error("currency {0:?} is not an ISO 4217 code")]
+    Currency(String),
+    /// Every month must be in a season, or some hours would have no price.
+    #[error("month {0} is in no season")]
+    MonthWithoutSeason(u32),
+    #[error("season {season}: month {month} is not 1–12")]
+    Month { season: usize, month: u32 },
+    #[error("season {season} band {band}: hours {hours:?} are not two different hours 0–24")]
+    Hours {
+        season: usize,
+        band: usize,
+        hours: [u32; 2],
+    },
+    #[error(
+        "season {season} band {band}: day {day:?} is none of all, weekdays, weekends, mon … sun"
+    )]
+    Day {
+        season: usize,
+        band: usize,
+        day: String,
+    },
+}
+
 fn weekday(name: &str) -> Option<Weekday> {
     Weekday::from_str(name).ok()
 }
@@ -65,30 +92,35 @@ impl Band {
 
 impl Tariff {
     /// Every month covered once, days and hours that exist.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), TariffError> {
         if self.currency.len() != 3 || !self.currency.chars().all(|c| c.is_ascii_uppercase()) {
-            return Err(format!(
-                "currency {:?} is not an ISO 4217 code",
-                self.currency
-            ));
+            return Err(TariffError::Currency(self.currency.clone()));
         }
         for m in 1..=12 {
             if !self.seasons.iter().any(|s| s.months.contains(&m)) {
-                return Err(format!("month {m} is in no season"));
+                return Err(TariffError::MonthWithoutSeason(m));
             }
         }
-        for (i, s) in self.seasons.iter().enumerate() {
-            if let Some(m) = s.months.iter().find(|m| !(1..=12).contains(*m)) {
-                return Err(format!("season {i}: month {m}"));
+        for (season, s) in self.seasons.iter().enumerate() {
+            if let Some(&month) = s.months.iter().find(|m| !(1..=12).contains(*m)) {
+                return Err(TariffError::Month { season, month });
             }
-            for (k, b) in s.bands.iter().enumerate() {
+            for (band, b) in s.bands.iter().enumerate() {
                 if b.hours.iter().any(|h| *h > 24) || b.hours[0] == b.hours[1] {
-                    return Err(format!("season {i} band {k}: hours {:?}", b.hours));
+                    return Err(TariffError::Hours {
+                        season,
+                        band,
+                        hours: b.hours,
+                    });
                 }
                 if let Some(d) = b.days.iter().find(|d| {
                     !matches!(d.as_str(), "all" | "weekdays" | "weekends") && weekday(d).is_none()
                 }) {
-                    return Err(format!("season {i} band {k}: day {d:?}"));
+                    return Err(TariffError::Day {
+                        season,
+                        band,
+                        day: d.clone(),
+                    });
                 }
             }
         }
@@ -267,10 +299,11 @@ mod tests {
     fn a_tariff_must_cover_every_month_with_real_days_and_hours() {
         let mut t = tariff();
         t.seasons[1].months.retain(|m| *m != 8);
-        assert!(t.check().unwrap_err().contains("month 8"));
+        assert_eq!(t.check(), Err(TariffError::MonthWithoutSeason(8)));
+        assert!(t.check().unwrap_err().to_string().contains("month 8"));
         let mut t = tariff();
         t.seasons[0].bands[0].days = vec!["funday".into()];
-        assert!(t.check().unwrap_err().contains("funday"));
+        assert!(t.check().unwrap_err().to_string().contains("funday"));
         let mut t = tariff();
         t.currency = "euro".into();
         assert!(t.check().is_err());
