@@ -1,53 +1,21 @@
-//! Month close I/O: aggregate the ledger into statement entries, freeze a close, read it
-//! back, reopen it.
+//! Month close's statements: aggregate the ledger into statement entries, write a close,
+//! read it back, mark it reopened. The rules of closing and reopening, and the transaction
+//! they hold, are the use case's (`wattledger::app::month_close`).
 //!
 //! The ledger stays the live truth (late data recomputes its hours); a close freezes what a
 //! month billed. Adjustments are what the ledger says now about an already closed month,
 //! minus everything billed for it so far: they land in the next close, never in the closed
 //! statement.
 
-use crate::{Scope, StoreError, StoreResult};
+use crate::{Scope, StoreResult};
 use chrono::{DateTime, NaiveDate, Utc};
 use rust_decimal::Decimal;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool};
 use std::collections::BTreeMap;
 use wattledger_domain::chargeback::{
-    self, reconcile, statement, Amounts, Close, Directory, Entry, Export, Issuer, Line, LineClass,
-    LineKey, Month, SiteReconciliation, Statement,
+    self, Amounts, Close, Directory, Entry, Export, Issuer, Line, LineClass, LineKey, Month,
+    SiteReconciliation, Statement,
 };
-
-/// Why a month cannot be closed or reopened now.
-#[derive(Debug, thiserror::Error)]
-pub enum CloseError {
-    #[error("{0} has not ended yet")]
-    NotEnded(Month),
-    #[error("{0} is already closed")]
-    AlreadyClosed(Month),
-    #[error("{0} is still open: months close in order")]
-    EarlierOpen(Month),
-    #[error("{hours} site-hours up to the end of {month} are waiting to be attributed")]
-    Pending { month: Month, hours: i64 },
-    #[error("{rows} ledger rows of {month} ({kwh} kWh) have no price or no carbon intensity yet")]
-    Unpriced {
-        month: Month,
-        rows: i64,
-        kwh: Decimal,
-    },
-    #[error("statements do not reconcile to the meters: {0}")]
-    Unbalanced(#[from] reconcile::Unbalanced),
-    #[error("{0} is not closed")]
-    NotClosed(Month),
-    #[error("{later} is closed after {month}: reopen it first")]
-    LaterClosed { month: Month, later: Month },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl From<sqlx::Error> for CloseError {
-    fn from(e: sqlx::Error) -> Self {
-        CloseError::Store(e.into())
-    }
-}
 
 /// A month and where its close stands.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -98,66 +66,54 @@ pub async fn pending_hours(pool: &PgPool, month: Month) -> StoreResult<i64> {
     .await?)
 }
 
-/// What a close wrote.
-#[derive(Debug, Clone)]
-pub struct Closed {
-    pub close: Close,
-    pub exports: Vec<Export>,
-    /// `chargeback.closed` webhook messages queued.
-    pub messages: u64,
+/// One close or reopening at a time: what a transaction checked must still hold at commit.
+pub async fn lock(conn: &mut PgConnection) -> StoreResult<()> {
+    sqlx::query!("LOCK TABLE month_closes IN SHARE ROW EXCLUSIVE MODE")
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
-/// Closes `month`: statements for every tenant with usage, adjustments or credits, the site
-/// reconciliation, the exports and the audit row, in one transaction. `credits` are the
-/// demand-response credit lines of every period up to `month` (as they stand now: a credit
-/// of a closed month that changed becomes an adjustment, as late energy does).
-pub async fn close(
-    pool: &PgPool,
-    month: Month,
-    actor: &str,
-    issuer: &Issuer,
-    credits: &[Entry],
-    now: DateTime<Utc>,
-) -> Result<Closed, CloseError> {
-    let mut tx = pool.begin().await?;
-    lock(&mut tx).await?;
-    if month.end() > now {
-        return Err(CloseError::NotEnded(month));
-    }
-    let first = month.first_day();
-    let in_force: Vec<NaiveDate> = sqlx::query_scalar!(
+/// The months whose close is in force, oldest first.
+pub async fn closes_in_force(conn: &mut PgConnection) -> StoreResult<Vec<NaiveDate>> {
+    Ok(sqlx::query_scalar!(
         "SELECT month FROM month_closes WHERE reopened_at IS NULL ORDER BY month"
     )
-    .fetch_all(&mut *tx)
-    .await?;
-    if in_force.contains(&first) {
-        return Err(CloseError::AlreadyClosed(month));
-    }
-    let earliest_open: Option<NaiveDate> = sqlx::query_scalar!(
+    .fetch_all(conn)
+    .await?)
+}
+
+/// The earliest month before `before` with attributed hours and no close in force among
+/// `closed`.
+pub async fn earliest_open(
+    conn: &mut PgConnection,
+    before: DateTime<Utc>,
+    closed: &[NaiveDate],
+) -> StoreResult<Option<NaiveDate>> {
+    Ok(sqlx::query_scalar!(
         "SELECT min((date_trunc('month', hour AT TIME ZONE 'UTC'))::date) FROM site_hours
          WHERE hour < $1
            AND (date_trunc('month', hour AT TIME ZONE 'UTC'))::date <> ALL($2)",
-        month.start(),
-        &in_force,
+        before,
+        closed,
     )
-    .fetch_one(&mut *tx)
-    .await?;
-    if let Some(open) = earliest_open {
-        return Err(CloseError::EarlierOpen(Month::of(open)));
-    }
-    let pending: i64 = sqlx::query_scalar!(
+    .fetch_one(conn)
+    .await?)
+}
+
+/// Site-hours before `before` waiting to be attributed.
+pub async fn dirty_before(conn: &mut PgConnection, before: DateTime<Utc>) -> StoreResult<i64> {
+    Ok(sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM dirty_hours WHERE hour < $1"#,
-        month.end(),
+        before,
     )
-    .fetch_one(&mut *tx)
-    .await?;
-    if pending > 0 {
-        return Err(CloseError::Pending {
-            month,
-            hours: pending,
-        });
-    }
-    let unpriced = sqlx::query!(
+    .fetch_one(conn)
+    .await?)
+}
+
+/// Ledger rows of `month` with energy but no cost or no carbon: (rows, their mJ).
+pub async fn unpriced(conn: &mut PgConnection, month: Month) -> StoreResult<(i64, Decimal)> {
+    let r = sqlx::query!(
         r#"SELECT count(*) AS "rows!", sum(total_mj)::numeric AS mj FROM ledger
          WHERE hour >= $1 AND hour < $2 AND (cost IS NULL OR carbon_g IS NULL)
            -- Energy with no amount cannot be billed; no energy (GPU time held in a dark
@@ -166,77 +122,38 @@ pub async fn close(
         month.start(),
         month.end(),
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(conn)
     .await?;
-    if unpriced.rows > 0 {
-        let rows = unpriced.rows;
-        let kwh =
-            (unpriced.mj.unwrap_or_default() / Decimal::from(chargeback::MJ_PER_KWH)).round_dp(3);
-        return Err(CloseError::Unpriced { month, rows, kwh });
-    }
-    let version: i32 = sqlx::query_scalar!(
+    Ok((r.rows, r.mj.unwrap_or_default()))
+}
+
+/// The version the next close of `month` takes.
+pub async fn next_version(conn: &mut PgConnection, month: Month) -> StoreResult<i32> {
+    Ok(sqlx::query_scalar!(
         r#"SELECT coalesce(max(version), 0) + 1 AS "version!" FROM month_closes WHERE month = $1"#,
-        first,
+        month.first_day(),
     )
-    .fetch_one(&mut *tx)
-    .await?;
+    .fetch_one(conn)
+    .await?)
+}
 
-    // This month's usage, and what changed in closed months since they were billed.
-    // Every earlier month with ledger rows is closed (checked above), so one pass over the
-    // ledger from the first closed month reads this month's usage and what the closed months
-    // hold now.
-    let closed: Vec<NaiveDate> = in_force.into_iter().filter(|m| *m < first).collect();
-    let from = closed
-        .first()
-        .map_or(month.start(), |m| Month::of(*m).start());
-    let (mut entries, mut current): (Vec<Entry>, Vec<Entry>) =
-        ledger_entries(&mut tx, from, month.end())
-            .await?
-            .into_iter()
-            .partition(|(k, _)| k.period == month);
-    let first_period = Month::of(from.date_naive());
-    for (k, a) in credits {
-        if k.period == month {
-            entries.push((k.clone(), *a));
-        } else if k.period >= first_period && k.period < month {
-            current.push((k.clone(), *a));
-        }
-    }
-    let billed = billed_entries(&mut tx, &closed).await?;
-    entries.extend(statement::adjustments(&current, &billed));
-    let statements = statement::statements(month, version as u32, entries);
-
-    let directory = directory(&mut tx).await?;
-    let metered: BTreeMap<String, i64> = sqlx::query!(
+/// Each site's metered energy over `month`, mJ.
+pub async fn metered_by_site(
+    conn: &mut PgConnection,
+    month: Month,
+) -> StoreResult<BTreeMap<String, i64>> {
+    Ok(sqlx::query!(
         r#"SELECT s.key, sum(h.site_mj)::bigint AS "mj!"
            FROM site_hours h JOIN sites s ON s.id = h.site_id
            WHERE h.hour >= $1 AND h.hour < $2 GROUP BY s.key"#,
         month.start(),
         month.end(),
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(conn)
     .await?
     .into_iter()
     .map(|r| (r.key, r.mj))
-    .collect();
-    let reconciliation = reconcile::reconcile(month, &metered, &statements)?;
-    let close = Close {
-        month,
-        version: version as u32,
-        closed_at: now,
-        issuer: issuer.clone(),
-        statements,
-        reconciliation,
-        directory,
-    };
-    let exports = chargeback::exports(&close);
-    let messages = write(&mut tx, &close, actor, &exports).await?;
-    tx.commit().await?;
-    Ok(Closed {
-        close,
-        exports,
-        messages,
-    })
+    .collect())
 }
 
 struct EntryRow {
@@ -294,8 +211,8 @@ impl EntryRow {
 /// its idle share (proportional sites), which is a line of its own with a part of the row's
 /// cost and carbon in proportion to energy, rounded to the ledger's scale; the rest stays with
 /// the job, so the row's amounts are kept exactly. An idle row (no job) is the platform line.
-async fn ledger_entries(
-    tx: &mut Transaction<'_, Postgres>,
+pub async fn ledger_entries(
+    conn: &mut PgConnection,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<Vec<Entry>> {
@@ -332,14 +249,14 @@ async fn ledger_entries(
         from,
         to,
     )
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *conn)
     .await?;
     Ok(rows.into_iter().map(EntryRow::into_entry).collect())
 }
 
 /// Everything the closes in force billed for these periods of use, by line key.
-async fn billed_entries(
-    tx: &mut Transaction<'_, Postgres>,
+pub async fn billed_entries(
+    conn: &mut PgConnection,
     periods: &[NaiveDate],
 ) -> StoreResult<Vec<Entry>> {
     let rows = sqlx::query_as!(
@@ -359,20 +276,21 @@ async fn billed_entries(
          GROUP BY 1, 2, 3, 4, 5, 6"#,
         periods,
     )
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *conn)
     .await?;
     Ok(rows.into_iter().map(EntryRow::into_entry).collect())
 }
 
-async fn directory(tx: &mut Transaction<'_, Postgres>) -> StoreResult<Directory> {
+/// Every tenant's and site's name, as statements print them.
+pub async fn directory(conn: &mut PgConnection) -> StoreResult<Directory> {
     let tenants = sqlx::query!("SELECT key, name FROM tenants")
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *conn)
         .await?
         .into_iter()
         .map(|r| (r.key, r.name))
         .collect();
     let sites = sqlx::query!("SELECT key, name, grid_region FROM sites")
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *conn)
         .await?
         .into_iter()
         .map(|r| (r.key, (r.name, r.grid_region)))
@@ -380,12 +298,14 @@ async fn directory(tx: &mut Transaction<'_, Postgres>) -> StoreResult<Directory>
     Ok(Directory { tenants, sites })
 }
 
-async fn write(
-    tx: &mut Transaction<'_, Postgres>,
+/// Writes a close: its record, each statement with its lines, the site reconciliations, the
+/// exports and the audit row. Returns each statement's tenant id, in the close's order.
+pub async fn write_close(
+    conn: &mut PgConnection,
     close: &Close,
     actor: &str,
     exports: &[Export],
-) -> StoreResult<u64> {
+) -> StoreResult<Vec<i64>> {
     let month = close.month.first_day();
     let close_id: i64 = sqlx::query_scalar!(
         "INSERT INTO month_closes (month, version, closed_at, closed_by, issuer_name)
@@ -396,13 +316,13 @@ async fn write(
         actor,
         &close.issuer.name,
     )
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *conn)
     .await?;
-    let mut messages = 0;
+    let mut tenants = Vec::with_capacity(close.statements.len());
     for s in &close.statements {
         let tenant_id: i64 =
             sqlx::query_scalar!("SELECT id FROM tenants WHERE key = $1", &s.tenant)
-                .fetch_one(&mut **tx)
+                .fetch_one(&mut *conn)
                 .await?;
         let statement_id: i64 = sqlx::query_scalar!(
             "INSERT INTO statements (close_id, tenant_id, tenant_key, tenant_name, currency, number,
@@ -418,7 +338,7 @@ async fn write(
             s.energy_kwh,
             s.gpu_hours,
         )
-        .fetch_one(&mut **tx)
+        .fetch_one(&mut *conn)
         .await?;
         let col = |f: fn(&Line) -> Decimal| s.lines.iter().map(f).collect::<Vec<_>>();
         let int = |f: fn(&Line) -> i64| s.lines.iter().map(f).collect::<Vec<_>>();
@@ -454,27 +374,9 @@ async fn write(
             &col(|l| l.energy_kwh),
             &col(|l| l.gpu_hours),
         )
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
-        messages += crate::webhooks::enqueue(
-            tx,
-            tenant_id,
-            CLOSED_EVENT,
-            serde_json::json!({
-                "month": close.month,
-                "version": close.version,
-                "statement": s.number,
-                "tenant": s.tenant,
-                "currency": s.currency,
-                "billed_cost": s.billed_cost,
-                "energy_kwh": s.energy_kwh,
-                "carbon_kg": (s.total.carbon_g / Decimal::ONE_THOUSAND).normalize(),
-                "lines": s.lines.len(),
-                "adjustment_lines": s.adjustments(close.month).count(),
-            }),
-            close.closed_at,
-        )
-        .await?;
+        tenants.push(tenant_id);
     }
     for r in &close.reconciliation {
         let (name, region) = close.directory.site(&r.site);
@@ -491,7 +393,7 @@ async fn write(
             r.unallocated_mj,
             r.adjustments_mj,
         )
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
     }
     for e in exports {
@@ -504,7 +406,7 @@ async fn write(
             &e.content,
             &e.sha256,
         )
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
     }
     sqlx::query!(
@@ -513,46 +415,33 @@ async fn write(
         actor,
         close.version as i32,
     )
-    .execute(&mut **tx)
+    .execute(&mut *conn)
     .await?;
-    Ok(messages)
-}
-
-/// One close or reopening at a time: what a transaction checked must still hold at commit.
-async fn lock(tx: &mut Transaction<'_, Postgres>) -> StoreResult<()> {
-    sqlx::query!("LOCK TABLE month_closes IN SHARE ROW EXCLUSIVE MODE")
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
+    Ok(tenants)
 }
 
 /// The webhook event a close sends each tenant with a statement.
 pub const CLOSED_EVENT: &str = "chargeback.closed";
 
-/// Reopens the close in force of `month` (the latest closed month only: a later close may have
-/// billed adjustments against it). Its statements stay, marked reopened; closing again makes
-/// the next version.
-pub async fn reopen(
-    pool: &PgPool,
+/// The latest month after `month` with a close in force.
+pub async fn later_close(conn: &mut PgConnection, month: Month) -> StoreResult<Option<NaiveDate>> {
+    Ok(sqlx::query_scalar!(
+        "SELECT max(month) FROM month_closes WHERE reopened_at IS NULL AND month > $1",
+        month.first_day(),
+    )
+    .fetch_one(conn)
+    .await?)
+}
+
+/// Marks the close in force of `month` reopened, with its audit row; the version reopened,
+/// or none when no close of `month` is in force.
+pub async fn mark_reopened(
+    conn: &mut PgConnection,
     month: Month,
     actor: &str,
     reason: &str,
     now: DateTime<Utc>,
-) -> Result<u32, CloseError> {
-    let mut tx = pool.begin().await?;
-    lock(&mut tx).await?;
-    let later: Option<NaiveDate> = sqlx::query_scalar!(
-        "SELECT max(month) FROM month_closes WHERE reopened_at IS NULL AND month > $1",
-        month.first_day(),
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    if let Some(later) = later {
-        return Err(CloseError::LaterClosed {
-            month,
-            later: Month::of(later),
-        });
-    }
+) -> StoreResult<Option<i32>> {
     let version: Option<i32> = sqlx::query_scalar!(
         "UPDATE month_closes SET reopened_at = $2, reopened_by = $3, reopen_reason = $4
          WHERE month = $1 AND reopened_at IS NULL RETURNING version",
@@ -561,10 +450,10 @@ pub async fn reopen(
         actor,
         reason,
     )
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
     let Some(version) = version else {
-        return Err(CloseError::NotClosed(month));
+        return Ok(None);
     };
     sqlx::query!(
         "INSERT INTO chargeback_audit (month, action, actor, reason, version, at)
@@ -575,10 +464,9 @@ pub async fn reopen(
         version,
         now,
     )
-    .execute(&mut *tx)
+    .execute(conn)
     .await?;
-    tx.commit().await?;
-    Ok(version as u32)
+    Ok(Some(version))
 }
 
 /// One audit entry.

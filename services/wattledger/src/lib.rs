@@ -5,7 +5,6 @@
 pub mod admission;
 pub mod app;
 pub mod auth;
-pub mod chargeback;
 pub mod config;
 pub mod dashboard;
 pub mod demo;

@@ -299,9 +299,10 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
             }
             let pending = store::pending_hours(&pool, month).await? as u64;
             let mut p = Progress::new("attribution", pending);
-            let closed =
-                wattledger::chargeback::close(&pool, &config, month, &actor, |s| p.set(s.hours))
-                    .await;
+            let closed = wattledger::app::month_close::close(&pool, &config, month, &actor, |s| {
+                p.set(s.hours)
+            })
+            .await;
             p.finish();
             let closed = closed?;
             print!("{}", wattledger::demo::close_summary(&closed.close));
@@ -335,7 +336,8 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
                 version = v;
                 exports.push(e);
             }
-            let folder = wattledger::chargeback::write_exports(&out, month, version, &exports)?;
+            let folder =
+                wattledger::app::month_close::write_exports(&out, month, version, &exports)?;
             for e in &exports {
                 println!("{}  {}", e.sha256, folder.join(&e.file_name).display());
             }
@@ -347,7 +349,14 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
             actor,
         } => {
             anyhow::ensure!(!reason.trim().is_empty(), "--reason must say why");
-            let v = store::reopen(&pool, month, &actor, reason.trim(), chrono::Utc::now()).await?;
+            let v = wattledger::app::month_close::reopen(
+                &pool,
+                month,
+                &actor,
+                reason.trim(),
+                chrono::Utc::now(),
+            )
+            .await?;
             println!(
                 "{month} v{v} reopened; `wattledger chargeback close {month}` issues v{}",
                 v + 1

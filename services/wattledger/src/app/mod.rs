@@ -5,3 +5,4 @@
 
 pub mod attribution;
 pub mod ingest;
+pub mod month_close;

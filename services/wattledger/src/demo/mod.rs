@@ -361,7 +361,8 @@ async fn close_months(pool: &sqlx::PgPool, config: &Config, target: Month) -> an
         .collect();
     months.sort();
     for month in months {
-        let closed = crate::chargeback::close(pool, config, month, "demo-finance", |_| {}).await?;
+        let closed =
+            crate::app::month_close::close(pool, config, month, "demo-finance", |_| {}).await?;
         if month < target {
             let mj: i64 = closed
                 .close

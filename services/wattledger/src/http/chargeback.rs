@@ -4,6 +4,7 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
 use super::extract::{Caller, Query, RawBatch};
+use crate::app::month_close::{self, CloseError};
 use crate::auth::Role;
 use crate::state::AppState;
 use crate::views::download;
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::chargeback::statement::minor_units;
 use wattledger_domain::chargeback::{self, Close, Line, Month, Statement, MJ_PER_KWH};
-use wattledger_store::chargeback::{self as store, CloseError};
+use wattledger_store::chargeback as store;
 use wattledger_store::Scope;
 
 pub fn router() -> Router<AppState> {
@@ -376,7 +377,7 @@ pub async fn close(
     caller.require(&FINANCE)?;
     let month = parse_month(&month)?;
     let closed =
-        crate::chargeback::close(&state.pool, &state.config, month, &caller.subject, |_| {})
+        crate::app::month_close::close(&state.pool, &state.config, month, &caller.subject, |_| {})
             .await
             .map_err(conflict)?;
     let view = close_view(&state, &closed.close, &Scope::All).await?;
@@ -430,7 +431,7 @@ pub async fn reopen(
             "must say why, in 1 to 1000 characters",
         )]));
     }
-    let version = store::reopen(&state.pool, month, &caller.subject, reason, Utc::now())
+    let version = month_close::reopen(&state.pool, month, &caller.subject, reason, Utc::now())
         .await
         .map_err(conflict)?;
     Ok(Json(Reopened {

@@ -26,7 +26,7 @@ pub const TEST_EVENT: &str = "webhook.test";
 pub const EVENT_TYPES: [&str; 4] = [
     THRESHOLD_CROSSED,
     PROJECTED_EXCEED,
-    wattledger_store::chargeback::CLOSED_EVENT,
+    crate::app::month_close::CLOSED_EVENT,
     TEST_EVENT,
 ];
 /// How long the previous secret keeps signing after a rotation, unless asked otherwise.
