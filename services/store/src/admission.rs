@@ -9,6 +9,8 @@ use serde_json::Value;
 use sqlx::PgPool;
 use std::collections::HashMap;
 use uuid::Uuid;
+use wattledger_domain::admission::Verdict;
+use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::meter_kind::MeterKind;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -205,7 +207,7 @@ pub async fn tenants(pool: &PgPool, scope: &Scope) -> StoreResult<HashMap<String
 pub struct LearnedDraw {
     pub tenant_id: i64,
     pub model: Option<String>,
-    pub kind: String,
+    pub kind: JobKind,
     pub gpu_draw_w: i64,
 }
 
@@ -216,7 +218,7 @@ pub async fn learned_draw(
 ) -> StoreResult<Vec<LearnedDraw>> {
     Ok(sqlx::query_as!(
         LearnedDraw,
-        r#"SELECT l.tenant_id AS "tenant_id!", m.key AS "model?", j.kind AS "kind!",
+        r#"SELECT l.tenant_id AS "tenant_id!", m.key AS "model?", j.kind AS "kind!: JobKind",
                 (sum(l.gpu_mj + l.node_overhead_mj) * 1000 / sum(l.gpu_ms))::bigint
                     AS "gpu_draw_w!"
          FROM ledger l JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id LEFT JOIN models m ON m.id = l.model_id
@@ -249,10 +251,10 @@ pub struct NewDecision {
     pub source: String,
     pub job_name: String,
     pub job_key: Option<String>,
-    pub kind: String,
+    pub kind: JobKind,
     pub priority: String,
     pub gpus: i32,
-    pub decision: String,
+    pub decision: Verdict,
     pub site_id: Option<i64>,
     pub start_at: Option<DateTime<Utc>>,
     pub end_at: Option<DateTime<Utc>>,
@@ -291,10 +293,10 @@ pub async fn insert_decisions(pool: &PgPool, rows: &[NewDecision]) -> StoreResul
             .push_bind(&r.source)
             .push_bind(&r.job_name)
             .push_bind(&r.job_key)
-            .push_bind(&r.kind)
+            .push_bind(r.kind)
             .push_bind(&r.priority)
             .push_bind(r.gpus)
-            .push_bind(&r.decision)
+            .push_bind(r.decision)
             .push_bind(r.site_id)
             .push_bind(r.start_at)
             .push_bind(r.end_at)
@@ -397,7 +399,7 @@ pub struct DecisionRow {
     pub tenant: String,
     pub source: String,
     pub job_name: String,
-    pub decision: String,
+    pub decision: Verdict,
     pub site: Option<String>,
     pub start_at: Option<DateTime<Utc>>,
     pub answer: Value,
@@ -410,7 +412,7 @@ pub struct DecisionRow {
 
 #[derive(Debug, Clone, Default)]
 pub struct DecisionFilter {
-    pub decision: Option<String>,
+    pub decision: Option<Verdict>,
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,
     /// Decisions strictly older than this one (keyset paging, newest first).
@@ -427,7 +429,8 @@ pub async fn list_decisions(
     let (before_at, before_id) = filter.before.unzip();
     Ok(sqlx::query_as!(
         DecisionRow,
-        r#"SELECT d.id, d.decided_at, t.key AS tenant, d.source, d.job_name, d.decision,
+        r#"SELECT d.id, d.decided_at, t.key AS tenant, d.source, d.job_name,
+                d.decision AS "decision: Verdict",
                 s.key AS "site?", d.start_at, d.answer, j.key AS "job_key?",
                 a.mj::numeric / 3600000000 AS actual_kwh, a.cost AS actual_cost,
                 a.carbon_g / 1000 AS actual_carbon_kg
@@ -447,7 +450,7 @@ pub async fn list_decisions(
          ORDER BY d.decided_at DESC, d.id DESC
          LIMIT $7"#,
         scope.tenant(),
-        filter.decision.as_deref(),
+        filter.decision.map(Verdict::as_str),
         filter.from,
         filter.to,
         before_at,

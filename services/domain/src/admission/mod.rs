@@ -34,7 +34,8 @@ use std::sync::Arc;
 /// Seconds × watts in a kWh.
 const WS_PER_KWH: i64 = 3_600_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Admit,
@@ -43,6 +44,8 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    pub const ALL: [Verdict; 3] = [Verdict::Admit, Verdict::Defer, Verdict::Reject];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Admit => "admit",
@@ -50,7 +53,19 @@ impl Verdict {
             Verdict::Reject => "reject",
         }
     }
+
+    pub fn parse(s: &str) -> Option<Verdict> {
+        Self::ALL.into_iter().find(|v| v.as_str() == s)
+    }
 }
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+crate::text_column::text_column!(Verdict);
 
 /// What the job needs, with its power already resolved by the caller (given, or learned).
 #[derive(Debug, Clone)]

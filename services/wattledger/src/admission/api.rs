@@ -30,9 +30,9 @@ pub struct Ask {
     /// The AI model key the job trains or serves, for learning its draw.
     #[serde(default)]
     pub model: Option<String>,
-    /// `training`, `inference`, `batch` (default) or `interactive`.
+    /// What the job does; `batch` when absent.
     #[serde(default = "default_kind")]
-    pub kind: String,
+    pub kind: JobKind,
     /// Expected run time, seconds.
     pub duration_s: i64,
     /// Expected draw per GPU (W, node share included). Without it, learned from the tenant's
@@ -59,8 +59,8 @@ pub struct Ask {
     pub source: Option<String>,
 }
 
-fn default_kind() -> String {
-    "batch".into()
+fn default_kind() -> JobKind {
+    JobKind::Batch
 }
 fn default_priority() -> String {
     "normal".into()
@@ -183,12 +183,6 @@ pub(super) fn validate(ask: &Ask, now: DateTime<Utc>) -> Vec<(&'static str, Stri
         if !(1..=10_000).contains(&w) {
             bad.push(("power_per_gpu_w", "must be between 1 and 10000 W".into()));
         }
-    }
-    if JobKind::parse(&ask.kind).is_none() {
-        bad.push((
-            "kind",
-            format!("must be one of {}", JobKind::NAMES.join(", ")),
-        ));
     }
     if ask.tenant.trim().is_empty() {
         bad.push(("tenant", "must not be empty".into()));

@@ -12,7 +12,6 @@ use uuid::Uuid;
 use wattledger_domain::admission::budget::Budget;
 use wattledger_domain::admission::envelope::Reservation;
 use wattledger_domain::admission::{decide, Estimate, Job, Site, Verdict};
-use wattledger_domain::job_kind::JobKind;
 use wattledger_store::admission as store;
 
 impl Admission {
@@ -121,10 +120,10 @@ impl Admission {
                     source: source.into(),
                     job_name: ask.job_name.clone(),
                     job_key: ask.job_key.clone(),
-                    kind: ask.kind.clone(),
+                    kind: ask.kind,
                     priority: ask.priority.clone(),
                     gpus: i32::try_from(ask.gpus).unwrap_or(i32::MAX),
-                    decision: answer.decision.as_str().into(),
+                    decision: answer.decision,
                     site_id,
                     start_at: reservation.map(|r| r.start),
                     end_at: reservation.map(|r| r.end),
@@ -229,8 +228,7 @@ impl Hot {
             gpus: u32::try_from(ask.gpus).unwrap_or(u32::MAX),
             gpu_draw_w: power.gpu_draw_w,
             duration: Duration::seconds(ask.duration_s),
-            // Checked by `validate`: a question of no known kind is refused before this.
-            kind: JobKind::parse(&ask.kind).unwrap_or(JobKind::Batch),
+            kind: ask.kind,
             earliest_start: earliest,
             deadline: ask.deadline,
             priority: ask.priority.clone(),
@@ -258,11 +256,7 @@ impl Hot {
                 source: "request".into(),
             };
         }
-        let learned = |model: Option<String>| {
-            self.learned
-                .get(&(tenant, model, ask.kind.clone()))
-                .copied()
-        };
+        let learned = |model: Option<String>| self.learned.get(&(tenant, model, ask.kind)).copied();
         if let Some(m) = &ask.model {
             if let Some(w) = learned(Some(m.clone())) {
                 return PowerSource {

@@ -15,6 +15,7 @@ use wattledger_domain::admission::envelope::{Reservation, Reserved, MEASURED_OVE
 use wattledger_domain::admission::forecast::{Forecast, Point};
 use wattledger_domain::admission::oversubscription::Factors;
 use wattledger_domain::admission::{GridWindow, Policy, Site};
+use wattledger_domain::job_kind::JobKind;
 use wattledger_store::admission as store;
 use wattledger_store::grid_events;
 use wattledger_store::power_policy::{self, SitePolicy};
@@ -64,7 +65,7 @@ pub(super) struct Hot {
     pub(super) sites: Vec<SiteHot>,
     pub(super) site_by_key: HashMap<String, usize>,
     pub(super) tenants: HashMap<String, TenantHot>,
-    pub(super) learned: HashMap<(i64, Option<String>, String), i64>,
+    pub(super) learned: HashMap<(i64, Option<String>, JobKind), i64>,
     pub(super) typical: HashMap<String, i64>,
     pub(super) pending: Vec<Pending>,
     /// Decisions counted in this state (from the database or taken here).
@@ -317,7 +318,7 @@ pub(super) fn build(
     }
     for l in &slow.learned {
         hot.learned
-            .insert((l.tenant_id, l.model.clone(), l.kind.clone()), l.gpu_draw_w);
+            .insert((l.tenant_id, l.model.clone(), l.kind), l.gpu_draw_w);
     }
     hot.typical = slow.typical.clone();
     hot

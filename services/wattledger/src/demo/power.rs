@@ -13,6 +13,8 @@ use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use wattledger_domain::admission::Verdict;
+use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::units::kwh;
 use wattledger_store::admission::{self as decisions, NewDecision};
 use wattledger_store::Scope;
@@ -378,10 +380,10 @@ fn moved_decision(
         source: "slurm".into(),
         job_name: m.key.clone(),
         job_key: Some(m.key.clone()),
-        kind: "batch".into(),
+        kind: JobKind::Batch,
         priority: "normal".into(),
         gpus: m.gpus as i32,
-        decision: "defer".into(),
+        decision: Verdict::Defer,
         site_id: Some(e.site_id),
         start_at: Some(time(m.start)),
         end_at: Some(time(m.end)),

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
+use wattledger_domain::admission::Verdict;
 use wattledger_domain::input;
+use wattledger_domain::job_kind::JobKind;
 use wattledger_store::admission::{self as store, DecisionFilter};
 use wattledger_wire::parse_duration;
 
@@ -65,7 +67,6 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
                 "job_key",
                 "gpu_model",
                 "model",
-                "kind",
                 "priority",
                 "source",
             ];
@@ -74,9 +75,10 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
                     v.is_i64() || (v.is_null() && k == "power_per_gpu_w")
                 } else if times.contains(&k.as_str()) {
                     v.is_null() || v.as_str().is_some_and(|s| input::parse_time(s).is_ok())
+                } else if k == "kind" {
+                    v.as_str().is_some_and(|s| JobKind::parse(s).is_some())
                 } else if strings.contains(&k.as_str()) {
-                    v.is_string()
-                        || (v.is_null() && !matches!(k.as_str(), "tenant" | "kind" | "priority"))
+                    v.is_string() || (v.is_null() && !matches!(k.as_str(), "tenant" | "priority"))
                 } else if bools.contains(&k.as_str()) {
                     v.is_boolean()
                 } else if k == "sites" {
@@ -98,6 +100,8 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
                         "an array of site keys".into()
                     } else if bools.contains(&k.as_str()) {
                         "true or false".into()
+                    } else if k == "kind" {
+                        format!("one of {}", JobKind::NAMES.join(", "))
                     } else {
                         String::from("a string")
                     };
@@ -170,7 +174,7 @@ pub struct DecisionView {
     /// `api`, `slurm` or `kubernetes`.
     pub source: String,
     pub job_name: String,
-    pub decision: String,
+    pub decision: Verdict,
     pub site: Option<String>,
     pub start_at: Option<DateTime<Utc>>,
     /// The answer as given (reasons, estimates, budgets, power).
@@ -212,13 +216,12 @@ pub async fn decisions(
         let id = state.tenant_id(key).await?.ok_or(ApiError::NotFound)?;
         scope = scope.narrow(id).ok_or(ApiError::NotFound)?;
     }
-    if let Some(d) = &p.decision {
-        if !["admit", "defer", "reject"].contains(&d.as_str()) {
-            return Err(ApiError::InvalidQuery(
-                "decision must be admit, defer or reject".into(),
-            ));
-        }
-    }
+    let decision = match p.decision.as_deref() {
+        None => None,
+        Some(d) => Some(Verdict::parse(d).ok_or_else(|| {
+            ApiError::InvalidQuery("decision must be admit, defer or reject".into())
+        })?),
+    };
     let limit = p.limit.unwrap_or(100);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::InvalidQuery(
@@ -233,7 +236,7 @@ pub async fn decisions(
             })?),
         };
     let filter = DecisionFilter {
-        decision: p.decision.clone(),
+        decision,
         from: p.from,
         to: p.to,
         before,
@@ -363,6 +366,16 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
         }
         None => None,
     };
+    let kind = match ann(annotations::KIND) {
+        None => JobKind::Batch,
+        Some(k) => JobKind::parse(&k).ok_or_else(|| {
+            format!(
+                "{}: must be one of {}",
+                annotations::KIND,
+                JobKind::NAMES.join(", ")
+            )
+        })?,
+    };
     Ok(Some(Ask {
         tenant: ann(annotations::TENANT).unwrap_or_else(|| namespace.to_owned()),
         job_name: name
@@ -373,7 +386,7 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
         gpus,
         gpu_model: ann(annotations::GPU_MODEL),
         model: ann(annotations::MODEL),
-        kind: ann(annotations::KIND).unwrap_or_else(|| "batch".into()),
+        kind,
         duration_s,
         power_per_gpu_w: None,
         earliest_start: None,
