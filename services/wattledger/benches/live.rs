@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use support::{fresh, Ingested};
 use wattledger::auth::Role;
 use wattledger::embedded_pg::EmbeddedPostgres;
-use wattledger::sim::fleet::{Fleet, GPUS_PER_NODE};
+use wattledger_sim::fleet::{Fleet, GPUS_PER_NODE};
 
 mod support;
 
@@ -279,7 +279,7 @@ async fn run(
     let mut offered = 0.0;
     let mut tasks = Vec::with_capacity(agents);
     for (n, meters) in node_meters.into_iter().enumerate() {
-        let h = wattledger::sim::rng::hash(11, 1, n as u64, 0);
+        let h = wattledger_sim::rng::hash(11, 1, n as u64, 0);
         let (lo, hi) = args.period_ms;
         let period = Duration::from_millis(lo + h % (hi - lo + 1));
         let phase = Duration::from_millis((h >> 20) % period.as_millis() as u64);

@@ -1,4 +1,5 @@
-//! The wattledger server: HTTP API and dashboard, attribution worker, simulator and demo.
+//! The wattledger server: HTTP API and dashboard, attribution worker and demo (the simulated
+//! cluster is the `wattledger-sim` crate).
 //!
 //! `main.rs` is a thin CLI over this library so tests can start the real app on port 0.
 
@@ -13,7 +14,6 @@ pub mod grid_events;
 pub mod http;
 pub mod progress;
 pub mod server;
-pub mod sim;
 pub mod startup;
 pub mod state;
 pub mod telemetry;

@@ -3,10 +3,10 @@
 
 use super::seed::Client;
 use crate::auth::Role;
-use crate::sim::live;
 use anyhow::{bail, Context};
 use chrono::Utc;
 use tokio::net::TcpListener;
+use wattledger_sim::live;
 use wattledger_store::inventory;
 
 /// Starts the live node: simulated exporters on loopback and the real `wattledger-agent`

@@ -20,13 +20,13 @@ use seed::{push_samples, push_tokens, seed_budgets, Client};
 use crate::auth::Role;
 use crate::config::Config;
 use crate::progress::Progress;
-use crate::sim::Simulation;
 use crate::{embedded_pg, startup, worker};
 use anyhow::{bail, Context};
 use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use wattledger_domain::chargeback::Month;
+use wattledger_sim::Simulation;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {

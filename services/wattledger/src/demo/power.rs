@@ -6,14 +6,14 @@
 
 use super::seed::Client;
 use crate::grid_events;
-use crate::sim::demand_response::{self, Event, PRICE_PER_KWH, REDUCTION_KW};
-use crate::sim::Simulation;
 use chrono::{DateTime, Utc};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use wattledger_domain::units::kwh;
+use wattledger_sim::demand_response::{self, Event, PRICE_PER_KWH, REDUCTION_KW};
+use wattledger_sim::Simulation;
 use wattledger_store::admission::{self as decisions, NewDecision};
 use wattledger_store::Scope;
 
