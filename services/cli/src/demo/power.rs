@@ -5,12 +5,12 @@
 //! each shows is printed.
 
 use super::seed::Client;
-use crate::grid_events;
 use chrono::{DateTime, Utc};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use wattledger::grid_events;
 use wattledger_domain::units::kwh;
 use wattledger_sim::demand_response::{self, Event, PRICE_PER_KWH, REDUCTION_KW};
 use wattledger_sim::Simulation;
@@ -82,7 +82,7 @@ async fn load_shape(pool: &PgPool) -> anyhow::Result<()> {
         Some(&["facility", "it"]),
     )
     .await?;
-    let days: Vec<_> = crate::views::power::load_shapes(&rows, &sites)
+    let days: Vec<_> = wattledger::views::power::load_shapes(&rows, &sites)
         .into_iter()
         .flat_map(|(_, _, days)| days.into_values())
         .map(|d| d.shape)

@@ -2,10 +2,10 @@
 //! through ipmi_exporter, vLLM) and the real agent scraping them.
 
 use super::seed::Client;
-use crate::auth::Role;
 use anyhow::{bail, Context};
 use chrono::Utc;
 use tokio::net::TcpListener;
+use wattledger::auth::Role;
 use wattledger_sim::live;
 use wattledger_store::inventory;
 
@@ -14,7 +14,7 @@ use wattledger_store::inventory;
 /// is not there. The child is killed when the handle drops.
 pub(super) async fn live_node(
     client: &Client,
-    keys: &crate::auth::Keys,
+    keys: &wattledger::auth::Keys,
     data_dir: &std::path::Path,
     pool: &sqlx::PgPool,
 ) -> anyhow::Result<Option<tokio::process::Child>> {
