@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 days=${DAYS:-2}; clients=${CLIENTS:-8}; duration=${DURATION:-60}
-cargo build -q --release -p wattledger -p wattledger-agent
+cargo build -q --release -p wattledger-cli -p wattledger-agent
 work=$(mktemp -d)
 chmod 755 "$work"   # the demo's embedded PostgreSQL runs as the postgres user under root
 stop() {

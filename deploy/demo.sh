@@ -12,5 +12,5 @@ if [ -z "${DATABASE_URL:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/nul
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
 fi
-cargo build --release -p wattledger -p wattledger-agent
+cargo build --release -p wattledger-cli -p wattledger-agent
 exec target/release/wattledger demo "$@"

@@ -65,7 +65,7 @@ pub(crate) fn binary(name: &str) -> PathBuf {
     let path = exe.parent().unwrap().parent().unwrap().join(name);
     assert!(
         path.exists(),
-        "{} is not built: run `cargo build -p wattledger -p wattledger-agent` first (tests/run does)",
+        "{} is not built: run `cargo build -p wattledger-cli -p wattledger-agent` first (tests/run does)",
         path.display()
     );
     path

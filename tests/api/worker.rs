@@ -86,7 +86,7 @@ type Batches = Vec<(&'static str, serde_json::Value)>;
 /// The demo's simulated cluster over six hours as ingest batches, in the order one would
 /// send them: inventory, signals, jobs, then samples and tokens by time.
 fn simulated_batches() -> (Batches, Batches) {
-    use wattledger::sim::{SampleState, Simulation};
+    use wattledger_sim::{SampleState, Simulation};
     let from = chrono::DateTime::parse_from_rfc3339("2026-10-05T00:00:00Z")
         .unwrap()
         .timestamp_millis();

@@ -53,7 +53,7 @@ for tool in prometheus promtool; do
   command -v "$tool" >/dev/null || fail "$tool is not installed (apt-get install prometheus)"
 done
 [ -x "$bin/wattledger" ] && [ -x "$bin/wattledger-agent" ] \
-  || fail "build first: cargo build -p wattledger -p wattledger-agent"
+  || fail "build first: cargo build -p wattledger-cli -p wattledger-agent"
 
 if command -v kubectl >/dev/null; then
   maps=$(kubectl kustomize deploy/grafana | grep -c '^kind: ConfigMap') \

@@ -22,7 +22,7 @@ use support::{fresh, Served};
 use tokio::net::TcpListener;
 use wattledger::auth::Role;
 use wattledger::embedded_pg::EmbeddedPostgres;
-use wattledger::sim::Simulation;
+use wattledger_sim::Simulation;
 
 mod support;
 

@@ -1,7 +1,7 @@
-//! The fleet benchmark: a simulated fleet (`sim::fleet`) pushed through the ingest API as its
-//! agents and schedulers would, attributed, and then asked what its users ask, each figure
-//! against a baseline in the same process: `psql \copy` of the same step records for ingest,
-//! a plain SQL aggregate over the same ledger rows for the queries.
+//! The fleet benchmark: a simulated fleet (`wattledger_sim::fleet`) pushed through the ingest
+//! API as its agents and schedulers would, attributed, and then asked what its users ask, each
+//! figure against a baseline in the same process: `psql \copy` of the same step records for
+//! ingest, a plain SQL aggregate over the same ledger rows for the queries.
 //!
 //! cargo bench -p wattledger --bench fleet -- [--days D] [--copy-days C] [--reps R] [--keep] GPUS...
 //!
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use support::{fresh, Ingested, Served};
 use wattledger::auth::Role;
 use wattledger::embedded_pg::EmbeddedPostgres;
-use wattledger::sim::fleet::{Counters, Fleet, Step};
+use wattledger_sim::fleet::{Counters, Fleet, Step};
 
 mod support;
 

@@ -12,7 +12,7 @@ use std::time::Instant;
 use support::fresh;
 use wattledger::auth::Role;
 use wattledger::embedded_pg::EmbeddedPostgres;
-use wattledger::sim::{SampleState, Simulation};
+use wattledger_sim::{SampleState, Simulation};
 
 mod support;
 

@@ -5,8 +5,10 @@
 //!     [--server LABEL=PATH]... GPUS...
 //!
 //! `--server` runs each size against each server binary given (e.g. one built from the commit
-//! before a change), one after the other on fresh databases; without it, against the server
-//! this bench was built with.
+//! before a change), one after the other on fresh databases; without it, against the one
+//! beside this bench, target/release/wattledger. That binary is the `wattledger-cli`
+//! package's, which `cargo bench -p wattledger` does not build: build it from the same tree
+//! first (`cargo build --release -p wattledger-cli`).
 //!
 //! Each node's agent sends its node's step records (the node meter and its 8 GPUs: one
 //! record per meter per minute, counter with mean and peak power) with its own collector
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 use support::{fresh, Ingested};
 use wattledger::auth::Role;
 use wattledger::embedded_pg::EmbeddedPostgres;
-use wattledger::sim::fleet::{Fleet, GPUS_PER_NODE};
+use wattledger_sim::fleet::{Fleet, GPUS_PER_NODE};
 
 mod support;
 
@@ -80,15 +82,32 @@ fn args() -> anyhow::Result<Args> {
         a.sizes = vec![10_000, 50_000, 100_000];
     }
     if a.servers.is_empty() {
-        a.servers.push((
-            "this".to_owned(),
-            env!("CARGO_BIN_EXE_wattledger").to_owned(),
-        ));
+        a.servers.push(("this".to_owned(), beside_this_bench()?));
     }
     if a.period_ms.0 == 0 || a.period_ms.0 > a.period_ms.1 {
         bail!("--period MIN MAX: 0 < MIN ≤ MAX seconds");
     }
     Ok(a)
+}
+
+/// The server binary in this bench's target directory: target/<profile>/deps/live-<hash> →
+/// target/<profile>/wattledger. Another package's binary (`wattledger-cli`), so cargo does not
+/// build it for this bench, nor tell it the path.
+fn beside_this_bench() -> anyhow::Result<String> {
+    let exe = std::env::current_exe()?;
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .context("the bench's own path")?
+        .join("wattledger");
+    if !path.is_file() {
+        bail!(
+            "{} is not built: `cargo build --release -p wattledger-cli` first, or name a server \
+             with --server LABEL=PATH",
+            path.display()
+        );
+    }
+    Ok(path.display().to_string())
 }
 
 /// What one size measured over its window.
@@ -202,7 +221,7 @@ async fn measure(pg: &EmbeddedPostgres, args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The server binary this bench was built with, in its own process.
+/// A server binary in its own process.
 struct ServerProcess(std::process::Child);
 
 impl Drop for ServerProcess {
@@ -279,7 +298,7 @@ async fn run(
     let mut offered = 0.0;
     let mut tasks = Vec::with_capacity(agents);
     for (n, meters) in node_meters.into_iter().enumerate() {
-        let h = wattledger::sim::rng::hash(11, 1, n as u64, 0);
+        let h = wattledger_sim::rng::hash(11, 1, n as u64, 0);
         let (lo, hi) = args.period_ms;
         let period = Duration::from_millis(lo + h % (hi - lo + 1));
         let phase = Duration::from_millis((h >> 20) % period.as_millis() as u64);

@@ -1,19 +1,19 @@
-//! The wattledger server: HTTP API and dashboard, attribution worker, simulator and demo.
+//! The wattledger server: HTTP API and dashboard, attribution worker.
 //!
-//! `main.rs` is a thin CLI over this library so tests can start the real app on port 0.
+//! A library only, so tests can start the real app on port 0. The `wattledger` command is a
+//! thin CLI over it in its own package, `wattledger-cli` (services/cli), with the demo; the
+//! demo's simulated cluster is `wattledger-sim` (services/sim).
 
 pub mod admission;
 pub mod app;
 pub mod auth;
 pub mod config;
 pub mod dashboard;
-pub mod demo;
 pub mod embedded_pg;
 pub mod grid_events;
 pub mod http;
 pub mod progress;
 pub mod server;
-pub mod sim;
 pub mod startup;
 pub mod state;
 pub mod telemetry;

@@ -100,7 +100,7 @@ pub async fn fresh(
 /// The demo simulation's inventory, as `fresh` takes it.
 // Each bench uses the parts it needs.
 #[allow(dead_code)]
-pub fn inventory(sim: &wattledger::sim::Simulation) -> Vec<(&'static str, serde_json::Value)> {
+pub fn inventory(sim: &wattledger_sim::Simulation) -> Vec<(&'static str, serde_json::Value)> {
     vec![
         ("tenants", sim.tenant_records()),
         ("sites", sim.site_records()),

@@ -9,6 +9,12 @@
 //!
 //! The simulator only produces the records the agent and schedulers would send; the demo
 //! pushes them through the ingest API like any collector.
+//!
+//! This crate owns the simulated cluster and nothing else: the demo's cluster (this module),
+//! its demand-response events ([`demand_response`]) and grid signals ([`signals`]), the live
+//! node's exporters ([`live`]), the benchmarks' fleet at scale ([`fleet`]) and the seeded
+//! randomness they share ([`rng`]). It does no I/O and does not depend on the server: the
+//! demo (`wattledger-cli`), the server's benchmarks and the end-to-end tests use it.
 
 pub mod demand_response;
 pub mod fleet;

@@ -2,12 +2,12 @@
 //! its budgets, sent as an agent, a scheduler and an administrator would.
 
 use super::DemoArgs;
-use crate::progress::Progress;
-use crate::sim::{SampleState, Simulation};
 use anyhow::{bail, Context};
 use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::{mpsc, Mutex};
+use wattledger::progress::Progress;
+use wattledger_sim::{SampleState, Simulation};
 
 /// The demo's budgets: monthly, per tenant, sized against the simulated cluster so that
 /// last month and this one cross thresholds (key, tenant, limit field, limit, hard).

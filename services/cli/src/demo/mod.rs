@@ -11,22 +11,22 @@ mod power;
 mod report;
 mod seed;
 
-pub use report::{close_summary, summary, summary_range};
+pub use report::{close_summary, summary};
 
 use live::live_node;
 use report::budget_summary;
 use seed::{push_samples, push_tokens, seed_budgets, Client};
 
-use crate::auth::Role;
-use crate::config::Config;
-use crate::progress::Progress;
-use crate::sim::Simulation;
-use crate::{embedded_pg, startup, worker};
 use anyhow::{bail, Context};
 use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
 use std::sync::Arc;
 use tokio::net::TcpListener;
+use wattledger::auth::Role;
+use wattledger::config::Config;
+use wattledger::progress::Progress;
+use wattledger::{embedded_pg, startup, worker};
 use wattledger_domain::chargeback::Month;
+use wattledger_sim::Simulation;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
@@ -113,8 +113,8 @@ pub async fn run(mut config: Config, args: DemoArgs) -> anyhow::Result<()> {
         config.webhook_allow.loopback = true;
         config.webhook_allow.http = true;
     }
-    let pool = crate::database(&config, &[]).await?;
-    let keys = crate::signing_key(&config)?;
+    let pool = wattledger::database(&config, &[]).await?;
+    let keys = wattledger::signing_key(&config)?;
     let listener = TcpListener::bind(config.listen).await.with_context(|| {
         format!(
             "binding {} (is another wattledger running? use --listen)",
@@ -223,7 +223,7 @@ fn stop_requested() -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
 /// node next.
 async fn seed_and_summarise(
     pool: &sqlx::PgPool,
-    keys: &crate::auth::Keys,
+    keys: &wattledger::auth::Keys,
     base: &str,
     config: &mut Config,
     args: &DemoArgs,
@@ -326,15 +326,19 @@ async fn seed_and_summarise(
 }
 
 /// Says where the demo is served and creates its dashboard users, with their passwords.
-async fn greet(pool: &sqlx::PgPool, keys: &crate::auth::Keys, base: &str) -> anyhow::Result<()> {
+async fn greet(
+    pool: &sqlx::PgPool,
+    keys: &wattledger::auth::Keys,
+    base: &str,
+) -> anyhow::Result<()> {
     let admin = keys.mint("demo-admin", Role::Admin, None, 7 * 24 * 3600)?;
     println!(
         "\nServing the API on {base} (GET {base}/health, {base}/v1/openapi.json). Ctrl-C stops."
     );
     println!("\nDashboard: {base}/  (passwords are new each run)");
     for (user, role, tenant) in DEMO_USERS {
-        let password = crate::dashboard::login::new_password()?;
-        crate::dashboard::login::add_user(pool, user, role, tenant, &password).await?;
+        let password = wattledger::dashboard::login::new_password()?;
+        wattledger::dashboard::login::add_user(pool, user, role, tenant, &password).await?;
         let what = tenant.map_or(role.as_str().to_owned(), |t| format!("tenant {t}"));
         println!("  {user:<8} {password}   ({what})");
     }
@@ -362,7 +366,8 @@ async fn close_months(pool: &sqlx::PgPool, config: &Config, target: Month) -> an
     months.sort();
     for month in months {
         let closed =
-            crate::app::month_close::close(pool, config, month, "demo-finance", |_| {}).await?;
+            wattledger::app::month_close::close(pool, config, month, "demo-finance", |_| {})
+                .await?;
         if month < target {
             let mj: i64 = closed
                 .close

@@ -2,11 +2,11 @@
 //! through ipmi_exporter, vLLM) and the real agent scraping them.
 
 use super::seed::Client;
-use crate::auth::Role;
-use crate::sim::live;
 use anyhow::{bail, Context};
 use chrono::Utc;
 use tokio::net::TcpListener;
+use wattledger::auth::Role;
+use wattledger_sim::live;
 use wattledger_store::inventory;
 
 /// Starts the live node: simulated exporters on loopback and the real `wattledger-agent`
@@ -14,7 +14,7 @@ use wattledger_store::inventory;
 /// is not there. The child is killed when the handle drops.
 pub(super) async fn live_node(
     client: &Client,
-    keys: &crate::auth::Keys,
+    keys: &wattledger::auth::Keys,
     data_dir: &std::path::Path,
     pool: &sqlx::PgPool,
 ) -> anyhow::Result<Option<tokio::process::Child>> {

@@ -1,13 +1,20 @@
 //! The `wattledger` command: serve the API, migrate, run the demo, attribute, mint tokens.
+//!
+//! This crate (`wattledger-cli`) owns the binary and what only the binary runs: the command
+//! line and the demo ([`demo`]). The server is the `wattledger` library (tests start it
+//! in-process on port 0), which carries no demo code; the demo's simulated cluster is the
+//! `wattledger-sim` crate.
+
+mod demo;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
+use demo::DemoArgs;
 use std::path::PathBuf;
 use tracing_subscriber::EnvFilter;
 use wattledger::auth::Role;
 use wattledger::config::Config;
-use wattledger::demo::{self, DemoArgs};
 use wattledger::progress::Progress;
 use wattledger::{startup, worker};
 use wattledger_domain::chargeback::{Export, Month};
@@ -305,7 +312,7 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
             .await;
             p.finish();
             let closed = closed?;
-            print!("{}", wattledger::demo::close_summary(&closed.close));
+            print!("{}", demo::close_summary(&closed.close));
             if let Some(dir) = &config.export_dir {
                 println!(
                     "exports in {}",

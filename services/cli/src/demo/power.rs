@@ -5,17 +5,17 @@
 //! each shows is printed.
 
 use super::seed::Client;
-use crate::grid_events;
-use crate::sim::demand_response::{self, Event, PRICE_PER_KWH, REDUCTION_KW};
-use crate::sim::Simulation;
 use chrono::{DateTime, Utc};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use wattledger::grid_events;
 use wattledger_domain::admission::Verdict;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::units::kwh;
+use wattledger_sim::demand_response::{self, Event, PRICE_PER_KWH, REDUCTION_KW};
+use wattledger_sim::Simulation;
 use wattledger_store::admission::{self as decisions, NewDecision};
 use wattledger_store::Scope;
 
@@ -84,7 +84,7 @@ async fn load_shape(pool: &PgPool) -> anyhow::Result<()> {
         Some(&["facility", "it"]),
     )
     .await?;
-    let days: Vec<_> = crate::views::power::load_shapes(&rows, &sites)
+    let days: Vec<_> = wattledger::views::power::load_shapes(&rows, &sites)
         .into_iter()
         .flat_map(|(_, _, days)| days.into_values())
         .map(|d| d.shape)
