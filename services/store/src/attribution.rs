@@ -141,6 +141,70 @@ pub async fn load(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<Window> {
+    let (policy, gap_s) = site_policy(pool, site_id).await?;
+    let tree = meter_tree(pool, site_id).await?;
+    let embodied = embodied(pool, site_id).await?;
+    let rows = samples(pool, site_id, &tree.metered, from, to).await?;
+    // The power readings of the facility, IT and GPU meters, from the rows just read (IT: the
+    // site's node meters, a GPU always has one, or its GPUs where it has none). Every reading
+    // counts, before the dedup below; a meter with a counter alone counts its intervals' mean
+    // power.
+    let sets = tree.power_meters();
+    let readings = peaks::power_readings(
+        rows.iter()
+            .filter(|r| {
+                let m = &r.meter_id;
+                sets.facility.contains(m) || sets.it.contains(m) || sets.gpus.contains(m)
+            })
+            .map(|r| {
+                (
+                    r.meter_id,
+                    r.ts.timestamp_micros(),
+                    r.counter_mj,
+                    r.power_mw,
+                    r.peak_mw,
+                )
+            }),
+        i64::from(gap_s) * 1_000_000,
+    );
+    let samples = by_meter(rows);
+    let jobs = jobs(
+        pool,
+        site_id,
+        from,
+        to,
+        policy.platform_tenant,
+        &tree.mig_parent,
+    )
+    .await?;
+    let (from_us, to_us) = (from.timestamp_micros(), to.timestamp_micros());
+    let power = power_profiles(
+        &readings,
+        (from_us, to_us),
+        &sets,
+        &jobs.allocations,
+        &jobs.kinds,
+    );
+    let peaks = hour_peaks(&power, policy.static_pue);
+    let tokens = tokens(pool, site_id, &jobs, from, to).await?;
+    Ok(Window {
+        policy,
+        gap_limit_ms: i64::from(gap_s) * 1000,
+        facility: tree.facility,
+        nodes: tree.nodes,
+        samples,
+        peaks,
+        power,
+        allocations: jobs.allocations,
+        jobs: jobs.jobs,
+        job_ids: jobs.ids,
+        tokens,
+        embodied,
+    })
+}
+
+/// The site's attribution policy and its gap limit, s.
+async fn site_policy(pool: &PgPool, site_id: i64) -> StoreResult<(SitePolicy, i32)> {
     let site = sqlx::query!(
         "SELECT static_pue, idle_policy, platform_tenant_id, node_static_overhead_w, gap_limit_s
          FROM sites WHERE id = $1",
@@ -148,11 +212,7 @@ pub async fn load(
     )
     .fetch_one(pool)
     .await?;
-    let (platform, node_w, gap_s) = (
-        site.platform_tenant_id,
-        site.node_static_overhead_w,
-        site.gap_limit_s,
-    );
+    let node_w = site.node_static_overhead_w;
     let policy = SitePolicy {
         static_pue: site.static_pue,
         idle_policy: if site.idle_policy == "proportional" {
@@ -160,19 +220,92 @@ pub async fn load(
         } else {
             IdlePolicy::Platform
         },
-        platform_tenant: platform,
+        platform_tenant: site.platform_tenant_id,
         node_static_overhead_mw: (node_w * Decimal::from(1000)).round().to_i64().unwrap_or(0),
     };
+    Ok((policy, site.gap_limit_s))
+}
 
+/// A site's meters as attribution walks them.
+struct MeterTree {
+    facility: Vec<i64>,
+    /// Node meter id → its GPU meter ids (ordered by id).
+    nodes: Vec<(i64, Vec<i64>)>,
+    /// MIG instance → its GPU: allocations of a slice count on its GPU.
+    mig_parent: HashMap<i64, i64>,
+    /// The meters that report samples (every kind but MIG instances).
+    metered: Vec<i64>,
+    gpus: Vec<i64>,
+}
+
+impl MeterTree {
+    /// Which meters the fixed classes of power profiles sum: IT is the node meters, or the
+    /// GPUs where the site has none.
+    fn power_meters(&self) -> PowerMeters {
+        let node_ids = || self.nodes.iter().map(|n| n.0);
+        PowerMeters {
+            facility: self.facility.iter().copied().collect(),
+            it: if self.nodes.is_empty() {
+                self.gpus.iter().copied().collect()
+            } else {
+                node_ids().collect()
+            },
+            gpus: self.gpus.iter().copied().collect(),
+        }
+    }
+}
+
+async fn meter_tree(pool: &PgPool, site_id: i64) -> StoreResult<MeterTree> {
     let meters = sqlx::query!(
         r#"SELECT id, kind AS "kind: MeterKind", parent_id FROM meters WHERE site_id = $1 ORDER BY id"#,
         site_id,
     )
     .fetch_all(pool)
     .await?;
-    // Per GPU: embodied kg over the lifetime as ng per ms of life (kg × 1e12 ng / (h × 3.6e6
-    // ms)), and the GPU-hour rate as 1e-12 currency per ms where it is in the site's currency.
-    let embodied: HashMap<i64, (i64, i64)> = sqlx::query!(
+    let of_kind = |kind: MeterKind| -> Vec<i64> {
+        meters
+            .iter()
+            .filter(|m| m.kind == kind)
+            .map(|m| m.id)
+            .collect()
+    };
+    let mut nodes: Vec<(i64, Vec<i64>)> = of_kind(MeterKind::Node)
+        .into_iter()
+        .map(|id| (id, Vec::new()))
+        .collect();
+    let node_index: HashMap<i64, usize> = nodes.iter().enumerate().map(|(i, n)| (n.0, i)).collect();
+    let mut mig_parent: HashMap<i64, i64> = HashMap::new();
+    for m in &meters {
+        match (m.kind, m.parent_id) {
+            (MeterKind::Gpu, Some(p)) => {
+                if let Some(&i) = node_index.get(&p) {
+                    nodes[i].1.push(m.id);
+                }
+            }
+            (MeterKind::Mig, Some(p)) => {
+                mig_parent.insert(m.id, p);
+            }
+            _ => {}
+        }
+    }
+    Ok(MeterTree {
+        facility: of_kind(MeterKind::Facility),
+        nodes,
+        mig_parent,
+        metered: meters
+            .iter()
+            .filter(|m| m.kind != MeterKind::Mig)
+            .map(|m| m.id)
+            .collect(),
+        gpus: of_kind(MeterKind::Gpu),
+    })
+}
+
+/// Per GPU: embodied kg over the lifetime as ng per ms of life (kg × 1e12 ng / (h × 3.6e6
+/// ms)), and the GPU-hour rate as 1e-12 currency per ms where it is in the site's currency;
+/// known device models only.
+async fn embodied(pool: &PgPool, site_id: i64) -> StoreResult<HashMap<i64, (i64, i64)>> {
+    Ok(sqlx::query!(
         "SELECT m.id, d.embodied_kg, d.lifetime_hours,
                 CASE WHEN d.rate_currency = s.currency THEN d.gpu_hour_rate END AS rate
          FROM meters m JOIN device_models d ON d.key = m.device_model
@@ -195,38 +328,19 @@ pub async fn load(
         let pico = rate.map_or(0, |r| per_ms(r, Decimal::from(HOUR_MS)));
         (id, (ng, pico))
     })
-    .collect();
-    let facility: Vec<i64> = meters
-        .iter()
-        .filter(|m| m.kind == MeterKind::Facility)
-        .map(|m| m.id)
-        .collect();
-    let mut nodes: Vec<(i64, Vec<i64>)> = meters
-        .iter()
-        .filter(|m| m.kind == MeterKind::Node)
-        .map(|m| (m.id, Vec::new()))
-        .collect();
-    let node_index: HashMap<i64, usize> = nodes.iter().enumerate().map(|(i, n)| (n.0, i)).collect();
-    let mut mig_parent: HashMap<i64, i64> = HashMap::new();
-    for m in &meters {
-        match (m.kind, m.parent_id) {
-            (MeterKind::Gpu, Some(p)) => {
-                if let Some(&i) = node_index.get(&p) {
-                    nodes[i].1.push(m.id);
-                }
-            }
-            (MeterKind::Mig, Some(p)) => {
-                mig_parent.insert(m.id, p);
-            }
-            _ => {}
-        }
-    }
-    let metered: Vec<i64> = meters
-        .iter()
-        .filter(|m| m.kind != MeterKind::Mig)
-        .map(|m| m.id)
-        .collect();
+    .collect())
+}
 
+/// The metered meters' samples in `[from, to)` and the two on either side of it, in time
+/// order; where a meter has a step record and a raw reading at the same instant (it switched
+/// from one to the other), the step record first (raw = false sorts first).
+async fn samples(
+    pool: &PgPool,
+    site_id: i64,
+    metered: &[i64],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<Vec<RawSample>> {
     let mut rows = sqlx::query_as!(
         RawSample,
         r#"SELECT meter_id AS "meter_id!", ts AS "ts!", counter_mj, power_mw, peak_mw,
@@ -242,55 +356,19 @@ pub async fn load(
          CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw FROM samples s
                              WHERE s.site_id = $4 AND s.meter_id = m.id AND s.ts >= $3
                              ORDER BY ts LIMIT 2) n"#,
-        &metered,
+        metered,
         from,
         to,
         site_id,
     )
     .fetch_all(pool)
     .await?;
-    // In time order; where a meter has a step record and a raw reading at the same instant
-    // (it switched from one to the other), the step record (raw = false sorts first).
     rows.sort_unstable_by_key(|r| (r.meter_id, r.ts, r.raw));
-    // The power readings of the facility, IT and GPU meters, from the rows just read (IT: the
-    // site's node meters, a GPU always has one, or its GPUs where it has none). Every reading
-    // counts, before the dedup below; a meter with a counter alone counts its intervals' mean
-    // power.
-    let it_kind = if nodes.is_empty() {
-        MeterKind::Gpu
-    } else {
-        MeterKind::Node
-    };
-    let of_kind = |kind: MeterKind| -> HashSet<i64> {
-        meters
-            .iter()
-            .filter(|m| m.kind == kind)
-            .map(|m| m.id)
-            .collect()
-    };
-    let sets = PowerMeters {
-        facility: of_kind(MeterKind::Facility),
-        it: of_kind(it_kind),
-        gpus: of_kind(MeterKind::Gpu),
-    };
-    let readings = peaks::power_readings(
-        rows.iter()
-            .filter(|r| {
-                let m = &r.meter_id;
-                sets.facility.contains(m) || sets.it.contains(m) || sets.gpus.contains(m)
-            })
-            .map(|r| {
-                (
-                    r.meter_id,
-                    r.ts.timestamp_micros(),
-                    r.counter_mj,
-                    r.power_mw,
-                    r.peak_mw,
-                )
-            }),
-        i64::from(gap_s) * 1_000_000,
-    );
-    let (from_us, to_us) = (from.timestamp_micros(), to.timestamp_micros());
+    Ok(rows)
+}
+
+/// Each meter's samples, one per instant (the step record where a raw reading shares it).
+fn by_meter(mut rows: Vec<RawSample>) -> HashMap<i64, Vec<Sample>> {
     rows.dedup_by_key(|r| (r.meter_id, r.ts));
     let mut samples: HashMap<i64, Vec<Sample>> = HashMap::new();
     for r in rows {
@@ -300,7 +378,28 @@ pub async fn load(
             power_mw: r.power_mw,
         });
     }
+    samples
+}
 
+/// The jobs holding the site's GPUs in the window, in job-key order: their ids, the core's
+/// jobs (tenant, model, token weights), their kinds, and each GPU's allocations (a MIG
+/// slice's on its GPU).
+struct WindowJobs {
+    ids: Vec<i64>,
+    jobs: Vec<Job>,
+    kinds: Vec<Option<JobKind>>,
+    allocations: HashMap<i64, Vec<Allocation>>,
+    index: HashMap<i64, usize>,
+}
+
+async fn jobs(
+    pool: &PgPool,
+    site_id: i64,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    platform: i64,
+    mig_parent: &HashMap<i64, i64>,
+) -> StoreResult<WindowJobs> {
     let allocs = sqlx::query_as!(
         AllocationRow,
         "SELECT a.meter_id, a.job_id, j.key AS job_key, a.share, a.start_at, a.end_at
@@ -364,50 +463,49 @@ pub async fn load(
             share_ppm: share_ppm(a.share).unwrap_or(PPM),
         });
     }
-    let power = power_profiles(&readings, (from_us, to_us), &sets, &allocations, &kinds);
-    let peaks = hour_peaks(&power, policy.static_pue);
+    Ok(WindowJobs {
+        ids: job_ids,
+        jobs,
+        kinds,
+        allocations,
+        index: job_index,
+    })
+}
 
+/// The window's token records, each prorated later to the hours it spans.
+async fn tokens(
+    pool: &PgPool,
+    site_id: i64,
+    jobs: &WindowJobs,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<Vec<TokenSpan>> {
     let token_rows = sqlx::query_as!(
         TokenRecordRow,
         "SELECT job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens
          FROM token_records
          WHERE site_id = $4 AND job_id = ANY($1) AND start_at < $3 AND end_at >= $2",
-        &job_ids,
+        &jobs.ids,
         from,
         to,
         site_id,
     )
     .fetch_all(pool)
     .await?;
-    let tokens = token_rows
+    Ok(token_rows
         .into_iter()
         .map(|r| {
-            let job = job_index[&r.job_id];
+            let job = jobs.index[&r.job_id];
             TokenSpan {
                 job,
-                tenant: r.tenant_id.unwrap_or(jobs[job].tenant),
+                tenant: r.tenant_id.unwrap_or(jobs.jobs[job].tenant),
                 start_ms: r.start_at.timestamp_millis(),
                 end_ms: r.end_at.timestamp_millis(),
                 prompt: r.prompt_tokens,
                 generated: r.generated_tokens,
             }
         })
-        .collect();
-
-    Ok(Window {
-        policy,
-        gap_limit_ms: i64::from(gap_s) * 1000,
-        facility,
-        nodes,
-        samples,
-        peaks,
-        power,
-        allocations,
-        jobs,
-        job_ids,
-        tokens,
-        embodied,
-    })
+        .collect())
 }
 
 /// Which of a site's meters the fixed classes of power profiles sum.
