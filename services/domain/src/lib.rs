@@ -17,14 +17,34 @@ pub mod job_kind;
 pub mod load_shape;
 pub mod meter_kind;
 pub mod metrics;
+mod names;
 pub mod peaks;
 pub mod quality;
 pub mod signals;
 pub mod split;
 pub mod steps;
-mod text_column;
 pub mod tokens;
 pub mod units;
 pub mod webhooks;
 
 pub use quality::Quality;
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Real payloads live in `../shared/fixtures` beside the checkout (see its SOURCES.md);
+    //! tests read them from there rather than copying them into the repository.
+
+    use std::path::PathBuf;
+
+    pub fn read(path: &str) -> String {
+        let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/fixtures")
+            .join(path);
+        std::fs::read_to_string(&full).unwrap_or_else(|e| {
+            panic!(
+                "fixture {} (shared/ must sit beside the checkout): {e}",
+                full.display()
+            )
+        })
+    }
+}

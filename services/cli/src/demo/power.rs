@@ -211,6 +211,10 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
     };
     let gpus = match fits_only_capped(client, &training).await? {
         Ok(gpus) => gpus,
+        Err(Value::Null) => {
+            println!("  admission, orbit-labs training: every size up to {MAX_TRAINING_GPUS} GPUs fits site {SITE}'s room in full");
+            return Ok(());
+        }
         Err(last) => {
             println!(
                 "  admission, orbit-labs training: no size fits site {SITE}'s room only capped (at {} GPUs: {} {})",
@@ -251,30 +255,45 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
 /// The fewest GPUs of `job(gpus)` that admission, asked what-if, admits now only with its
 /// GPUs capped: past every size that fits in full, before the sizes that fit not at all.
 /// Admission re-reads the site's measured draw every half minute, and the demo's site has no
-/// new readings after the seed, so the room can change between two sizes; a pass that ends
-/// without a capped fit is asked again. `Err` holds the last answer, with the size asked.
+/// new readings after the seed, so the room can change between two sizes; a pass that meets
+/// a size admitted neither way is asked again. `Err` holds the last answer, with the size
+/// asked (none when every size fits in full).
 async fn fits_only_capped(
     client: &Client,
     job: &impl Fn(i64) -> Value,
 ) -> anyhow::Result<Result<i64, Value>> {
-    let mut last = Value::Null;
+    let mut missed = Value::Null;
     for _ in 0..3 {
-        for gpus in 1..=MAX_TRAINING_GPUS {
-            let mut ask = job(gpus);
-            ask["dry_run"] = json!(true);
-            let a = client.post(&client.scheduler, "/v1/admission", ask).await?;
-            match (a["decision"].as_str(), a["power_cap_w"].as_i64()) {
-                (Some("admit"), Some(_)) => return Ok(Ok(gpus)),
-                (Some("admit"), None) => continue,
-                _ => {
-                    last = a;
-                    last["gpus"] = json!(gpus);
-                    break;
-                }
+        match sizing_pass(client, job).await? {
+            Ok(gpus) => return Ok(Ok(gpus)),
+            // Every size fits in full: asking again would only say so again.
+            Err(Value::Null) => return Ok(Err(Value::Null)),
+            Err(answer) => missed = answer,
+        }
+    }
+    Ok(Err(missed))
+}
+
+/// One pass of [`fits_only_capped`]: sizes from 1 GPU up until one is admitted capped (`Ok`)
+/// or admitted neither way (`Err` with that answer and its size); `Err(Null)` past the largest.
+async fn sizing_pass(
+    client: &Client,
+    job: &impl Fn(i64) -> Value,
+) -> anyhow::Result<Result<i64, Value>> {
+    for gpus in 1..=MAX_TRAINING_GPUS {
+        let mut ask = job(gpus);
+        ask["dry_run"] = json!(true);
+        let mut a = client.post(&client.scheduler, "/v1/admission", ask).await?;
+        match (a["decision"].as_str(), a["power_cap_w"].as_i64()) {
+            (Some("admit"), Some(_)) => return Ok(Ok(gpus)),
+            (Some("admit"), None) => continue,
+            _ => {
+                a["gpus"] = json!(gpus);
+                return Ok(Err(a));
             }
         }
     }
-    Ok(Err(last))
+    Ok(Err(Value::Null))
 }
 
 fn reasons(a: &Value) -> String {

@@ -20,9 +20,10 @@ pub fn decide(
         return reject(vec!["no candidate site".into()], None, Vec::new());
     };
     let now_first = job.estimate(first, start0);
-    let (mut reasons, remaining) = match self::budgets(job, budgets, policy, &now_first) {
-        Ok(checked) => checked,
-        Err(why) => return reject(vec![why.0], Some(now_first), why.1),
+    let (checked, remaining) = self::budgets(job, budgets, policy, &now_first);
+    let mut reasons = match checked {
+        Ok(reasons) => reasons,
+        Err(why) => return reject(vec![why], Some(now_first), remaining),
     };
     let latest = match latest_start(job, start0, policy) {
         Ok(latest) => latest,
@@ -66,24 +67,24 @@ fn reject(reasons: Vec<String>, now: Option<Estimate>, budgets: Vec<Remaining>) 
 }
 
 /// Rule 1, on the job started as early as possible at the first site: the reasons so far
-/// (its budget warnings, or that its priority is not held to budgets) and what the budgets
-/// have left; `Err` with the reason a hard budget refuses it.
-#[allow(clippy::type_complexity)]
+/// (its budget warnings, or that its priority is not held to budgets), or the reason a hard
+/// budget refuses it; and what the budgets have left.
 fn budgets(
     job: &Job,
     budgets: &[Budget],
     policy: &Policy,
     now_first: &Estimate,
-) -> Result<(Vec<String>, Vec<Remaining>), (String, Vec<Remaining>)> {
+) -> (Result<Vec<String>, String>, Vec<Remaining>) {
     let verdict = budget::check(budgets, &now_first.amounts());
-    if policy.bypass_budget.contains(&job.priority) {
-        let why = format!("priority '{}' is not held to budgets", job.priority);
-        return Ok((vec![why], verdict.remaining));
-    }
-    match verdict.reject {
-        Some(why) => Err((why, verdict.remaining)),
-        None => Ok((verdict.warnings, verdict.remaining)),
-    }
+    let checked = if policy.bypass_budget.contains(&job.priority) {
+        Ok(vec![format!(
+            "priority '{}' is not held to budgets",
+            job.priority
+        )])
+    } else {
+        verdict.reject.map_or(Ok(verdict.warnings), Err)
+    };
+    (checked, verdict.remaining)
 }
 
 /// The latest start the job may take: before its deadline less its run, or, without one,

@@ -28,44 +28,20 @@ use envelope::{Reservation, Reserved};
 use forecast::Forecast;
 use oversubscription::Factors;
 use rust_decimal::Decimal;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::sync::Arc;
 
 /// Seconds × watts in a kWh.
 const WS_PER_KWH: i64 = 3_600_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    Admit,
-    Defer,
-    Reject,
-}
-
-impl Verdict {
-    pub const ALL: [Verdict; 3] = [Verdict::Admit, Verdict::Defer, Verdict::Reject];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Admit => "admit",
-            Verdict::Defer => "defer",
-            Verdict::Reject => "reject",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Verdict> {
-        Self::ALL.into_iter().find(|v| v.as_str() == s)
+crate::names::names! {
+    /// What admission answers.
+    pub enum Verdict {
+        Admit = "admit",
+        Defer = "defer",
+        Reject = "reject",
     }
 }
-
-impl std::fmt::Display for Verdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-crate::text_column::text_column!(Verdict);
 
 /// What the job needs, with its power already resolved by the caller (given, or learned).
 #[derive(Debug, Clone)]

@@ -62,23 +62,3 @@ pub struct Series {
     pub source: String,
     pub points: Vec<Point>,
 }
-
-#[cfg(test)]
-pub(crate) mod tests {
-    use std::path::PathBuf;
-
-    /// Real payloads live in `../shared/fixtures` beside the checkout (SOURCES.md says
-    /// where each came from); tests read them from there. (The webhook signature tests read
-    /// their vectors through this too.)
-    pub fn fixture(path: &str) -> String {
-        let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/fixtures")
-            .join(path);
-        std::fs::read_to_string(&full).unwrap_or_else(|e| {
-            panic!(
-                "fixture {} (shared/ beside the checkout): {e}",
-                full.display()
-            )
-        })
-    }
-}

@@ -140,7 +140,7 @@ mod tests {
     use serde_json::Value;
 
     fn vectors() -> Vec<Value> {
-        let text = crate::signals::tests::fixture("webhooks/standard-webhooks-test-vectors.json");
+        let text = crate::fixtures::read("webhooks/standard-webhooks-test-vectors.json");
         serde_json::from_str(&text).unwrap()
     }
 
