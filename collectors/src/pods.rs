@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use wattledger_domain::job_kind::JobKind;
 
 /// What one observation says about a pod: its tenant and the devices it holds, each with
 /// its share (`None` = the whole device).
@@ -55,7 +56,7 @@ impl Pods {
     pub fn observe(
         &mut self,
         seen: BTreeMap<String, PodUse>,
-        kind: &str,
+        kind: JobKind,
         now: DateTime<Utc>,
     ) -> Vec<Job> {
         let mut jobs = Vec::new();
@@ -96,7 +97,7 @@ impl Pods {
     }
 }
 
-fn job(key: &str, pod: &OpenPod, kind: &str, end_at: Option<DateTime<Utc>>) -> Job {
+fn job(key: &str, pod: &OpenPod, kind: JobKind, end_at: Option<DateTime<Utc>>) -> Job {
     Job {
         key: key.to_owned(),
         name: Some(key.trim_start_matches("k8s:").to_owned()),
@@ -104,7 +105,7 @@ fn job(key: &str, pod: &OpenPod, kind: &str, end_at: Option<DateTime<Utc>>) -> J
         // The pod's GPUs say where it runs.
         site: None,
         model: None,
-        kind: kind.to_owned(),
+        kind,
         priority: None,
         submit_at: None,
         start_at: pod.start_at,
@@ -155,7 +156,7 @@ mod tests {
         let mut p = Pods::default();
         let j = p.observe(
             seen(&[("k8s:a/p", &[("g0", Some("0.25"))])]),
-            "inference",
+            JobKind::Inference,
             at(0),
         );
         assert_eq!(j.len(), 1);
@@ -166,16 +167,20 @@ mod tests {
         assert!(p
             .observe(
                 seen(&[("k8s:a/p", &[("g0", Some("0.25"))])]),
-                "inference",
+                JobKind::Inference,
                 at(10)
             )
             .is_empty());
-        let moved = p.observe(seen(&[("k8s:a/p", &[("g1", None)])]), "inference", at(20));
+        let moved = p.observe(
+            seen(&[("k8s:a/p", &[("g1", None)])]),
+            JobKind::Inference,
+            at(20),
+        );
         assert_eq!(
             (moved[0].start_at, moved[0].allocations[0].meter.as_str()),
             (at(0), "g1")
         );
-        let gone = p.observe(BTreeMap::new(), "inference", at(30));
+        let gone = p.observe(BTreeMap::new(), JobKind::Inference, at(30));
         assert_eq!(gone[0].end_at, Some(at(30)));
         assert!(p.is_empty());
     }
@@ -184,7 +189,7 @@ mod tests {
     fn state_spooled_before_shares_existed_still_reads() {
         let old = serde_json::json!({"k8s:a/p": {"tenant": "t", "start_at": "2026-09-21T00:00:00Z", "meters": ["g0"]}});
         let mut p: Pods = serde_json::from_value(old).unwrap();
-        let gone = p.observe(BTreeMap::new(), "inference", at(0));
+        let gone = p.observe(BTreeMap::new(), JobKind::Inference, at(0));
         assert_eq!(gone[0].allocations[0].meter, "g0");
         assert_eq!(gone[0].allocations[0].share, None);
     }

@@ -114,7 +114,7 @@ async fn the_decision_writer_dead_letters_a_row_the_database_refuses() {
         job_name: name.into(),
         job_key: None,
         kind: wattledger_domain::job_kind::JobKind::Batch,
-        priority: "normal".into(),
+        priority: wattledger_domain::priority::Priority::normal(),
         gpus: 1,
         decision: wattledger_domain::admission::Verdict::Reject,
         site_id: None,

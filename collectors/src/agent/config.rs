@@ -5,6 +5,7 @@ use crate::sources::{self, SourceConfig, SourceContext};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use wattledger_domain::meter_kind::MeterKind;
 
 /// Declares `Config` with one table array per kind of source the registry lists
 /// (`crate::sources::registry`), and `Config::sources`.
@@ -88,7 +89,7 @@ impl AgentConfig {
 #[serde(deny_unknown_fields)]
 pub struct MeterConfig {
     pub key: String,
-    pub kind: String,
+    pub kind: MeterKind,
     pub parent: Option<String>,
 }
 

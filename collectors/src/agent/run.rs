@@ -150,7 +150,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let meters = config
             .meters
             .iter()
-            .map(|m| Meter::new(&m.key, &config.agent.site, &m.kind, m.parent.as_deref()))
+            .map(|m| Meter::new(&m.key, &config.agent.site, m.kind, m.parent.as_deref()))
             .collect();
         shared
             .spool_batches("inventory", vec![Batch::Meters(meters)], None)

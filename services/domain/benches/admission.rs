@@ -16,6 +16,7 @@ use wattledger_domain::admission::forecast::{Forecast, Point};
 use wattledger_domain::admission::oversubscription::{PowerPolicy, Setting};
 use wattledger_domain::admission::{decide, Job, Policy, Site, Verdict};
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::priority::Priority;
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 26, 8, 41, 56).unwrap()
@@ -92,7 +93,7 @@ fn questions() -> Vec<Question> {
         kind,
         earliest_start: now(),
         deadline: deadline_h.map(|h| now() + Duration::hours(h)),
-        priority: "normal".into(),
+        priority: Priority::normal(),
     };
     let budget = |name: &str, metric, limit| Budget {
         name: name.into(),

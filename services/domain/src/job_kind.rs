@@ -1,9 +1,6 @@
 //! What a job does: the one list of job kinds the ingest API accepts, admission treats
 //! differently (each kind at its site's over-subscription factor) and chargeback bills as classes.
-//!
-//! A job's priority is not an enum on purpose: it is the scheduler's own QoS or priority
-//! class name (`normal`, `high`, `urgent`, a site's own), which admission policies name in
-//! their bypass lists; it passes the text rule like any name.
+//! A job's priority is not one of these closed sets: see [`crate::priority`].
 
 crate::names::names! {
     /// What a job does. The names are the API's, the database's (migration 0002's CHECK) and

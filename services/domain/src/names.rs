@@ -8,6 +8,18 @@
 //! `sqlx::Type`'s derive for an enum names a Postgres type of its own: so the enum encodes as
 //! its name and decodes through its `parse`, as `text`.
 
+/// A closed set of names, for the readers that take any of them (an API field, a query
+/// parameter, a form) and answer a bad one with the list of good ones.
+pub trait Named: Sized + Copy {
+    const NAMES: &'static [&'static str];
+    fn parse(s: &str) -> Option<Self>;
+
+    /// The refusal of a name outside the set.
+    fn expected() -> String {
+        format!("must be one of: {}", Self::NAMES.join(", "))
+    }
+}
+
 /// Declares an enum whose variants each have a name: ordered as declared (the discriminant
 /// indexes per-variant arrays), serialised and documented by that name, with `ALL`, `NAMES`,
 /// `as_str`, `parse`, `Display` and the text column.
@@ -45,6 +57,13 @@ macro_rules! names {
                     $($name => Some($ty::$variant),)+
                     _ => None,
                 }
+            }
+        }
+
+        impl $crate::names::Named for $ty {
+            const NAMES: &'static [&'static str] = &$ty::NAMES;
+            fn parse(s: &str) -> Option<Self> {
+                $ty::parse(s)
             }
         }
 

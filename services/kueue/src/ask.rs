@@ -20,6 +20,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use wattledger_domain::input::InputError;
+use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::priority::Priority;
 use wattledger_wire::parse_duration;
 
 /// Annotations a Workload (or its pod templates) may carry: the names the pod webhook reads.
@@ -39,11 +42,11 @@ pub struct Question {
     pub gpu_model: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    pub kind: String,
+    pub kind: JobKind,
     pub duration_s: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DateTime<Utc>>,
-    pub priority: String,
+    pub priority: Priority,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sites: Vec<String>,
     pub source: &'static str,
@@ -64,6 +67,10 @@ pub enum QuestionError {
     DurationBounds(i64),
     #[error("wattledger.io/deadline: '{0}' is not an RFC 3339 time")]
     Deadline(String),
+    #[error("wattledger.io/kind: '{0}' is not a job kind ({names})", names = JobKind::NAMES.join(", "))]
+    Kind(String),
+    #[error("the priority class name {0}")]
+    Priority(InputError),
 }
 
 /// One container's GPUs: its limits, else its requests, of `nvidia.com/gpu` and every
@@ -187,7 +194,12 @@ pub fn question(
                 .find_map(|p| p.template.spec.priority_class_name.clone())
         })
         .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "normal".into());
+        .map_or(Ok(Priority::normal()), |p| Priority::parse(&p))
+        .map_err(QuestionError::Priority)?;
+    let kind = match wl.annotation(annotations::KIND) {
+        Some(k) => JobKind::parse(k).ok_or_else(|| QuestionError::Kind(k.to_owned()))?,
+        None => JobKind::Batch,
+    };
     Ok(Some(Question {
         tenant: namespace_labels
             .get(&params.tenant_label)
@@ -199,10 +211,7 @@ pub fn question(
         gpus,
         gpu_model: wl.annotation(annotations::GPU_MODEL).map(str::to_owned),
         model: wl.annotation(annotations::MODEL).map(str::to_owned),
-        kind: wl
-            .annotation(annotations::KIND)
-            .unwrap_or("batch")
-            .to_owned(),
+        kind,
         duration_s,
         deadline,
         priority,
@@ -249,7 +258,7 @@ mod tests {
         assert_eq!(q.tenant, "team-a");
         assert_eq!(q.job_key, "kueue:team-a/sample-job");
         assert_eq!(q.duration_s, 3600);
-        assert_eq!(q.priority, "normal");
+        assert_eq!(q.priority, Priority::normal());
         assert_eq!(q.deadline, None);
     }
 
@@ -333,10 +342,10 @@ mod tests {
         assert_eq!(q.job_key, "kueue:ml/job-train-1a2b3");
         assert_eq!(q.gpus, 8);
         assert_eq!(q.duration_s, 5400);
-        assert_eq!(q.kind, "training");
+        assert_eq!(q.kind, JobKind::Training);
         assert_eq!(q.model.as_deref(), Some("llama-3-8b"));
         assert_eq!(q.sites, ["s1", "s2"]);
-        assert_eq!(q.priority, "low");
+        assert_eq!(q.priority.as_str(), "low");
         assert_eq!(
             q.deadline.unwrap().to_rfc3339(),
             "2026-01-02T03:00:00+00:00"
@@ -359,7 +368,7 @@ mod tests {
         let q = question(&bare, &BTreeMap::new(), &params).unwrap().unwrap();
         assert_eq!((q.tenant.as_str(), q.duration_s), ("ml", 600));
         assert_eq!(q.sites, ["s9"]);
-        assert_eq!(q.kind, "batch");
+        assert_eq!(q.kind, JobKind::Batch);
         params.tenant_label = "team".into();
         bare.metadata
             .annotations
@@ -386,5 +395,6 @@ mod tests {
         assert!(err(wl("wattledger.io/duration", "soon")).contains("'soon' is not a duration"));
         assert!(err(wl("wattledger.io/duration", "91d")).contains("90 days"));
         assert!(err(wl("wattledger.io/deadline", "tomorrow")).contains("RFC 3339"));
+        assert!(err(wl("wattledger.io/kind", "mining")).contains("'mining' is not a job kind"));
     }
 }

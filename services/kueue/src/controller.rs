@@ -364,7 +364,7 @@ impl Controller {
         let (ns, name) = (wl.namespace(), wl.metadata.name.as_str());
         let record = Record {
             check: check.to_owned(),
-            decision: a.decision.as_str().to_owned(),
+            decision: a.decision,
             id: a.decision_id,
             start_at: a.start_at,
         };

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
+use wattledger_domain::admission::Verdict;
 
 pub const ANNOTATION: &str = "wattledger.io/admission-decision";
 
@@ -25,8 +26,7 @@ pub const ANNOTATION: &str = "wattledger.io/admission-decision";
 pub struct Record {
     /// The AdmissionCheck the decision answered.
     pub check: String,
-    /// `admit`, `defer` or `reject`.
-    pub decision: String,
+    pub decision: Verdict,
     pub id: Uuid,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_at: Option<DateTime<Utc>>,
@@ -48,7 +48,7 @@ impl Record {
     /// A deferral whose start is still ahead of `now`: the time to hold the Workload until.
     pub fn holds_until(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         self.start_at
-            .filter(|at| self.decision == "defer" && *at > now)
+            .filter(|at| self.decision == Verdict::Defer && *at > now)
     }
 
     /// The server-side apply body that sets the annotation, and nothing else, on `wl`.
@@ -87,7 +87,7 @@ mod tests {
         let now = Utc::now();
         let r = Record {
             check: "wattledger".into(),
-            decision: "defer".into(),
+            decision: Verdict::Defer,
             id: Uuid::now_v7(),
             start_at: Some(now + Duration::hours(2)),
         };

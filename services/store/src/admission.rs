@@ -12,6 +12,7 @@ use uuid::Uuid;
 use wattledger_domain::admission::Verdict;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::meter_kind::MeterKind;
+use wattledger_domain::priority::Priority;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SiteRow {
@@ -174,16 +175,18 @@ pub struct PolicyRow {
     pub threshold_pct: Decimal,
     pub carbon_weight: Decimal,
     pub basis: String,
-    pub bypass_priorities: Vec<String>,
-    pub budget_bypass_priorities: Vec<String>,
+    pub bypass_priorities: Vec<Priority>,
+    pub budget_bypass_priorities: Vec<Priority>,
 }
 
 pub async fn policies(pool: &PgPool, scope: &Scope) -> StoreResult<Vec<PolicyRow>> {
     Ok(sqlx::query_as!(
         PolicyRow,
-        "SELECT tenant_id, threshold_pct, carbon_weight, basis, bypass_priorities,
-                budget_bypass_priorities FROM admission_policies
-         WHERE ($1::bigint IS NULL OR tenant_id = $1)",
+        r#"SELECT tenant_id, threshold_pct, carbon_weight, basis,
+                bypass_priorities AS "bypass_priorities: Vec<Priority>",
+                budget_bypass_priorities AS "budget_bypass_priorities: Vec<Priority>"
+         FROM admission_policies
+         WHERE ($1::bigint IS NULL OR tenant_id = $1)"#,
         scope.tenant(),
     )
     .fetch_all(pool)
@@ -252,7 +255,7 @@ pub struct NewDecision {
     pub job_name: String,
     pub job_key: Option<String>,
     pub kind: JobKind,
-    pub priority: String,
+    pub priority: Priority,
     pub gpus: i32,
     pub decision: Verdict,
     pub site_id: Option<i64>,

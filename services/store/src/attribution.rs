@@ -119,7 +119,7 @@ struct JobWeightsRow {
     id: i64,
     tenant_id: i64,
     model_id: Option<i64>,
-    kind: String,
+    kind: JobKind,
     prefill_weight: Option<Decimal>,
     decode_weight: Option<Decimal>,
 }
@@ -423,7 +423,7 @@ async fn jobs(
         job_ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
     let job_rows = sqlx::query_as!(
         JobWeightsRow,
-        r#"SELECT j.id, j.tenant_id, j.model_id, j.kind, m.prefill_weight AS "prefill_weight?",
+        r#"SELECT j.id, j.tenant_id, j.model_id, j.kind AS "kind: JobKind", m.prefill_weight AS "prefill_weight?",
                   m.decode_weight AS "decode_weight?"
            FROM jobs j LEFT JOIN models m ON m.id = j.model_id WHERE j.id = ANY($1)"#,
         &job_ids,
@@ -445,7 +445,7 @@ async fn jobs(
     ];
     let mut kinds: Vec<Option<JobKind>> = vec![None; job_ids.len()];
     for r in job_rows {
-        kinds[job_index[&r.id]] = JobKind::parse(&r.kind);
+        kinds[job_index[&r.id]] = Some(r.kind);
         jobs[job_index[&r.id]] = Job {
             tenant: r.tenant_id,
             model: r.model_id,

@@ -11,6 +11,8 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
 use wattledger_domain::breakdown::EnergyBreakdown;
+use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::priority::Priority;
 
 #[derive(Debug, Clone)]
 pub struct JobRecord {
@@ -19,8 +21,8 @@ pub struct JobRecord {
     pub name: String,
     pub tenant_id: i64,
     pub model_id: Option<i64>,
-    pub kind: String,
-    pub priority: String,
+    pub kind: JobKind,
+    pub priority: Priority,
     pub submit_at: Option<DateTime<Utc>>,
     pub start_at: DateTime<Utc>,
     pub end_at: Option<DateTime<Utc>>,
@@ -88,8 +90,8 @@ pub async fn upsert(
         &records.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
         &records.iter().map(|r| r.tenant_id).collect::<Vec<_>>(),
         &records.iter().map(|r| r.model_id).collect::<Vec<_>>() as &[Option<i64>],
-        &records.iter().map(|r| r.kind.clone()).collect::<Vec<_>>(),
-        &records.iter().map(|r| r.priority.clone()).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>() as &[&str],
+        &records.iter().map(|r| r.priority.as_str()).collect::<Vec<_>>() as &[&str],
         &records.iter().map(|r| r.submit_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
         &records.iter().map(|r| r.start_at).collect::<Vec<_>>(),
         &records.iter().map(|r| r.end_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
@@ -227,8 +229,8 @@ pub struct JobRow {
     pub name: String,
     pub tenant: String,
     pub model: Option<String>,
-    pub kind: String,
-    pub priority: String,
+    pub kind: JobKind,
+    pub priority: Priority,
     pub submit_at: Option<DateTime<Utc>>,
     pub start_at: DateTime<Utc>,
     pub end_at: Option<DateTime<Utc>>,

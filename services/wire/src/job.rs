@@ -5,10 +5,10 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::priority::Priority;
 use wattledger_domain::{input, units};
 
 const MAX_NAME_LEN: usize = 512;
-const MAX_PRIORITY_LEN: usize = 64;
 
 /// A job with the GPUs it held.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,11 +29,10 @@ pub struct Job {
     /// The model's key, for a job that serves or trains one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// `training`, `inference`, `batch` or `interactive`.
-    pub kind: String,
+    pub kind: JobKind,
     /// The scheduler's priority or QoS name; `normal` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<String>,
+    pub priority: Option<Priority>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_at: Option<DateTime<Utc>>,
     pub start_at: DateTime<Utc>,
@@ -78,10 +77,6 @@ impl Job {
         }
         if let Some(model) = &self.model {
             p.key("model", model);
-        }
-        p.one_of("kind", &self.kind, &JobKind::NAMES);
-        if let Some(priority) = &self.priority {
-            p.text("priority", priority, MAX_PRIORITY_LEN);
         }
         if let Some(t) = self.submit_at {
             p.time("submit_at", t, latest);
@@ -148,7 +143,7 @@ mod tests {
             tenant: "acme".into(),
             site: None,
             model: None,
-            kind: "training".into(),
+            kind: JobKind::Training,
             priority: None,
             submit_at: Some(t(9)),
             start_at: t(10),
@@ -180,10 +175,9 @@ mod tests {
             start_at: Some(t(12)),
             end_at: None,
         });
-        j.kind = "mining".into();
         assert_eq!(
             fields(&j),
-            ["kind", "allocations[1].share", "allocations[1].end_at"]
+            ["allocations[1].share", "allocations[1].end_at"]
         );
     }
 

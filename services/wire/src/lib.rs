@@ -21,7 +21,7 @@ mod time;
 mod tokens;
 
 pub use job::{Allocation, Job};
-pub use meter::{Meter, METER_KINDS};
+pub use meter::Meter;
 pub use sample::Sample;
 pub use signal::{SignalPoint, MAX_AHEAD_DAYS};
 pub use time::parse_duration;

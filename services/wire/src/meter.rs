@@ -4,9 +4,6 @@ use crate::{Problem, Problems};
 use serde::{Deserialize, Serialize};
 use wattledger_domain::meter_kind::MeterKind;
 
-/// The kinds of meter, outermost first: `facility` ⊇ `node` ⊇ `gpu` ⊇ `mig`.
-pub const METER_KINDS: [&str; 4] = MeterKind::NAMES;
-
 /// A meter in the tree facility ⊇ node ⊇ gpu ⊇ mig.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -15,8 +12,7 @@ pub struct Meter {
     pub key: String,
     /// The site's key.
     pub site: String,
-    /// `facility`, `node`, `gpu` or `mig`.
-    pub kind: String,
+    pub kind: MeterKind,
     /// Key of the parent meter: a node's facility (optional), a GPU's node, a MIG's GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
@@ -33,11 +29,11 @@ pub struct Meter {
 
 impl Meter {
     /// A meter of `kind` under `parent`, without GPU details.
-    pub fn new(key: &str, site: &str, kind: &str, parent: Option<&str>) -> Self {
+    pub fn new(key: &str, site: &str, kind: MeterKind, parent: Option<&str>) -> Self {
         Meter {
             key: key.to_owned(),
             site: site.to_owned(),
-            kind: kind.to_owned(),
+            kind,
             parent: parent.map(str::to_owned),
             gpu_uuid: None,
             device_model: None,
@@ -50,7 +46,7 @@ impl Meter {
         Meter {
             gpu_uuid: Some(uuid.to_owned()),
             device_model: model.map(str::to_owned),
-            ..Meter::new(key, site, "gpu", Some(node))
+            ..Meter::new(key, site, MeterKind::Gpu, Some(node))
         }
     }
 
@@ -60,7 +56,6 @@ impl Meter {
         let mut p = Problems::default();
         p.key("key", &self.key);
         p.key("site", &self.site);
-        p.one_of("kind", &self.kind, &METER_KINDS);
         if let Some(parent) = &self.parent {
             p.key("parent", parent);
         }
@@ -73,9 +68,9 @@ impl Meter {
                 p.text(field, v, max);
             }
         }
-        match (self.kind.as_str(), &self.parent) {
-            ("facility", Some(_)) => p.add("parent", "a facility meter has no parent"),
-            ("gpu" | "mig", None) => {
+        match (self.kind, &self.parent) {
+            (MeterKind::Facility, Some(_)) => p.add("parent", "a facility meter has no parent"),
+            (MeterKind::Gpu | MeterKind::Mig, None) => {
                 p.add("parent", format!("a {} meter needs a parent", self.kind))
             }
             (_, Some(parent)) if *parent == self.key => {
@@ -98,17 +93,21 @@ mod tests {
     #[test]
     fn the_tree_rules_a_meter_can_check_alone() {
         assert!(fields(&Meter::gpu("n1-gpu0", "fra", "n1", "GPU-1", None)).is_empty());
-        assert!(fields(&Meter::new("n1", "fra", "node", None)).is_empty());
+        assert!(fields(&Meter::new("n1", "fra", MeterKind::Node, None)).is_empty());
         assert_eq!(
-            fields(&Meter::new("f", "fra", "facility", Some("x"))),
+            fields(&Meter::new("f", "fra", MeterKind::Facility, Some("x"))),
             ["parent"]
         );
-        assert_eq!(fields(&Meter::new("g", "fra", "gpu", None)), ["parent"]);
         assert_eq!(
-            fields(&Meter::new("n", "fra", "node", Some("n"))),
+            fields(&Meter::new("g", "fra", MeterKind::Gpu, None)),
             ["parent"]
         );
-        assert_eq!(fields(&Meter::new("n", "fra", "rack", None)), ["kind"]);
+        assert_eq!(
+            fields(&Meter::new("n", "fra", MeterKind::Node, Some("n"))),
+            ["parent"]
+        );
+        let rack = r#"{"key": "r", "site": "fra", "kind": "rack"}"#;
+        assert!(serde_json::from_str::<Meter>(rack).is_err());
         let long = Meter {
             device_model: Some("x".repeat(129)),
             ..Meter::gpu("g", "fra", "n", "GPU-1", None)

@@ -15,6 +15,8 @@ use chrono::{DateTime, Utc};
 use parse::GpuReading;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
+use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::meter_kind::MeterKind;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,16 +40,16 @@ pub struct DcgmConfig {
     /// Namespace → tenant; an unmapped namespace is its own tenant key.
     #[serde(default)]
     pub namespace_tenants: BTreeMap<String, String>,
-    /// The job kind of pods (`inference`, `training`, `batch`, `interactive`).
+    /// The job kind of pods.
     #[serde(default = "default_pod_kind")]
-    pub pod_kind: String,
+    pub pod_kind: JobKind,
 }
 
 fn default_interval() -> f64 {
     10.0
 }
-fn default_pod_kind() -> String {
-    "inference".into()
+fn default_pod_kind() -> JobKind {
+    JobKind::Inference
 }
 
 impl SourceConfig for DcgmConfig {
@@ -143,7 +145,7 @@ impl DcgmSource {
                 if self.registered.insert(key.clone()) {
                     meters.push(Meter {
                         mig_profile: Some(m.profile.clone()),
-                        ..Meter::new(&key, &self.site, "mig", Some(&gpu))
+                        ..Meter::new(&key, &self.site, MeterKind::Mig, Some(&gpu))
                     });
                 }
             }
@@ -201,7 +203,7 @@ impl DcgmSource {
                 e.devices.insert(meter.clone(), None);
             }
         }
-        self.pods.observe(seen, &self.config.pod_kind, now)
+        self.pods.observe(seen, self.config.pod_kind, now)
     }
 }
 

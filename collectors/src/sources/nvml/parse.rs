@@ -8,6 +8,7 @@ use crate::sources::gpu_meter::meter_key;
 use crate::sources::Collected;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
+use wattledger_domain::meter_kind::MeterKind;
 
 /// What NVML said about one GPU in one read.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,7 +66,7 @@ pub fn records(
                     gpu_uuid: Some(m.uuid.clone()),
                     device_model: g.name.clone(),
                     mig_profile: m.name.as_deref().and_then(mig_profile).map(str::to_owned),
-                    ..Meter::new(&mig_key, site, "mig", Some(&key))
+                    ..Meter::new(&mig_key, site, MeterKind::Mig, Some(&key))
                 });
             }
         }

@@ -25,6 +25,7 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use wattledger_domain::job_kind::JobKind;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,9 +42,9 @@ pub struct PodResourcesConfig {
     /// Namespace → tenant; an unmapped namespace is its own tenant key.
     #[serde(default)]
     pub namespace_tenants: BTreeMap<String, String>,
-    /// The job kind of pods (`inference`, `training`, `batch`, `interactive`).
+    /// The job kind of pods.
     #[serde(default = "default_kind")]
-    pub kind: String,
+    pub kind: JobKind,
 }
 
 fn default_socket() -> PathBuf {
@@ -55,8 +56,8 @@ fn default_interval() -> f64 {
 fn default_prefix() -> String {
     "nvidia.com/".into()
 }
-fn default_kind() -> String {
-    "inference".into()
+fn default_kind() -> JobKind {
+    JobKind::Inference
 }
 
 impl SourceConfig for PodResourcesConfig {
@@ -119,7 +120,7 @@ impl PodResourcesSource {
                 (format!("k8s:{ns}/{pod}"), PodUse { tenant, devices })
             })
             .collect();
-        let jobs = self.pods.observe(seen, &self.config.kind, now);
+        let jobs = self.pods.observe(seen, self.config.kind, now);
         let state = serde_json::to_value(&self.pods).expect("pods serialize");
         Collected::new([Batch::Jobs(jobs)], Some(state))
     }

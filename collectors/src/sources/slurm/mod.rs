@@ -16,6 +16,7 @@ use chrono::{DateTime, Duration, Utc};
 use parse::{NodeGpus, SlurmJob};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use wattledger_domain::job_kind::JobKind;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,9 +39,9 @@ pub struct SlurmConfig {
     pub accounts: BTreeMap<String, String>,
     /// Partition → job kind; others are `default_kind`.
     #[serde(default)]
-    pub partition_kinds: BTreeMap<String, String>,
+    pub partition_kinds: BTreeMap<String, JobKind>,
     #[serde(default = "default_kind")]
-    pub default_kind: String,
+    pub default_kind: JobKind,
     /// Slurm node name → node meter key; unmapped nodes keep their name.
     #[serde(default)]
     pub node_meters: BTreeMap<String, String>,
@@ -62,8 +63,8 @@ fn default_interval() -> f64 {
 fn default_lookback() -> i64 {
     86_400
 }
-fn default_kind() -> String {
-    "batch".into()
+fn default_kind() -> JobKind {
+    JobKind::Batch
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -199,8 +200,8 @@ impl SlurmSource {
                     .config
                     .partition_kinds
                     .get(&j.partition)
-                    .cloned()
-                    .unwrap_or_else(|| self.config.default_kind.clone()),
+                    .copied()
+                    .unwrap_or(self.config.default_kind),
                 priority: None,
                 submit_at: j.submit.map(at),
                 start_at,

@@ -400,7 +400,7 @@ fn moved_decision(
         job_name: m.key.clone(),
         job_key: Some(m.key.clone()),
         kind: JobKind::Batch,
-        priority: "normal".into(),
+        priority: wattledger_domain::priority::Priority::normal(),
         gpus: m.gpus as i32,
         decision: Verdict::Defer,
         site_id: Some(e.site_id),

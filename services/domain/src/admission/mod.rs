@@ -22,6 +22,7 @@ pub mod oversubscription;
 
 use crate::demand_response;
 use crate::job_kind::JobKind;
+use crate::priority::Priority;
 use budget::{Budget, JobAmounts, Remaining};
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use envelope::{Reservation, Reserved};
@@ -55,7 +56,7 @@ pub struct Job {
     pub earliest_start: DateTime<Utc>,
     /// None: not flexible, start as soon as the envelope allows.
     pub deadline: Option<DateTime<Utc>>,
-    pub priority: String,
+    pub priority: Priority,
 }
 
 /// One candidate site as the hot state holds it.
@@ -107,9 +108,9 @@ pub struct Policy {
     /// Decide on marginal intensity (the default), else average.
     pub marginal: bool,
     /// Priority classes that skip the envelope and the carbon/price window.
-    pub bypass: Vec<String>,
+    pub bypass: Vec<Priority>,
     /// Priority classes that also skip budgets.
-    pub bypass_budget: Vec<String>,
+    pub bypass_budget: Vec<Priority>,
     /// How far a job without a deadline may be pushed to find envelope headroom.
     pub horizon: Duration,
 }

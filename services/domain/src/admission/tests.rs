@@ -62,7 +62,7 @@ fn job(duration_min: i64, deadline_min: Option<i64>) -> Job {
         kind: JobKind::Batch,
         earliest_start: t(0),
         deadline: deadline_min.map(t),
-        priority: "normal".into(),
+        priority: Priority::normal(),
     }
 }
 
@@ -290,14 +290,14 @@ fn budget_rules_come_first_and_name_the_budget() {
 
     // Bypass of 2–3 does not bypass budgets unless the policy says so.
     let mut urgent = job(60, Some(240));
-    urgent.priority = "urgent".into();
+    urgent.priority = Priority::parse("urgent").unwrap();
     let mut policy = Policy {
-        bypass: vec!["urgent".into()],
+        bypass: vec![Priority::parse("urgent").unwrap()],
         ..Policy::default()
     };
     let d2 = decide(&urgent, &[&s], std::slice::from_ref(&hard), &policy, t(0));
     assert_eq!(d2.verdict, Verdict::Reject);
-    policy.bypass_budget = vec!["urgent".into()];
+    policy.bypass_budget = vec![Priority::parse("urgent").unwrap()];
     let d3 = decide(&urgent, &[&s], &[hard], &policy, t(0));
     assert_eq!(d3.verdict, Verdict::Admit);
     assert_eq!(d3.start_at, Some(t(0)));
@@ -308,9 +308,9 @@ fn priority_bypass_skips_a_full_envelope_and_a_cleaner_slot() {
     let mut s = site("fra1", &[500, 10]);
     s.draw_w = Some(99_000);
     let mut urgent = job(60, Some(240));
-    urgent.priority = "urgent".into();
+    urgent.priority = Priority::parse("urgent").unwrap();
     let policy = Policy {
-        bypass: vec!["urgent".into()],
+        bypass: vec![Priority::parse("urgent").unwrap()],
         ..Policy::default()
     };
     let d0 = decide(&urgent, &[&s], &[], &policy, t(0));

@@ -10,6 +10,7 @@ use wattledger_domain::admission::budget::Remaining;
 use wattledger_domain::admission::{Estimate, Verdict};
 use wattledger_domain::input;
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::priority::Priority;
 
 /// A scheduler's question.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -45,8 +46,9 @@ pub struct Ask {
     /// Must have finished by then. Without a deadline the job is not flexible.
     #[serde(default, deserialize_with = "input::de::opt_time")]
     pub deadline: Option<DateTime<Utc>>,
-    #[serde(default = "default_priority")]
-    pub priority: String,
+    /// `normal` when absent.
+    #[serde(default)]
+    pub priority: Priority,
     /// Candidate site keys, in order of preference. Default: every site.
     #[serde(default)]
     pub sites: Vec<String>,
@@ -61,9 +63,6 @@ pub struct Ask {
 
 fn default_kind() -> JobKind {
     JobKind::Batch
-}
-fn default_priority() -> String {
-    "normal".into()
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -134,13 +133,12 @@ pub enum AskError {
 }
 
 /// Longest text of each field of a question, in bytes.
-const TEXT_LIMITS: [(&str, usize); 7] = [
+const TEXT_LIMITS: [(&str, usize); 6] = [
     ("tenant", 256),
     ("job_name", 512),
     ("job_key", 256),
     ("gpu_model", 128),
     ("model", 256),
-    ("priority", 64),
     ("sites", 256),
 ];
 
@@ -154,7 +152,6 @@ pub(super) fn validate(ask: &Ask, now: DateTime<Utc>) -> Vec<(&'static str, Stri
         ("job_key", ask.job_key.as_ref()),
         ("gpu_model", ask.gpu_model.as_ref()),
         ("model", ask.model.as_ref()),
-        ("priority", Some(&ask.priority)),
     ];
     for (field, value) in texts
         .into_iter()

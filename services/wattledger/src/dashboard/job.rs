@@ -13,6 +13,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use rust_decimal::Decimal;
 use wattledger_domain::breakdown::EnergyBreakdown;
+use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::metrics;
 use wattledger_store::{jobs, StoreError};
 
@@ -66,7 +67,7 @@ struct JobPage {
     key: String,
     name: String,
     tenant: String,
-    kind: String,
+    kind: JobKind,
     model: String,
     ran: String,
     figures: Vec<(String, String, String)>,

@@ -21,6 +21,7 @@ use uuid::Uuid;
 use wattledger_domain::admission::Verdict;
 use wattledger_domain::input;
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::priority::Priority;
 use wattledger_store::admission::{self as store, DecisionFilter};
 use wattledger_wire::parse_duration;
 
@@ -77,6 +78,11 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
                     v.is_null() || v.as_str().is_some_and(|s| input::parse_time(s).is_ok())
                 } else if k == "kind" {
                     v.as_str().is_some_and(|s| JobKind::parse(s).is_some())
+                } else if let (true, Some(Err(e))) =
+                    (k == "priority", v.as_str().map(Priority::parse))
+                {
+                    bad.push(FieldError::new(0, k, e.to_string()));
+                    continue;
                 } else if strings.contains(&k.as_str()) {
                     v.is_string() || (v.is_null() && !matches!(k.as_str(), "tenant" | "priority"))
                 } else if bools.contains(&k.as_str()) {
@@ -152,8 +158,7 @@ pub async fn ask(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct DecisionParams {
-    /// `admit`, `defer` or `reject`.
-    pub decision: Option<String>,
+    pub decision: Option<Verdict>,
     /// Tenant key (admin, finance, operator, scheduler only; a tenant sees its own).
     pub tenant: Option<String>,
     #[serde(default, deserialize_with = "input::de::opt_time")]
@@ -216,12 +221,6 @@ pub async fn decisions(
         let id = state.tenant_id(key).await?.ok_or(ApiError::NotFound)?;
         scope = scope.narrow(id).ok_or(ApiError::NotFound)?;
     }
-    let decision = match p.decision.as_deref() {
-        None => None,
-        Some(d) => Some(Verdict::parse(d).ok_or_else(|| {
-            ApiError::InvalidQuery("decision must be admit, defer or reject".into())
-        })?),
-    };
     let limit = p.limit.unwrap_or(100);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::InvalidQuery(
@@ -236,7 +235,7 @@ pub async fn decisions(
             })?),
         };
     let filter = DecisionFilter {
-        decision,
+        decision: p.decision,
         from: p.from,
         to: p.to,
         before,
@@ -391,10 +390,12 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
         power_per_gpu_w: None,
         earliest_start: None,
         deadline,
-        priority: pod["spec"]["priorityClassName"]
-            .as_str()
-            .unwrap_or("normal")
-            .to_owned(),
+        priority: match pod["spec"]["priorityClassName"].as_str() {
+            Some(name) => {
+                Priority::parse(name).map_err(|e| format!("the pod's priorityClassName {e}"))?
+            }
+            None => Priority::normal(),
+        },
         sites: ann(annotations::SITES)
             .map(|s| {
                 s.split(',')
@@ -576,7 +577,7 @@ mod tests {
         assert_eq!(a.tenant, "acme");
         assert_eq!(a.duration_s, 7200);
         assert_eq!(a.job_key.as_deref(), Some("k8s:serving/llama-0"));
-        assert_eq!(a.priority, "prod");
+        assert_eq!(a.priority.as_str(), "prod");
         let no_gpu =
             json!({"namespace": "x", "object": {"spec": {"containers": [{"resources": {}}]}}});
         assert!(pod_ask(&no_gpu).unwrap().is_none());

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::input;
+use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::metrics::{self, effectiveness, efficiency};
+use wattledger_domain::priority::Priority;
 use wattledger_domain::split::round_nested;
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::inventory::{self, KeyedTable};
@@ -427,8 +429,8 @@ pub struct JobOut {
     pub name: String,
     pub tenant: String,
     pub model: Option<String>,
-    pub kind: String,
-    pub priority: String,
+    pub kind: JobKind,
+    pub priority: Priority,
     pub submit_at: Option<DateTime<Utc>>,
     pub start_at: DateTime<Utc>,
     pub end_at: Option<DateTime<Utc>>,

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::str::FromStr;
 use wattledger_domain::input;
+use wattledger_domain::names::Named;
 
 pub struct Record<'a> {
     index: usize,
@@ -251,6 +252,37 @@ impl<'a> Record<'a> {
             Value::Bool(b) => Some(*b),
             _ => {
                 self.error(field, "must be true or false");
+                None
+            }
+        }
+    }
+
+    /// One of a closed set of names, refused with the list of them.
+    pub fn opt_named<T: Named>(&mut self, field: &str) -> Option<T> {
+        let s = self.opt_string(field)?;
+        let v = T::parse(&s);
+        if v.is_none() {
+            self.error(field, T::expected());
+        }
+        v
+    }
+
+    pub fn named<T: Named>(&mut self, field: &str) -> Option<T> {
+        let v = self.opt_named(field);
+        self.required(field, v)
+    }
+
+    /// A string read by its type's own rule (`parse`), refused with that rule's reason.
+    pub fn opt_parsed<T, E: ToString>(
+        &mut self,
+        field: &str,
+        parse: impl FnOnce(&str) -> Result<T, E>,
+    ) -> Option<T> {
+        let s = self.opt_string(field)?;
+        match parse(&s) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.error(field, e.to_string());
                 None
             }
         }

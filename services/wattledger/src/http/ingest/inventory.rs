@@ -358,22 +358,24 @@ pub async fn meters(
     let records = read_all(&batch, &METER_FIELDS, |r| {
         let key = r.string("key");
         let site = r.string("site");
-        let kind = r.string("kind");
+        let kind = r.named::<MeterKind>("kind");
         let parent = r.opt_string("parent");
         let gpu_uuid = r.opt_string("gpu_uuid");
         let device_model = r.opt_string("device_model");
         let mig_profile = r.opt_string("mig_profile");
+        // A meter whose kind is refused is still checked for all else, as a node: the one
+        // kind with no rule on whether it has a parent.
         let m = Meter {
             key: key?,
             site: site?,
-            kind: kind?,
+            kind: kind.unwrap_or(MeterKind::Node),
             parent,
             gpu_uuid,
             device_model,
             mig_profile,
         };
         let problems = m.check();
-        if !problems.is_empty() {
+        if kind.is_none() || !problems.is_empty() {
             r.problems(problems);
             return None;
         }
@@ -392,7 +394,7 @@ pub async fn meters(
             }
         }
         // The parent's kind and site, from this batch or from what is stored.
-        let kind = MeterKind::parse(&m.kind)?;
+        let kind = m.kind;
         if let (Some(parent), Some(wanted)) = (&m.parent, kind.parent()) {
             let found = match (in_batch.get(parent), stored.get(parent)) {
                 (Some((kind, site)), _) => Some((MeterKind::parse(kind), site.clone())),

@@ -11,6 +11,8 @@ use axum::extract::State;
 use axum::Json;
 use chrono::Utc;
 use std::collections::HashSet;
+use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::priority::Priority;
 use wattledger_store::inventory::{self, KeyedTable};
 use wattledger_store::jobs::{self, AllocationRecord, JobRecord};
 use wattledger_store::StoreError;
@@ -110,7 +112,7 @@ pub async fn jobs_batch(
             tenant_id: tenant?,
             model_id: model,
             kind: job.kind,
-            priority: job.priority.unwrap_or_else(|| "normal".into()),
+            priority: job.priority.unwrap_or_default(),
             submit_at: job.submit_at,
             start_at: job.start_at,
             end_at: job.end_at,
@@ -181,15 +183,13 @@ fn job_site(
 }
 
 /// The record's fields by type, as a wire job for its `check`; `None` (with the errors
-/// recorded) when a field has the wrong type.
+/// recorded) when a field has the wrong type or a required one is missing.
 fn read_job(r: &mut Record<'_>) -> Option<Job> {
     let key = r.string("key");
     let name = r.opt_string("name");
     let tenant = r.string("tenant");
     let site = r.opt_string("site");
     let model = r.opt_string("model");
-    let kind = r.string("kind");
-    let priority = r.opt_string("priority");
     let submit_at = r.opt_time("submit_at", far_future());
     let start_at = r.time("start_at", far_future());
     let end_at = r.opt_time("end_at", far_future());
@@ -223,18 +223,25 @@ fn read_job(r: &mut Record<'_>) -> Option<Job> {
             });
         }
     }
-    let job = Job {
+    if !r.errors.is_empty() {
+        return None;
+    }
+    // A kind outside the set or a priority past its rule is refused like what `check`
+    // finds: recorded, with the rest of the record still read and checked (under a stand-in
+    // kind), so the refusal lists all that is wrong with it.
+    let kind = r.named("kind");
+    let priority = r.opt_parsed("priority", Priority::parse);
+    Some(Job {
         key: key?,
         name,
         tenant: tenant?,
         site,
         model,
-        kind: kind?,
+        kind: kind.unwrap_or(JobKind::Batch),
         priority,
         submit_at,
         start_at: start_at?,
         end_at,
         allocations,
-    };
-    r.errors.is_empty().then_some(job)
+    })
 }
