@@ -5,7 +5,7 @@
 
 use crate::StoreResult;
 use chrono::{DateTime, Utc};
-use sqlx::{Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 
 // A single change dirties at most 45 days around it: a counter gap longer than that still
 // has its energy spread, but recomputing the far end needs `wattledger attribute --from`.
@@ -101,7 +101,7 @@ pub async fn mark_for_samples(
 
 /// Marks every hour of `[from, to)` at the sites of these GPU (or MIG) meters.
 pub async fn mark_for_intervals(
-    tx: &mut Transaction<'_, Postgres>,
+    conn: &mut PgConnection,
     meter_ids: &[i64],
     from: &[DateTime<Utc>],
     to: &[DateTime<Utc>],
@@ -121,7 +121,7 @@ pub async fn mark_for_intervals(
         from,
         to,
     )
-    .execute(&mut **tx)
+    .execute(conn)
     .await?;
     Ok(())
 }

@@ -12,10 +12,6 @@ pub enum StoreError {
     /// A database name that is not letters, digits and `_` (it cannot be bound).
     #[error("invalid database name {0:?}")]
     DatabaseName(String),
-    /// Jobs sent for one site whose keys are held by jobs at another (a key names one job
-    /// fleet-wide, and a job's site cannot change): the keys.
-    #[error("jobs at another site: {}", .0.join(", "))]
-    JobsAtAnotherSite(Vec<String>),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -2,14 +2,15 @@
 //!
 //! A job belongs to one site (its GPUs'), and its allocations and token records carry it:
 //! keyed by site, they shard with the site's samples and ledger (migration 0029). A key
-//! names one job fleet-wide, which the database holds per site only: the upsert checks it
-//! under a lock on each key.
+//! names one job fleet-wide, which the database holds per site only: the writer
+//! (`app::ingest::jobs`) checks it under a lock on each key ([`lock_keys`]).
 
 use crate::usage::{Coverage, COVERAGE_SUMS, ENERGY_SUMS};
-use crate::{dirty, Scope, StoreError, StoreResult};
+use crate::{Scope, StoreError, StoreResult};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
+use std::collections::HashMap;
 use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::priority::Priority;
@@ -37,41 +38,23 @@ pub struct AllocationRecord {
     pub end_at: Option<DateTime<Utc>>,
 }
 
-/// What an upsert changed: jobs inserted or changed, allocations inserted or changed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Upserted {
-    pub jobs: u64,
-    pub allocations: u64,
-}
-
-/// Upserts jobs and their allocations in one transaction, and marks dirty every hour that
-/// an allocation covers now or covered before the change.
-#[tracing::instrument(skip_all, fields(n = records.len()))]
-pub async fn upsert(
-    pool: &PgPool,
-    records: &[JobRecord],
-    now: DateTime<Utc>,
-) -> StoreResult<Upserted> {
-    let mut tx = pool.begin().await?;
-    let keys: Vec<String> = records.iter().map(|r| r.key.clone()).collect();
-    // In key order, so two batches of the same keys queue rather than deadlock.
+/// Takes each key's lock for the rest of the transaction, in key order, so that two batches
+/// of the same keys queue rather than deadlock.
+pub async fn lock_keys(conn: &mut PgConnection, keys: &[String]) -> StoreResult<()> {
     sqlx::query!(
         "SELECT pg_advisory_xact_lock(hashtextextended(k, 0))
          FROM (SELECT DISTINCT k FROM unnest($1::text[]) k ORDER BY k) x",
-        &keys,
+        keys,
     )
-    .execute(&mut *tx)
+    .execute(conn)
     .await?;
-    let stored = by_key(&mut *tx, &keys).await?;
-    let moved: Vec<String> = records
-        .iter()
-        .filter(|r| stored.get(&r.key).is_some_and(|j| j.site_id != r.site_id))
-        .map(|r| r.key.clone())
-        .collect();
-    if !moved.is_empty() {
-        return Err(StoreError::JobsAtAnotherSite(moved));
-    }
-    let ids = sqlx::query!(
+    Ok(())
+}
+
+/// Inserts the jobs, or updates those whose fields differ; the ids of those inserted or
+/// changed.
+pub async fn write_jobs(conn: &mut PgConnection, records: &[JobRecord]) -> StoreResult<Vec<i64>> {
+    Ok(sqlx::query_scalar!(
         "INSERT INTO jobs (key, site_id, name, tenant_id, model_id, kind, priority, submit_at,
                            start_at, end_at)
          SELECT * FROM UNNEST($1::text[], $10::bigint[], $2::text[], $3::bigint[], $4::bigint[],
@@ -97,18 +80,27 @@ pub async fn upsert(
         &records.iter().map(|r| r.end_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
         &records.iter().map(|r| r.site_id).collect::<Vec<_>>(),
     )
-    .fetch_all(&mut *tx)
-    .await?;
-    let changed_jobs = ids.len() as u64;
+    .fetch_all(conn)
+    .await?)
+}
 
-    let job_ids: std::collections::HashMap<String, i64> =
-        sqlx::query!("SELECT key, id FROM jobs WHERE key = ANY($1)", &keys)
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .map(|r| (r.key, r.id))
-            .collect();
+/// An allocation the write inserted or changed: its span now, and before if it existed.
+#[derive(Debug, Clone)]
+pub struct ChangedAllocation {
+    pub meter_id: i64,
+    pub start_at: DateTime<Utc>,
+    pub end_at: Option<DateTime<Utc>>,
+    /// `None` when it is new; `Some(end)` (an open end as `Some(None)`) when it existed.
+    pub old_end_at: Option<Option<DateTime<Utc>>>,
+}
 
+/// Inserts the jobs' allocations, or updates those whose share or end differ; each changed
+/// one with its old span. `job_ids` maps the records' keys to their jobs' ids.
+pub async fn write_allocations(
+    conn: &mut PgConnection,
+    records: &[JobRecord],
+    job_ids: &HashMap<String, i64>,
+) -> StoreResult<Vec<ChangedAllocation>> {
     let mut a_site = Vec::new();
     let mut a_job = Vec::new();
     let mut a_meter = Vec::new();
@@ -125,26 +117,25 @@ pub async fn upsert(
             a_end.push(a.end_at.or(r.end_at));
         }
     }
-    // Allocations that change report their old and new spans, so both get recomputed.
-    let changed = sqlx::query!(
-            r#"WITH input AS (
-                 SELECT * FROM UNNEST($6::bigint[], $1::bigint[], $2::bigint[], $3::numeric[],
-                                      $4::timestamptz[], $5::timestamptz[])
-                     AS t(site_id, job_id, meter_id, share, start_at, end_at)
-             ), old AS (
-                 SELECT a.site_id, a.job_id, a.meter_id, a.start_at, a.end_at FROM allocations a
-                 JOIN input i USING (site_id, job_id, meter_id, start_at)
-             ), up AS (
-                 INSERT INTO allocations (site_id, job_id, meter_id, share, start_at, end_at)
-                 SELECT * FROM input
-                 ON CONFLICT (site_id, job_id, meter_id, start_at) DO UPDATE SET share = excluded.share,
-                    end_at = excluded.end_at, updated_at = now()
-                 WHERE (allocations.share, allocations.end_at) IS DISTINCT FROM (excluded.share, excluded.end_at)
-                 RETURNING site_id, job_id, meter_id, start_at, end_at
-             )
-             SELECT up.meter_id AS "meter_id!", up.start_at AS "start_at!", up.end_at,
-                    old.job_id IS NOT NULL AS "existed!", old.end_at AS old_end
-             FROM up LEFT JOIN old USING (site_id, job_id, meter_id, start_at)"#,
+    let rows = sqlx::query!(
+        r#"WITH input AS (
+             SELECT * FROM UNNEST($6::bigint[], $1::bigint[], $2::bigint[], $3::numeric[],
+                                  $4::timestamptz[], $5::timestamptz[])
+                 AS t(site_id, job_id, meter_id, share, start_at, end_at)
+         ), old AS (
+             SELECT a.site_id, a.job_id, a.meter_id, a.start_at, a.end_at FROM allocations a
+             JOIN input i USING (site_id, job_id, meter_id, start_at)
+         ), up AS (
+             INSERT INTO allocations (site_id, job_id, meter_id, share, start_at, end_at)
+             SELECT * FROM input
+             ON CONFLICT (site_id, job_id, meter_id, start_at) DO UPDATE SET share = excluded.share,
+                end_at = excluded.end_at, updated_at = now()
+             WHERE (allocations.share, allocations.end_at) IS DISTINCT FROM (excluded.share, excluded.end_at)
+             RETURNING site_id, job_id, meter_id, start_at, end_at
+         )
+         SELECT up.meter_id AS "meter_id!", up.start_at AS "start_at!", up.end_at,
+                old.job_id IS NOT NULL AS "existed!", old.end_at AS old_end
+         FROM up LEFT JOIN old USING (site_id, job_id, meter_id, start_at)"#,
         &a_job,
         &a_meter,
         &a_share,
@@ -152,45 +143,54 @@ pub async fn upsert(
         &a_end as &[Option<DateTime<Utc>>],
         &a_site,
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(conn)
     .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| ChangedAllocation {
+            meter_id: r.meter_id,
+            start_at: r.start_at,
+            end_at: r.end_at,
+            old_end_at: r.existed.then_some(r.old_end),
+        })
+        .collect())
+}
 
-    let changed_allocations = changed.len() as u64;
-    // Jobs whose own fields changed (tenant, model) re-dirty all their allocations.
-    let changed_job_ids: Vec<i64> = ids.iter().map(|r| r.id).collect();
-    let job_spans = sqlx::query!(
+/// A GPU's span held by a job: `[start_at, end_at)`, open while the job runs.
+#[derive(Debug, Clone)]
+pub struct AllocationSpan {
+    pub meter_id: i64,
+    pub start_at: DateTime<Utc>,
+    pub end_at: Option<DateTime<Utc>>,
+}
+
+/// Every allocation of these jobs.
+pub async fn allocation_spans(
+    conn: &mut PgConnection,
+    job_ids: &[i64],
+) -> StoreResult<Vec<AllocationSpan>> {
+    Ok(sqlx::query_as!(
+        AllocationSpan,
         "SELECT meter_id, start_at, end_at FROM allocations WHERE job_id = ANY($1)",
-        &changed_job_ids,
+        job_ids,
     )
-    .fetch_all(&mut *tx)
-    .await?;
+    .fetch_all(conn)
+    .await?)
+}
 
-    let mut m = Vec::new();
-    let mut from = Vec::new();
-    let mut to = Vec::new();
-    for c in changed {
-        // Recompute the allocation's span before and after the change; an open end runs to now.
-        let mut end = c.end_at.unwrap_or(now);
-        if c.existed {
-            end = end.max(c.old_end.unwrap_or(now));
-        }
-        m.push(c.meter_id);
-        from.push(c.start_at);
-        to.push(end.max(c.start_at));
-    }
-    for s in job_spans {
-        m.push(s.meter_id);
-        from.push(s.start_at);
-        to.push(s.end_at.unwrap_or(now).max(s.start_at));
-    }
-    if !m.is_empty() {
-        dirty::mark_for_intervals(&mut tx, &m, &from, &to).await?;
-    }
-    tx.commit().await?;
-    Ok(Upserted {
-        jobs: changed_jobs,
-        allocations: changed_allocations,
-    })
+/// The ids of the jobs of these keys.
+pub async fn ids_by_key(
+    conn: &mut PgConnection,
+    keys: &[String],
+) -> StoreResult<HashMap<String, i64>> {
+    Ok(
+        sqlx::query!("SELECT key, id FROM jobs WHERE key = ANY($1)", keys)
+            .fetch_all(conn)
+            .await?
+            .into_iter()
+            .map(|r| (r.key, r.id))
+            .collect(),
+    )
 }
 
 /// A stored job's id and site.
@@ -222,8 +222,11 @@ pub async fn by_key<'e>(
     .collect())
 }
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// A job with its ledger rows summed, as the jobs API shows it (with its figures).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobRow {
+    #[serde(skip)]
     pub id: i64,
     pub key: String,
     pub name: String,
@@ -235,11 +238,14 @@ pub struct JobRow {
     pub start_at: DateTime<Utc>,
     pub end_at: Option<DateTime<Utc>>,
     #[sqlx(flatten)]
+    #[serde(flatten)]
     pub energy: EnergyBreakdown,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
-    /// What the job's figures rest on (its tenant's share only, for a tenant scope).
+    /// What the job's figures rest on (its tenant's share only, for a tenant scope); the API
+    /// shows it as the figures' data quality.
     #[sqlx(flatten)]
+    #[serde(skip)]
     pub coverage: Coverage,
 }
 

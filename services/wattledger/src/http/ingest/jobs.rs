@@ -2,6 +2,8 @@
 
 use super::{far_future, IngestResponses, Records};
 use super::{latest, read_all, reject_repeats, Counts, IngestOutcome};
+use crate::app;
+use crate::app::ingest::jobs::WriteError;
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Batch, Caller};
@@ -15,7 +17,6 @@ use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::priority::Priority;
 use wattledger_store::inventory::{self, KeyedTable};
 use wattledger_store::jobs::{self, AllocationRecord, JobRecord};
-use wattledger_store::StoreError;
 use wattledger_wire::{Allocation, Job};
 
 const FIELDS: [&str; 11] = [
@@ -120,18 +121,16 @@ pub async fn jobs_batch(
         })
     })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
-    let written = match jobs::upsert(&state.pool, &records, Utc::now()).await {
+    let written = match app::ingest::jobs::write(&state.pool, &records, Utc::now()).await {
         // Another batch placed these keys at another site since they were checked above.
-        Err(StoreError::JobsAtAnotherSite(keys)) => {
+        Err(e @ WriteError::AtAnotherSite(_)) => {
             return Err(ApiError::Conflict {
                 code: "job_at_another_site",
-                message: format!(
-                    "jobs {} are at another site; a job's site cannot change",
-                    keys.join(", ")
-                ),
+                message: e.to_string(),
             })
         }
-        other => other?,
+        Err(WriteError::Store(e)) => return Err(e.into()),
+        Ok(written) => written,
     };
     let allocations = records.iter().map(|r| r.allocations.len()).sum();
     Ok(Json(IngestOutcome {
