@@ -395,21 +395,31 @@ pub async fn join_decisions(pool: &PgPool) -> StoreResult<u64> {
     Ok(by_key + by_submission)
 }
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// A stored decision, as the decisions API lists it.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = DecisionView))]
 pub struct DecisionRow {
     pub id: Uuid,
     pub decided_at: DateTime<Utc>,
     pub tenant: String,
+    /// `api`, `slurm`, `kubernetes`, `kueue` or a scheduler's own name.
     pub source: String,
     pub job_name: String,
     pub decision: Verdict,
     pub site: Option<String>,
     pub start_at: Option<DateTime<Utc>>,
+    /// The answer as given (reasons, estimates, budgets, power).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub answer: Value,
+    /// The job it became, once a scheduler reported it.
+    #[serde(rename = "job")]
     pub job_key: Option<String>,
     /// What the job's ledger rows say it used, once it ran.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub actual_kwh: Option<Decimal>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub actual_cost: Option<Decimal>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub actual_carbon_kg: Option<Decimal>,
 }
 

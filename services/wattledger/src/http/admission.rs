@@ -13,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -172,33 +171,8 @@ pub struct DecisionParams {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct DecisionView {
-    pub id: Uuid,
-    pub decided_at: DateTime<Utc>,
-    pub tenant: String,
-    /// `api`, `slurm` or `kubernetes`.
-    pub source: String,
-    pub job_name: String,
-    pub decision: Verdict,
-    pub site: Option<String>,
-    pub start_at: Option<DateTime<Utc>>,
-    /// The answer as given (reasons, estimates, budgets, power).
-    #[schema(value_type = Object)]
-    pub answer: Value,
-    /// The job it became, once a scheduler reported it.
-    pub job: Option<String>,
-    /// What the job used according to the ledger, once attributed.
-    #[schema(value_type = Option<String>)]
-    pub actual_kwh: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub actual_cost: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub actual_carbon_kg: Option<Decimal>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
 pub struct DecisionPage {
-    pub decisions: Vec<DecisionView>,
+    pub decisions: Vec<store::DecisionRow>,
     /// Pass as `before` for the next (older) page; absent on the last page.
     pub next: Option<String>,
 }
@@ -241,32 +215,19 @@ pub async fn decisions(
         before,
         limit,
     };
-    let rows = store::list_decisions(&state.pool, scope, &filter).await?;
+    let mut rows = store::list_decisions(&state.pool, scope, &filter).await?;
     let next = (rows.len() as i64 == limit)
         .then(|| {
             rows.last()
                 .map(|r| format!("{}~{}", r.decided_at.to_rfc3339(), r.id))
         })
         .flatten();
+    for r in &mut rows {
+        r.actual_kwh = r.actual_kwh.map(|v| v.round_dp(6));
+        r.actual_carbon_kg = r.actual_carbon_kg.map(|v| v.round_dp(6));
+    }
     Ok(Json(DecisionPage {
-        decisions: rows
-            .into_iter()
-            .map(|r| DecisionView {
-                id: r.id,
-                decided_at: r.decided_at,
-                tenant: r.tenant,
-                source: r.source,
-                job_name: r.job_name,
-                decision: r.decision,
-                site: r.site,
-                start_at: r.start_at,
-                answer: r.answer,
-                job: r.job_key,
-                actual_kwh: r.actual_kwh.map(|v| v.round_dp(6)),
-                actual_cost: r.actual_cost,
-                actual_carbon_kg: r.actual_carbon_kg.map(|v| v.round_dp(6)),
-            })
-            .collect(),
+        decisions: rows,
         next,
     }))
 }

@@ -14,9 +14,7 @@ use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::input;
-use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::metrics::{self, effectiveness, efficiency};
-use wattledger_domain::priority::Priority;
 use wattledger_domain::split::round_nested;
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::inventory::{self, KeyedTable};
@@ -423,49 +421,28 @@ fn shown_gpu_hours(rows: &[usage::UsageRow], group_by: &[GroupBy]) -> Vec<Decima
         .collect()
 }
 
+/// A job: its row, with the figures derived from it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct JobOut {
-    pub key: String,
-    pub name: String,
-    pub tenant: String,
-    pub model: Option<String>,
-    pub kind: JobKind,
-    pub priority: Priority,
-    pub submit_at: Option<DateTime<Utc>>,
-    pub start_at: DateTime<Utc>,
-    pub end_at: Option<DateTime<Utc>>,
+    #[serde(flatten)]
+    pub job: jobs::JobRow,
     /// Energy attributed to the caller's view of the job (a tenant sees its own share).
     #[schema(value_type = String)]
     pub kwh: Decimal,
     /// The four parts of `energy`, summed.
     pub total_mj: i64,
-    #[serde(flatten)]
-    pub energy: EnergyBreakdown,
-    pub prompt_tokens: i64,
-    pub generated_tokens: i64,
     /// What the job's figures rest on (the caller's share of it).
     #[serde(flatten)]
     pub quality: DataQuality,
 }
 
 impl From<jobs::JobRow> for JobOut {
-    fn from(j: jobs::JobRow) -> Self {
+    fn from(job: jobs::JobRow) -> Self {
         JobOut {
-            quality: DataQuality::of(&j.energy, &j.coverage),
-            kwh: kwh(j.energy.total_mj()).round_dp(6),
-            total_mj: j.energy.total_mj(),
-            energy: j.energy,
-            key: j.key,
-            name: j.name,
-            tenant: j.tenant,
-            model: j.model,
-            kind: j.kind,
-            priority: j.priority,
-            submit_at: j.submit_at,
-            start_at: j.start_at,
-            end_at: j.end_at,
-            prompt_tokens: j.prompt_tokens,
-            generated_tokens: j.generated_tokens,
+            quality: DataQuality::of(&job.energy, &job.coverage),
+            kwh: kwh(job.energy.total_mj()).round_dp(6),
+            total_mj: job.energy.total_mj(),
+            job,
         }
     }
 }
