@@ -99,6 +99,29 @@ pub async fn mark_for_samples(
     Ok(())
 }
 
+/// Marks every hour of each site's `[from, to]` (the hour `to` falls in included).
+pub async fn mark_site_spans(
+    conn: &mut PgConnection,
+    site_ids: &[i64],
+    from: &[DateTime<Utc>],
+    to: &[DateTime<Utc>],
+) -> StoreResult<()> {
+    sqlx::query!(
+        "INSERT INTO dirty_hours (site_id, hour)
+         SELECT DISTINCT t.site_id, h
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS t(site_id, lo, hi),
+         generate_series(date_trunc('hour', t.lo), date_trunc('hour', t.hi), interval '1 hour') h
+         ORDER BY 1, 2
+         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+        site_ids,
+        from,
+        to,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Marks every hour of `[from, to)` at the sites of these GPU (or MIG) meters.
 pub async fn mark_for_intervals(
     conn: &mut PgConnection,

@@ -2,7 +2,7 @@
 
 use crate::StoreResult;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::PgConnection;
 
 #[derive(Debug, Clone)]
 pub struct TokenRow {
@@ -16,17 +16,17 @@ pub struct TokenRow {
     pub generated_tokens: i64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TokenOutcome {
-    pub inserted: u64,
-    pub duplicates: u64,
-    /// Indexes of records whose key was stored with other counts (the stored ones stand).
-    pub conflicts: Vec<usize>,
+/// A record whose key was already stored: its index in the batch, and whether the stored
+/// one has the same counts (a resend) or others (a conflict).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub index: usize,
+    pub same: bool,
 }
 
-#[tracing::instrument(skip_all, fields(n = rows.len()))]
-pub async fn insert(pool: &PgPool, rows: &[TokenRow]) -> StoreResult<TokenOutcome> {
-    let mut tx = pool.begin().await?;
+/// Inserts the records not yet stored (keyed by job, tenant and start); every record whose
+/// key was already stored, as it was before.
+pub async fn insert(conn: &mut PgConnection, rows: &[TokenRow]) -> StoreResult<Vec<Stored>> {
     let existing = sqlx::query!(
         r#"WITH input AS (
              SELECT * FROM UNNEST($7::bigint[], $1::bigint[], $2::bigint[], $3::timestamptz[],
@@ -54,33 +54,13 @@ pub async fn insert(pool: &PgPool, rows: &[TokenRow]) -> StoreResult<TokenOutcom
         &rows.iter().map(|r| r.generated_tokens).collect::<Vec<_>>(),
         &rows.iter().map(|r| r.site_id).collect::<Vec<_>>(),
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(conn)
     .await?;
-    let mut out = TokenOutcome::default();
-    for r in existing {
-        if r.same {
-            out.duplicates += 1;
-        } else {
-            out.conflicts.push(r.idx as usize);
-        }
-    }
-    out.inserted = rows.len() as u64 - out.duplicates - out.conflicts.len() as u64;
-    if out.inserted > 0 {
-        // Tokens change the split of their jobs' hours, at the job's site.
-        sqlx::query!(
-            "INSERT INTO dirty_hours (site_id, hour)
-             SELECT DISTINCT t.site_id, h
-             FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS t(site_id, lo, hi),
-             generate_series(date_trunc('hour', t.lo), date_trunc('hour', t.hi), interval '1 hour') h
-             ORDER BY 1, 2
-             ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
-            &rows.iter().map(|r| r.site_id).collect::<Vec<_>>(),
-            &rows.iter().map(|r| r.start_at).collect::<Vec<_>>(),
-            &rows.iter().map(|r| r.end_at).collect::<Vec<_>>(),
-        )
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(out)
+    Ok(existing
+        .into_iter()
+        .map(|r| Stored {
+            index: r.idx as usize,
+            same: r.same,
+        })
+        .collect())
 }

@@ -2,6 +2,7 @@
 
 use super::{far_future, latest, read_all, IngestOutcome};
 use super::{ConflictOut, IngestResponses, Records};
+use crate::app;
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
 use crate::http::extract::{Batch, Caller};
@@ -10,7 +11,7 @@ use axum::extract::State;
 use axum::Json;
 use std::collections::HashSet;
 use wattledger_store::inventory::{self, KeyedTable};
-use wattledger_store::tokens::{self, TokenRow};
+use wattledger_store::tokens::TokenRow;
 use wattledger_wire::Tokens;
 
 const FIELDS: [&str; 6] = [
@@ -87,7 +88,7 @@ pub async fn tokens_batch(
     if !repeats.is_empty() {
         return Err(ApiError::Validation(repeats));
     }
-    let outcome = tokens::insert(&state.pool, &rows).await?;
+    let outcome = app::ingest::tokens::write(&state.pool, &rows).await?;
     Ok(Json(IngestOutcome {
         received: rows.len(),
         written: outcome.inserted,
