@@ -288,10 +288,10 @@ pub async fn page(
         now.date_naive() - Duration::days(DAYS - 1),
         &format!("the last {DAYS} days"),
     )?;
-    let mut loaded = load(&state, &range, now).await?;
+    let (sites, mut loaded) = load(&state, &range, now).await?;
     let day_sort = Sort::parse("dsort", view.dsort.as_deref(), &DAY_COLUMNS, 0);
     let meter_sort = meter_sort(view.msort.as_deref());
-    let sites = std::mem::take(&mut loaded.sites)
+    let sites = sites
         .iter()
         .map(|s| site_view(s, &mut loaded, &day_sort, &meter_sort, now))
         .collect();
@@ -333,10 +333,9 @@ fn keep(range: &Range, view: &View, skip: &str) -> String {
     q
 }
 
-/// Everything the page shows, read from the store for the range; all but the sites by site
-/// key, taken out site by site as the page is made.
+/// What the page shows of each site, read from the store for the range, by site key: taken
+/// out site by site as the page is made.
 struct Loaded {
-    sites: Vec<inventory::SiteRow>,
     gap_limits: HashMap<String, i32>,
     days: BTreeMap<String, Vec<SiteDay>>,
     /// The meters' health over the last 24 hours.
@@ -348,7 +347,12 @@ struct Loaded {
     events: BTreeMap<String, Vec<EventRow>>,
 }
 
-async fn load(state: &AppState, range: &Range, now: DateTime<Utc>) -> Result<Loaded, PageError> {
+/// The sites, and what the page shows of them.
+async fn load(
+    state: &AppState,
+    range: &Range,
+    now: DateTime<Utc>,
+) -> Result<(Vec<inventory::SiteRow>, Loaded), PageError> {
     let days = operations::site_days(&state.pool, range.from, range.to).await?;
     let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
     let sites = inventory::list_sites(&state.pool).await?;
@@ -365,8 +369,7 @@ async fn load(state: &AppState, range: &Range, now: DateTime<Utc>) -> Result<Loa
         .collect();
     let policies = policies(state, now).await?;
     let events = events(state, range.from, range.to, now).await?;
-    Ok(Loaded {
-        sites,
+    let loaded = Loaded {
         gap_limits,
         days: by_site(days, |d| &d.site),
         meters: by_site(health, |m| &m.site),
@@ -374,7 +377,8 @@ async fn load(state: &AppState, range: &Range, now: DateTime<Utc>) -> Result<Loa
         headroom,
         policies,
         events,
-    })
+    };
+    Ok((sites, loaded))
 }
 
 /// Rows grouped by their site's key, each site's in the order read.
