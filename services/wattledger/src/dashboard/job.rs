@@ -105,17 +105,51 @@ pub async fn show(
     };
     let hours = jobs::hours(&state.pool, &session.scope, job.id).await?;
     let gpus = jobs::allocations(&state.pool, &session.scope, job.id).await?;
+    let whole: EnergyBreakdown = hours.iter().map(|h| h.energy).sum();
+    let sort = hour_sort(view.sort.as_deref());
+    let page = JobPage {
+        nav: Nav::new(&session, "/jobs"),
+        headers: sort.headers(&HOUR_COLUMNS, ""),
+        sorted: view.sort.is_some(),
+        ran: ran(&job),
+        figures: figures(&hours, &whole),
+        components: components(&whole),
+        chart_svg: power_chart(&job.key, &hours),
+        hours: hour_rows(&hours, &sort),
+        gpus: gpus.iter().map(gpu_row).collect(),
+        flags: flags(&hours),
+        key: job.key,
+        name: job.name,
+        tenant: job.tenant,
+        kind: job.kind,
+        model: job.model.unwrap_or_else(|| "–".into()),
+    };
+    Ok(html(page.render()))
+}
+
+/// When the job ran: its start, and its end or that it is still running.
+fn ran(job: &jobs::JobRow) -> String {
+    format!(
+        "{} → {}",
+        job.start_at.format("%b %-d, %Y %H:%M UTC"),
+        job.end_at
+            .map(|t| t.format("%b %-d %H:%M").to_string())
+            .unwrap_or_else(|| "running".into())
+    )
+}
+
+/// The headline figures over the job's hours: energy, cost, carbon, tokens.
+fn figures(hours: &[jobs::JobHour], whole: &EnergyBreakdown) -> Vec<(String, String, String)> {
     let sum = |f: fn(&jobs::JobHour) -> i64| hours.iter().map(f).sum::<i64>();
     let dsum =
         |f: fn(&jobs::JobHour) -> Option<Decimal>| hours.iter().filter_map(f).sum::<Decimal>();
-    let whole: EnergyBreakdown = hours.iter().map(|h| h.energy).sum();
     let total = whole.total_mj();
     let tokens = sum(|h| h.prompt_tokens + h.generated_tokens);
     let currency = hours
         .first()
         .map(|h| h.currency.clone())
         .unwrap_or_default();
-    let figures = vec![
+    vec![
         (
             "Energy".into(),
             energy(total),
@@ -142,10 +176,15 @@ pub async fn show(
                 grouped(metrics::gpu_hours(sum(|h| h.gpu_ms)), 1)
             ),
         ),
-    ];
-    let components = PARTS
+    ]
+}
+
+/// Each part of the job's energy with its share of the whole.
+fn components(whole: &EnergyBreakdown) -> Vec<(String, String, String)> {
+    let total = whole.total_mj();
+    PARTS
         .iter()
-        .zip(parts(&whole))
+        .zip(parts(whole))
         .map(|(name, mj)| {
             (
                 (*name).to_owned(),
@@ -153,10 +192,14 @@ pub async fn show(
                 pct(Decimal::from(mj), Decimal::from(total)),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The job's average power per hour, stacked by part.
+fn power_chart(key: &str, hours: &[jobs::JobHour]) -> String {
     let kw = |mj: i64| f64_of(Decimal::from(mj) / Decimal::from(KW_PER_MJ_HOUR));
-    let chart_svg = chart::stacked(&Stacked {
-        title: &format!("{}: average power per hour by component", job.key),
+    chart::stacked(&Stacked {
+        title: &format!("{key}: average power per hour by component"),
         description: "Stacked bars: the job's average power in each hour (kW), split into GPU, node overhead, idle share and facility overhead. The table below has the same figures.",
         labels: hours.iter().map(|h| h.hour.format("%d %H:00").to_string()).collect(),
         series: PARTS
@@ -169,104 +212,90 @@ pub async fn show(
             .collect(),
         line: None,
         unit: "kW",
-    });
-    let mut all_flags: Vec<String> = hours.iter().flat_map(|h| h.flags.clone()).collect();
-    all_flags.sort();
-    all_flags.dedup();
-    let sort = Sort::parse("sort", view.sort.as_deref(), &HOUR_COLUMNS, 0);
-    // Hours read in time order by default.
-    let sort = if view.sort.is_none() {
+    })
+}
+
+/// Every data-quality flag of the job's hours, once each, sorted.
+fn flags(hours: &[jobs::JobHour]) -> Vec<String> {
+    let mut all: Vec<String> = hours.iter().flat_map(|h| h.flags.clone()).collect();
+    all.sort();
+    all.dedup();
+    all
+}
+
+/// How the hour table is sorted: as asked, else in time order.
+fn hour_sort(asked: Option<&str>) -> Sort {
+    let sort = Sort::parse("sort", asked, &HOUR_COLUMNS, 0);
+    if asked.is_none() {
         Sort {
             descending: false,
             ..sort
         }
     } else {
         sort
-    };
-    let mut hour_rows: Vec<(Vec<Key>, HourRow)> = hours
-        .iter()
-        .map(|h| {
-            let n = |v: i64| Key::Num(Decimal::from(v));
-            (
-                vec![
-                    Key::Text(h.hour.to_rfc3339()),
-                    n(h.energy.total_mj()),
-                    n(h.energy.gpu_mj),
-                    n(h.energy.node_overhead_mj),
-                    n(h.energy.idle_mj),
-                    n(h.energy.facility_overhead_mj),
-                    Key::Num(h.cost.unwrap_or_default()),
-                    Key::Num(h.carbon_g.unwrap_or_default()),
-                    n(h.prompt_tokens + h.generated_tokens),
-                    Key::Text(h.flags.join(",")),
-                ],
-                HourRow {
-                    hour: h.hour.format("%b %-d %H:00").to_string(),
-                    power_kw: grouped(
-                        Decimal::from(h.energy.total_mj()) / Decimal::from(KW_PER_MJ_HOUR),
-                        2,
-                    ),
-                    gpu: grouped(kwh_of_mj(h.energy.gpu_mj), 3),
-                    node: grouped(kwh_of_mj(h.energy.node_overhead_mj), 3),
-                    idle: grouped(kwh_of_mj(h.energy.idle_mj), 3),
-                    facility: grouped(kwh_of_mj(h.energy.facility_overhead_mj), 3),
-                    cost: h.cost.map(|c| grouped(c, 4)).unwrap_or_else(|| "–".into()),
-                    carbon: h
-                        .carbon_g
-                        .map(|g| grouped(g, 1))
-                        .unwrap_or_else(|| "–".into()),
-                    tokens: count(h.prompt_tokens + h.generated_tokens),
-                    flags: h.flags.join(", "),
-                },
-            )
-        })
-        .collect();
-    sort.apply(&mut hour_rows);
-    let hour_rows: Vec<HourRow> = hour_rows.into_iter().map(|r| r.1).collect();
-    let gpu_rows = gpus
-        .iter()
-        .map(|g| GpuRow {
-            meter: g.meter.clone(),
-            uuid: g.gpu_uuid.clone().unwrap_or_default(),
-            model: match (&g.device_model, &g.mig_profile) {
-                (Some(d), Some(p)) => format!("{d} · MIG {p}"),
-                (Some(d), None) => d.clone(),
-                (None, Some(p)) => format!("MIG {p}"),
-                (None, None) => "–".into(),
-            },
-            share: grouped(g.share * Decimal::ONE_HUNDRED, 0) + "%",
-            from: g.start_at.format("%b %-d %H:%M").to_string(),
-            to: g
-                .end_at
-                .map(|t| t.format("%b %-d %H:%M").to_string())
-                .unwrap_or_else(|| "running".into()),
-        })
-        .collect();
-    let ran = format!(
-        "{} → {}",
-        job.start_at.format("%b %-d, %Y %H:%M UTC"),
-        job.end_at
+    }
+}
+
+/// The hour table's rows, sorted.
+fn hour_rows(hours: &[jobs::JobHour], sort: &Sort) -> Vec<HourRow> {
+    let mut rows: Vec<(Vec<Key>, HourRow)> = hours.iter().map(hour_row).collect();
+    sort.apply(&mut rows);
+    rows.into_iter().map(|r| r.1).collect()
+}
+
+/// A row of the hour table: its sort keys and what it shows.
+fn hour_row(h: &jobs::JobHour) -> (Vec<Key>, HourRow) {
+    let n = |v: i64| Key::Num(Decimal::from(v));
+    (
+        vec![
+            Key::Text(h.hour.to_rfc3339()),
+            n(h.energy.total_mj()),
+            n(h.energy.gpu_mj),
+            n(h.energy.node_overhead_mj),
+            n(h.energy.idle_mj),
+            n(h.energy.facility_overhead_mj),
+            Key::Num(h.cost.unwrap_or_default()),
+            Key::Num(h.carbon_g.unwrap_or_default()),
+            n(h.prompt_tokens + h.generated_tokens),
+            Key::Text(h.flags.join(",")),
+        ],
+        HourRow {
+            hour: h.hour.format("%b %-d %H:00").to_string(),
+            power_kw: grouped(
+                Decimal::from(h.energy.total_mj()) / Decimal::from(KW_PER_MJ_HOUR),
+                2,
+            ),
+            gpu: grouped(kwh_of_mj(h.energy.gpu_mj), 3),
+            node: grouped(kwh_of_mj(h.energy.node_overhead_mj), 3),
+            idle: grouped(kwh_of_mj(h.energy.idle_mj), 3),
+            facility: grouped(kwh_of_mj(h.energy.facility_overhead_mj), 3),
+            cost: h.cost.map(|c| grouped(c, 4)).unwrap_or_else(|| "–".into()),
+            carbon: h
+                .carbon_g
+                .map(|g| grouped(g, 1))
+                .unwrap_or_else(|| "–".into()),
+            tokens: count(h.prompt_tokens + h.generated_tokens),
+            flags: h.flags.join(", "),
+        },
+    )
+}
+
+/// A row of the GPU table: the meter held, its device and share, and when.
+fn gpu_row(g: &jobs::HeldGpu) -> GpuRow {
+    GpuRow {
+        meter: g.meter.clone(),
+        uuid: g.gpu_uuid.clone().unwrap_or_default(),
+        model: match (&g.device_model, &g.mig_profile) {
+            (Some(d), Some(p)) => format!("{d} · MIG {p}"),
+            (Some(d), None) => d.clone(),
+            (None, Some(p)) => format!("MIG {p}"),
+            (None, None) => "–".into(),
+        },
+        share: grouped(g.share * Decimal::ONE_HUNDRED, 0) + "%",
+        from: g.start_at.format("%b %-d %H:%M").to_string(),
+        to: g
+            .end_at
             .map(|t| t.format("%b %-d %H:%M").to_string())
-            .unwrap_or_else(|| "running".into())
-    );
-    Ok(html(
-        JobPage {
-            nav: Nav::new(&session, "/jobs"),
-            headers: sort.headers(&HOUR_COLUMNS, ""),
-            sorted: view.sort.is_some(),
-            key: job.key,
-            name: job.name,
-            tenant: job.tenant,
-            kind: job.kind,
-            model: job.model.unwrap_or_else(|| "–".into()),
-            ran,
-            figures,
-            components,
-            chart_svg,
-            hours: hour_rows,
-            gpus: gpu_rows,
-            flags: all_flags,
-        }
-        .render(),
-    ))
+            .unwrap_or_else(|| "running".into()),
+    }
 }

@@ -13,13 +13,13 @@ use crate::state::AppState;
 use askama::Template;
 use axum::extract::{Query, State};
 use axum::response::Response;
-use chrono::{Duration, Utc};
+use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use wattledger_domain::demand_response::Target;
 use wattledger_domain::headroom::{self, PowerClass};
 use wattledger_domain::job_kind::JobKind;
-use wattledger_domain::load_shape::DayLoad;
+use wattledger_domain::load_shape::{DayLoad, LoadShape};
 use wattledger_domain::meter_kind::MeterKind;
 use wattledger_domain::metrics;
 use wattledger_store::inventory;
@@ -288,234 +288,369 @@ pub async fn page(
         now.date_naive() - Duration::days(DAYS - 1),
         &format!("the last {DAYS} days"),
     )?;
-    let days = operations::site_days(&state.pool, range.from, range.to).await?;
+    let (sites, mut loaded) = load(&state, &range, now).await?;
     let day_sort = Sort::parse("dsort", view.dsort.as_deref(), &DAY_COLUMNS, 0);
-    let meter_sort = Sort::parse("msort", view.msort.as_deref(), &METER_COLUMNS, 0);
-    let meter_sort = if view.msort.is_none() {
-        // Tree order, top down, unless asked otherwise.
-        Sort {
-            descending: false,
-            ..meter_sort
-        }
-    } else {
-        meter_sort
-    };
-    let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
-    let sites = inventory::list_sites(&state.pool).await?;
-    let gap_limits = inventory::gap_limits(&state.pool).await?;
-    // One read of the range's power profiles for both the headroom and the load shapes.
-    let power = power::hours(&state.pool, None, range.from, range.to, None).await?;
-    let shapes: BTreeMap<String, BTreeMap<i64, DayLoad>> =
-        crate::views::power::load_shapes(&power, &sites)
-            .into_iter()
-            .map(|(site, _, days)| (site, days))
-            .collect();
-    let mut headroom: BTreeMap<String, Vec<HeadroomRow>> =
-        crate::views::power::by_site(&power, headroom::DEFAULT_PERCENTILE)
-            .into_iter()
-            .map(|s| (s.site, headroom_rows(&s.span)))
-            .collect();
-    let mut by_site_days: BTreeMap<String, Vec<SiteDay>> = BTreeMap::new();
-    for d in days {
-        by_site_days.entry(d.site.clone()).or_default().push(d);
-    }
-    let (mut policies, mut events) = power_and_events(&state, range.from, range.to, now).await?;
-    let mut by_site_meters: BTreeMap<String, Vec<MeterHealth>> = BTreeMap::new();
-    for m in health {
-        by_site_meters.entry(m.site.clone()).or_default().push(m);
-    }
-    let kw_of_hour = |mj: i64| Decimal::from(mj) / Decimal::from(3_600_000_000i64);
-    let kw_of_mw = |mw: i64| Decimal::from(mw) / Decimal::from(1_000_000i64);
-    let views = sites
+    let meter_sort = meter_sort(view.msort.as_deref());
+    let sites = sites
         .iter()
-        .map(|s| {
-            let days = by_site_days.remove(&s.key).unwrap_or_default();
-            let site_shapes = shapes.get(&s.key);
-            let envelope_kw = Decimal::from(s.power_envelope_w) / Decimal::ONE_THOUSAND;
-            let last_peak = days.last().map_or(0, |d| d.peak_hour_mj);
-            let last_day = days.last().map(|d| d.day.format("%b %-d").to_string()).unwrap_or_default();
-            let peak = kw_of_hour(last_peak);
-            let step_peak = days.last().and_then(|d| d.it_peak_mw).map(kw_of_mw);
-            let peak_share = if envelope_kw.is_zero() {
-                Decimal::ZERO
-            } else {
-                peak * Decimal::ONE_HUNDRED / envelope_kw
-            };
-            let chart_svg = chart::stacked(&Stacked {
-                title: &format!("{}: IT energy and facility overhead per day, with PUE", s.name),
-                description: "Stacked bars: kWh per day of IT equipment and of facility overhead (cooling, power conversion). Dashed line: PUE, facility energy over IT energy (right axis). The table below has the same figures.",
-                labels: days.iter().map(|d| d.day.format("%b %-d").to_string()).collect(),
-                series: vec![
-                    ("IT".into(), days.iter().map(|d| f64_of(kwh_of_mj(d.it_mj))).collect()),
-                    ("Facility overhead".into(), days.iter().map(|d| f64_of(kwh_of_mj(d.site_mj - d.it_mj))).collect()),
-                ],
-                line: Some((
-                    "PUE".into(),
-                    days.iter()
-                        .map(|d| (d.it_mj != 0).then(|| d.site_mj as f64 / d.it_mj as f64))
-                        .collect(),
-                )),
-                unit: "kWh",
-            });
-            let mut rows: Vec<(Vec<Key>, DayRow)> = days
-                .iter()
-                .map(|d| {
-                    let shape = site_shapes
-                        .and_then(|s| s.get(&d.day.timestamp_micros()))
-                        .map(|d| &d.shape);
-                    (
-                        vec![
-                            Key::Num(Decimal::from(d.day.timestamp())),
-                            Key::Num(Decimal::from(d.site_mj)),
-                            ratio_key(d.site_mj, d.it_mj),
-                            ratio_key(d.it_mj, d.gpu_mj),
-                            ratio_key(d.site_mj, d.gpu_mj),
-                            ratio_key(d.idle_mj, d.site_mj),
-                            ratio_key(d.allocated_gpu_ms, d.capacity_gpu_ms),
-                            Key::Num(Decimal::from(d.peak_hour_mj)),
-                            Key::Num(Decimal::from(d.it_peak_mw.unwrap_or(-1))),
-                            Key::Num(tokens_per_mw(d).unwrap_or(Decimal::NEGATIVE_ONE)),
-                            Key::Num(shape.and_then(|l| l.peak_to_average).unwrap_or(Decimal::NEGATIVE_ONE)),
-                            Key::Num(Decimal::from(shape.and_then(|l| l.rise_15m_mw.max(l.fall_15m_mw)).unwrap_or(-1))),
-                            Key::Num(Decimal::from(shape.map_or(-1, |l| l.over_envelope as i64))),
-                        ],
-                        DayRow {
-                            day: d.day.format("%a %b %-d").to_string(),
-                            energy: energy(d.site_mj),
-                            pue: ratio(d.site_mj, d.it_mj),
-                            itue: ratio(d.it_mj, d.gpu_mj),
-                            tue: ratio(d.site_mj, d.gpu_mj),
-                            idle: pct(Decimal::from(d.idle_mj), Decimal::from(d.site_mj)),
-                            allocated: pct(Decimal::from(d.allocated_gpu_ms), Decimal::from(d.capacity_gpu_ms)),
-                            peak_kw: grouped(kw_of_hour(d.peak_hour_mj), 1),
-                            step_peak_kw: d.it_peak_mw.map_or_else(|| "–".into(), |mw| grouped(kw_of_mw(mw), 1)),
-                            tokens_per_mw: tokens_per_mw(d).map_or_else(|| "–".into(), |t| grouped(t, 1)),
-                            peak_to_average: shape
-                                .and_then(|l| l.peak_to_average)
-                                .map_or_else(|| "–".into(), |r| grouped(r, 2)),
-                            swing_15m: match shape.map(|l| (l.rise_15m_mw, l.fall_15m_mw)) {
-                                Some((Some(rise), Some(fall))) => format!("{} / {}", grouped(kw_of_mw(rise), 1), grouped(kw_of_mw(fall), 1)),
-                                _ => "–".into(),
-                            },
-                            over_envelope: shape.map_or_else(|| "–".into(), |l| l.over_envelope.to_string()),
-                        },
-                    )
-                })
-                .collect();
-            day_sort.apply(&mut rows);
-            let rows: Vec<DayRow> = rows.into_iter().map(|r| r.1).collect();
-            let meters = tree(by_site_meters.remove(&s.key).unwrap_or_default());
-            let mut keyed_m: Vec<(Vec<Key>, MeterRow)> = meters
-                .into_iter()
-                .enumerate()
-                .map(|(position, (depth, m))| {
-                    let age = m.last_sample.map(|t| now - t);
-                    let keys = vec![
-                        Key::Num(Decimal::from(position as i64)),
-                        Key::Text(m.kind.to_string()),
-                        Key::Text(m.device_model.clone().unwrap_or_default()),
-                        Key::Num(Decimal::from(m.last_sample.map_or(0, |t| t.timestamp()))),
-                        Key::Num(Decimal::from(m.samples)),
-                        Key::Num(Decimal::from(m.gaps)),
-                        Key::Num(Decimal::from(m.resets)),
-                    ];
-                    let stale = age.is_none_or(|a| a > Duration::minutes(STALE_MIN));
-                    let row = MeterRow {
-                        depth: depth.min(3),
-                        late: stale && m.kind != MeterKind::Mig,
-                        last: match age {
-                            None => "never".into(),
-                            Some(a) if a < Duration::minutes(2) => format!("{} s ago", a.num_seconds().max(0)),
-                            Some(a) if a < Duration::hours(2) => format!("{} min ago", a.num_minutes()),
-                            Some(a) if a < Duration::days(2) => format!("{} h ago", a.num_hours()),
-                            Some(a) => format!("{} days ago", a.num_days()),
-                        },
-                        key: m.key,
-                        kind: m.kind,
-                        device: m.device_model.unwrap_or_default(),
-                        samples: m.samples,
-                        gaps: m.gaps,
-                        resets: m.resets,
-                    };
-                    (keys, row)
-                })
-                .collect();
-            meter_sort.apply(&mut keyed_m);
-            let rows_m: Vec<MeterRow> = keyed_m.into_iter().map(|r| r.1).collect();
-            SiteView {
-                key: s.key.clone(),
-                name: s.name.clone(),
-                envelope_kw: grouped(envelope_kw, 0),
-                peak_kw: grouped(peak, 1),
-                peak_pct: grouped(peak_share.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
-                peak_label: format!("{}%", grouped(peak_share, 1)),
-                peak_day: last_day,
-                step_peak_kw: step_peak.map(|kw| grouped(kw, 1)),
-                step_peak_label: step_peak
-                    .filter(|_| !envelope_kw.is_zero())
-                    .map(|kw| format!("{}%", grouped(kw * Decimal::ONE_HUNDRED / envelope_kw, 1)))
-                    .unwrap_or_default(),
-                chart_svg,
-                power_svg: site_shapes
-                    .and_then(|d| d.iter().next_back())
-                    .map(|(day, load)| {
-                        // The schema's default, should the site be gone since it was listed.
-                        let gap_limit_s = gap_limits.get(&s.key).copied().unwrap_or(600);
-                        power_chart(s, gap_limit_s, *day, load)
-                    }),
-                headroom: headroom.remove(&s.key).unwrap_or_default(),
-                power_cap_w: policies.get(&s.key).and_then(|p| p.1),
-                policy: policies.remove(&s.key).map(|p| p.0).unwrap_or_default(),
-                events: events.remove(&s.key).unwrap_or_default(),
-                days: rows,
-                stale: rows_m.iter().filter(|m| m.late).count(),
-                gaps: rows_m.iter().map(|m| m.gaps).sum(),
-                resets: rows_m.iter().map(|m| m.resets).sum(),
-                meters: rows_m,
-            }
-        })
+        .map(|s| site_view(s, &mut loaded, &day_sort, &meter_sort, now))
         .collect();
-    let others = |skip: &str| {
-        let mut q = range.query();
-        for (name, value) in [("dsort", &view.dsort), ("msort", &view.msort)] {
-            if let (true, Some(v)) = (name != skip, value) {
-                q.push_str(&format!("&{name}={}", super::segment(v)));
-            }
-        }
-        q
-    };
     Ok(html(
         OperatorPage {
             nav: Nav::new(&session, "/operator"),
-            day_headers: day_sort.headers(&DAY_COLUMNS, &others("dsort")),
-            meter_headers: meter_sort.headers(&METER_COLUMNS, &others("msort")),
+            day_headers: day_sort.headers(&DAY_COLUMNS, &keep(&range, &view, "dsort")),
+            meter_headers: meter_sort.headers(&METER_COLUMNS, &keep(&range, &view, "msort")),
             days_open: view.dsort.is_some(),
             meters_open: view.msort.is_some(),
             range,
-            sites: views,
+            sites,
         }
         .render(),
     ))
 }
 
-/// Each site's power policy rows and cap, and its grid events from the range's start to a
-/// week after its end (upcoming ones included), by site key.
-#[allow(clippy::type_complexity)]
-async fn power_and_events(
+/// How the meter table is sorted: as asked, else in tree order, top down.
+fn meter_sort(asked: Option<&str>) -> Sort {
+    let sort = Sort::parse("msort", asked, &METER_COLUMNS, 0);
+    if asked.is_none() {
+        Sort {
+            descending: false,
+            ..sort
+        }
+    } else {
+        sort
+    }
+}
+
+/// The page's query but for the sort `skip`, for the links of that table's headers.
+fn keep(range: &Range, view: &View, skip: &str) -> String {
+    let mut q = range.query();
+    for (name, value) in [("dsort", &view.dsort), ("msort", &view.msort)] {
+        if let (true, Some(v)) = (name != skip, value) {
+            q.push_str(&format!("&{name}={}", super::segment(v)));
+        }
+    }
+    q
+}
+
+/// What the page shows of each site, read from the store for the range, by site key: taken
+/// out site by site as the page is made.
+struct Loaded {
+    gap_limits: HashMap<String, i32>,
+    days: BTreeMap<String, Vec<SiteDay>>,
+    /// The meters' health over the last 24 hours.
+    meters: BTreeMap<String, Vec<MeterHealth>>,
+    shapes: BTreeMap<String, BTreeMap<i64, DayLoad>>,
+    headroom: BTreeMap<String, Vec<HeadroomRow>>,
+    /// Each site's policy rows and per-GPU power cap.
+    policies: BTreeMap<String, (Vec<PolicyRow>, Option<u32>)>,
+    events: BTreeMap<String, Vec<EventRow>>,
+}
+
+/// The sites, and what the page shows of them.
+async fn load(
     state: &AppState,
-    from: chrono::DateTime<Utc>,
-    to: chrono::DateTime<Utc>,
-    now: chrono::DateTime<Utc>,
-) -> Result<
+    range: &Range,
+    now: DateTime<Utc>,
+) -> Result<(Vec<inventory::SiteRow>, Loaded), PageError> {
+    let days = operations::site_days(&state.pool, range.from, range.to).await?;
+    let health = operations::meter_health(&state.pool, now - Duration::hours(24)).await?;
+    let sites = inventory::list_sites(&state.pool).await?;
+    let gap_limits = inventory::gap_limits(&state.pool).await?;
+    // One read of the range's power profiles for both the headroom and the load shapes.
+    let power = power::hours(&state.pool, None, range.from, range.to, None).await?;
+    let shapes = crate::views::power::load_shapes(&power, &sites)
+        .into_iter()
+        .map(|(site, _, days)| (site, days))
+        .collect();
+    let headroom = crate::views::power::by_site(&power, headroom::DEFAULT_PERCENTILE)
+        .into_iter()
+        .map(|s| (s.site, headroom_rows(&s.span)))
+        .collect();
+    let policies = policies(state, now).await?;
+    let events = events(state, range.from, range.to, now).await?;
+    let loaded = Loaded {
+        gap_limits,
+        days: by_site(days, |d| &d.site),
+        meters: by_site(health, |m| &m.site),
+        shapes,
+        headroom,
+        policies,
+        events,
+    };
+    Ok((sites, loaded))
+}
+
+/// Rows grouped by their site's key, each site's in the order read.
+fn by_site<T>(rows: Vec<T>, site: impl Fn(&T) -> &String) -> BTreeMap<String, Vec<T>> {
+    let mut out: BTreeMap<String, Vec<T>> = BTreeMap::new();
+    for r in rows {
+        out.entry(site(&r).clone()).or_default().push(r);
+    }
+    out
+}
+
+/// One site's panel, taking its share of what was loaded.
+fn site_view(
+    s: &inventory::SiteRow,
+    loaded: &mut Loaded,
+    day_sort: &Sort,
+    meter_sort: &Sort,
+    now: DateTime<Utc>,
+) -> SiteView {
+    let days = loaded.days.remove(&s.key).unwrap_or_default();
+    let shapes = loaded.shapes.get(&s.key);
+    let meters = meter_rows(
+        loaded.meters.remove(&s.key).unwrap_or_default(),
+        meter_sort,
+        now,
+    );
+    let (policy, power_cap_w) = loaded.policies.remove(&s.key).unwrap_or_default();
+    let Peak {
+        envelope_kw,
+        peak_kw,
+        peak_pct,
+        peak_label,
+        peak_day,
+        step_peak_kw,
+        step_peak_label,
+    } = peak(s, &days);
+    SiteView {
+        key: s.key.clone(),
+        name: s.name.clone(),
+        envelope_kw,
+        peak_kw,
+        peak_pct,
+        peak_label,
+        peak_day,
+        step_peak_kw,
+        step_peak_label,
+        chart_svg: energy_chart(s, &days),
+        power_svg: shapes
+            .and_then(|d| d.iter().next_back())
+            .map(|(day, load)| {
+                // The schema's default, should the site be gone since it was listed.
+                let gap_limit_s = loaded.gap_limits.get(&s.key).copied().unwrap_or(600);
+                power_chart(s, gap_limit_s, *day, load)
+            }),
+        headroom: loaded.headroom.remove(&s.key).unwrap_or_default(),
+        power_cap_w,
+        policy,
+        events: loaded.events.remove(&s.key).unwrap_or_default(),
+        days: day_rows(&days, shapes, day_sort),
+        stale: meters.iter().filter(|m| m.late).count(),
+        gaps: meters.iter().map(|m| m.gaps).sum(),
+        resets: meters.iter().map(|m| m.resets).sum(),
+        meters,
+    }
+}
+
+/// The last day's peak draw against the site's envelope, as [`SiteView`] shows it.
+struct Peak {
+    envelope_kw: String,
+    peak_kw: String,
+    peak_pct: String,
+    peak_label: String,
+    peak_day: String,
+    step_peak_kw: Option<String>,
+    step_peak_label: String,
+}
+
+fn peak(s: &inventory::SiteRow, days: &[SiteDay]) -> Peak {
+    let envelope_kw = Decimal::from(s.power_envelope_w) / Decimal::ONE_THOUSAND;
+    let last_peak = days.last().map_or(0, |d| d.peak_hour_mj);
+    let peak = kw_of_hour(last_peak);
+    let step_peak = days.last().and_then(|d| d.it_peak_mw).map(kw_of_mw);
+    let peak_share = if envelope_kw.is_zero() {
+        Decimal::ZERO
+    } else {
+        peak * Decimal::ONE_HUNDRED / envelope_kw
+    };
+    Peak {
+        envelope_kw: grouped(envelope_kw, 0),
+        peak_kw: grouped(peak, 1),
+        peak_pct: grouped(peak_share.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
+        peak_label: format!("{}%", grouped(peak_share, 1)),
+        peak_day: days
+            .last()
+            .map(|d| d.day.format("%b %-d").to_string())
+            .unwrap_or_default(),
+        step_peak_kw: step_peak.map(|kw| grouped(kw, 1)),
+        step_peak_label: step_peak
+            .filter(|_| !envelope_kw.is_zero())
+            .map(|kw| format!("{}%", grouped(kw * Decimal::ONE_HUNDRED / envelope_kw, 1)))
+            .unwrap_or_default(),
+    }
+}
+
+/// An hour's energy, mJ, as its average power, kW.
+fn kw_of_hour(mj: i64) -> Decimal {
+    Decimal::from(mj) / Decimal::from(3_600_000_000i64)
+}
+
+/// A power in mW, as kW.
+fn kw_of_mw(mw: i64) -> Decimal {
+    Decimal::from(mw) / Decimal::from(1_000_000i64)
+}
+
+/// The site's IT energy and facility overhead per day, with PUE on the line.
+fn energy_chart(s: &inventory::SiteRow, days: &[SiteDay]) -> String {
+    chart::stacked(&Stacked {
+        title: &format!("{}: IT energy and facility overhead per day, with PUE", s.name),
+        description: "Stacked bars: kWh per day of IT equipment and of facility overhead (cooling, power conversion). Dashed line: PUE, facility energy over IT energy (right axis). The table below has the same figures.",
+        labels: days.iter().map(|d| d.day.format("%b %-d").to_string()).collect(),
+        series: vec![
+            ("IT".into(), days.iter().map(|d| f64_of(kwh_of_mj(d.it_mj))).collect()),
+            ("Facility overhead".into(), days.iter().map(|d| f64_of(kwh_of_mj(d.site_mj - d.it_mj))).collect()),
+        ],
+        line: Some((
+            "PUE".into(),
+            days.iter()
+                .map(|d| (d.it_mj != 0).then(|| d.site_mj as f64 / d.it_mj as f64))
+                .collect(),
+        )),
+        unit: "kWh",
+    })
+}
+
+/// The day table's rows, sorted.
+fn day_rows(days: &[SiteDay], shapes: Option<&BTreeMap<i64, DayLoad>>, sort: &Sort) -> Vec<DayRow> {
+    let mut rows: Vec<(Vec<Key>, DayRow)> = days
+        .iter()
+        .map(|d| {
+            let shape = shapes
+                .and_then(|s| s.get(&d.day.timestamp_micros()))
+                .map(|d| &d.shape);
+            day_row(d, shape)
+        })
+        .collect();
+    sort.apply(&mut rows);
+    rows.into_iter().map(|r| r.1).collect()
+}
+
+/// A row of the day table: its sort keys and what it shows, the load shape's figures where
+/// the day has one.
+fn day_row(d: &SiteDay, shape: Option<&LoadShape>) -> (Vec<Key>, DayRow) {
+    let none = || "–".to_owned();
     (
-        BTreeMap<String, (Vec<PolicyRow>, Option<u32>)>,
-        BTreeMap<String, Vec<EventRow>>,
-    ),
-    PageError,
-> {
+        vec![
+            Key::Num(Decimal::from(d.day.timestamp())),
+            Key::Num(Decimal::from(d.site_mj)),
+            ratio_key(d.site_mj, d.it_mj),
+            ratio_key(d.it_mj, d.gpu_mj),
+            ratio_key(d.site_mj, d.gpu_mj),
+            ratio_key(d.idle_mj, d.site_mj),
+            ratio_key(d.allocated_gpu_ms, d.capacity_gpu_ms),
+            Key::Num(Decimal::from(d.peak_hour_mj)),
+            Key::Num(Decimal::from(d.it_peak_mw.unwrap_or(-1))),
+            Key::Num(tokens_per_mw(d).unwrap_or(Decimal::NEGATIVE_ONE)),
+            Key::Num(
+                shape
+                    .and_then(|l| l.peak_to_average)
+                    .unwrap_or(Decimal::NEGATIVE_ONE),
+            ),
+            Key::Num(Decimal::from(
+                shape
+                    .and_then(|l| l.rise_15m_mw.max(l.fall_15m_mw))
+                    .unwrap_or(-1),
+            )),
+            Key::Num(Decimal::from(shape.map_or(-1, |l| l.over_envelope as i64))),
+        ],
+        DayRow {
+            day: d.day.format("%a %b %-d").to_string(),
+            energy: energy(d.site_mj),
+            pue: ratio(d.site_mj, d.it_mj),
+            itue: ratio(d.it_mj, d.gpu_mj),
+            tue: ratio(d.site_mj, d.gpu_mj),
+            idle: pct(Decimal::from(d.idle_mj), Decimal::from(d.site_mj)),
+            allocated: pct(
+                Decimal::from(d.allocated_gpu_ms),
+                Decimal::from(d.capacity_gpu_ms),
+            ),
+            peak_kw: grouped(kw_of_hour(d.peak_hour_mj), 1),
+            step_peak_kw: d
+                .it_peak_mw
+                .map_or_else(none, |mw| grouped(kw_of_mw(mw), 1)),
+            tokens_per_mw: tokens_per_mw(d).map_or_else(none, |t| grouped(t, 1)),
+            peak_to_average: shape
+                .and_then(|l| l.peak_to_average)
+                .map_or_else(none, |r| grouped(r, 2)),
+            swing_15m: match shape.map(|l| (l.rise_15m_mw, l.fall_15m_mw)) {
+                Some((Some(rise), Some(fall))) => format!(
+                    "{} / {}",
+                    grouped(kw_of_mw(rise), 1),
+                    grouped(kw_of_mw(fall), 1)
+                ),
+                _ => none(),
+            },
+            over_envelope: shape.map_or_else(none, |l| l.over_envelope.to_string()),
+        },
+    )
+}
+
+/// The meter table's rows: the site's meters in tree order, then sorted as asked.
+fn meter_rows(meters: Vec<MeterHealth>, sort: &Sort, now: DateTime<Utc>) -> Vec<MeterRow> {
+    let mut rows: Vec<(Vec<Key>, MeterRow)> = tree(meters)
+        .into_iter()
+        .enumerate()
+        .map(|(position, (depth, m))| meter_row(position, depth, m, now))
+        .collect();
+    sort.apply(&mut rows);
+    rows.into_iter().map(|r| r.1).collect()
+}
+
+/// A row of the meter table: its sort keys (the first its place in the tree) and what it
+/// shows.
+fn meter_row(
+    position: usize,
+    depth: usize,
+    m: MeterHealth,
+    now: DateTime<Utc>,
+) -> (Vec<Key>, MeterRow) {
+    let age = m.last_sample.map(|t| now - t);
+    let keys = vec![
+        Key::Num(Decimal::from(position as i64)),
+        Key::Text(m.kind.to_string()),
+        Key::Text(m.device_model.clone().unwrap_or_default()),
+        Key::Num(Decimal::from(m.last_sample.map_or(0, |t| t.timestamp()))),
+        Key::Num(Decimal::from(m.samples)),
+        Key::Num(Decimal::from(m.gaps)),
+        Key::Num(Decimal::from(m.resets)),
+    ];
+    let stale = age.is_none_or(|a| a > Duration::minutes(STALE_MIN));
+    let row = MeterRow {
+        depth: depth.min(3),
+        late: stale && m.kind != MeterKind::Mig,
+        last: last_sample(age),
+        key: m.key,
+        kind: m.kind,
+        device: m.device_model.unwrap_or_default(),
+        samples: m.samples,
+        gaps: m.gaps,
+        resets: m.resets,
+    };
+    (keys, row)
+}
+
+/// How long ago a meter's last sample came, in the largest unit that says it.
+fn last_sample(age: Option<Duration>) -> String {
+    match age {
+        None => "never".into(),
+        Some(a) if a < Duration::minutes(2) => format!("{} s ago", a.num_seconds().max(0)),
+        Some(a) if a < Duration::hours(2) => format!("{} min ago", a.num_minutes()),
+        Some(a) if a < Duration::days(2) => format!("{} h ago", a.num_hours()),
+        Some(a) => format!("{} days ago", a.num_days()),
+    }
+}
+
+/// Each site's power policy rows and per-GPU power cap, by site key.
+async fn policies(
+    state: &AppState,
+    now: DateTime<Utc>,
+) -> Result<BTreeMap<String, (Vec<PolicyRow>, Option<u32>)>, PageError> {
     let policies = power_policy::list(&state.pool, None).await?;
     let factors = power_policy::factors(&state.pool, &policies, now).await?;
-    let policy_rows = policies
+    Ok(policies
         .iter()
         .map(|p| {
             let f = factors.get(&p.site_id).cloned().unwrap_or_default();
@@ -530,37 +665,55 @@ async fn power_and_events(
                 .collect();
             (p.site.clone(), (rows, p.policy.power_cap_w))
         })
-        .collect();
+        .collect())
+}
+
+/// Each site's grid events from the range's start to a week after its end (upcoming ones
+/// included), by site key.
+async fn events(
+    state: &AppState,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<BTreeMap<String, Vec<EventRow>>, PageError> {
     let mut events: BTreeMap<String, Vec<EventRow>> = BTreeMap::new();
     for e in grid_events::overlapping(&state.pool, None, from, to + Duration::days(7)).await? {
         let r = crate::grid_events::report(&state.pool, e, now).await?;
-        let e = &r.event;
-        let ask = match r.target {
-            Target::CapW(w) => format!("cap {} kW", grouped(Decimal::new(w, 3), 1)),
-            Target::ReductionW(w) => format!("−{} kW", grouped(Decimal::new(w, 3), 1)),
-        };
-        events.entry(e.site.clone()).or_default().push(EventRow {
-            key: e.key.clone(),
-            window: format!(
-                "{} to {}",
-                e.starts_at.format("%a %b %-d %H:%M"),
-                e.ends_at.format("%H:%M")
-            ),
-            ask,
-            status: r.status.as_str(),
-            reduction: r.outcome.as_ref().map_or("–".into(), |o| {
-                format!(
-                    "{}{}",
-                    energy(o.reduction_mj),
-                    if o.met { "" } else { " (not met)" }
-                )
-            }),
-            credit: r
-                .outcome
-                .as_ref()
-                .and_then(|o| o.credit)
-                .map_or("–".into(), |c| super::format::money(c, &e.currency)),
-        });
+        events
+            .entry(r.event.site.clone())
+            .or_default()
+            .push(event_row(&r));
     }
-    Ok((policy_rows, events))
+    Ok(events)
+}
+
+/// A row of a site's grid events: its window, what it asked, and how it went.
+fn event_row(r: &crate::grid_events::Report) -> EventRow {
+    let e = &r.event;
+    let ask = match r.target {
+        Target::CapW(w) => format!("cap {} kW", grouped(Decimal::new(w, 3), 1)),
+        Target::ReductionW(w) => format!("−{} kW", grouped(Decimal::new(w, 3), 1)),
+    };
+    EventRow {
+        key: e.key.clone(),
+        window: format!(
+            "{} to {}",
+            e.starts_at.format("%a %b %-d %H:%M"),
+            e.ends_at.format("%H:%M")
+        ),
+        ask,
+        status: r.status.as_str(),
+        reduction: r.outcome.as_ref().map_or("–".into(), |o| {
+            format!(
+                "{}{}",
+                energy(o.reduction_mj),
+                if o.met { "" } else { " (not met)" }
+            )
+        }),
+        credit: r
+            .outcome
+            .as_ref()
+            .and_then(|o| o.credit)
+            .map_or("–".into(), |c| super::format::money(c, &e.currency)),
+    }
 }

@@ -312,152 +312,204 @@ fn page(
         deferred: (deferrals, event_shares),
         budgets: budgets_now,
     } = loaded;
-    let from = range.from;
-    let empty = total.as_ref().is_none_or(|t| t.energy.total_mj() == 0);
-    let deferred = deferred::view(deferrals, event_shares);
-    let figures = total
-        .as_ref()
-        .map(|t| headline(t, serving))
-        .unwrap_or_default();
-    let bars = budgets_now
-        .iter()
-        .flat_map(|(b, _)| budget_bars(b, now))
-        .collect();
-    let alerts = alert_rows(budgets_now);
-
-    // Days of the month so far × models, in kWh; carbon intensity per day on the line.
-    let days_n = range.days();
-    let day_keys: Vec<DateTime<Utc>> = (0..days_n).map(|d| from + Duration::days(d)).collect();
-    let mut models: Vec<String> = by_model
-        .iter()
-        .map(|r| r.model.clone().unwrap_or_else(|| "no model".into()))
-        .collect();
-    models.sort();
-    models.dedup();
-    let mut grid: BTreeMap<(String, i64), i64> = BTreeMap::new();
-    for r in by_day_model {
-        let m = r.model.clone().unwrap_or_else(|| "no model".into());
-        let day = r.period.map(|p| (p - from).num_days()).unwrap_or(0);
-        *grid.entry((m, day)).or_default() += r.energy.total_mj();
+    let grid = DayGrid::new(&range, by_model, by_day_model, by_day);
+    let (day_headers, days) = day_table(&grid, view, &keep(&range, view, "dsort"));
+    let model_sort = Sort::parse("msort", view.msort.as_deref(), &MODEL_COLUMNS, 1);
+    let job_sort = Sort::parse("sort", view.sort.as_deref(), &JOB_COLUMNS, 2);
+    OverviewPage {
+        nav,
+        model_headers: model_sort.headers(&MODEL_COLUMNS, &keep(&range, view, "msort")),
+        job_headers: job_sort.headers(&JOB_COLUMNS, &keep(&range, view, "sort")),
+        day_headers,
+        days_open: view.dsort.is_some(),
+        figures: total
+            .as_ref()
+            .map(|t| headline(t, serving))
+            .unwrap_or_default(),
+        budgets: budgets_now
+            .iter()
+            .flat_map(|(b, _)| budget_bars(b, now))
+            .collect(),
+        chart_svg: day_chart(&key, &range, &grid),
+        legend: grid
+            .models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.clone(), chart::colour(i)))
+            .collect(),
+        days,
+        models: sorted(by_model.iter().map(model_row).collect(), &model_sort),
+        jobs: sorted(by_job.iter().map(job_row).collect(), &job_sort),
+        alerts: alert_rows(budgets_now),
+        deferred: deferred::view(deferrals, event_shares),
+        empty: total.as_ref().is_none_or(|t| t.energy.total_mj() == 0),
+        tenant: key,
+        range,
     }
-    let series: Vec<(String, Vec<f64>)> = models
+}
+
+/// A table's rows sorted, without their sort keys.
+fn sorted<T>(mut rows: Vec<(Vec<Key>, T)>, sort: &Sort) -> Vec<T> {
+    sort.apply(&mut rows);
+    rows.into_iter().map(|r| r.1).collect()
+}
+
+/// The page's query but for the sort `skip`, for the links of that table's headers.
+fn keep(range: &Range, view: &View, skip: &str) -> String {
+    let mut q = range.query();
+    for (name, value) in [
+        ("sort", &view.sort),
+        ("msort", &view.msort),
+        ("dsort", &view.dsort),
+    ] {
+        if let (true, Some(v)) = (name != skip, value) {
+            q.push_str(&format!("&{name}={}", super::segment(v)));
+        }
+    }
+    q
+}
+
+/// The range's days × models, in mJ, and each day's energy and the carbon intensity it ran
+/// at: what the chart and the day table show.
+struct DayGrid {
+    /// Each day's start, by its number from the range's start.
+    starts: Vec<DateTime<Utc>>,
+    /// The models of the range, sorted.
+    models: Vec<String>,
+    cells: BTreeMap<(String, i64), i64>,
+    /// The days with energy: their total, mJ, and gCO2e per kWh where known.
+    totals: BTreeMap<i64, (i64, Option<Decimal>)>,
+}
+
+impl DayGrid {
+    fn new(
+        range: &Range,
+        by_model: &[UsageRow],
+        by_day_model: &[UsageRow],
+        by_day: &[UsageRow],
+    ) -> DayGrid {
+        let from = range.from;
+        let day_of = |r: &UsageRow| r.period.map(|p| (p - from).num_days()).unwrap_or(0);
+        let model_of = |r: &UsageRow| r.model.clone().unwrap_or_else(|| "no model".into());
+        let mut models: Vec<String> = by_model.iter().map(model_of).collect();
+        models.sort();
+        models.dedup();
+        let mut cells: BTreeMap<(String, i64), i64> = BTreeMap::new();
+        for r in by_day_model {
+            *cells.entry((model_of(r), day_of(r))).or_default() += r.energy.total_mj();
+        }
+        let totals = by_day
+            .iter()
+            .map(|r| {
+                let g_per_kwh = metrics::g_co2e_per_kwh(r.carbon_g, r.coverage.carbon_mj);
+                (day_of(r), (r.energy.total_mj(), g_per_kwh))
+            })
+            .collect();
+        DayGrid {
+            starts: (0..range.days())
+                .map(|d| from + Duration::days(d))
+                .collect(),
+            models,
+            cells,
+            totals,
+        }
+    }
+
+    fn days(&self) -> std::ops::Range<i64> {
+        0..self.starts.len() as i64
+    }
+
+    fn cell(&self, model: &str, day: i64) -> i64 {
+        self.cells
+            .get(&(model.to_owned(), day))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn g_per_kwh(&self, day: i64) -> Option<Decimal> {
+        self.totals.get(&day).and_then(|(_, g)| *g)
+    }
+}
+
+/// Energy per day by model, with the day's carbon intensity on the line.
+fn day_chart(key: &str, range: &Range, grid: &DayGrid) -> String {
+    let series = grid
+        .models
         .iter()
         .map(|m| {
-            let v = (0..days_n)
-                .map(|d| f64_of(kwh_of_mj(grid.get(&(m.clone(), d)).copied().unwrap_or(0))))
-                .collect();
-            (m.clone(), v)
+            let kwh = grid.days().map(|d| f64_of(kwh_of_mj(grid.cell(m, d))));
+            (m.clone(), kwh.collect())
         })
         .collect();
-    // Each day's energy and the carbon intensity it ran at.
-    let intensity: BTreeMap<i64, (i64, Option<Decimal>)> = by_day
-        .iter()
-        .map(|r| {
-            let day = r.period.map(|p| (p - from).num_days()).unwrap_or(0);
-            let g_per_kwh = metrics::g_co2e_per_kwh(r.carbon_g, r.coverage.carbon_mj);
-            (day, (r.energy.total_mj(), g_per_kwh))
-        })
-        .collect();
-    let g_per_kwh = |d: i64| intensity.get(&d).and_then(|(_, g)| *g);
-    let chart_svg = chart::stacked(&Stacked {
+    chart::stacked(&Stacked {
         title: &format!("{key}: energy per day by model, {}", range.label),
         description: "Stacked bars: kWh per day for each model. Dashed line: the average carbon intensity the tenant's energy ran at that day (gCO2e/kWh, right axis). The table below has the same figures.",
-        labels: day_keys.iter().map(|d| d.format("%-d").to_string()).collect(),
-        series: series.clone(),
+        labels: grid.starts.iter().map(|d| d.format("%-d").to_string()).collect(),
+        series,
         line: Some((
             "gCO2e per kWh".into(),
-            (0..days_n).map(|d| g_per_kwh(d).map(f64_of)).collect(),
+            grid.days().map(|d| grid.g_per_kwh(d).map(f64_of)).collect(),
         )),
         unit: "kWh",
-    });
-    let legend = models
-        .iter()
-        .enumerate()
-        .map(|(i, m)| (m.clone(), chart::colour(i)))
-        .collect();
-    // The day table: its columns are the page's models, so its sort keys are by position.
-    let day_columns: Vec<Column> = std::iter::once(Column::text("day", "Day"))
+    })
+}
+
+/// The day table, its headers and its rows (the days with energy), sorted. Its columns are
+/// the page's models, so its sort keys are by position.
+fn day_table(grid: &DayGrid, view: &View, others: &str) -> (Vec<Header>, Vec<DayRow>) {
+    let columns: Vec<Column> = std::iter::once(Column::text("day", "Day"))
         // Labelled with the model names once the headers are made.
         .chain(
-            (0..models.len()).map(|i| Column::num(MODEL_KEYS.get(i).copied().unwrap_or("m"), "")),
+            (0..grid.models.len())
+                .map(|i| Column::num(MODEL_KEYS.get(i).copied().unwrap_or("m"), "")),
         )
         .chain([
             Column::num("total", "Total kWh"),
             Column::num("intensity", "gCO2e/kWh"),
         ])
         .collect();
-    let day_sort = Sort::parse("dsort", view.dsort.as_deref(), &day_columns, 0);
-    let mut days: Vec<(Vec<Key>, DayRow)> = (0..days_n)
-        .filter(|d| intensity.contains_key(d))
-        .map(|d| {
-            let cell = |m: &String| grid.get(&(m.clone(), d)).copied().unwrap_or(0);
-            let keys = std::iter::once(Key::Text(day_keys[d as usize].to_rfc3339()))
-                .chain(models.iter().map(|m| Key::Num(Decimal::from(cell(m)))))
-                .chain([
-                    Key::Num(Decimal::from(intensity[&d].0)),
-                    Key::Num(g_per_kwh(d).unwrap_or_default()),
-                ])
-                .collect();
-            let row = DayRow {
-                day: day_keys[d as usize].format("%a %b %-d").to_string(),
-                cells: models
-                    .iter()
-                    .map(|m| grouped(kwh_of_mj(cell(m)), 1))
-                    .collect(),
-                total: grouped(kwh_of_mj(intensity[&d].0), 1),
-                intensity: g_per_kwh(d)
-                    .map(|g| grouped(g, 0))
-                    .unwrap_or_else(|| "–".into()),
-            };
-            (keys, row)
-        })
+    let sort = Sort::parse("dsort", view.dsort.as_deref(), &columns, 0);
+    let rows = grid
+        .days()
+        .filter(|d| grid.totals.contains_key(d))
+        .map(|d| day_row(grid, d))
         .collect();
-    day_sort.apply(&mut days);
-    let days: Vec<DayRow> = days.into_iter().map(|d| d.1).collect();
-    let keep = |skip: &str| {
-        let mut q = range.query();
-        for (name, value) in [
-            ("sort", &view.sort),
-            ("msort", &view.msort),
-            ("dsort", &view.dsort),
-        ] {
-            if let (true, Some(v)) = (name != skip, value) {
-                q.push_str(&format!("&{name}={}", super::segment(v)));
-            }
-        }
-        q
-    };
-    let mut day_headers = day_sort.headers(&day_columns, &keep("dsort"));
-    for (h, m) in day_headers.iter_mut().skip(1).zip(&models) {
+    let mut headers = sort.headers(&columns, others);
+    for (h, m) in headers.iter_mut().skip(1).zip(&grid.models) {
         h.label = m.clone();
     }
-    let model_sort = Sort::parse("msort", view.msort.as_deref(), &MODEL_COLUMNS, 1);
-    let mut model_rows: Vec<(Vec<Key>, ModelRow)> = by_model.iter().map(model_row).collect();
-    model_sort.apply(&mut model_rows);
-    let job_sort = Sort::parse("sort", view.sort.as_deref(), &JOB_COLUMNS, 2);
-    let mut jobs: Vec<(Vec<Key>, JobRow)> = by_job.iter().map(job_row).collect();
-    job_sort.apply(&mut jobs);
-    let model_headers = model_sort.headers(&MODEL_COLUMNS, &keep("msort"));
-    let job_headers = job_sort.headers(&JOB_COLUMNS, &keep("sort"));
-    OverviewPage {
-        nav,
-        tenant: key,
-        range,
-        model_headers,
-        job_headers,
-        day_headers,
-        days_open: view.dsort.is_some(),
-        figures,
-        budgets: bars,
-        chart_svg,
-        legend,
-        days,
-        models: model_rows.into_iter().map(|m| m.1).collect(),
-        jobs: jobs.into_iter().map(|j| j.1).collect(),
-        alerts,
-        deferred,
-        empty,
-    }
+    (headers, sorted(rows, &sort))
+}
+
+/// A row of the day table: its sort keys and what it shows.
+fn day_row(grid: &DayGrid, d: i64) -> (Vec<Key>, DayRow) {
+    let start = grid.starts[d as usize];
+    let total = grid.totals[&d].0;
+    let keys = std::iter::once(Key::Text(start.to_rfc3339()))
+        .chain(
+            grid.models
+                .iter()
+                .map(|m| Key::Num(Decimal::from(grid.cell(m, d)))),
+        )
+        .chain([
+            Key::Num(Decimal::from(total)),
+            Key::Num(grid.g_per_kwh(d).unwrap_or_default()),
+        ])
+        .collect();
+    let row = DayRow {
+        day: start.format("%a %b %-d").to_string(),
+        cells: grid
+            .models
+            .iter()
+            .map(|m| grouped(kwh_of_mj(grid.cell(m, d)), 1))
+            .collect(),
+        total: grouped(kwh_of_mj(total), 1),
+        intensity: grid
+            .g_per_kwh(d)
+            .map(|g| grouped(g, 0))
+            .unwrap_or_else(|| "–".into()),
+    };
+    (keys, row)
 }
 
 /// The headline figures of the range: energy, cost, carbon, tokens.

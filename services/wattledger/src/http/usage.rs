@@ -262,22 +262,7 @@ pub async fn get_usage(
         Some(t) => caller.scope.narrow(t).ok_or(ApiError::NotFound)?,
         None => caller.scope,
     };
-    let filter = UsageFilter {
-        from: Some(from),
-        to: Some(to),
-        site_id: id_of(&state, KeyedTable::Sites, &p.site).await?,
-        // A job the caller may not see answers as one that does not exist.
-        job_id: match &p.job {
-            None => None,
-            Some(key) => Some(
-                jobs::visible_id(&state.pool, &scope, key)
-                    .await?
-                    .ok_or(ApiError::NotFound)?,
-            ),
-        },
-        model_id: id_of(&state, KeyedTable::Models, &p.model).await?,
-        top_jobs: None,
-    };
+    let filter = usage_filter(&state, &scope, &p, from, to).await?;
     let rows = usage::usage(&state.pool, &scope, &group_by, &filter).await?;
     let gpu_hours = shown_gpu_hours(&rows, &group_by);
     let per = group_by
@@ -289,96 +274,143 @@ pub async fn get_usage(
     Ok(Json(UsageResponse {
         from,
         to,
-        group_by: p
-            .group_by
-            .map(|g| {
-                g.split(',')
-                    .map(|s| s.trim().to_owned())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default(),
+        group_by: group_by_names(p.group_by.as_deref()),
         rows: rows
             .into_iter()
             .zip(gpu_hours)
-            .map(|(r, gpu_hours)| {
-                let tokens = r.tokens();
-                let cost: BTreeMap<String, Decimal> = r
-                    .cost_currencies
-                    .clone()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .zip(r.cost_amounts.clone().unwrap_or_default())
-                    .map(|(c, a)| (c, a.round_dp(6).normalize()))
-                    .collect();
-                let e = efficiency(r.totals());
-                UsageRowOut {
-                    tenant: r.tenant,
-                    job: r.job,
-                    model: r.model,
-                    site: r.site,
-                    period: r.period,
-                    kwh: e.kwh,
-                    total_mj: r.energy.total_mj(),
-                    energy: r.energy,
-                    quality: DataQuality::of(&r.energy, &r.coverage),
-                    prompt_tokens: r.prompt_tokens,
-                    generated_tokens: r.generated_tokens,
-                    tokens,
-                    tokens_per_kwh: e.tokens_per_kwh,
-                    tokens_per_kwh_it: e.tokens_per_kwh_it,
-                    joules_per_token: e.joules_per_token,
-                    idle_fraction: e.idle_fraction,
-                    gpu_hours,
-                    gpu_ms: r.gpu_ms,
-                    fully_loaded_cost: {
-                        let mut total = cost.clone();
-                        let gpu_time = r
-                            .gpu_time_currencies
-                            .clone()
-                            .unwrap_or_default()
-                            .into_iter()
-                            .zip(r.gpu_time_amounts.clone().unwrap_or_default());
-                        for (c, a) in gpu_time {
-                            *total.entry(c).or_default() += a;
-                        }
-                        total.into_iter().map(|(c, a)| (c, a.normalize())).collect()
-                    },
-                    cost: cost.clone(),
-                    carbon_g: r.carbon_g.map(|g| g.round_dp(3).normalize()),
-                    carbon_marginal_g: r.carbon_marginal_g.map(|g| g.round_dp(3).normalize()),
-                    embodied_carbon_g: r.embodied_carbon_g.map(|g| g.round_dp(3).normalize()),
-                    g_co2e_per_1k_tokens: e.g_co2e_per_1k_tokens,
-                    sci_g_per_token: e.sci_g_per_token,
-                    sci_g_per_1k_tokens: e.sci_g_per_1k_tokens,
-                    cost_per_1m_tokens: cost
-                        .iter()
-                        .filter_map(|(c, a)| Some((c.clone(), metrics::per_1m_tokens(*a, tokens)?)))
-                        .collect(),
-                }
-            })
+            .map(|(r, gpu_hours)| row_out(r, gpu_hours))
             .collect(),
         sites: site_rows
             .into_iter()
-            .map(|s| {
-                let eff = effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
-                let energy = |mj: i64| show_energy.then(|| kwh(mj).round_dp(6));
-                SiteEfficiency {
-                    site: s.site,
-                    period: s.period,
-                    kwh: energy(s.site_mj),
-                    it_kwh: energy(s.it_mj),
-                    gpu_kwh: energy(s.gpu_mj),
-                    pue: eff.pue,
-                    itue: eff.itue,
-                    tue: eff.tue,
-                    idle_fraction: ratio(s.idle_mj, s.site_mj),
-                    allocated_gpu_fraction: ratio(s.allocated_gpu_ms, s.capacity_gpu_ms),
-                    hours: s.hours,
-                }
-            })
+            .map(|s| site_efficiency(s, show_energy))
             .collect(),
     }))
+}
+
+/// The filter the parameters name, within the caller's scope: each key resolved to its id.
+async fn usage_filter(
+    state: &AppState,
+    scope: &Scope,
+    p: &UsageParams,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> ApiResult<UsageFilter> {
+    Ok(UsageFilter {
+        from: Some(from),
+        to: Some(to),
+        site_id: id_of(state, KeyedTable::Sites, &p.site).await?,
+        // A job the caller may not see answers as one that does not exist.
+        job_id: match &p.job {
+            None => None,
+            Some(key) => Some(
+                jobs::visible_id(&state.pool, scope, key)
+                    .await?
+                    .ok_or(ApiError::NotFound)?,
+            ),
+        },
+        model_id: id_of(state, KeyedTable::Models, &p.model).await?,
+        top_jobs: None,
+    })
+}
+
+/// `group_by` as asked, each name trimmed, the empty ones left out.
+fn group_by_names(asked: Option<&str>) -> Vec<String> {
+    asked
+        .map(|g| {
+            g.split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A row of the answer: the ledger's figures with their efficiency, cost and carbon.
+fn row_out(r: usage::UsageRow, gpu_hours: Decimal) -> UsageRowOut {
+    let tokens = r.tokens();
+    let cost = costs(&r);
+    let e = efficiency(r.totals());
+    UsageRowOut {
+        kwh: e.kwh,
+        total_mj: r.energy.total_mj(),
+        energy: r.energy,
+        quality: DataQuality::of(&r.energy, &r.coverage),
+        prompt_tokens: r.prompt_tokens,
+        generated_tokens: r.generated_tokens,
+        tokens,
+        tokens_per_kwh: e.tokens_per_kwh,
+        tokens_per_kwh_it: e.tokens_per_kwh_it,
+        joules_per_token: e.joules_per_token,
+        idle_fraction: e.idle_fraction,
+        gpu_hours,
+        gpu_ms: r.gpu_ms,
+        fully_loaded_cost: fully_loaded_cost(&cost, &r),
+        carbon_g: r.carbon_g.map(|g| g.round_dp(3).normalize()),
+        carbon_marginal_g: r.carbon_marginal_g.map(|g| g.round_dp(3).normalize()),
+        embodied_carbon_g: r.embodied_carbon_g.map(|g| g.round_dp(3).normalize()),
+        g_co2e_per_1k_tokens: e.g_co2e_per_1k_tokens,
+        sci_g_per_token: e.sci_g_per_token,
+        sci_g_per_1k_tokens: e.sci_g_per_1k_tokens,
+        cost_per_1m_tokens: cost
+            .iter()
+            .filter_map(|(c, a)| Some((c.clone(), metrics::per_1m_tokens(*a, tokens)?)))
+            .collect(),
+        cost,
+        tenant: r.tenant,
+        job: r.job,
+        model: r.model,
+        site: r.site,
+        period: r.period,
+    }
+}
+
+/// A row's energy cost per currency, to 6 places.
+fn costs(r: &usage::UsageRow) -> BTreeMap<String, Decimal> {
+    r.cost_currencies
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .zip(r.cost_amounts.clone().unwrap_or_default())
+        .map(|(c, a)| (c, a.round_dp(6).normalize()))
+        .collect()
+}
+
+/// The energy cost plus the GPU time's, per currency.
+fn fully_loaded_cost(
+    cost: &BTreeMap<String, Decimal>,
+    r: &usage::UsageRow,
+) -> BTreeMap<String, Decimal> {
+    let mut total = cost.clone();
+    let gpu_time = r
+        .gpu_time_currencies
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .zip(r.gpu_time_amounts.clone().unwrap_or_default());
+    for (c, a) in gpu_time {
+        *total.entry(c).or_default() += a;
+    }
+    total.into_iter().map(|(c, a)| (c, a.normalize())).collect()
+}
+
+/// A site's efficiency over the range (or an hour or day of it); its energy only where the
+/// caller may see every tenant's.
+fn site_efficiency(s: usage::SiteTotals, show_energy: bool) -> SiteEfficiency {
+    let eff = effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
+    let energy = |mj: i64| show_energy.then(|| kwh(mj).round_dp(6));
+    SiteEfficiency {
+        site: s.site,
+        period: s.period,
+        kwh: energy(s.site_mj),
+        it_kwh: energy(s.it_mj),
+        gpu_kwh: energy(s.gpu_mj),
+        pue: eff.pue,
+        itue: eff.itue,
+        tue: eff.tue,
+        idle_fraction: ratio(s.idle_mj, s.site_mj),
+        allocated_gpu_fraction: ratio(s.allocated_gpu_ms, s.capacity_gpu_ms),
+        hours: s.hours,
+    }
 }
 
 /// The unit GPU-hours are shown in: 0.0001 h, 360 ms.
