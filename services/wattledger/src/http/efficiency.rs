@@ -10,6 +10,7 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query};
 use crate::auth::Role;
 use crate::state::AppState;
+use crate::views::site_efficiency::SiteEfficiency;
 use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Duration, Utc};
@@ -18,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::input;
-use wattledger_domain::metrics::{self, effectiveness, efficiency, EnergyTotals};
-use wattledger_domain::units::{kwh, ratio, watts};
+use wattledger_domain::metrics::{self, efficiency, EnergyTotals};
+use wattledger_domain::units::watts;
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
 use wattledger_store::Scope;
 
@@ -38,26 +39,11 @@ pub struct EfficiencyParams {
     pub per: Option<String>,
 }
 
+/// A site's period: its energy and effectiveness, and what the energy yielded.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EfficiencyRow {
-    pub site: String,
-    pub period: Option<DateTime<Utc>>,
-    #[schema(value_type = String)]
-    pub kwh: Decimal,
-    #[schema(value_type = String)]
-    pub it_kwh: Decimal,
-    #[schema(value_type = String)]
-    pub gpu_kwh: Decimal,
-    #[schema(value_type = Option<String>)]
-    pub pue: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub itue: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub tue: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub idle_fraction: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub allocated_gpu_fraction: Option<Decimal>,
+    #[serde(flatten)]
+    pub site: SiteEfficiency,
     pub tokens: i64,
     #[schema(value_type = Option<String>)]
     pub tokens_per_kwh: Option<Decimal>,
@@ -139,18 +125,10 @@ pub async fn get_efficiency(
                 tokens,
                 ..Default::default()
             });
-            let eff = effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
             let carbon_g = l.and_then(|l| l.carbon_g);
             let carbon_mj = l.map_or(0, |l| l.coverage.carbon_mj);
             EfficiencyRow {
-                kwh: e.kwh,
-                it_kwh: kwh(s.it_mj).round_dp(6).normalize(),
-                gpu_kwh: kwh(s.gpu_mj).round_dp(6).normalize(),
-                pue: eff.pue,
-                itue: eff.itue,
-                tue: eff.tue,
-                idle_fraction: e.idle_fraction,
-                allocated_gpu_fraction: ratio(s.allocated_gpu_ms, s.capacity_gpu_ms),
+                site: SiteEfficiency::of(&s, true),
                 tokens,
                 tokens_per_kwh: e.tokens_per_kwh,
                 tokens_per_kwh_it: e.tokens_per_kwh_it,
@@ -180,8 +158,6 @@ pub async fn get_efficiency(
                     s.hours,
                     s.envelope_w.saturating_mul(1000),
                 ),
-                site: s.site,
-                period: s.period,
             }
         })
         .collect();

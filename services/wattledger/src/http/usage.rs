@@ -4,6 +4,7 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query};
 use crate::auth::Role;
 use crate::state::AppState;
+use crate::views::site_efficiency::SiteEfficiency;
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -14,7 +15,7 @@ use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::input;
-use wattledger_domain::metrics::{self, effectiveness, efficiency};
+use wattledger_domain::metrics::{self, efficiency};
 use wattledger_domain::split::round_nested;
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::inventory::{self, KeyedTable};
@@ -184,30 +185,6 @@ impl DataQuality {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SiteEfficiency {
-    pub site: String,
-    pub period: Option<DateTime<Utc>>,
-    /// Facility energy; omitted for tenant tokens (it reveals other tenants' use).
-    #[schema(value_type = Option<String>)]
-    pub kwh: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub it_kwh: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub gpu_kwh: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub pue: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub itue: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub tue: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub idle_fraction: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub allocated_gpu_fraction: Option<Decimal>,
-    pub hours: i64,
-}
-
 fn parse_group_by(s: Option<&str>) -> ApiResult<Vec<GroupBy>> {
     let mut out = Vec::new();
     for part in s
@@ -282,7 +259,7 @@ pub async fn get_usage(
             .collect(),
         sites: site_rows
             .into_iter()
-            .map(|s| site_efficiency(s, show_energy))
+            .map(|s| SiteEfficiency::of(&s, show_energy))
             .collect(),
     }))
 }
@@ -395,24 +372,6 @@ fn fully_loaded_cost(
 
 /// A site's efficiency over the range (or an hour or day of it); its energy only where the
 /// caller may see every tenant's.
-fn site_efficiency(s: usage::SiteTotals, show_energy: bool) -> SiteEfficiency {
-    let eff = effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
-    let energy = |mj: i64| show_energy.then(|| kwh(mj).round_dp(6));
-    SiteEfficiency {
-        site: s.site,
-        period: s.period,
-        kwh: energy(s.site_mj),
-        it_kwh: energy(s.it_mj),
-        gpu_kwh: energy(s.gpu_mj),
-        pue: eff.pue,
-        itue: eff.itue,
-        tue: eff.tue,
-        idle_fraction: ratio(s.idle_mj, s.site_mj),
-        allocated_gpu_fraction: ratio(s.allocated_gpu_ms, s.capacity_gpu_ms),
-        hours: s.hours,
-    }
-}
-
 /// The unit GPU-hours are shown in: 0.0001 h, 360 ms.
 const GPU_HOURS_DP: u32 = 4;
 const GPU_HOUR_UNIT_MS: i64 = 360;

@@ -3,3 +3,4 @@
 
 pub mod download;
 pub mod power;
+pub mod site_efficiency;
