@@ -265,6 +265,42 @@ impl<'a> Record<'a> {
         Some(v)
     }
 
+    /// A name of a closed set, read by `parse` (a `names!` enum's); one outside `names` is
+    /// the error "must be one of: …".
+    pub fn name<T>(
+        &mut self,
+        field: &str,
+        parse: fn(&str) -> Option<T>,
+        names: &[&str],
+    ) -> Option<T> {
+        let v = self.opt_name(field, parse, names)?;
+        self.required(field, v)
+    }
+
+    /// An optional name (see [`Record::name`]): `Some(None)` when not sent, `None` when it is
+    /// not a name (the error is recorded).
+    pub fn opt_name<T>(
+        &mut self,
+        field: &str,
+        parse: fn(&str) -> Option<T>,
+        names: &[&str],
+    ) -> Option<Option<T>> {
+        let Some(s) = self.opt_string(field) else {
+            // Absent, or not a string (that error is recorded).
+            return if self.get(field).is_some() {
+                None
+            } else {
+                Some(None)
+            };
+        };
+        let v = parse(&s);
+        if v.is_none() {
+            self.error(field, format!("must be one of: {}", names.join(", ")));
+            return None;
+        }
+        Some(v)
+    }
+
     pub fn array(&mut self, field: &str) -> Option<&'a Vec<Value>> {
         match self.get(field)? {
             Value::Array(a) => Some(a),
