@@ -20,6 +20,7 @@ pub mod metrics;
 mod names;
 pub mod peaks;
 pub mod quality;
+pub mod role;
 pub mod signals;
 pub mod split;
 pub mod steps;
