@@ -26,6 +26,7 @@ crate::names::names! {
 
 crate::names::names! {
     /// Whether a value was measured or forecast.
+    #[cfg_attr(feature = "openapi", schema(as = SignalStatus))]
     pub enum Status {
         /// Measured (possibly estimated and later revised).
         Actual = "actual",
