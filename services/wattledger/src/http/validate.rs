@@ -273,32 +273,23 @@ impl<'a> Record<'a> {
         parse: fn(&str) -> Option<T>,
         names: &[&str],
     ) -> Option<T> {
-        let v = self.opt_name(field, parse, names)?;
-        self.required(field, v)
+        let s = self.string(field)?;
+        self.named(field, &s, parse, names)
     }
 
-    /// An optional name (see [`Record::name`]): `Some(None)` when not sent, `None` when it is
-    /// not a name (the error is recorded).
-    pub fn opt_name<T>(
+    /// `s`, read from `field` already, as a name (see [`Record::name`]).
+    pub fn named<T>(
         &mut self,
         field: &str,
+        s: &str,
         parse: fn(&str) -> Option<T>,
         names: &[&str],
-    ) -> Option<Option<T>> {
-        let Some(s) = self.opt_string(field) else {
-            // Absent, or not a string (that error is recorded).
-            return if self.get(field).is_some() {
-                None
-            } else {
-                Some(None)
-            };
-        };
-        let v = parse(&s);
+    ) -> Option<T> {
+        let v = parse(s);
         if v.is_none() {
             self.error(field, format!("must be one of: {}", names.join(", ")));
-            return None;
         }
-        Some(v)
+        v
     }
 
     pub fn array(&mut self, field: &str) -> Option<&'a Vec<Value>> {

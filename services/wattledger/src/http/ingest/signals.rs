@@ -40,17 +40,25 @@ pub async fn signals_batch(
     let latest = Utc::now() + Duration::days(MAX_AHEAD_DAYS);
     let rows = read_all(&batch, &FIELDS, |r| {
         let region = r.string("region");
-        let signal = r.name("signal", SignalKind::parse, &SignalKind::NAMES);
-        let basis = r.opt_name("basis", Basis::parse, &Basis::NAMES);
+        let signal = r.string("signal");
+        let basis = r.opt_string("basis");
         let currency = r.opt_string("currency");
-        let status = r.name("status", Status::parse, &Status::NAMES);
+        let status = r.string("status");
         let source = r.string("source");
         let start_at = r.time("start_at", far_future());
         let end_at = r.time("end_at", far_future());
         let value = r.decimal("value");
         let estimated = r.opt_bool("estimated").unwrap_or(false);
-        let (region, source, start_at, end_at, value) =
-            (region?, source?, start_at?, end_at?, value?);
+        let (region, signal, status, source, start_at, end_at, value) = (
+            region?, signal?, status?, source?, start_at?, end_at?, value?,
+        );
+        // The names are rules of a record that reads, as its check is.
+        let signal = r.named("signal", &signal, SignalKind::parse, &SignalKind::NAMES);
+        let basis = match basis {
+            Some(b) => r.named("basis", &b, Basis::parse, &Basis::NAMES).map(Some),
+            None => Some(None),
+        };
+        let status = r.named("status", &status, Status::parse, &Status::NAMES);
         let (Some(signal), Some(basis), Some(status)) = (signal, basis, status) else {
             // A name outside its set is this record's error already; the rules that need
             // no name are checked still, so the record's every problem is listed.
