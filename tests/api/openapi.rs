@@ -163,6 +163,7 @@ async fn operation_ids_are_unique() {
 #[tokio::test]
 async fn the_documented_ingest_records_are_the_agents_own() {
     use chrono::{DateTime, Utc};
+    use wattledger_domain::signals::{Basis, SignalKind, Status};
     use wattledger_wire::{Allocation, Job, Meter, Sample, SignalPoint, Tokens};
     let app = TestApp::start().await;
     let (_, doc) = app.get(None, "/v1/openapi.json").await;
@@ -236,10 +237,10 @@ async fn the_documented_ingest_records_are_the_agents_own() {
             "SignalPoint",
             serde_json::to_value(SignalPoint {
                 region: "DE".into(),
-                signal: "carbon".into(),
-                basis: Some("average".into()),
+                signal: SignalKind::Carbon,
+                basis: Some(Basis::Average),
                 currency: Some("EUR".into()),
-                status: "actual".into(),
+                status: Status::Actual,
                 source: "x".into(),
                 start_at: t,
                 end_at: t,

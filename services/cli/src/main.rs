@@ -70,7 +70,7 @@ enum TokenCommand {
     /// Mint an API token signed with the configured key and record its id; the token is
     /// printed once.
     Mint {
-        #[arg(long, value_enum)]
+        #[arg(long, value_parser = role_names())]
         role: Role,
         /// Tenant key (required for, and only for, --role tenant).
         #[arg(long)]
@@ -143,7 +143,7 @@ enum UserCommand {
     Add {
         #[arg(long)]
         username: String,
-        #[arg(long, value_enum)]
+        #[arg(long, value_parser = role_names())]
         role: Role,
         /// Tenant key (required for, and only for, --role tenant).
         #[arg(long)]
@@ -151,6 +151,13 @@ enum UserCommand {
         #[arg(long)]
         password_stdin: bool,
     },
+}
+
+/// `--role`: one of the role names (listed in the help), read as the role.
+fn role_names() -> impl clap::builder::TypedValueParser<Value = Role> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(Role::NAMES)
+        .try_map(|name: String| Role::parse(&name).ok_or("not a role"))
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -417,12 +424,12 @@ async fn token(config: Config, command: TokenCommand) -> anyhow::Result<()> {
             for t in tokens {
                 let state = match (&t.revoked_at, &t.revoked_by) {
                     (Some(at), Some(by)) => format!("revoked {} by {by}", when(*at)),
-                    _ => t.state(now).to_owned(),
+                    _ => t.state(now).to_string(),
                 };
                 println!(
                     "{:<36}  {:<9}  {:<20}  {:<16}  {:<17}  {:<17}  {state}",
                     t.jti,
-                    t.role,
+                    t.role.as_str(),
                     t.sub,
                     t.tenant.as_deref().unwrap_or("-"),
                     when(t.issued_at),

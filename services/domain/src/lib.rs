@@ -21,6 +21,7 @@ pub mod names;
 pub mod peaks;
 pub mod priority;
 pub mod quality;
+pub mod role;
 pub mod signals;
 pub mod split;
 pub mod steps;

@@ -30,12 +30,13 @@ macro_rules! names {
             $($(#[$vmeta:meta])* $variant:ident = $name:literal,)+
         }
     ) => {
-        $(#[$meta])*
         #[derive(
             Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord,
             serde::Serialize, serde::Deserialize,
         )]
         #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+        // After the derives, so a declaration may use their attributes (`schema(as = …)`).
+        $(#[$meta])*
         $vis enum $ty {
             $($(#[$vmeta])* #[serde(rename = $name)] $variant,)+
         }

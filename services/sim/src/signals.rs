@@ -129,7 +129,7 @@ mod tests {
         );
         assert!(s.points[23].estimated && !s.points[0].estimated);
         let r = wattledger_wire::SignalPoint::from_series(&s);
-        assert_eq!(r[0].basis.as_deref(), Some("average"));
+        assert_eq!(r[0].basis.map(Basis::as_str), Some("average"));
         for site in ["fra1", "ore1"] {
             tariff(site).check().unwrap();
         }

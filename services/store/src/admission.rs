@@ -2,7 +2,7 @@
 //! their draw, forecasts, reservations, budgets with what they used, policies, learned job
 //! draw) and the decisions it writes and lists.
 
-use crate::{Scope, StoreResult};
+use crate::{signals, Scope, StoreResult};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde_json::Value;
@@ -13,6 +13,7 @@ use wattledger_domain::admission::Verdict;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::meter_kind::MeterKind;
 use wattledger_domain::priority::Priority;
+use wattledger_domain::signals::{Basis, Signal, SignalKind};
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SiteRow {
@@ -90,14 +91,13 @@ pub async fn site_draw(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<HashMap<
         .collect())
 }
 
-/// One signal point for a forecast: (region, signal, basis, start, end, value), actuals
-/// preferred over forecasts and the newest received first, for the caller to keep the first
-/// of each start.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// One signal point for a forecast: (region, signal, start, end, value), actuals preferred
+/// over forecasts and the newest received first, for the caller to keep the first of each
+/// start.
+#[derive(Debug, Clone)]
 pub struct SignalPoint {
     pub region: String,
-    pub signal: String,
-    pub basis: String,
+    pub signal: Signal,
     pub start_at: DateTime<Utc>,
     pub end_at: DateTime<Utc>,
     pub value: Decimal,
@@ -108,17 +108,29 @@ pub async fn signal_points(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<Vec<SignalPoint>> {
-    Ok(sqlx::query_as!(
-        SignalPoint,
-        "SELECT DISTINCT ON (region, signal, basis, start_at)
-                region, signal, basis, start_at, end_at, value
+    let rows = sqlx::query!(
+        r#"SELECT DISTINCT ON (region, signal, basis, start_at)
+                region, signal AS "signal: SignalKind", basis, start_at, end_at, value
          FROM signal_points WHERE end_at > $1 AND start_at < $2
-         ORDER BY region, signal, basis, start_at, status = 'forecast', received_at DESC",
+         ORDER BY region, signal, basis, start_at, status = 'forecast', received_at DESC"#,
         from,
         to,
     )
     .fetch_all(pool)
-    .await?)
+    .await?;
+    let points = rows
+        .into_iter()
+        .map(|r| {
+            Ok(SignalPoint {
+                signal: signals::signal_of(r.signal, &r.basis)?,
+                region: r.region,
+                start_at: r.start_at,
+                end_at: r.end_at,
+                value: r.value,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()?;
+    Ok(points)
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -174,7 +186,7 @@ pub struct PolicyRow {
     pub tenant_id: i64,
     pub threshold_pct: Decimal,
     pub carbon_weight: Decimal,
-    pub basis: String,
+    pub basis: Basis,
     pub bypass_priorities: Vec<Priority>,
     pub budget_bypass_priorities: Vec<Priority>,
 }
@@ -182,7 +194,7 @@ pub struct PolicyRow {
 pub async fn policies(pool: &PgPool, scope: &Scope) -> StoreResult<Vec<PolicyRow>> {
     Ok(sqlx::query_as!(
         PolicyRow,
-        r#"SELECT tenant_id, threshold_pct, carbon_weight, basis,
+        r#"SELECT tenant_id, threshold_pct, carbon_weight, basis AS "basis: Basis",
                 bypass_priorities AS "bypass_priorities: Vec<Priority>",
                 budget_bypass_priorities AS "budget_bypass_priorities: Vec<Priority>"
          FROM admission_policies

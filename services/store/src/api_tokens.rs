@@ -6,6 +6,7 @@ use crate::{StoreError, StoreResult};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
+use wattledger_domain::role::{Role, TokenState};
 
 /// The LISTEN/NOTIFY channel a revocation is announced on; the payload is
 /// `<jti> <expires_at as Unix seconds>`.
@@ -15,7 +16,7 @@ pub const REVOKED_CHANNEL: &str = "wattledger_token_revoked";
 pub struct ApiToken {
     pub jti: Uuid,
     pub sub: String,
-    pub role: String,
+    pub role: Role,
     pub tenant: Option<String>,
     pub issued_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
@@ -26,15 +27,14 @@ pub struct ApiToken {
 }
 
 impl ApiToken {
-    /// `revoked`, `expired` or `live` at `now`: what the API, the CLI and the dashboard say
-    /// of it.
-    pub fn state(&self, now: DateTime<Utc>) -> &'static str {
+    /// Revoked, expired or live at `now`: what the API, the CLI and the dashboard say of it.
+    pub fn state(&self, now: DateTime<Utc>) -> TokenState {
         if self.revoked_at.is_some() {
-            "revoked"
+            TokenState::Revoked
         } else if self.expires_at <= now {
-            "expired"
+            TokenState::Expired
         } else {
-            "live"
+            TokenState::Live
         }
     }
 }
@@ -44,7 +44,7 @@ impl ApiToken {
 pub struct NewToken<'a> {
     pub jti: Uuid,
     pub sub: &'a str,
-    pub role: &'a str,
+    pub role: Role,
     pub tenant: Option<&'a str>,
     pub issued_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,

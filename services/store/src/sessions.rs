@@ -4,13 +4,14 @@
 use crate::StoreResult;
 use chrono::{DateTime, Duration, Utc};
 use sqlx::{PgExecutor, PgPool};
+use wattledger_domain::role::Role;
 
 /// The user a live session belongs to, as the users table says now.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SessionUser {
     pub user_id: i64,
     pub username: String,
-    pub role: String,
+    pub role: Role,
     /// The tenant key of a tenant user.
     pub tenant: Option<String>,
     pub tenant_id: Option<i64>,
@@ -51,7 +52,7 @@ pub async fn start(
 pub async fn find(pool: &PgPool, token_sha256: &str) -> StoreResult<Option<SessionUser>> {
     Ok(sqlx::query_as!(
         SessionUser,
-        r#"SELECT u.id AS user_id, u.username, u.role, t.key AS "tenant?", u.tenant_id
+        r#"SELECT u.id AS user_id, u.username, u.role AS "role: Role", t.key AS "tenant?", u.tenant_id
            FROM dashboard_sessions s JOIN users u ON u.id = s.user_id
            LEFT JOIN tenants t ON t.id = u.tenant_id
            WHERE s.token_sha256 = $1 AND s.expires_at > now() AND NOT u.disabled"#,

@@ -12,16 +12,15 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
 use wattledger_domain::costing::{Rate, SiteRates};
+use wattledger_domain::signals::{Basis, Signal, SignalKind, Status};
 
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignalRow {
     pub region: String,
-    /// `carbon` or `price`.
-    pub signal: String,
-    /// `average` / `marginal` for carbon; the currency for price.
-    pub basis: String,
-    /// `actual` or `forecast`.
-    pub status: String,
+    /// Carbon on its basis or price in its currency: the columns `signal` and `basis` (which
+    /// holds a price's currency).
+    pub signal: Signal,
+    pub status: Status,
     pub source: String,
     pub start_at: DateTime<Utc>,
     pub end_at: DateTime<Utc>,
@@ -41,10 +40,10 @@ pub struct SignalOutcome {
 
 #[tracing::instrument(skip_all, fields(n = rows.len()))]
 pub async fn upsert(pool: &PgPool, rows: &[SignalRow]) -> StoreResult<SignalOutcome> {
-    let col = |f: fn(&SignalRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
+    let col = |f: fn(&SignalRow) -> &str| rows.iter().map(f).collect::<Vec<_>>();
     let mut tx = pool.begin().await?;
     let changed = sqlx::query!(
-        "INSERT INTO signal_points (region, signal, basis, status, source, start_at, end_at, value, estimated)
+        r#"INSERT INTO signal_points (region, signal, basis, status, source, start_at, end_at, value, estimated)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                               $6::timestamptz[], $7::timestamptz[], $8::numeric[], $9::bool[])
          ON CONFLICT (region, signal, basis, status, source, start_at) DO UPDATE
@@ -52,12 +51,12 @@ pub async fn upsert(pool: &PgPool, rows: &[SignalRow]) -> StoreResult<SignalOutc
                  received_at = now()
              WHERE (signal_points.end_at, signal_points.value, signal_points.estimated)
                    IS DISTINCT FROM (excluded.end_at, excluded.value, excluded.estimated)
-         RETURNING region, signal, start_at, end_at",
-        &col(|r| r.region.clone()),
-        &col(|r| r.signal.clone()),
-        &col(|r| r.basis.clone()),
-        &col(|r| r.status.clone()),
-        &col(|r| r.source.clone()),
+         RETURNING region, signal AS "signal: SignalKind", start_at, end_at"#,
+        &col(|r| r.region.as_str()) as &[&str],
+        &col(|r| r.signal.kind().as_str()) as &[&str],
+        &col(|r| r.signal.basis_or_currency()) as &[&str],
+        &col(|r| r.status.as_str()) as &[&str],
+        &col(|r| r.source.as_str()) as &[&str],
         &rows.iter().map(|r| r.start_at).collect::<Vec<_>>(),
         &rows.iter().map(|r| r.end_at).collect::<Vec<_>>(),
         &rows.iter().map(|r| r.value).collect::<Vec<_>>(),
@@ -78,7 +77,7 @@ pub async fn upsert(pool: &PgPool, rows: &[SignalRow]) -> StoreResult<SignalOutc
              ORDER BY 1, 2
              ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
             &changed.iter().map(|c| c.region.clone()).collect::<Vec<_>>(),
-            &changed.iter().map(|c| c.signal.clone()).collect::<Vec<_>>(),
+            &changed.iter().map(|c| c.signal.as_str()).collect::<Vec<_>>() as &[&str],
             &changed.iter().map(|c| c.start_at).collect::<Vec<_>>(),
             &changed.iter().map(|c| c.end_at).collect::<Vec<_>>(),
         )
@@ -99,25 +98,43 @@ pub async fn upsert(pool: &PgPool, rows: &[SignalRow]) -> StoreResult<SignalOutc
 pub async fn overlapping(
     pool: &PgPool,
     region: &str,
-    signal: &str,
-    basis: &str,
+    signal: &Signal,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<Vec<SignalRow>> {
-    Ok(sqlx::query_as!(
-        SignalRow,
-        "SELECT region, signal, basis, status, source, start_at, end_at, value, estimated
-         FROM signal_points
-         WHERE region = $1 AND signal = $2 AND basis = $3 AND start_at < $5 AND end_at > $4
-         ORDER BY status = 'forecast', received_at DESC, start_at",
+    let rows = sqlx::query!(
+        r#"SELECT region, status AS "status: Status", source, start_at, end_at, value, estimated
+           FROM signal_points
+           WHERE region = $1 AND signal = $2 AND basis = $3 AND start_at < $5 AND end_at > $4
+           ORDER BY status = 'forecast', received_at DESC, start_at"#,
         region,
-        signal,
-        basis,
+        signal.kind().as_str(),
+        signal.basis_or_currency(),
         from,
         to,
     )
     .fetch_all(pool)
-    .await?)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| SignalRow {
+            region: r.region,
+            signal: signal.clone(),
+            status: r.status,
+            source: r.source,
+            start_at: r.start_at,
+            end_at: r.end_at,
+            value: r.value,
+            estimated: r.estimated,
+        })
+        .collect())
+}
+
+/// The signal a row's `signal` and `basis` columns name; a carbon row whose basis is not a
+/// [`Basis`] is a decode error, as a name outside its set is.
+pub(crate) fn signal_of(kind: SignalKind, basis: &str) -> Result<Signal, sqlx::Error> {
+    Signal::of(kind, basis)
+        .ok_or_else(|| sqlx::Error::Decode(format!("'{basis}' is not a Basis").into()))
 }
 
 /// A site's rates over `[from, to)` for the ledger: its price in its own currency from its
@@ -143,15 +160,17 @@ pub async fn site_rates(
                 from_ms: r.start_at.timestamp_millis(),
                 to_ms: r.end_at.timestamp_millis(),
                 value: r.value,
-                estimated: r.estimated || r.status == "forecast",
+                estimated: r.estimated || r.status == Status::Forecast,
             })
             .collect()
     };
+    let price = Signal::Price { currency };
+    let carbon = |basis| Signal::Carbon { basis };
     Ok(SiteRates {
-        price: rates(overlapping(pool, &price_region, "price", &currency, from, to).await?),
+        price: rates(overlapping(pool, &price_region, &price, from, to).await?),
         price_fallback: site.fallback_price,
-        carbon: rates(overlapping(pool, &grid, "carbon", "average", from, to).await?),
+        carbon: rates(overlapping(pool, &grid, &carbon(Basis::Average), from, to).await?),
         carbon_fallback: site.fallback_intensity_g,
-        marginal: rates(overlapping(pool, &grid, "carbon", "marginal", from, to).await?),
+        marginal: rates(overlapping(pool, &grid, &carbon(Basis::Marginal), from, to).await?),
     })
 }

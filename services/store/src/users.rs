@@ -2,13 +2,14 @@
 
 use crate::StoreResult;
 use sqlx::PgPool;
+use wattledger_domain::role::Role;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct User {
     pub id: i64,
     pub username: String,
     pub password_hash: String,
-    pub role: String,
+    pub role: Role,
     /// The tenant key of a tenant user.
     pub tenant: Option<String>,
     pub disabled: bool,
@@ -21,7 +22,7 @@ pub async fn upsert(
     pool: &PgPool,
     username: &str,
     password_hash: &str,
-    role: &str,
+    role: Role,
     tenant: Option<&str>,
 ) -> StoreResult<Option<i64>> {
     let mut tx = pool.begin().await?;
@@ -42,7 +43,7 @@ pub async fn upsert(
          RETURNING id",
         username,
         password_hash,
-        role,
+        role.as_str(),
         tenant_id
     )
     .fetch_one(&mut *tx)
@@ -55,7 +56,7 @@ pub async fn upsert(
 pub async fn find(pool: &PgPool, username: &str) -> StoreResult<Option<User>> {
     Ok(sqlx::query_as!(
         User,
-        r#"SELECT u.id, u.username, u.password_hash, u.role, t.key AS "tenant?", u.disabled
+        r#"SELECT u.id, u.username, u.password_hash, u.role AS "role: Role", t.key AS "tenant?", u.disabled
            FROM users u LEFT JOIN tenants t ON t.id = u.tenant_id WHERE u.username = $1"#,
         username,
     )
@@ -66,7 +67,7 @@ pub async fn find(pool: &PgPool, username: &str) -> StoreResult<Option<User>> {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct UserRow {
     pub username: String,
-    pub role: String,
+    pub role: Role,
     pub tenant: Option<String>,
     pub disabled: bool,
     pub created_at: chrono::DateTime<chrono::Utc>,
@@ -76,7 +77,7 @@ pub struct UserRow {
 pub async fn list(pool: &PgPool) -> StoreResult<Vec<UserRow>> {
     Ok(sqlx::query_as!(
         UserRow,
-        r#"SELECT u.username, u.role, t.key AS "tenant?", u.disabled, u.created_at,
+        r#"SELECT u.username, u.role AS "role: Role", t.key AS "tenant?", u.disabled, u.created_at,
                   u.last_login_at
            FROM users u LEFT JOIN tenants t ON t.id = u.tenant_id ORDER BY u.username"#,
     )

@@ -31,54 +31,8 @@ const LEEWAY_S: u64 = 30;
 /// a year and a month, so a yearly rotation has a month to happen.
 pub const DEFAULT_MAX_TTL_S: i64 = 400 * 86_400;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Admin,
-    Finance,
-    Operator,
-    Tenant,
-    Scheduler,
-    Collector,
-}
-
-impl Role {
-    pub const ALL: [Role; 6] = [
-        Role::Admin,
-        Role::Finance,
-        Role::Operator,
-        Role::Tenant,
-        Role::Scheduler,
-        Role::Collector,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Finance => "finance",
-            Role::Operator => "operator",
-            Role::Tenant => "tenant",
-            Role::Scheduler => "scheduler",
-            Role::Collector => "collector",
-        }
-    }
-
-    /// A role a dashboard user may hold, from its name; service roles are not among them.
-    pub fn of_user(name: &str) -> Option<Role> {
-        match name {
-            "admin" => Some(Role::Admin),
-            "finance" => Some(Role::Finance),
-            "operator" => Some(Role::Operator),
-            "tenant" => Some(Role::Tenant),
-            _ => None,
-        }
-    }
-
-    /// Any role, from its name.
-    pub fn of_name(name: &str) -> Option<Role> {
-        Role::ALL.into_iter().find(|r| r.as_str() == name)
-    }
-}
+/// A caller's role: declared in the domain, where the store reads it too.
+pub use wattledger_domain::role::Role;
 
 /// A verified token's claims.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

@@ -13,8 +13,10 @@ use wattledger_domain::demand_response::{
 use wattledger_store::grid_events::{self as store, GridEvent};
 use wattledger_store::StoreResult;
 
-/// Where an event stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where an event stands (the API's `status`, by these names in lowercase).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = GridEventStatus)]
 pub enum Status {
     /// Its window has not begun.
     Upcoming,

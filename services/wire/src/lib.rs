@@ -70,18 +70,11 @@ impl Problems {
         }
     }
 
-    /// Problems of a nested record, their fields under `prefix`.
-    /// A string that must be one of `allowed`.
-    fn one_of(&mut self, field: &str, s: &str, allowed: &[&str]) {
-        if !allowed.contains(&s) {
-            self.add(field, format!("must be one of: {}", allowed.join(", ")));
-        }
-    }
-
     fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// Problems of a nested record, their fields under `prefix`.
     fn nested(&mut self, prefix: &str, inner: Vec<Problem>) {
         for p in inner {
             self.add(format!("{prefix}.{}", p.field), p.reason);

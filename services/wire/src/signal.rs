@@ -5,7 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use wattledger_domain::input;
-use wattledger_domain::signals::{Basis, Series, Signal, Status};
+use wattledger_domain::signals::{Basis, Series, Signal, SignalKind, Status};
 
 /// Forecasts reach days ahead; nothing further is a signal yet.
 pub const MAX_AHEAD_DAYS: i64 = 15;
@@ -25,19 +25,16 @@ pub struct SignalPoint {
     /// The provider's zone or region: a site's `grid_region` (carbon) or `price_region`.
     pub region: String,
     /// `carbon` (g CO2e per kWh) or `price` (currency per kWh).
-    #[cfg_attr(feature = "openapi", schema(pattern = "^(carbon|price)$"))]
-    pub signal: String,
+    pub signal: SignalKind,
     /// Carbon: `average` (location-based, what reports count) or `marginal` (MOER).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^(average|marginal)$"))]
-    pub basis: Option<String>,
+    pub basis: Option<Basis>,
     /// Price: ISO 4217 currency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Z]{3}$"))]
     pub currency: Option<String>,
     /// `actual` or `forecast`.
-    #[cfg_attr(feature = "openapi", schema(pattern = "^(actual|forecast)$"))]
-    pub status: String,
+    pub status: Status,
     /// Who published it: `electricitymaps`, `watttime`, `ukci`, `casdk`, `entsoe`, `tariff`, …
     pub source: String,
     pub start_at: DateTime<Utc>,
@@ -54,29 +51,19 @@ pub struct SignalPoint {
 impl SignalPoint {
     /// A parsed series as records, in its order.
     pub fn from_series(series: &Series) -> Vec<SignalPoint> {
-        let (signal, basis, currency) = match &series.signal {
-            Signal::Carbon { basis } => {
-                let basis = match basis {
-                    Basis::Average => "average",
-                    Basis::Marginal => "marginal",
-                };
-                ("carbon", Some(basis.to_owned()), None)
-            }
-            Signal::Price { currency } => ("price", None, Some(currency.clone())),
-        };
-        let status = match series.status {
-            Status::Actual => "actual",
-            Status::Forecast => "forecast",
+        let (basis, currency) = match &series.signal {
+            Signal::Carbon { basis } => (Some(*basis), None),
+            Signal::Price { currency } => (None, Some(currency.clone())),
         };
         series
             .points
             .iter()
             .map(|p| SignalPoint {
                 region: series.region.clone(),
-                signal: signal.to_owned(),
-                basis: basis.clone(),
+                signal: series.signal.kind(),
+                basis,
                 currency: currency.clone(),
-                status: status.to_owned(),
+                status: series.status,
                 source: series.source.clone(),
                 start_at: p.start,
                 end_at: p.end,
@@ -90,19 +77,16 @@ impl SignalPoint {
     /// [`MAX_AHEAD_DAYS`].
     pub fn check(&self, latest: DateTime<Utc>) -> Vec<Problem> {
         let mut p = Problems::default();
-        p.text("region", &self.region, 64);
-        p.one_of("signal", &self.signal, &["carbon", "price"]);
-        match self.signal.as_str() {
-            "carbon" => {
+        match self.signal {
+            SignalKind::Carbon => {
                 if self.currency.is_some() {
                     p.add("currency", "is for price signals");
                 }
-                match &self.basis {
-                    Some(b) => p.one_of("basis", b, &["average", "marginal"]),
-                    None => p.add("basis", "is required"),
+                if self.basis.is_none() {
+                    p.add("basis", "is required");
                 }
             }
-            "price" => {
+            SignalKind::Price => {
                 if self.basis.is_some() {
                     p.add("basis", "is for carbon signals");
                 }
@@ -112,22 +96,49 @@ impl SignalPoint {
                     None => p.add("currency", "is required"),
                 }
             }
-            _ => {}
         }
-        p.one_of("status", &self.status, &["actual", "forecast"]);
-        p.text("source", &self.source, 64);
-        p.time("start_at", self.start_at, latest);
-        p.time("end_at", self.end_at, latest);
-        if self.end_at <= self.start_at {
+        let mut problems = p.done();
+        problems.extend(SignalPoint::check_unnamed(
+            &self.region,
+            &self.source,
+            self.start_at,
+            self.end_at,
+            self.value,
+            latest,
+        ));
+        let value_read = !problems.iter().any(|p| p.field == "value");
+        if value_read && self.signal == SignalKind::Carbon && self.value.is_sign_negative() {
+            problems.push(Problem {
+                field: "value".into(),
+                reason: "carbon intensity must not be negative".into(),
+            });
+        }
+        problems
+    }
+
+    /// The rules of a point that need none of its names (signal, basis, status): a reader that
+    /// found a name outside its set checks these still, so the record's every problem is listed.
+    pub fn check_unnamed(
+        region: &str,
+        source: &str,
+        start_at: DateTime<Utc>,
+        end_at: DateTime<Utc>,
+        value: Decimal,
+        latest: DateTime<Utc>,
+    ) -> Vec<Problem> {
+        let mut p = Problems::default();
+        p.text("region", region, 64);
+        p.text("source", source, 64);
+        p.time("start_at", start_at, latest);
+        p.time("end_at", end_at, latest);
+        if end_at <= start_at {
             p.add("end_at", "must be after start_at");
-        } else if self.end_at - self.start_at > Duration::days(MAX_SPAN_DAYS) {
+        } else if end_at - start_at > Duration::days(MAX_SPAN_DAYS) {
             p.add("end_at", "a point spans at most 31 days");
         }
         let limit = Decimal::from(MAX_VALUE);
-        if let Err(e) = input::decimal(self.value, VALUE_SCALE, -limit, limit) {
+        if let Err(e) = input::decimal(value, VALUE_SCALE, -limit, limit) {
             p.add("value", e);
-        } else if self.value.is_sign_negative() && self.signal == "carbon" {
-            p.add("value", "carbon intensity must not be negative");
         }
         p.done()
     }
@@ -171,10 +182,10 @@ mod tests {
     fn carbon_needs_a_basis_and_no_currency_and_is_not_negative() {
         let p = SignalPoint {
             region: "DE".into(),
-            signal: "carbon".into(),
+            signal: SignalKind::Carbon,
             basis: None,
             currency: Some("EUR".into()),
-            status: "actual".into(),
+            status: Status::Actual,
             source: "electricitymaps".into(),
             start_at: t(10),
             end_at: t(10),

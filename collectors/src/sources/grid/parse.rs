@@ -66,7 +66,7 @@ mod tests {
         let p = points(&s, None);
         assert_eq!(p.len(), 24);
         assert_eq!(
-            (p[0].signal.as_str(), p[0].basis.as_deref()),
+            (p[0].signal.as_str(), p[0].basis.map(Basis::as_str)),
             ("carbon", Some("average"))
         );
 
@@ -78,7 +78,7 @@ mod tests {
         assert_eq!(
             (
                 p[0].region.as_str(),
-                p[0].basis.as_deref(),
+                p[0].basis.map(Basis::as_str),
                 p[0].value.to_string().as_str()
             ),
             ("US-CAL-CISO", Some("marginal"), "394.6253619")
@@ -105,7 +105,7 @@ mod tests {
             None,
         );
         assert_eq!(
-            (p[0].region.as_str(), p[0].basis.as_deref()),
+            (p[0].region.as_str(), p[0].basis.map(Basis::as_str)),
             ("eastus", Some("marginal"))
         );
 

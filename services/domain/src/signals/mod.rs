@@ -13,22 +13,35 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-/// What a carbon intensity averages over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Basis {
-    /// The grid mix's average emissions (location-based, what SCI and reports count).
-    Average,
-    /// The emissions of the marginal generator (MOER): what one more kWh causes.
-    Marginal,
+crate::names::names! {
+    /// What a carbon intensity averages over. The names are the API's and the database's
+    /// (migration 0006's and 0009's CHECKs).
+    pub enum Basis {
+        /// The grid mix's average emissions (location-based, what SCI and reports count).
+        Average = "average",
+        /// The emissions of the marginal generator (MOER): what one more kWh causes.
+        Marginal = "marginal",
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// Measured (possibly estimated and later revised).
-    Actual,
-    Forecast,
+crate::names::names! {
+    /// Whether a value was measured or forecast.
+    #[cfg_attr(feature = "openapi", schema(as = SignalStatus))]
+    pub enum Status {
+        /// Measured (possibly estimated and later revised).
+        Actual = "actual",
+        Forecast = "forecast",
+    }
+}
+
+crate::names::names! {
+    /// The quantity a series carries, by name: [`Signal`] without its basis or currency.
+    pub enum SignalKind {
+        /// Grams CO2e per kWh.
+        Carbon = "carbon",
+        /// Currency units per kWh.
+        Price = "price",
+    }
 }
 
 /// The quantity a series carries.
@@ -39,6 +52,37 @@ pub enum Signal {
     Carbon { basis: Basis },
     /// Currency units per kWh.
     Price { currency: String },
+}
+
+impl Signal {
+    pub fn kind(&self) -> SignalKind {
+        match self {
+            Signal::Carbon { .. } => SignalKind::Carbon,
+            Signal::Price { .. } => SignalKind::Price,
+        }
+    }
+
+    /// What tells series of one kind apart: a carbon intensity's basis, a price's currency
+    /// (one column holds either in the store).
+    pub fn basis_or_currency(&self) -> &str {
+        match self {
+            Signal::Carbon { basis } => basis.as_str(),
+            Signal::Price { currency } => currency,
+        }
+    }
+
+    /// The signal of `kind` told apart by `basis_or_currency` (see above); none for a carbon
+    /// intensity whose basis is not a [`Basis`].
+    pub fn of(kind: SignalKind, basis_or_currency: &str) -> Option<Signal> {
+        Some(match kind {
+            SignalKind::Carbon => Signal::Carbon {
+                basis: Basis::parse(basis_or_currency)?,
+            },
+            SignalKind::Price => Signal::Price {
+                currency: basis_or_currency.to_owned(),
+            },
+        })
+    }
 }
 
 /// One value over `[start, end)`.

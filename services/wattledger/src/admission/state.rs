@@ -16,6 +16,7 @@ use wattledger_domain::admission::forecast::{Forecast, Point};
 use wattledger_domain::admission::oversubscription::Factors;
 use wattledger_domain::admission::{GridWindow, Policy, Site};
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::signals::{Basis, Signal};
 use wattledger_store::admission as store;
 use wattledger_store::grid_events;
 use wattledger_store::power_policy::{self, SitePolicy};
@@ -208,11 +209,11 @@ pub(super) fn build(
     reservations: &[store::ReservationRow],
     now: DateTime<Utc>,
 ) -> Hot {
-    // One forecast per (region, signal, basis), shared by the sites on it.
-    let mut series: HashMap<(&str, &str, &str), Vec<Point>> = HashMap::new();
+    // One forecast per (region, signal), shared by the sites on it.
+    let mut series: HashMap<(&str, &Signal), Vec<Point>> = HashMap::new();
     for p in &slow.points {
         series
-            .entry((&p.region, &p.signal, &p.basis))
+            .entry((&p.region, &p.signal))
             .or_default()
             .push(Point {
                 start: p.start_at,
@@ -220,13 +221,17 @@ pub(super) fn build(
                 value: p.value,
             });
     }
-    let forecasts: HashMap<(&str, &str, &str), Arc<Forecast>> = series
+    let forecasts: HashMap<(&str, &Signal), Arc<Forecast>> = series
         .into_iter()
         .map(|(k, v)| (k, Arc::new(Forecast::new(v))))
         .collect();
-    let forecast = |r: &str, s: &str, b: &str| -> Arc<Forecast> {
-        forecasts.get(&(r, s, b)).cloned().unwrap_or_default()
+    let forecast = |region: &str, signal: Signal| -> Arc<Forecast> {
+        forecasts
+            .get(&(region, &signal))
+            .cloned()
+            .unwrap_or_default()
     };
+    let carbon = |basis| Signal::Carbon { basis };
     let mut hot = Hot {
         ready: true,
         ..Hot::default()
@@ -247,9 +252,14 @@ pub(super) fn build(
                 pue: s.pue,
                 currency: s.currency.clone(),
                 reserved: Reserved::default(),
-                carbon_average: forecast(&s.grid_region, "carbon", "average"),
-                carbon_marginal: forecast(&s.grid_region, "carbon", "marginal"),
-                price: forecast(&s.price_region, "price", &s.currency),
+                carbon_average: forecast(&s.grid_region, carbon(Basis::Average)),
+                carbon_marginal: forecast(&s.grid_region, carbon(Basis::Marginal)),
+                price: forecast(
+                    &s.price_region,
+                    Signal::Price {
+                        currency: s.currency.clone(),
+                    },
+                ),
             },
         });
     }
@@ -260,7 +270,7 @@ pub(super) fn build(
             .map(|p| Policy {
                 threshold_pct: p.threshold_pct,
                 carbon_weight: p.carbon_weight,
-                marginal: p.basis == "marginal",
+                marginal: p.basis == Basis::Marginal,
                 bypass: p.bypass_priorities.clone(),
                 bypass_budget: p.budget_bypass_priorities.clone(),
                 horizon: Duration::days(HORIZON_DAYS),

@@ -74,7 +74,7 @@ pub async fn issue(pool: &PgPool, keys: &Keys, req: &Request<'_>) -> Result<Issu
     let new = NewToken {
         jti: claims.jti,
         sub: req.sub,
-        role: req.role.as_str(),
+        role: req.role,
         tenant: req.tenant,
         issued_at: at(claims.iat),
         expires_at: at(claims.exp),
@@ -87,7 +87,7 @@ pub async fn issue(pool: &PgPool, keys: &Keys, req: &Request<'_>) -> Result<Issu
         record: ApiToken {
             jti: new.jti,
             sub: new.sub.to_owned(),
-            role: new.role.to_owned(),
+            role: new.role,
             tenant: new.tenant.map(str::to_owned),
             issued_at: new.issued_at,
             expires_at: new.expires_at,

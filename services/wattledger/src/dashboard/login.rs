@@ -73,7 +73,7 @@ pub async fn add_user(
         "--tenant is required for, and only for, --role tenant"
     );
     let hash = hash_password(password)?;
-    let saved = users::upsert(pool, &username, &hash, role.as_str(), tenant).await?;
+    let saved = users::upsert(pool, &username, &hash, role, tenant).await?;
     anyhow::ensure!(
         saved.is_some(),
         "no tenant '{}'",

@@ -86,7 +86,7 @@ impl Session {
 /// What a page shows in its header: who is signed in and where they can go.
 pub struct Nav {
     pub username: String,
-    pub role: String,
+    pub role: Role,
     pub csrf: String,
     pub links: Vec<(String, String, bool)>,
 }
@@ -110,7 +110,7 @@ impl Nav {
         }
         Nav {
             username: s.username.clone(),
-            role: s.role.as_str().to_owned(),
+            role: s.role,
             csrf: s.csrf.clone(),
             links: links
                 .into_iter()
@@ -254,7 +254,10 @@ where
         let user = wattledger_store::sessions::find(&state.pool, &token_key)
             .await?
             .ok_or(PageError::SignIn)?;
-        let role = Role::of_user(&user.role).ok_or(PageError::SignIn)?;
+        // A service role cannot sign in (the users table's CHECK keeps it out anyway).
+        let role = Some(user.role)
+            .filter(|r| r.is_user())
+            .ok_or(PageError::SignIn)?;
         let scope = match (role, user.tenant_id) {
             (Role::Tenant, Some(id)) => Scope::Tenant(id),
             (Role::Tenant, None) => return Err(PageError::SignIn),

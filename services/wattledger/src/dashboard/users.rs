@@ -18,7 +18,7 @@ use wattledger_store::{api_tokens, inventory, users};
 
 pub struct UserView {
     pub username: String,
-    pub role: String,
+    pub role: Role,
     pub tenant: String,
     pub created: String,
     pub last_login: String,
@@ -29,7 +29,7 @@ pub struct UserView {
 pub struct TokenRow {
     pub jti: String,
     pub sub: String,
-    pub role: String,
+    pub role: Role,
     pub tenant: String,
     pub issued: String,
     pub expires: String,
@@ -90,7 +90,7 @@ async fn render(
         .map(|u| {
             let keys = vec![
                 Key::Text(u.username.clone()),
-                Key::Text(u.role.clone()),
+                Key::Text(u.role.to_string()),
                 Key::Text(u.tenant.clone().unwrap_or_default()),
                 Key::Num(Decimal::from(u.created_at.timestamp())),
                 Key::Num(Decimal::from(u.last_login_at.map_or(0, |t| t.timestamp()))),

@@ -41,12 +41,29 @@ pub fn router() -> Router<AppState> {
 const FINANCE: [Role; 1] = [Role::Finance];
 const READERS: [Role; 2] = [Role::Finance, Role::Tenant];
 
+/// Whether a month is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MonthState {
+    Closed,
+    Open,
+}
+
+/// What a statement line bills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LineKind {
+    /// Energy used in the statement's month.
+    Usage,
+    /// Energy used in an earlier, closed month.
+    Adjustment,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MonthView {
     /// `YYYY-MM`.
     pub month: String,
-    /// `closed` or `open`.
-    pub state: String,
+    pub state: MonthState,
     /// The close in force.
     pub version: Option<i32>,
     pub closed_at: Option<DateTime<Utc>>,
@@ -61,8 +78,7 @@ pub struct MonthView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LineView {
     pub line: u32,
-    /// `usage`, or `adjustment` for energy used in an earlier, closed month.
-    pub kind: String,
+    pub kind: LineKind,
     /// The month the energy was used, `YYYY-MM`.
     pub usage_period: String,
     pub site: String,
@@ -182,11 +198,10 @@ fn line_view(month: Month, currency: &str, l: &Line) -> LineView {
     LineView {
         line: l.no,
         kind: if l.is_adjustment(month) {
-            "adjustment"
+            LineKind::Adjustment
         } else {
-            "usage"
-        }
-        .into(),
+            LineKind::Usage
+        },
         usage_period: l.key.period.to_string(),
         site: l.key.site.clone(),
         model: l.key.model.clone(),
@@ -325,11 +340,10 @@ pub async fn list(
             .map(|m| MonthView {
                 month: Month::of(m.month).to_string(),
                 state: if m.version.is_some() {
-                    "closed"
+                    MonthState::Closed
                 } else {
-                    "open"
-                }
-                .into(),
+                    MonthState::Open
+                },
                 version: m.version,
                 closed_at: m.closed_at,
                 closed_by: m.closed_by,

@@ -9,7 +9,7 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query, RawBatch};
 use super::validate::Record;
 use crate::auth::Role;
-use crate::grid_events::{self as report, Report};
+use crate::grid_events::{self as report, Report, Status};
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -80,7 +80,7 @@ pub struct GridEventView {
     pub baseline_description: String,
     /// `upcoming`, `open` (the window runs or is not all attributed), `provisional` (some
     /// hour waits to be attributed again) or `final`.
-    pub status: String,
+    pub status: Status,
     /// The days the baseline averaged; empty when there were too few.
     pub baseline_days: Vec<NaiveDate>,
     /// Why there is no baseline, when there is none.
@@ -126,7 +126,7 @@ pub(crate) fn view(r: &Report) -> GridEventView {
         currency: e.currency.clone(),
         baseline_method: r.method.label(),
         baseline_description: r.method.describe(),
-        status: r.status.as_str().into(),
+        status: r.status,
         baseline_days: r.baseline_days().to_vec(),
         baseline_error: r.baseline.as_ref().err().map(|e| e.to_string()),
         baseline_kwh: r.baseline.as_ref().ok().map(|b| kwh(b.total_mj)),

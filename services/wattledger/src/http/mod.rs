@@ -56,12 +56,21 @@ pub fn router() -> Router<AppState> {
 /// How long `/health` waits for the database before saying it is away.
 const HEALTH_DB_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How the server is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthStatus {
+    Ok,
+    /// The server serves but something needs a look (admission decisions refused by the
+    /// database, or waiting for it).
+    Degraded,
+    /// The database does not answer (503).
+    Unavailable,
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct Health {
-    /// `ok`; `degraded` when the server serves but something needs a look (admission
-    /// decisions refused by the database, or waiting for it); `unavailable` when the
-    /// database does not answer (503).
-    pub status: String,
+    pub status: HealthStatus,
     pub database: bool,
     /// Why the status is not `ok`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -112,12 +121,12 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     }
     let database = dirty.is_some();
     let (code, status) = match (database, reasons.is_empty()) {
-        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-        (true, false) => (StatusCode::OK, "degraded"),
-        (true, true) => (StatusCode::OK, "ok"),
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, HealthStatus::Unavailable),
+        (true, false) => (StatusCode::OK, HealthStatus::Degraded),
+        (true, true) => (StatusCode::OK, HealthStatus::Ok),
     };
     let body = Health {
-        status: status.into(),
+        status,
         database,
         reasons,
         dirty_hours: dirty,

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
+use wattledger_domain::role::TokenState;
 use wattledger_store::api_tokens::{self as store, ApiToken};
 use wattledger_store::StoreError;
 
@@ -32,7 +33,7 @@ pub struct TokenView {
     pub jti: Uuid,
     /// Who or what the token is for.
     pub sub: String,
-    pub role: String,
+    pub role: Role,
     /// The tenant a tenant token is bound to.
     pub tenant: Option<String>,
     pub issued_at: DateTime<Utc>,
@@ -41,8 +42,7 @@ pub struct TokenView {
     pub note: String,
     pub revoked_at: Option<DateTime<Utc>>,
     pub revoked_by: Option<String>,
-    /// `live`, `expired` or `revoked`.
-    pub state: String,
+    pub state: TokenState,
 }
 
 impl TokenView {
@@ -59,7 +59,7 @@ impl TokenView {
             note: t.note,
             revoked_at: t.revoked_at,
             revoked_by: t.revoked_by,
-            state: state.into(),
+            state,
         }
     }
 }
@@ -118,9 +118,7 @@ pub async fn mint(
     caller.require(&[])?;
     let value: Value = super::json::parse(&body)?;
     let mut r = Record::new(0, &value, &FIELDS);
-    let role = r
-        .one_of("role", &Role::ALL.map(Role::as_str))
-        .and_then(|n| Role::of_name(&n));
+    let role = r.named::<Role>("role");
     let sub = r.key("sub");
     let tenant = r.opt_key("tenant");
     let max = state.keys.max_ttl_s();

@@ -260,11 +260,7 @@ impl<'a> Record<'a> {
     /// One of a closed set of names, refused with the list of them.
     pub fn opt_named<T: Named>(&mut self, field: &str) -> Option<T> {
         let s = self.opt_string(field)?;
-        let v = T::parse(&s);
-        if v.is_none() {
-            self.error(field, T::expected());
-        }
-        v
+        self.name_of(field, &s)
     }
 
     pub fn named<T: Named>(&mut self, field: &str) -> Option<T> {
@@ -295,6 +291,15 @@ impl<'a> Record<'a> {
             return None;
         }
         Some(v)
+    }
+
+    /// `s`, read from `field` already, as one of a closed set of names.
+    pub fn name_of<T: Named>(&mut self, field: &str, s: &str) -> Option<T> {
+        let v = T::parse(s);
+        if v.is_none() {
+            self.error(field, T::expected());
+        }
+        v
     }
 
     pub fn array(&mut self, field: &str) -> Option<&'a Vec<Value>> {

@@ -10,6 +10,7 @@ use axum::extract::State;
 use axum::Json;
 use chrono::{Duration, Utc};
 use std::collections::HashSet;
+use wattledger_domain::signals::{Basis, Signal, SignalKind, Status};
 use wattledger_store::signals::{self, SignalRow};
 use wattledger_wire::{SignalPoint, MAX_AHEAD_DAYS};
 
@@ -48,24 +49,48 @@ pub async fn signals_batch(
         let end_at = r.time("end_at", far_future());
         let value = r.decimal("value");
         let estimated = r.opt_bool("estimated").unwrap_or(false);
+        let (region, signal, status, source, start_at, end_at, value) = (
+            region?, signal?, status?, source?, start_at?, end_at?, value?,
+        );
+        // The names are rules of a record that reads, as its check is.
+        let signal = r.name_of::<SignalKind>("signal", &signal);
+        let basis = match basis {
+            Some(b) => r.name_of::<Basis>("basis", &b).map(Some),
+            None => Some(None),
+        };
+        let status = r.name_of::<Status>("status", &status);
+        let (Some(signal), Some(basis), Some(status)) = (signal, basis, status) else {
+            // A name outside its set is this record's error already; the rules that need
+            // no name are checked still, so the record's every problem is listed.
+            r.problems(SignalPoint::check_unnamed(
+                &region, &source, start_at, end_at, value, latest,
+            ));
+            return None;
+        };
         let p = SignalPoint {
-            region: region?,
-            signal: signal?,
+            region,
+            signal,
             basis,
             currency,
-            status: status?,
-            source: source?,
-            start_at: start_at?,
-            end_at: end_at?,
-            value: value?,
+            status,
+            source,
+            start_at,
+            end_at,
+            value,
             estimated,
         };
         r.problems(p.check(latest));
+        let signal = match (p.signal, p.basis) {
+            (SignalKind::Carbon, Some(basis)) => Signal::Carbon { basis },
+            (SignalKind::Price, _) => Signal::Price {
+                currency: p.currency.unwrap_or_default(),
+            },
+            // No basis: the check refused the point.
+            (SignalKind::Carbon, None) => return None,
+        };
         Some(SignalRow {
             region: p.region,
-            // A price's basis column holds its currency.
-            basis: p.basis.or(p.currency).unwrap_or_default(),
-            signal: p.signal,
+            signal,
             status: p.status,
             source: p.source,
             start_at: p.start_at,
@@ -82,8 +107,7 @@ pub async fn signals_batch(
             !seen.insert((
                 p.region.clone(),
                 p.signal.clone(),
-                p.basis.clone(),
-                p.status.clone(),
+                p.status,
                 p.source.clone(),
                 p.start_at,
             ))
