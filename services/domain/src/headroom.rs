@@ -62,6 +62,15 @@ impl PowerClass {
     }
 }
 
+/// As its name: `facility`, `it` or a job kind.
+impl serde::Serialize for PowerClass {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+crate::names::text_column!(PowerClass);
+
 /// One hour of a set of meters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HourProfile {

@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod attribution;
 pub mod breakdown;
+pub mod budget;
 pub mod budget_alerts;
 pub mod chargeback;
 pub mod costing;

@@ -1,33 +1,28 @@
-//! Budget alerts as the ledger changes: after an attribution run writes its hours, and in
-//! its transaction, the budgets of the tenants it touched are evaluated for the periods it
-//! touched; each new crossing is one `budget_events` row (the unique key keeps it to one
-//! however often the hours are recomputed) and one outbox message per subscribed endpoint.
+//! The statements of budget alerts (`app::budget_alerts` evaluates them): the budgets an
+//! attribution run's hours touch, with their use, and the events raised, one `budget_events`
+//! row per budget × period × metric × threshold (its unique key keeps it to one however
+//! often the hours are recomputed).
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
-use serde_json::json;
-use sqlx::{Postgres, Transaction};
+use sqlx::PgConnection;
 use uuid::Uuid;
-use wattledger_domain::budget_alerts::{alerts, Alert, Usage};
+use wattledger_domain::budget::BudgetMetric;
 
 use crate::budgets::{with_use, BudgetState};
-
 use crate::StoreResult;
 
 pub const THRESHOLD_CROSSED: &str = "budget.threshold_crossed";
 pub const PROJECTED_EXCEED: &str = "budget.projected_exceed";
 
-/// Evaluates the budgets of `tenants` for the periods `hours` fall in; returns the number of
-/// new events.
-pub async fn evaluate(
-    tx: &mut Transaction<'_, Postgres>,
+/// The budgets of `tenants` over the periods `hours` fall in (a month's, or a custom
+/// period the hours touch), with their use: the period's, and since `recent_since`.
+pub async fn touched(
+    conn: &mut PgConnection,
     tenants: &[i64],
     hours: &[DateTime<Utc>],
-    now: DateTime<Utc>,
-) -> StoreResult<u64> {
-    if tenants.is_empty() || hours.is_empty() {
-        return Ok(0);
-    }
+    recent_since: DateTime<Utc>,
+) -> StoreResult<Vec<BudgetState>> {
     let periods = "periods AS (
              SELECT DISTINCT date_trunc('month', h AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS p
              FROM unnest($2::timestamptz[]) h
@@ -44,82 +39,50 @@ pub async fn evaluate(
                     SELECT 1 FROM unnest($2::timestamptz[]) h
                     WHERE h >= b.starts_at - interval '1 hour' AND h < b.ends_at))
          )";
-    let rows: Vec<BudgetState> = sqlx::query_as(&with_use(periods, 3))
+    Ok(sqlx::query_as(&with_use(periods, 3))
         .bind(tenants)
         .bind(hours)
-        .bind(now - Duration::days(7))
-        .fetch_all(&mut **tx)
-        .await?;
-
-    let mut events = 0;
-    for b in &rows {
-        for (metric, usage) in b.usages(now) {
-            for alert in alerts(&usage, &b.thresholds_pct, now) {
-                if record(tx, b, metric, &usage, &alert, now).await? {
-                    events += 1;
-                }
-            }
-        }
-    }
-    Ok(events)
+        .bind(recent_since)
+        .fetch_all(conn)
+        .await?)
 }
 
-/// Writes the event unless it exists, and its outbox messages; true if it was new.
-async fn record(
-    tx: &mut Transaction<'_, Postgres>,
-    b: &BudgetState,
-    metric: &str,
-    u: &Usage,
-    alert: &Alert,
-    now: DateTime<Utc>,
-) -> StoreResult<bool> {
-    let id = Uuid::now_v7();
-    let projected_at = match alert {
-        Alert::Projected(at) => Some(*at),
-        Alert::Threshold(_) => None,
-    };
+/// One alert of a budget's period, as raised.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub id: Uuid,
+    pub budget_id: i64,
+    pub tenant_id: i64,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    pub metric: BudgetMetric,
+    /// A percent of the limit, or `projected`.
+    pub threshold: String,
+    pub used: Decimal,
+    pub limit: Decimal,
+    pub projected_at: Option<DateTime<Utc>>,
+}
+
+/// Writes the event unless this budget's period already has it; true if it was new.
+pub async fn insert_event(conn: &mut PgConnection, e: &NewEvent) -> StoreResult<bool> {
     let inserted = sqlx::query!(
         "INSERT INTO budget_events (id, budget_id, tenant_id, period_start, period_end, metric,
                                     threshold, used, limit_value, projected_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          ON CONFLICT (budget_id, period_start, metric, threshold) DO NOTHING",
-        id,
-        b.id,
-        b.tenant_id,
-        b.period_start,
-        b.period_end,
-        metric,
-        alert.key(),
-        u.used.round_dp(6),
-        u.limit,
-        projected_at,
+        e.id,
+        e.budget_id,
+        e.tenant_id,
+        e.period_start,
+        e.period_end,
+        e.metric.as_str(),
+        &e.threshold,
+        e.used,
+        e.limit,
+        e.projected_at,
     )
-    .execute(&mut **tx)
+    .execute(conn)
     .await?
     .rows_affected();
-    if inserted == 0 {
-        return Ok(false);
-    }
-    let (event_type, threshold) = match alert {
-        Alert::Threshold(p) => (THRESHOLD_CROSSED, json!(p)),
-        Alert::Projected(_) => (PROJECTED_EXCEED, json!(null)),
-    };
-    let data = json!({
-        "event_id": id,
-        "budget": b.key,
-        "tenant": b.tenant,
-        "model": b.model,
-        "metric": metric,
-        "currency": if metric == "cost" { b.currency.clone() } else { None },
-        "threshold_pct": threshold,
-        "used": u.used.round_dp(6),
-        "limit": u.limit.normalize(),
-        "used_pct": (u.used * Decimal::ONE_HUNDRED / u.limit).round_dp(2),
-        "hard": b.hard,
-        "period_start": b.period_start,
-        "period_end": b.period_end,
-        "projected_exhausted_at": projected_at,
-    });
-    crate::webhooks::enqueue(tx, b.tenant_id, event_type, data, now).await?;
-    Ok(true)
+    Ok(inserted > 0)
 }

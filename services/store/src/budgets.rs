@@ -6,6 +6,7 @@ use rust_decimal::Decimal;
 use sqlx::PgPool;
 
 use crate::{Scope, StoreResult};
+use wattledger_domain::budget::{BudgetMetric, BudgetPeriod};
 use wattledger_domain::budget_alerts::Usage;
 
 /// A budget as written.
@@ -14,8 +15,7 @@ pub struct BudgetSpec {
     pub key: String,
     pub tenant_id: i64,
     pub model_id: Option<i64>,
-    /// `month` or `custom`.
-    pub period: String,
+    pub period: BudgetPeriod,
     pub starts_at: Option<DateTime<Utc>>,
     pub ends_at: Option<DateTime<Utc>>,
     pub limit_kwh: Option<Decimal>,
@@ -42,7 +42,7 @@ pub async fn upsert(pool: &PgPool, b: &BudgetSpec) -> StoreResult<bool> {
         &b.key,
         b.tenant_id,
         b.model_id,
-        &b.period,
+        b.period.as_str(),
         b.starts_at,
         b.ends_at,
         b.limit_kwh,
@@ -82,7 +82,7 @@ pub struct BudgetState {
     pub tenant_id: i64,
     pub tenant: String,
     pub model: Option<String>,
-    pub period: String,
+    pub period: BudgetPeriod,
     pub period_start: DateTime<Utc>,
     pub period_end: DateTime<Utc>,
     pub limit_kwh: Option<Decimal>,
@@ -102,13 +102,23 @@ pub struct BudgetState {
 impl BudgetState {
     /// Each limit set (`kwh`, `cost`, `carbon_kg`) with its use, for alerts and projections;
     /// the burn rate's window is the last seven days, or as much of the period as passed.
-    pub fn usages(&self, now: DateTime<Utc>) -> Vec<(&'static str, Usage)> {
+    pub fn usages(&self, now: DateTime<Utc>) -> Vec<(BudgetMetric, Usage)> {
         let recent_s = (now - (now - Duration::days(7)).max(self.period_start)).num_seconds();
         [
-            ("kwh", self.limit_kwh, self.used_kwh, self.recent_kwh),
-            ("cost", self.limit_cost, self.used_cost, self.recent_cost),
             (
-                "carbon_kg",
+                BudgetMetric::Kwh,
+                self.limit_kwh,
+                self.used_kwh,
+                self.recent_kwh,
+            ),
+            (
+                BudgetMetric::Cost,
+                self.limit_cost,
+                self.used_cost,
+                self.recent_cost,
+            ),
+            (
+                BudgetMetric::CarbonKg,
                 self.limit_carbon_kg,
                 self.used_carbon_kg,
                 self.recent_carbon_kg,
@@ -201,7 +211,7 @@ pub struct EventRow {
     pub id: uuid::Uuid,
     /// The budget period it was raised in.
     pub period_start: DateTime<Utc>,
-    pub metric: String,
+    pub metric: BudgetMetric,
     pub threshold: String,
     pub used: Decimal,
     pub limit_value: Decimal,
@@ -219,12 +229,12 @@ pub async fn events(
 ) -> StoreResult<Vec<EventRow>> {
     Ok(sqlx::query_as!(
         EventRow,
-        "SELECT e.id, e.period_start, e.metric, e.threshold, e.used, e.limit_value,
+        r#"SELECT e.id, e.period_start, e.metric AS "metric: BudgetMetric", e.threshold, e.used, e.limit_value,
                 e.projected_at, e.created_at
          FROM budget_events e JOIN budgets b ON b.id = e.budget_id
          WHERE e.budget_id = $1 AND ($2::timestamptz IS NULL OR e.period_start = $2)
            AND ($3::bigint IS NULL OR b.tenant_id = $3)
-         ORDER BY e.period_start, e.created_at, e.id",
+         ORDER BY e.period_start, e.created_at, e.id"#,
         budget_id,
         period_start,
         scope.tenant(),

@@ -17,11 +17,11 @@ pub struct PowerHour {
     pub site_mj: Option<i64>,
 }
 
-/// A row as stored; its class is one the table's CHECK allows, so each parses.
+/// A row as stored.
 struct Row {
     site: String,
     hour: DateTime<Utc>,
-    class: String,
+    class: PowerClass,
     minutes_mw: Vec<Option<i64>>,
     parts_peak_mw: i64,
     site_mj: Option<i64>,
@@ -32,7 +32,7 @@ impl Row {
         Some(PowerHour {
             site: self.site,
             hour: self.hour,
-            class: PowerClass::parse(&self.class)?,
+            class: self.class,
             profile: HourProfile {
                 minutes_mw: self.minutes_mw,
                 parts_peak_mw: self.parts_peak_mw,
@@ -53,7 +53,7 @@ pub async fn hours(
 ) -> StoreResult<Vec<PowerHour>> {
     Ok(sqlx::query_as!(
         Row,
-        r#"SELECT s.key AS site, p.hour, p.class,
+        r#"SELECT s.key AS site, p.hour, p.class AS "class: PowerClass",
                   p.minutes_mw AS "minutes_mw: Vec<Option<i64>>", p.parts_peak_mw,
                   h.site_mj AS "site_mj?"
            FROM site_hour_power p JOIN sites s ON s.id = p.site_id
@@ -82,7 +82,7 @@ pub async fn at(
 ) -> StoreResult<Vec<PowerHour>> {
     Ok(sqlx::query_as!(
         Row,
-        r#"SELECT s.key AS site, p.hour, p.class,
+        r#"SELECT s.key AS site, p.hour, p.class AS "class: PowerClass",
                   p.minutes_mw AS "minutes_mw: Vec<Option<i64>>", p.parts_peak_mw,
                   h.site_mj AS "site_mj?"
            FROM UNNEST($1::text[], $2::timestamptz[]) AS l(site, hour)

@@ -4,21 +4,26 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
+use wattledger_domain::webhooks::MessageState;
 
 use crate::{Scope, StoreResult};
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// A webhook endpoint, as the API shows it (never its secret).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = EndpointView))]
 pub struct Endpoint {
     pub id: Uuid,
     pub tenant: String,
     pub url: String,
     pub description: String,
+    /// Empty: every event type.
     pub event_types: Vec<String>,
     pub enabled: bool,
     pub disabled_reason: Option<String>,
-    /// Until when the previous secret still signs, during a rotation.
+    /// While a rotation overlaps: until when the previous secret also signs.
+    #[serde(rename = "previous_secret_until")]
     pub previous_until: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
 }
@@ -209,9 +214,9 @@ pub async fn record_attempt(
     .execute(&mut **tx)
     .await?;
     let (state, next, delivered) = match after {
-        After::Delivered => ("delivered", None, true),
-        After::RetryAt(t) => ("pending", Some(t), false),
-        After::Dead => ("dead", None, false),
+        After::Delivered => (MessageState::Delivered, None, true),
+        After::RetryAt(t) => (MessageState::Pending, Some(t), false),
+        After::Dead => (MessageState::Dead, None, false),
     };
     sqlx::query!(
         "UPDATE webhook_messages SET attempts = $2, state = $3,
@@ -220,7 +225,7 @@ pub async fn record_attempt(
          WHERE id = $1",
         a.message_id,
         a.attempt,
-        state,
+        state.as_str(),
         next,
         delivered,
     )
@@ -242,17 +247,22 @@ pub async fn disable_gone(tx: &mut Transaction<'_, Postgres>, endpoint: Uuid) ->
     Ok(())
 }
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// A message of an endpoint's outbox with its attempts, as the API lists it.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MessageView {
+    /// The `webhook-id`: the same on every attempt.
     pub id: String,
+    #[serde(skip)]
     pub endpoint_id: Uuid,
     pub event_type: String,
-    pub state: String,
+    pub state: MessageState,
     pub attempts: i32,
     pub next_attempt_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub delivered_at: Option<DateTime<Utc>>,
-    /// Every attempt: number, start, status, latency, error.
+    /// Every attempt: number, start, HTTP status, latency in ms, error.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
     pub history: serde_json::Value,
 }
 
@@ -266,7 +276,8 @@ pub async fn messages(
 ) -> StoreResult<Vec<MessageView>> {
     Ok(sqlx::query_as!(
         MessageView,
-        r#"SELECT m.id, m.endpoint_id, m.event_type, m.state, m.attempts, m.next_attempt_at,
+        r#"SELECT m.id, m.endpoint_id, m.event_type, m.state AS "state: MessageState", m.attempts,
+                m.next_attempt_at,
                 m.created_at, m.delivered_at,
                 coalesce((SELECT jsonb_agg(jsonb_build_object('attempt', a.attempt,
                               'started_at', a.started_at, 'status', a.status,
@@ -319,7 +330,7 @@ fn body(event_type: &str, data: Value, now: DateTime<Utc>) -> String {
 /// Queues an event: one message per enabled endpoint of the tenant that takes its type, in
 /// the caller's transaction (the outbox).
 pub async fn enqueue(
-    tx: &mut Transaction<'_, Postgres>,
+    conn: &mut PgConnection,
     tenant_id: i64,
     event_type: &str,
     data: Value,
@@ -335,7 +346,7 @@ pub async fn enqueue(
         event_type,
         body(event_type, data, now),
     )
-    .execute(&mut **tx)
+    .execute(conn)
     .await?
     .rows_affected())
 }

@@ -50,8 +50,7 @@ pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {
     store::replace_power(&mut tx, claim.site_id, &hours, &window).await?;
     store::clear_marks(&mut tx, claim).await?;
     // Budget alerts in the same transaction as the ledger rows that cross them.
-    let alerts =
-        wattledger_store::budget_alerts::evaluate(&mut tx, &tenants, &hours, Utc::now()).await?;
+    let alerts = super::budget_alerts::evaluate(&mut tx, &tenants, &hours, Utc::now()).await?;
     store::finish_run(&mut tx, run_id, hours.len() as u64, rows).await?;
     tx.commit().await?;
     Ok(RunStats {

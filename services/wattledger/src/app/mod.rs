@@ -4,5 +4,6 @@
 //! computes with the domain, and writes through the store.
 
 pub mod attribution;
+pub mod budget_alerts;
 pub mod ingest;
 pub mod month_close;

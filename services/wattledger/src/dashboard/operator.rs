@@ -73,15 +73,14 @@ pub struct HeadroomRow {
 }
 
 /// How the page names a class of meters.
-fn class_label(class: &str) -> &'static str {
-    match PowerClass::parse(class) {
-        Some(PowerClass::Facility) => "Facility meters",
-        Some(PowerClass::It) => "All IT meters",
-        Some(PowerClass::Job(JobKind::Training)) => "GPUs in training jobs",
-        Some(PowerClass::Job(JobKind::Inference)) => "GPUs serving inference",
-        Some(PowerClass::Job(JobKind::Batch)) => "GPUs in batch jobs",
-        Some(PowerClass::Job(JobKind::Interactive)) => "GPUs in interactive jobs",
-        None => "Other meters",
+fn class_label(class: PowerClass) -> &'static str {
+    match class {
+        PowerClass::Facility => "Facility meters",
+        PowerClass::It => "All IT meters",
+        PowerClass::Job(JobKind::Training) => "GPUs in training jobs",
+        PowerClass::Job(JobKind::Inference) => "GPUs serving inference",
+        PowerClass::Job(JobKind::Batch) => "GPUs in batch jobs",
+        PowerClass::Job(JobKind::Interactive) => "GPUs in interactive jobs",
     }
 }
 
@@ -90,7 +89,7 @@ pub fn headroom_rows(span: &[crate::views::power::HeadroomOut]) -> Vec<HeadroomR
     let kw = |w: Decimal| grouped(w / Decimal::ONE_THOUSAND, 1);
     span.iter()
         .map(|h| HeadroomRow {
-            class: class_label(&h.class),
+            class: class_label(h.class),
             coincident_kw: kw(h.coincident_peak_w),
             percentile_kw: kw(h.percentile_peak_w),
             parts_kw: kw(h.parts_peak_w),
@@ -657,7 +656,7 @@ async fn policies(
             let rows = JobKind::ALL
                 .into_iter()
                 .map(|k| PolicyRow {
-                    class: class_label(k.as_str()),
+                    class: class_label(PowerClass::Job(k)),
                     setting: p.policy.setting(k).label(),
                     factor: grouped(f.of(k).factor, 3),
                     why: f.of(k).why.clone(),

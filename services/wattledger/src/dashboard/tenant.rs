@@ -17,6 +17,7 @@ use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use wattledger_domain::budget::BudgetMetric;
 use wattledger_domain::budget_alerts::runs_out_at;
 use wattledger_domain::metrics;
 use wattledger_store::admission::Deferred;
@@ -550,9 +551,9 @@ fn budget_bars(b: &budgets::BudgetState, now: DateTime<Utc>) -> Vec<BudgetBar> {
         .into_iter()
         .map(|(metric, u)| {
             let unit = match metric {
-                "kwh" => "kWh".to_owned(),
-                "cost" => b.currency.clone().unwrap_or_default(),
-                _ => "kgCO2e".to_owned(),
+                BudgetMetric::Kwh => "kWh".to_owned(),
+                BudgetMetric::Cost => b.currency.clone().unwrap_or_default(),
+                BudgetMetric::CarbonKg => "kgCO2e".to_owned(),
             };
             let p = if u.limit.is_zero() {
                 Decimal::ZERO
@@ -562,9 +563,9 @@ fn budget_bars(b: &budgets::BudgetState, now: DateTime<Utc>) -> Vec<BudgetBar> {
             BudgetBar {
                 key: b.key.clone(),
                 metric: match metric {
-                    "kwh" => "Energy",
-                    "cost" => "Cost",
-                    _ => "Carbon",
+                    BudgetMetric::Kwh => "Energy",
+                    BudgetMetric::Cost => "Cost",
+                    BudgetMetric::CarbonKg => "Carbon",
                 }
                 .into(),
                 used: format!("{} {unit}", grouped(u.used, 1)),
@@ -769,7 +770,7 @@ mod tests {
             tenant_id: 1,
             tenant: "acme".into(),
             model: None,
-            period: "month".into(),
+            period: wattledger_domain::budget::BudgetPeriod::Month,
             period_start: start,
             period_end: "2026-12-01T00:00:00Z".parse().unwrap(),
             limit_kwh: Some(limit_kwh.parse().unwrap()),
@@ -817,7 +818,7 @@ mod tests {
         let event = |hour: u32, threshold: &str| budgets::EventRow {
             id: uuid::Uuid::nil(),
             period_start: "2026-11-01T00:00:00Z".parse().unwrap(),
-            metric: "kwh".into(),
+            metric: BudgetMetric::Kwh,
             threshold: threshold.into(),
             used: Decimal::ZERO,
             limit_value: Decimal::ZERO,

@@ -16,6 +16,7 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
+use wattledger_domain::budget::{BudgetMetric, BudgetPeriod};
 use wattledger_domain::budget_alerts::runs_out_at;
 use wattledger_domain::input;
 use wattledger_store::budgets::{self as store, BudgetSpec, BudgetState};
@@ -33,8 +34,7 @@ const WRITERS: [Role; 1] = [Role::Finance];
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MetricView {
-    /// `kwh`, `cost` or `carbon_kg`.
-    pub metric: String,
+    pub metric: BudgetMetric,
     #[schema(value_type = String)]
     pub limit: Decimal,
     /// Counted by the ledger this period.
@@ -50,7 +50,7 @@ pub struct MetricView {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AlertView {
-    pub metric: String,
+    pub metric: BudgetMetric,
     /// A percent of the limit, or `projected`.
     pub threshold: String,
     #[schema(value_type = String)]
@@ -64,8 +64,7 @@ pub struct BudgetView {
     pub key: String,
     pub tenant: String,
     pub model: Option<String>,
-    /// `month` (calendar month, UTC) or `custom`.
-    pub period: String,
+    pub period: BudgetPeriod,
     pub period_start: DateTime<Utc>,
     pub period_end: DateTime<Utc>,
     /// A hard cap makes admission reject jobs that would exceed it; a soft one warns.
@@ -88,7 +87,7 @@ async fn view(
         .usages(now)
         .into_iter()
         .map(|(name, u)| MetricView {
-            metric: name.into(),
+            metric: name,
             limit: u.limit.normalize(),
             used: u.used.round_dp(6),
             remaining: (u.limit - u.used).round_dp(6),
@@ -205,22 +204,24 @@ pub async fn put(
     }
     let tenant_key = r.key("tenant");
     let model_key = r.opt_key("model");
-    let period = r.opt_str("period", 16).unwrap_or_else(|| "month".into());
-    if period != "month" && period != "custom" {
-        r.error("period", "must be month or custom");
-    }
+    let period = r.opt_named("period");
+    // A refused period says what is wrong; the rules of a period's times would only guess.
+    let period_refused = period.is_none() && r.errors.iter().any(|e| e.field == "period");
+    let period = period.unwrap_or(BudgetPeriod::Month);
     let far = Utc::now() + Duration::days(3650);
     let starts_at = r.opt_time("starts_at", far);
     let ends_at = r.opt_time("ends_at", far);
-    match (period.as_str(), starts_at, ends_at) {
-        ("custom", Some(s), Some(e)) if s < e => {}
-        ("custom", _, _) => r.error("ends_at", "a custom period needs starts_at before ends_at"),
-        ("month", None, None) => {}
-        ("month", _, _) => r.error(
+    match (period, starts_at, ends_at) {
+        _ if period_refused => {}
+        (BudgetPeriod::Custom, Some(s), Some(e)) if s < e => {}
+        (BudgetPeriod::Custom, _, _) => {
+            r.error("ends_at", "a custom period needs starts_at before ends_at")
+        }
+        (BudgetPeriod::Month, None, None) => {}
+        (BudgetPeriod::Month, _, _) => r.error(
             "starts_at",
             "a monthly budget takes no starts_at or ends_at",
         ),
-        _ => {}
     }
     // The columns are numeric(20, 6): a millionth is the finest limit that is stored as sent.
     let limit = |r: &mut Record, field: &str| {

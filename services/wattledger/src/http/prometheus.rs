@@ -26,6 +26,7 @@ use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
+use wattledger_domain::budget::BudgetMetric;
 use wattledger_domain::load_shape::LoadShape;
 use wattledger_domain::metrics::{self, effectiveness, efficiency, EnergyTotals};
 use wattledger_domain::units::{ratio, watts};
@@ -246,10 +247,10 @@ fn webhooks(o: &Outbox) -> Vec<Family> {
 }
 
 /// The metric label of a budget limit: `carbon_kg` is `co2e`.
-fn budget_metric(name: &str) -> &str {
-    match name {
-        "carbon_kg" => "co2e",
-        other => other,
+fn budget_metric(metric: BudgetMetric) -> &'static str {
+    match metric {
+        BudgetMetric::CarbonKg => "co2e",
+        other => other.as_str(),
     }
 }
 
@@ -543,7 +544,7 @@ mod tests {
             tenant_id: 1,
             tenant: "acme".into(),
             model: None,
-            period: "month".into(),
+            period: wattledger_domain::budget::BudgetPeriod::Month,
             period_start: at(1),
             period_end: at(30),
             limit_kwh: Some(Decimal::from(120)),

@@ -10,10 +10,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{Duration, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::json;
 use utoipa::ToSchema;
 use uuid::Uuid;
 use wattledger_domain::input;
@@ -50,37 +50,6 @@ pub fn router() -> Router<AppState> {
 
 const ROLES: [Role; 3] = [Role::Admin, Role::Finance, Role::Tenant];
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct EndpointView {
-    pub id: Uuid,
-    pub tenant: String,
-    pub url: String,
-    pub description: String,
-    /// Empty: every event type.
-    pub event_types: Vec<String>,
-    pub enabled: bool,
-    pub disabled_reason: Option<String>,
-    /// While a rotation overlaps: until when the previous secret also signs.
-    pub previous_secret_until: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-}
-
-impl From<Endpoint> for EndpointView {
-    fn from(e: Endpoint) -> Self {
-        EndpointView {
-            id: e.id,
-            tenant: e.tenant,
-            url: e.url,
-            description: e.description,
-            event_types: e.event_types,
-            enabled: e.enabled,
-            disabled_reason: e.disabled_reason,
-            previous_secret_until: e.previous_until,
-            created_at: e.created_at,
-        }
-    }
-}
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewEndpointBody {
@@ -101,7 +70,7 @@ pub struct NewEndpointBody {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EndpointWithSecret {
-    pub endpoint: EndpointView,
+    pub endpoint: Endpoint,
     /// `whsec_…`: shown once, here. Receivers verify `webhook-signature` with it.
     pub secret: String,
 }
@@ -206,36 +175,30 @@ pub async fn create(
     .await?;
     Ok((
         StatusCode::CREATED,
-        Json(EndpointWithSecret {
-            endpoint: endpoint.into(),
-            secret,
-        }),
+        Json(EndpointWithSecret { endpoint, secret }),
     ))
 }
 
 /// The endpoints the caller may see.
 #[utoipa::path(get, path = "/v1/webhooks/endpoints", tag = "webhooks", security(("bearer" = [])),
-    responses((status = 200, body = Vec<EndpointView>), (status = 401, body = ErrorBody),
+    responses((status = 200, body = Vec<Endpoint>), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
-) -> ApiResult<Json<Vec<EndpointView>>> {
+pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<Endpoint>>> {
     caller.require(&ROLES)?;
     let all = store::list(&state.pool, &caller.scope).await?;
-    Ok(Json(all.into_iter().map(Into::into).collect()))
+    Ok(Json(all))
 }
 
 #[utoipa::path(get, path = "/v1/webhooks/endpoints/{id}", tag = "webhooks",
     params(("id" = String, Path, description = "Endpoint id")), security(("bearer" = [])),
-    responses((status = 200, body = EndpointView), (status = 401, body = ErrorBody),
+    responses((status = 200, body = Endpoint), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> ApiResult<Json<EndpointView>> {
-    Ok(Json(visible(&state, &caller, &id).await?.into()))
+) -> ApiResult<Json<Endpoint>> {
+    Ok(Json(visible(&state, &caller, &id).await?))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -248,7 +211,7 @@ pub struct UpdateEndpointBody {
 #[utoipa::path(patch, path = "/v1/webhooks/endpoints/{id}", tag = "webhooks",
     params(("id" = String, Path, description = "Endpoint id")), request_body = UpdateEndpointBody,
     security(("bearer" = [])),
-    responses((status = 200, body = EndpointView), (status = 400, body = ErrorBody),
+    responses((status = 200, body = Endpoint), (status = 400, body = ErrorBody),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
               (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
               (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -257,7 +220,7 @@ pub async fn update(
     caller: Caller,
     Path(id): Path<String>,
     RawBatch(body): RawBatch,
-) -> ApiResult<Json<EndpointView>> {
+) -> ApiResult<Json<Endpoint>> {
     let e = visible(&state, &caller, &id).await?;
     let b: UpdateEndpointBody = parse_body(&body)?;
     let reason = (!b.enabled).then_some("disabled through the API");
@@ -265,8 +228,7 @@ pub async fn update(
     Ok(Json(
         store::get(&state.pool, e.id, &caller.scope)
             .await?
-            .ok_or(ApiError::NotFound)?
-            .into(),
+            .ok_or(ApiError::NotFound)?,
     ))
 }
 
@@ -334,10 +296,7 @@ pub async fn rotate(
     let endpoint = store::get(&state.pool, e.id, &caller.scope)
         .await?
         .ok_or(ApiError::NotFound)?;
-    Ok(Json(EndpointWithSecret {
-        endpoint: endpoint.into(),
-        secret,
-    }))
+    Ok(Json(EndpointWithSecret { endpoint, secret }))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -363,47 +322,19 @@ pub async fn test(
     Ok((StatusCode::ACCEPTED, Json(Queued { message_id })))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct MessageView {
-    /// The `webhook-id`: the same on every attempt.
-    pub id: String,
-    pub event_type: String,
-    /// `pending`, `delivered` or `dead` (after the last attempt, or a 410).
-    pub state: String,
-    pub attempts: i32,
-    pub next_attempt_at: DateTime<Utc>,
-    pub created_at: DateTime<Utc>,
-    pub delivered_at: Option<DateTime<Utc>>,
-    /// Every attempt: number, start, HTTP status, latency in ms, error.
-    #[schema(value_type = Vec<Object>)]
-    pub history: Value,
-}
-
 /// The endpoint's latest 200 messages, each with every attempt.
 #[utoipa::path(get, path = "/v1/webhooks/endpoints/{id}/messages", tag = "webhooks",
     params(("id" = String, Path, description = "Endpoint id")), security(("bearer" = [])),
-    responses((status = 200, body = Vec<MessageView>), (status = 401, body = ErrorBody),
+    responses((status = 200, body = Vec<store::MessageView>), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn messages(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> ApiResult<Json<Vec<MessageView>>> {
+) -> ApiResult<Json<Vec<store::MessageView>>> {
     let e = visible(&state, &caller, &id).await?;
-    let rows = store::messages(&state.pool, e.id, &caller.scope, 200).await?;
     Ok(Json(
-        rows.into_iter()
-            .map(|m| MessageView {
-                id: m.id,
-                event_type: m.event_type,
-                state: m.state,
-                attempts: m.attempts,
-                next_attempt_at: m.next_attempt_at,
-                created_at: m.created_at,
-                delivered_at: m.delivered_at,
-                history: m.history,
-            })
-            .collect(),
+        store::messages(&state.pool, e.id, &caller.scope, 200).await?,
     ))
 }
 

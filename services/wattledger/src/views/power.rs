@@ -16,7 +16,8 @@ use wattledger_store::{inventory, power};
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HeadroomOut {
     /// `it` (the site's IT meters) or a job kind (the GPUs its jobs held).
-    pub class: String,
+    #[schema(value_type = String)]
+    pub class: PowerClass,
     /// Minutes with a reading.
     pub minutes: usize,
     /// The highest minute's draw, W.
@@ -93,7 +94,7 @@ pub fn by_site(rows: &[power::PowerHour], percentile: Decimal) -> Vec<SiteHeadro
 
 fn out(class: PowerClass, h: &Headroom) -> HeadroomOut {
     HeadroomOut {
-        class: class.as_str().into(),
+        class,
         minutes: h.minutes,
         coincident_peak_w: watts(h.coincident_peak_mw),
         percentile_peak_w: watts(h.percentile_peak_mw),
