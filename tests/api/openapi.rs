@@ -157,6 +157,33 @@ async fn operation_ids_are_unique() {
     assert_eq!(ids.len(), n, "{ids:?}");
 }
 
+/// A closed set of names is documented by the names the API reads and writes, not by the
+/// Rust variants' (a schema listing `Training` would have every client send what the server
+/// refuses).
+#[tokio::test]
+async fn each_set_of_names_is_documented_by_its_names() {
+    use wattledger_domain::{admission, budget, job_kind, meter_kind, role, signals, webhooks};
+    let app = TestApp::start().await;
+    let (_, doc) = app.get(None, "/v1/openapi.json").await;
+    let sets: [(&str, &[&str]); 11] = [
+        ("JobKind", &job_kind::JobKind::NAMES),
+        ("MeterKind", &meter_kind::MeterKind::NAMES),
+        ("Verdict", &admission::Verdict::NAMES),
+        ("Role", &role::Role::NAMES),
+        ("TokenState", &role::TokenState::NAMES),
+        ("Basis", &signals::Basis::NAMES),
+        ("SignalKind", &signals::SignalKind::NAMES),
+        ("SignalStatus", &signals::Status::NAMES),
+        ("BudgetMetric", &budget::BudgetMetric::NAMES),
+        ("BudgetPeriod", &budget::BudgetPeriod::NAMES),
+        ("MessageState", &webhooks::MessageState::NAMES),
+    ];
+    for (schema, names) in sets {
+        let documented = &doc["components"]["schemas"][schema]["enum"];
+        assert_eq!(documented, &serde_json::json!(names), "{schema}");
+    }
+}
+
 /// The ingest records the document describes are the wire types the agent sends: every field
 /// of a fully filled record is a documented property, the required ones are those a record
 /// cannot leave out, and no other property is allowed (the server refuses unknown fields).

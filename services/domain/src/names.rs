@@ -27,7 +27,7 @@ macro_rules! names {
     (
         $(#[$meta:meta])*
         $vis:vis enum $ty:ident {
-            $($(#[$vmeta:meta])* $variant:ident = $name:literal,)+
+            $($(#[$vmeta:meta])* $variant:ident = $name:tt,)+
         }
     ) => {
         #[derive(
