@@ -162,10 +162,11 @@ async fn operation_ids_are_unique() {
 /// refuses).
 #[tokio::test]
 async fn each_set_of_names_is_documented_by_its_names() {
-    use wattledger_domain::{admission, budget, job_kind, meter_kind, role, signals, webhooks};
+    use wattledger_domain::{admission, attribution, budget, job_kind, meter_kind, role};
+    use wattledger_domain::{signals, webhooks};
     let app = TestApp::start().await;
     let (_, doc) = app.get(None, "/v1/openapi.json").await;
-    let sets: [(&str, &[&str]); 11] = [
+    let sets: [(&str, &[&str]); 12] = [
         ("JobKind", &job_kind::JobKind::NAMES),
         ("MeterKind", &meter_kind::MeterKind::NAMES),
         ("Verdict", &admission::Verdict::NAMES),
@@ -177,6 +178,7 @@ async fn each_set_of_names_is_documented_by_its_names() {
         ("BudgetMetric", &budget::BudgetMetric::NAMES),
         ("BudgetPeriod", &budget::BudgetPeriod::NAMES),
         ("MessageState", &webhooks::MessageState::NAMES),
+        ("IdlePolicy", &attribution::IdlePolicy::NAMES),
     ];
     for (schema, names) in sets {
         let documented = &doc["components"]["schemas"][schema]["enum"];

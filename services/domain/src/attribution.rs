@@ -17,13 +17,15 @@ use rust_decimal::Decimal;
 pub type TenantId = i64;
 pub type ModelId = i64;
 
-/// What the site's policy does with energy no job used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdlePolicy {
-    /// Idle energy is a row of the site's platform tenant.
-    Platform,
-    /// Idle energy is spread over the hour's jobs by their IT energy.
-    Proportional,
+crate::names::names! {
+    /// What the site's policy does with energy no job used. The names are the API's and the
+    /// database's (migration 0001's CHECK).
+    pub enum IdlePolicy {
+        /// Idle energy is a row of the site's platform tenant.
+        Platform = "platform",
+        /// Idle energy is spread over the hour's jobs by their IT energy.
+        Proportional = "proportional",
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -206,8 +206,9 @@ pub async fn load(
 /// The site's attribution policy and its gap limit, s.
 async fn site_policy(pool: &PgPool, site_id: i64) -> StoreResult<(SitePolicy, i32)> {
     let site = sqlx::query!(
-        "SELECT static_pue, idle_policy, platform_tenant_id, node_static_overhead_w, gap_limit_s
-         FROM sites WHERE id = $1",
+        r#"SELECT static_pue, idle_policy AS "idle_policy: IdlePolicy", platform_tenant_id,
+                node_static_overhead_w, gap_limit_s
+         FROM sites WHERE id = $1"#,
         site_id,
     )
     .fetch_one(pool)
@@ -215,11 +216,7 @@ async fn site_policy(pool: &PgPool, site_id: i64) -> StoreResult<(SitePolicy, i3
     let node_w = site.node_static_overhead_w;
     let policy = SitePolicy {
         static_pue: site.static_pue,
-        idle_policy: if site.idle_policy == "proportional" {
-            IdlePolicy::Proportional
-        } else {
-            IdlePolicy::Platform
-        },
+        idle_policy: site.idle_policy,
         platform_tenant: site.platform_tenant_id,
         node_static_overhead_mw: (node_w * Decimal::from(1000)).round().to_i64().unwrap_or(0),
     };

@@ -7,6 +7,7 @@ use crate::StoreResult;
 use rust_decimal::Decimal;
 use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
 use std::collections::HashMap;
+use wattledger_domain::attribution::IdlePolicy;
 use wattledger_domain::meter_kind::MeterKind;
 
 #[derive(Debug, Clone)]
@@ -23,7 +24,7 @@ pub struct SiteRecord {
     pub currency: String,
     pub power_envelope_w: i64,
     pub static_pue: Decimal,
-    pub idle_policy: String,
+    pub idle_policy: IdlePolicy,
     pub platform_tenant_id: i64,
     pub node_static_overhead_w: Decimal,
     pub gap_limit_s: i32,
@@ -112,7 +113,10 @@ pub async fn upsert_sites(pool: &PgPool, records: &[SiteRecord]) -> StoreResult<
             .map(|r| r.power_envelope_w)
             .collect::<Vec<_>>(),
         &records.iter().map(|r| r.static_pue).collect::<Vec<_>>(),
-        &col(|r| r.idle_policy.clone()),
+        &records
+            .iter()
+            .map(|r| r.idle_policy.as_str())
+            .collect::<Vec<_>>() as &[&str],
         &records
             .iter()
             .map(|r| r.platform_tenant_id)
@@ -343,23 +347,27 @@ pub async fn meters_by_key_or_uuid<'e>(
     Ok(by_uuid)
 }
 
+/// A site, as the sites API lists it.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = SiteOut))]
 pub struct SiteRow {
+    #[serde(skip)]
     pub id: i64,
     pub key: String,
     pub name: String,
     pub grid_region: String,
     pub currency: String,
     pub power_envelope_w: i64,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub static_pue: Decimal,
-    pub idle_policy: String,
+    pub idle_policy: IdlePolicy,
 }
 
 pub async fn list_sites(pool: &PgPool) -> StoreResult<Vec<SiteRow>> {
     Ok(sqlx::query_as!(
         SiteRow,
         r#"SELECT id, key, name, grid_region, currency::text AS "currency!", power_envelope_w,
-                static_pue, idle_policy FROM sites ORDER BY key"#,
+                static_pue, idle_policy AS "idle_policy: IdlePolicy" FROM sites ORDER BY key"#,
     )
     .fetch_all(pool)
     .await?)
@@ -374,8 +382,11 @@ pub async fn gap_limits(pool: &PgPool) -> StoreResult<HashMap<String, i32>> {
     Ok(rows.into_iter().collect())
 }
 
+/// A tenant, as the tenants API lists it.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = TenantOut))]
 pub struct TenantRow {
+    #[serde(skip)]
     pub id: i64,
     pub key: String,
     pub name: String,

@@ -120,17 +120,7 @@ pub struct EventRow {
 pub struct SiteView {
     pub key: String,
     pub name: String,
-    pub envelope_kw: String,
-    pub peak_kw: String,
-    /// 0–100, the peak hourly draw of the last day against the envelope, for `<meter>`.
-    pub peak_pct: String,
-    pub peak_label: String,
-    /// The last day of the range, whose peak is shown.
-    pub peak_day: String,
-    /// That day's highest one-minute IT draw from the meters' step peaks, if any reported
-    /// power, and its share of the envelope.
-    pub step_peak_kw: Option<String>,
-    pub step_peak_label: String,
+    pub peak: Peak,
     pub chart_svg: String,
     /// The last day's site power per minute against the envelope, if measured.
     pub power_svg: Option<String>,
@@ -405,25 +395,10 @@ fn site_view(
         now,
     );
     let (policy, power_cap_w) = loaded.policies.remove(&s.key).unwrap_or_default();
-    let Peak {
-        envelope_kw,
-        peak_kw,
-        peak_pct,
-        peak_label,
-        peak_day,
-        step_peak_kw,
-        step_peak_label,
-    } = peak(s, &days);
     SiteView {
         key: s.key.clone(),
         name: s.name.clone(),
-        envelope_kw,
-        peak_kw,
-        peak_pct,
-        peak_label,
-        peak_day,
-        step_peak_kw,
-        step_peak_label,
+        peak: peak(s, &days),
         chart_svg: energy_chart(s, &days),
         power_svg: shapes
             .and_then(|d| d.iter().next_back())
@@ -445,14 +420,18 @@ fn site_view(
 }
 
 /// The last day's peak draw against the site's envelope, as [`SiteView`] shows it.
-struct Peak {
-    envelope_kw: String,
-    peak_kw: String,
-    peak_pct: String,
-    peak_label: String,
-    peak_day: String,
-    step_peak_kw: Option<String>,
-    step_peak_label: String,
+pub struct Peak {
+    pub envelope_kw: String,
+    pub peak_kw: String,
+    /// 0–100, the peak hourly draw of the last day against the envelope, for `<meter>`.
+    pub peak_pct: String,
+    pub peak_label: String,
+    /// The last day of the range, whose peak is shown.
+    pub peak_day: String,
+    /// That day's highest one-minute IT draw from the meters' step peaks, if any reported
+    /// power, and its share of the envelope.
+    pub step_peak_kw: Option<String>,
+    pub step_peak_label: String,
 }
 
 fn peak(s: &inventory::SiteRow, days: &[SiteDay]) -> Peak {

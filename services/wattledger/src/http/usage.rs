@@ -481,25 +481,13 @@ pub async fn list_jobs(
     Ok(Json(rows.into_iter().map(JobOut::from).collect()))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SiteOut {
-    pub key: String,
-    pub name: String,
-    pub grid_region: String,
-    pub currency: String,
-    pub power_envelope_w: i64,
-    #[schema(value_type = String)]
-    pub static_pue: Decimal,
-    pub idle_policy: String,
-}
-
 #[utoipa::path(get, path = "/v1/sites", tag = "query",
-    responses((status = 200, body = [SiteOut]), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, body = [inventory::SiteRow]), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list_sites(
     State(state): State<AppState>,
     caller: Caller,
-) -> ApiResult<Json<Vec<SiteOut>>> {
+) -> ApiResult<Json<Vec<inventory::SiteRow>>> {
     caller.require(&[
         Role::Finance,
         Role::Operator,
@@ -507,46 +495,19 @@ pub async fn list_sites(
         Role::Scheduler,
         Role::Collector,
     ])?;
-    let sites = inventory::list_sites(&state.pool).await?;
-    Ok(Json(
-        sites
-            .into_iter()
-            .map(|s| SiteOut {
-                key: s.key,
-                name: s.name,
-                grid_region: s.grid_region,
-                currency: s.currency,
-                power_envelope_w: s.power_envelope_w,
-                static_pue: s.static_pue,
-                idle_policy: s.idle_policy,
-            })
-            .collect(),
-    ))
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TenantOut {
-    pub key: String,
-    pub name: String,
+    Ok(Json(inventory::list_sites(&state.pool).await?))
 }
 
 #[utoipa::path(get, path = "/v1/tenants", tag = "query",
-    responses((status = 200, body = [TenantOut]), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, body = [inventory::TenantRow]), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list_tenants(
     State(state): State<AppState>,
     caller: Caller,
-) -> ApiResult<Json<Vec<TenantOut>>> {
+) -> ApiResult<Json<Vec<inventory::TenantRow>>> {
     caller.require(READERS)?;
-    let tenants = inventory::list_tenants(&state.pool, &caller.scope).await?;
     Ok(Json(
-        tenants
-            .into_iter()
-            .map(|t| TenantOut {
-                key: t.key,
-                name: t.name,
-            })
-            .collect(),
+        inventory::list_tenants(&state.pool, &caller.scope).await?,
     ))
 }
 

@@ -284,15 +284,6 @@ impl<'a> Record<'a> {
         }
     }
 
-    pub fn one_of(&mut self, field: &str, allowed: &[&str]) -> Option<String> {
-        let v = self.str(field, 64)?;
-        if !allowed.contains(&v.as_str()) {
-            self.error(field, format!("must be one of: {}", allowed.join(", ")));
-            return None;
-        }
-        Some(v)
-    }
-
     /// `s`, read from `field` already, as one of a closed set of names.
     pub fn name_of<T: Named>(&mut self, field: &str, s: &str) -> Option<T> {
         let v = T::parse(s);

@@ -12,6 +12,7 @@ use axum::Json;
 use rust_decimal::Decimal;
 use std::collections::HashMap;
 use utoipa::ToSchema;
+use wattledger_domain::attribution::IdlePolicy;
 use wattledger_domain::meter_kind::MeterKind;
 use wattledger_store::inventory::{
     self, DeviceModelRecord, KeyedTable, MeterRecord, ModelRecord, SiteRecord, TenantRecord,
@@ -39,8 +40,7 @@ pub struct SiteIn {
     /// Used without a facility meter (and when it misses a step); 1 to 5.
     #[schema(value_type = f64)]
     static_pue: Decimal,
-    /// `platform` or `proportional`.
-    idle_policy: String,
+    idle_policy: IdlePolicy,
     /// Key of the tenant that carries idle energy under the `platform` policy.
     platform_tenant: String,
     #[schema(value_type = Option<f64>)]
@@ -138,7 +138,7 @@ pub async fn sites(
                 r.error("power_envelope_w", "must be positive");
             }
             let pue = r.decimal_in("static_pue", 4, Decimal::ONE, Decimal::from(5));
-            let policy = r.one_of("idle_policy", &["platform", "proportional"]);
+            let policy = r.named::<IdlePolicy>("idle_policy");
             let platform_id = r.known("platform_tenant", &tenants, "tenant");
             let node_w = r
                 .opt_decimal_in(
