@@ -7,6 +7,8 @@
 //! byte, a year past its calendar, a decimal finer than its column) or that chrono cannot
 //! add a duration to without overflowing.
 
+pub mod field;
+
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use rust_decimal::Decimal;
 

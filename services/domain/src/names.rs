@@ -68,6 +68,14 @@ macro_rules! names {
             }
         }
 
+        impl $crate::input::field::Field for $ty {
+            fn read(v: Option<&serde_json::Value>) -> Result<Self, String> {
+                let s = <String as $crate::input::field::Field>::read(v)?;
+                <$ty as $crate::names::Named>::parse(&s)
+                    .ok_or_else(<$ty as $crate::names::Named>::expected)
+            }
+        }
+
         impl std::fmt::Display for $ty {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
