@@ -8,6 +8,7 @@
 //! add a duration to without overflowing.
 
 pub mod field;
+pub mod record;
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use rust_decimal::Decimal;

@@ -69,10 +69,12 @@ macro_rules! names {
         }
 
         impl $crate::input::field::Field for $ty {
-            fn read(v: Option<&serde_json::Value>) -> Result<Self, String> {
+            fn read(
+                v: Option<&serde_json::Value>,
+            ) -> Result<Self, Vec<$crate::input::record::Problem>> {
                 let s = <String as $crate::input::field::Field>::read(v)?;
                 <$ty as $crate::names::Named>::parse(&s)
-                    .ok_or_else(<$ty as $crate::names::Named>::expected)
+                    .map_or_else(|| $crate::input::field::refused(<$ty as $crate::names::Named>::expected()), Ok)
             }
         }
 

@@ -10,56 +10,60 @@ use wattledger_domain::{input, units};
 
 const MAX_NAME_LEN: usize = 512;
 
-/// A job with the GPUs it held.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Job {
-    /// Stable key, e.g. `slurm:<cluster>:<jobid>` or `k8s:<namespace>/<pod-uid>`.
-    pub key: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// The tenant's key.
-    pub tenant: String,
-    /// The key of the site the job runs at. By default the site of its allocations' GPUs,
-    /// which must all be at one site (a job on two sites' GPUs is reported as two jobs);
-    /// needed for a new job sent without allocations. A job's site cannot change.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub site: Option<String>,
-    /// The model's key, for a job that serves or trains one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    pub kind: JobKind,
-    /// The scheduler's priority or QoS name; `normal` when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<Priority>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub submit_at: Option<DateTime<Utc>>,
-    pub start_at: DateTime<Utc>,
-    /// Absent while the job runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_at: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allocations: Vec<Allocation>,
+wattledger_domain::record! {
+    /// A job with the GPUs it held.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(deny_unknown_fields)]
+    pub struct Job {
+        /// Stable key, e.g. `slurm:<cluster>:<jobid>` or `k8s:<namespace>/<pod-uid>`.
+        pub key: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub name: Option<String>,
+        /// The tenant's key.
+        pub tenant: String,
+        /// The key of the site the job runs at. By default the site of its allocations' GPUs,
+        /// which must all be at one site (a job on two sites' GPUs is reported as two jobs);
+        /// needed for a new job sent without allocations. A job's site cannot change.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub site: Option<String>,
+        /// The model's key, for a job that serves or trains one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub model: Option<String>,
+        pub kind: JobKind => JobKind::Batch,
+        /// The scheduler's priority or QoS name; `normal` when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub priority: Option<Priority> => None,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub submit_at: Option<DateTime<Utc>>,
+        pub start_at: DateTime<Utc>,
+        /// Absent while the job runs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub end_at: Option<DateTime<Utc>>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub allocations: Vec<Allocation>,
+    }
 }
 
-/// A share of one GPU (or MIG instance) over an interval; the interval defaults to the
-/// job's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Allocation {
-    /// The GPU's or MIG instance's meter key, or a GPU's UUID.
-    pub meter: String,
-    /// 0 < share ≤ 1 in steps of 0.000001; 1 (a whole GPU) when absent. Decimal text
-    /// (`"0.5"`) on the wire, so shares stay exact; a JSON number is read exactly too.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "0.5"))]
-    pub share: Option<Decimal>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_at: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_at: Option<DateTime<Utc>>,
+wattledger_domain::record! {
+    /// A share of one GPU (or MIG instance) over an interval; the interval defaults to the
+    /// job's.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(deny_unknown_fields)]
+    pub struct Allocation {
+        /// The GPU's or MIG instance's meter key, or a GPU's UUID.
+        pub meter: String,
+        /// 0 < share ≤ 1 in steps of 0.000001; 1 (a whole GPU) when absent. Decimal text
+        /// (`"0.5"`) on the wire, so shares stay exact; a JSON number is read exactly too.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "0.5"))]
+        pub share: Option<Decimal>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub start_at: Option<DateTime<Utc>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub end_at: Option<DateTime<Utc>>,
+    }
 }
 
 impl Job {

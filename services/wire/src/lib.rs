@@ -30,13 +30,7 @@ pub use tokens::Tokens;
 use chrono::{DateTime, Utc};
 use wattledger_domain::input;
 
-/// One thing wrong with a record: the field (a path such as `allocations[2].share` inside a
-/// nested record) and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub field: String,
-    pub reason: String,
-}
+pub use wattledger_domain::input::record::{self, Problem, Record};
 
 /// Collects a record's problems; the checks below are the input rules of
 /// [`wattledger_domain::input`] applied to typed fields.
@@ -45,10 +39,7 @@ struct Problems(Vec<Problem>);
 
 impl Problems {
     fn add(&mut self, field: impl Into<String>, reason: impl ToString) {
-        self.0.push(Problem {
-            field: field.into(),
-            reason: reason.to_string(),
-        });
+        self.0.push(Problem::new(field, reason.to_string()));
     }
 
     fn key(&mut self, field: &str, s: &str) {

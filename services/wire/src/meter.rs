@@ -4,27 +4,29 @@ use crate::{Problem, Problems};
 use serde::{Deserialize, Serialize};
 use wattledger_domain::meter_kind::MeterKind;
 
-/// A meter in the tree facility ⊇ node ⊇ gpu ⊇ mig.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Meter {
-    pub key: String,
-    /// The site's key.
-    pub site: String,
-    pub kind: MeterKind,
-    /// Key of the parent meter: a node's facility (optional), a GPU's node, a MIG's GPU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
-    /// A GPU's UUID (allocations may name the GPU by it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_uuid: Option<String>,
-    /// The device's model name, e.g. `NVIDIA H100 80GB HBM3`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_model: Option<String>,
-    /// A MIG instance's profile, e.g. `3g.40gb`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mig_profile: Option<String>,
+wattledger_domain::record! {
+    /// A meter in the tree facility ⊇ node ⊇ gpu ⊇ mig.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(deny_unknown_fields)]
+    pub struct Meter {
+        pub key: String,
+        /// The site's key.
+        pub site: String,
+        pub kind: MeterKind => MeterKind::Node,
+        /// Key of the parent meter: a node's facility (optional), a GPU's node, a MIG's GPU.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub parent: Option<String>,
+        /// A GPU's UUID (allocations may name the GPU by it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub gpu_uuid: Option<String>,
+        /// The device's model name, e.g. `NVIDIA H100 80GB HBM3`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub device_model: Option<String>,
+        /// A MIG instance's profile, e.g. `3g.40gb`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub mig_profile: Option<String>,
+    }
 }
 
 impl Meter {

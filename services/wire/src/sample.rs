@@ -6,33 +6,35 @@ use serde::{Deserialize, Serialize};
 use wattledger_domain::steps::{self, StepError};
 use wattledger_domain::units::{milliwatts, MAX_POWER_W};
 
-/// One reading: an energy counter (mJ since some origin) and/or a power reading (W).
-///
-/// A step record (what the agent sends by default, with `step_s`) is a reading at a step
-/// boundary: the counter there, `power_w` the mean and `peak_w` the peak of the power
-/// readings of the step that ends at `ts`. A record without `step_s` is a raw reading, kept
-/// for the raw retention (14 days by default) rather than the steps' (400 days).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Sample {
-    pub meter: String,
-    /// RFC 3339; sent to the millisecond.
-    #[serde(with = "rfc3339_ms")]
-    pub ts: DateTime<Utc>,
-    /// Not negative.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub counter_mj: Option<i64>,
-    /// 0 to 10,000,000 W.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub power_w: Option<f64>,
-    /// 0 to 10,000,000 W, not below `power_w`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peak_w: Option<f64>,
-    /// A step record's step length in seconds, a divisor of 3600; `ts` on its boundary.
-    /// Absent for a raw reading: the server keeps the two apart, raw readings expire sooner.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step_s: Option<u32>,
+wattledger_domain::record! {
+    /// One reading: an energy counter (mJ since some origin) and/or a power reading (W).
+    ///
+    /// A step record (what the agent sends by default, with `step_s`) is a reading at a step
+    /// boundary: the counter there, `power_w` the mean and `peak_w` the peak of the power
+    /// readings of the step that ends at `ts`. A record without `step_s` is a raw reading, kept
+    /// for the raw retention (14 days by default) rather than the steps' (400 days).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(deny_unknown_fields)]
+    pub struct Sample {
+        pub meter: String,
+        /// RFC 3339; sent to the millisecond.
+        #[serde(with = "rfc3339_ms")]
+        pub ts: DateTime<Utc>,
+        /// Not negative.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub counter_mj: Option<i64>,
+        /// 0 to 10,000,000 W.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub power_w: Option<f64>,
+        /// 0 to 10,000,000 W, not below `power_w`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub peak_w: Option<f64>,
+        /// A step record's step length in seconds, a divisor of 3600; `ts` on its boundary.
+        /// Absent for a raw reading: the server keeps the two apart, raw readings expire sooner.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub step_s: Option<u32>,
+    }
 }
 
 impl Sample {

@@ -17,35 +17,37 @@ const MAX_SPAN_DAYS: i64 = 31;
 const MAX_VALUE: i64 = 99_999_999_999;
 const VALUE_SCALE: u32 = 9;
 
-/// One value of a signal over `[start_at, end_at)`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct SignalPoint {
-    /// The provider's zone or region: a site's `grid_region` (carbon) or `price_region`.
-    pub region: String,
-    /// `carbon` (g CO2e per kWh) or `price` (currency per kWh).
-    pub signal: SignalKind,
-    /// Carbon: `average` (location-based, what reports count) or `marginal` (MOER).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub basis: Option<Basis>,
-    /// Price: ISO 4217 currency.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Z]{3}$"))]
-    pub currency: Option<String>,
-    /// `actual` or `forecast`.
-    pub status: Status,
-    /// Who published it: `electricitymaps`, `watttime`, `ukci`, `casdk`, `entsoe`, `tariff`, …
-    pub source: String,
-    pub start_at: DateTime<Utc>,
-    pub end_at: DateTime<Utc>,
-    /// Decimal text, so values stay exact on the wire (a JSON number is read exactly too).
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "412.5",
-        pattern = "^-?[0-9]{1,11}(\\.[0-9]{1,9})?$"))]
-    pub value: Decimal,
-    /// The provider marks the value as an estimate (it may be revised).
-    #[serde(default)]
-    pub estimated: bool,
+wattledger_domain::record! {
+    /// One value of a signal over `[start_at, end_at)`.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(deny_unknown_fields)]
+    pub struct SignalPoint {
+        /// The provider's zone or region: a site's `grid_region` (carbon) or `price_region`.
+        pub region: String,
+        /// `carbon` (g CO2e per kWh) or `price` (currency per kWh).
+        pub signal: SignalKind => SignalKind::Carbon,
+        /// Carbon: `average` (location-based, what reports count) or `marginal` (MOER).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub basis: Option<Basis> => None,
+        /// Price: ISO 4217 currency.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Z]{3}$"))]
+        pub currency: Option<String>,
+        /// `actual` or `forecast`.
+        pub status: Status => Status::Actual,
+        /// Who published it: `electricitymaps`, `watttime`, `ukci`, `casdk`, `entsoe`, `tariff`, …
+        pub source: String,
+        pub start_at: DateTime<Utc>,
+        pub end_at: DateTime<Utc>,
+        /// Decimal text, so values stay exact on the wire (a JSON number is read exactly too).
+        #[cfg_attr(feature = "openapi", schema(value_type = String, example = "412.5",
+            pattern = "^-?[0-9]{1,11}(\\.[0-9]{1,9})?$"))]
+        pub value: Decimal,
+        /// The provider marks the value as an estimate (it may be revised).
+        #[serde(default)]
+        pub estimated: bool = false,
+    }
 }
 
 impl SignalPoint {

@@ -4,26 +4,28 @@ use crate::{time::rfc3339_ms, Problem, Problems};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// Tokens an inference job served in `[start_at, end_at]`, optionally to one tenant (a
-/// shared endpoint's per-tenant counts).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Tokens {
-    /// The job's key.
-    pub job: String,
-    /// The tenant's key, for a shared endpoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
-    #[serde(with = "rfc3339_ms")]
-    pub start_at: DateTime<Utc>,
-    /// Not before `start_at`.
-    #[serde(with = "rfc3339_ms")]
-    pub end_at: DateTime<Utc>,
-    /// Not negative.
-    pub prompt_tokens: i64,
-    /// Not negative.
-    pub generated_tokens: i64,
+wattledger_domain::record! {
+    /// Tokens an inference job served in `[start_at, end_at]`, optionally to one tenant (a
+    /// shared endpoint's per-tenant counts).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(deny_unknown_fields)]
+    pub struct Tokens {
+        /// The job's key.
+        pub job: String,
+        /// The tenant's key, for a shared endpoint.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub tenant: Option<String>,
+        #[serde(with = "rfc3339_ms")]
+        pub start_at: DateTime<Utc>,
+        /// Not before `start_at`.
+        #[serde(with = "rfc3339_ms")]
+        pub end_at: DateTime<Utc>,
+        /// Not negative.
+        pub prompt_tokens: i64,
+        /// Not negative.
+        pub generated_tokens: i64,
+    }
 }
 
 impl Tokens {

@@ -1,5 +1,6 @@
-//! Field-by-field reading of one JSON record, collecting every problem with its index and
-//! field instead of stopping at the first, so a refused batch lists all that is wrong.
+//! What is wrong with the records of a request: each record read field by field
+//! ([`wattledger_domain::input::record`]), then checked, then looked up, every problem kept
+//! with its record's index and field so a refusal lists all that is wrong.
 
 use super::error::FieldError;
 use chrono::{DateTime, Utc};
@@ -8,7 +9,114 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::str::FromStr;
 use wattledger_domain::input;
+use wattledger_domain::input::record::{self as record, Problem, Record as Declared};
 use wattledger_domain::names::Named;
+
+/// What is wrong with record `index` of a request: what its reading found, then what its
+/// check and lookups find about the fields that did read (about a field already refused,
+/// a stand-in would only make them guess).
+#[derive(Debug)]
+pub struct Findings {
+    index: usize,
+    refused: Vec<Problem>,
+    errors: Vec<FieldError>,
+}
+
+impl Findings {
+    fn new(index: usize, refused: Vec<Problem>) -> Findings {
+        let errors = refused
+            .iter()
+            .map(|p| FieldError::new(index, &p.field, p.reason.clone()))
+            .collect();
+        Findings {
+            index,
+            refused,
+            errors,
+        }
+    }
+
+    pub fn error(&mut self, field: &str, reason: impl Into<String>) {
+        if !self.refused(field) {
+            self.errors.push(FieldError::new(self.index, field, reason));
+        }
+    }
+
+    /// A check's problems, as this record's.
+    pub fn problems(&mut self, problems: Vec<Problem>) {
+        for p in problems {
+            self.error(&p.field, p.reason);
+        }
+    }
+
+    /// Whether the reading refused `field` (or a field inside it).
+    pub fn refused(&self, field: &str) -> bool {
+        Problem::new(field, "").on_any(&self.refused)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// The id of the row `key` names, or an "unknown {what}" error.
+    pub fn resolve<V: Copy>(
+        &mut self,
+        field: &str,
+        key: &str,
+        ids: &HashMap<String, V>,
+        what: &str,
+    ) -> Option<V> {
+        let id = ids.get(key).copied();
+        if id.is_none() {
+            self.error(field, format!("unknown {what}"));
+        }
+        id
+    }
+
+    /// `v` if nothing is wrong with the record, else what is, in the order of `fields`
+    /// (a field the record does not have first), whichever rule found it.
+    pub fn finish<T>(mut self, v: Option<T>, fields: &[&str]) -> Result<T, Vec<FieldError>> {
+        self.errors.sort_by_key(|e| {
+            let mut parts = e.field.split(['[', ']', '.']);
+            let root = parts.next().unwrap_or_default();
+            let item: Option<usize> = parts.next().and_then(|n| n.parse().ok());
+            (
+                fields.iter().position(|f| *f == root).map_or(0, |p| p + 1),
+                item,
+            )
+        });
+        match v {
+            Some(v) if self.errors.is_empty() => Ok(v),
+            _ => Err(self.errors),
+        }
+    }
+}
+
+/// Reads record `index` of a request as a `T`: the record when there is one to check (every
+/// field read, or the refused ones have stand-ins), and what its reading found.
+pub fn read<T: Declared>(index: usize, v: &Value) -> (Option<T>, Findings) {
+    let (record, problems) = record::read::<T>(v);
+    (record, Findings::new(index, problems))
+}
+
+/// Reads every record of a batch as a `T` and hands each that reads to `accept`, which checks
+/// it and looks it up; refuses the whole batch, listing every record's errors, if any record
+/// is wrong.
+pub fn read_all<T: Declared, O>(
+    batch: &[Value],
+    mut accept: impl FnMut(T, &mut Findings) -> Option<O>,
+) -> Result<Vec<O>, Vec<FieldError>> {
+    all_or_errors(
+        batch
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let (record, mut findings) = read::<T>(i, v);
+                let out = record.and_then(|r| accept(r, &mut findings));
+                findings.finish(out, T::FIELDS)
+            })
+            .collect(),
+    )
+}
 
 pub struct Record<'a> {
     index: usize,
