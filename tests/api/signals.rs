@@ -97,8 +97,9 @@ async fn bad_signals_are_refused_with_their_fields() {
                  "start_at": "2026-11-02T10:00:00Z", "end_at": "2026-11-02T11:00:00Z", "value": -1},
                 {"region": "DE", "signal": "carbon", "basis": "average", "status": "guess", "source": "x",
                  "start_at": "2099-01-01T00:00:00Z", "end_at": "2099-01-01T01:00:00Z", "value": "123456789012"},
-                // A value that is no decimal at all is a type error: the record's other
-                // rules are checked once it reads.
+                // A value that is no decimal at all is a type error, named beside the status
+                // outside its set (each field is read on its own); the record's rules are
+                // checked once it reads.
                 {"region": "DE", "signal": "carbon", "basis": "average", "status": "guess", "source": "x",
                  "start_at": "2026-11-02T10:00:00Z", "end_at": "2026-11-02T11:00:00Z", "value": "1e30"}
             ]),
@@ -127,6 +128,7 @@ async fn bad_signals_are_refused_with_their_fields() {
             (3, "start_at".into()),
             (3, "end_at".into()),
             (3, "value".into()),
+            (4, "status".into()),
             (4, "value".into()),
         ]
     );

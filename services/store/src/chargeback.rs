@@ -160,7 +160,7 @@ struct EntryRow {
     tenant: String,
     currency: String,
     site: String,
-    class: String,
+    class: LineClass,
     model: Option<String>,
     period: NaiveDate,
     energy_mj: i64,
@@ -198,7 +198,7 @@ impl EntryRow {
                 tenant: self.tenant,
                 currency: self.currency,
                 site: self.site,
-                class: LineClass::parse(&self.class).unwrap_or(LineClass::Platform),
+                class: self.class,
                 model: self.model,
                 period: Month::of(self.period),
             },
@@ -219,7 +219,7 @@ pub async fn ledger_entries(
     let rows = sqlx::query_as!(
         EntryRow,
         r#"SELECT t.key AS "tenant!", s.currency::text AS "currency!", s.key AS "site!",
-                c.class AS "class!", c.model AS "model?",
+                c.class AS "class!: LineClass", c.model AS "model?",
                 (date_trunc('month', l.hour AT TIME ZONE 'UTC'))::date AS "period!",
                 sum(c.mj)::bigint AS "energy_mj!", sum(c.cost) AS "energy_cost!",
                 sum(c.gpu_time) AS "gpu_time_cost!", sum(c.carbon) AS "carbon_g!",
@@ -262,7 +262,7 @@ pub async fn billed_entries(
     let rows = sqlx::query_as!(
         EntryRow,
         r#"SELECT st.tenant_key AS tenant, st.currency::text AS "currency!", sl.site_key AS site,
-                sl.class, sl.model_key AS model, sl.period,
+                sl.class AS "class: LineClass", sl.model_key AS model, sl.period,
                 sum(sl.energy_mj)::bigint AS "energy_mj!", sum(sl.energy_cost) AS "energy_cost!",
                 sum(sl.gpu_time_cost) AS "gpu_time_cost!", sum(sl.carbon_g) AS "carbon_g!",
                 sum(sl.embodied_g) AS "embodied_g!",
@@ -360,7 +360,7 @@ pub async fn write_close(
             &s.lines.iter().map(|l| l.key.period.first_day()).collect::<Vec<_>>(),
             &s.lines.iter().map(|l| l.key.site.clone()).collect::<Vec<_>>(),
             &s.lines.iter().map(|l| l.key.model.clone()).collect::<Vec<_>>() as &[Option<String>],
-            &s.lines.iter().map(|l| l.key.class.as_str()).collect::<Vec<_>>() as &[&str],
+            &s.lines.iter().map(|l| l.key.class).collect::<Vec<_>>() as &[LineClass],
             &int(|l| l.amounts.energy_mj),
             &col(|l| l.amounts.energy_cost),
             &col(|l| l.amounts.gpu_time_cost),
@@ -535,10 +535,10 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
     .await?;
     let ids: Vec<i64> = statements.iter().map(|s| s.id).collect();
     let lines = sqlx::query!(
-        "SELECT statement_id, line_no, period, site_key, model_key, class, energy_mj, energy_cost,
+        r#"SELECT statement_id, line_no, period, site_key, model_key, class AS "class: LineClass", energy_mj, energy_cost,
                 gpu_time_cost, carbon_g, embodied_g, prompt_tokens, generated_tokens, gpu_ms,
                 billed_energy_cost, billed_gpu_time_cost, energy_kwh, gpu_hours
-         FROM statement_lines WHERE statement_id = ANY($1) ORDER BY statement_id, line_no",
+         FROM statement_lines WHERE statement_id = ANY($1) ORDER BY statement_id, line_no"#,
         &ids,
     )
     .fetch_all(pool)
@@ -583,7 +583,7 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
                 tenant: s.tenant.clone(),
                 currency: s.currency.clone(),
                 site: l.site_key,
-                class: LineClass::parse(&l.class).unwrap_or(LineClass::Platform),
+                class: l.class,
                 model: l.model_key,
                 period: Month::of(l.period),
             },

@@ -5,7 +5,7 @@
 
 use crate::StoreResult;
 use rust_decimal::Decimal;
-use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 use std::collections::HashMap;
 use wattledger_domain::attribution::IdlePolicy;
 use wattledger_domain::meter_kind::MeterKind;
@@ -218,10 +218,7 @@ pub async fn upsert_device_models(
 
 /// Upserts meters in order, so a batch may name a parent defined earlier in the same batch.
 #[tracing::instrument(skip_all, fields(n = records.len()))]
-pub async fn upsert_meters(
-    tx: &mut Transaction<'_, Postgres>,
-    records: &[MeterRecord],
-) -> StoreResult<u64> {
+pub async fn upsert_meters(conn: &mut PgConnection, records: &[MeterRecord]) -> StoreResult<u64> {
     let mut changed = 0;
     // Parents first (kinds sort outermost first). Within a kind the batch order is kept.
     let mut ordered: Vec<&MeterRecord> = records.iter().collect();
@@ -249,7 +246,7 @@ pub async fn upsert_meters(
             &chunk.iter().map(|r| r.device_model.clone()).collect::<Vec<_>>() as &[Option<String>],
             &chunk.iter().map(|r| r.mig_profile.clone()).collect::<Vec<_>>() as &[Option<String>],
         )
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
         changed += done.rows_affected();
     }

@@ -27,52 +27,94 @@ pub use signal::{SignalPoint, MAX_AHEAD_DAYS};
 pub use time::parse_duration;
 pub use tokens::Tokens;
 
-use chrono::{DateTime, Utc};
-use wattledger_domain::input;
+pub use wattledger_domain::input::record::{self, Problem, Problems, Record};
 
-pub use wattledger_domain::input::record::{self, Problem, Record};
+/// The two readers of a record agree: what the agent sends (serde) the field-by-field
+/// reader reads back whole, with no problem.
+#[cfg(test)]
+mod readers_agree {
+    use super::*;
+    use chrono::{DateTime, TimeZone, Utc};
+    use proptest::prelude::*;
+    use rust_decimal::Decimal;
+    use wattledger_domain::job_kind::JobKind;
+    use wattledger_domain::priority::Priority;
+    use wattledger_domain::signals::{Basis, SignalKind, Status};
 
-/// Collects a record's problems; the checks below are the input rules of
-/// [`wattledger_domain::input`] applied to typed fields.
-#[derive(Debug, Default)]
-struct Problems(Vec<Problem>);
-
-impl Problems {
-    fn add(&mut self, field: impl Into<String>, reason: impl ToString) {
-        self.0.push(Problem::new(field, reason.to_string()));
+    fn time(ms: i64) -> DateTime<Utc> {
+        Utc.timestamp_millis_opt(1_767_225_600_000 + ms).unwrap()
     }
 
-    fn key(&mut self, field: &str, s: &str) {
-        if let Err(e) = input::key(s) {
-            self.add(field, e);
+    fn read_back<T: Record + serde::Serialize + PartialEq + std::fmt::Debug>(x: &T) {
+        let json = serde_json::to_value(x).unwrap();
+        let (back, problems) = record::read::<T>(&json);
+        assert_eq!(problems, vec![], "{json}");
+        assert_eq!(back.as_ref(), Some(x), "{json}");
+    }
+
+    proptest! {
+        #[test]
+        fn a_job_with_its_allocations(
+            start in 0i64..10_000_000_000, len in prop::option::of(1i64..1_000_000_000),
+            kind in 0usize..4, priority in prop::option::of("[a-z]{1,8}"),
+            shares in prop::collection::vec(prop::option::of(1i64..=1_000_000), 0..4),
+        ) {
+            read_back(&Job {
+                key: "slurm:c:1".into(),
+                name: Some("train \u{e9}".into()),
+                tenant: "a".into(),
+                site: None,
+                model: Some("m".into()),
+                kind: JobKind::ALL[kind],
+                priority: priority.map(|p| Priority::parse(&p).unwrap()),
+                submit_at: Some(time(start - 1000)),
+                start_at: time(start),
+                end_at: len.map(|l| time(start + l)),
+                allocations: shares
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| Allocation {
+                        meter: format!("g{i}"),
+                        share: s.map(|s| Decimal::new(s, 6).normalize()),
+                        start_at: None,
+                        end_at: Some(time(start + 1)),
+                    })
+                    .collect(),
+            });
         }
-    }
 
-    fn text(&mut self, field: &str, s: &str, max_bytes: usize) {
-        if let Err(e) = input::text(s, max_bytes) {
-            self.add(field, e);
+        #[test]
+        fn a_sample(
+            ms in 0i64..10_000_000_000, counter in prop::option::of(0i64..i64::MAX),
+            power in prop::option::of(0.0f64..10_000_000.0), step in prop::option::of(1u32..3601),
+        ) {
+            read_back(&Sample {
+                meter: "n1/gpu0".into(),
+                ts: time(ms),
+                counter_mj: counter,
+                power_w: power,
+                peak_w: power.map(|p| p * 1.5),
+                step_s: step,
+            });
         }
-    }
 
-    /// A time by [`input::time_until`].
-    fn time(&mut self, field: &str, t: DateTime<Utc>, latest: DateTime<Utc>) {
-        if let Err(e) = input::time_until(t, latest) {
-            self.add(field, e);
+        #[test]
+        fn a_signal_point(
+            units in -99_999_999_999_000_000_000i128..99_999_999_999_000_000_000,
+            carbon in any::<bool>(), estimated in any::<bool>(),
+        ) {
+            read_back(&SignalPoint {
+                region: "DE".into(),
+                signal: if carbon { SignalKind::Carbon } else { SignalKind::Price },
+                basis: carbon.then_some(Basis::Marginal),
+                currency: (!carbon).then(|| "EUR".into()),
+                status: Status::Forecast,
+                source: "entsoe".into(),
+                start_at: time(0),
+                end_at: time(3_600_000),
+                value: Decimal::from_i128_with_scale(units, 9).normalize(),
+                estimated,
+            });
         }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Problems of a nested record, their fields under `prefix`.
-    fn nested(&mut self, prefix: &str, inner: Vec<Problem>) {
-        for p in inner {
-            self.add(format!("{prefix}.{}", p.field), p.reason);
-        }
-    }
-
-    fn done(self) -> Vec<Problem> {
-        self.0
     }
 }

@@ -13,6 +13,8 @@ wattledger_domain::record! {
         pub key: String,
         /// The site's key.
         pub site: String,
+        // Refused, it is read on as a node: the one kind with no rule on whether it has a
+        // parent, so the rest of the meter is still checked.
         pub kind: MeterKind => MeterKind::Node,
         /// Key of the parent meter: a node's facility (optional), a GPU's node, a MIG's GPU.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -23,54 +23,27 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::ops::{Add, Sub};
 
-use crate::job_kind::JobKind;
-
-/// What a statement line is for: the job kinds, a job's share of idle capacity, and the idle
-/// energy a site gives its platform tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LineClass {
-    Training,
-    Inference,
-    Batch,
-    Interactive,
-    /// Idle energy a proportional site spread over its jobs (facility overhead included).
-    IdleShare,
-    /// Idle energy no job used, carried by the site's platform tenant.
-    Platform,
-    /// A tenant's share of a demand-response event's credit (`domain::demand_response`): a
-    /// negative cost with no energy, so metered energy is never changed by it.
-    GridCredit,
+crate::names::names! {
+    /// What a statement line is for: the job kinds (a job's line is named by its kind, as the
+    /// ledger's jobs are), a job's share of idle capacity, the idle energy a site gives its
+    /// platform tenant, and a grid event's credit. Declared in this order, which is the order
+    /// of a statement's lines.
+    pub enum LineClass {
+        Training = "training",
+        Inference = "inference",
+        Batch = "batch",
+        Interactive = "interactive",
+        /// Idle energy a proportional site spread over its jobs (facility overhead included).
+        IdleShare = "idle_share",
+        /// Idle energy no job used, carried by the site's platform tenant.
+        Platform = "platform",
+        /// A tenant's share of a demand-response event's credit (`domain::demand_response`):
+        /// a negative cost with no energy, so metered energy is never changed by it.
+        GridCredit = "demand_response_credit",
+    }
 }
 
 impl LineClass {
-    pub const ALL: [LineClass; 7] = [
-        LineClass::Training,
-        LineClass::Inference,
-        LineClass::Batch,
-        LineClass::Interactive,
-        LineClass::IdleShare,
-        LineClass::Platform,
-        LineClass::GridCredit,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            // A job's line is named by its kind, as the ledger's jobs are.
-            LineClass::Training => JobKind::Training.as_str(),
-            LineClass::Inference => JobKind::Inference.as_str(),
-            LineClass::Batch => JobKind::Batch.as_str(),
-            LineClass::Interactive => JobKind::Interactive.as_str(),
-            LineClass::IdleShare => "idle_share",
-            LineClass::Platform => "platform",
-            LineClass::GridCredit => "demand_response_credit",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<LineClass> {
-        LineClass::ALL.into_iter().find(|c| c.as_str() == s)
-    }
-
     /// How the line's energy reached the tenant (FOCUS 1.2 has no `AllocatedMethodId`; the
     /// exports carry this in an `x_` column).
     pub fn allocation_method(self) -> &'static str {
@@ -264,6 +237,7 @@ pub fn checksums(exports: &[Export]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job_kind::JobKind;
 
     #[test]
     fn every_job_kind_is_billed_under_a_class_of_its_name() {

@@ -9,6 +9,8 @@
 //! drops what they say about a field already refused ([`Problem::on_any`]).
 
 use super::field::{present, Field};
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
 use serde_json::{Map, Value};
 
 #[doc(hidden)]
@@ -48,6 +50,77 @@ impl Problem {
     /// Whether the problem is about one of `fields` (by their top-level names).
     pub fn on_any(&self, fields: &[Problem]) -> bool {
         fields.iter().any(|f| f.root() == self.root())
+    }
+}
+
+/// Collects a record's problems in its `check`: the input rules of [`super`] applied to
+/// typed fields.
+#[derive(Debug, Default)]
+pub struct Problems(Vec<Problem>);
+
+impl Problems {
+    pub fn add(&mut self, field: impl Into<String>, reason: impl ToString) {
+        self.0.push(Problem::new(field, reason.to_string()));
+    }
+
+    /// A key by [`super::key`].
+    pub fn key(&mut self, field: &str, s: &str) {
+        if let Err(e) = super::key(s) {
+            self.add(field, e);
+        }
+    }
+
+    /// Text by [`super::text`].
+    pub fn text(&mut self, field: &str, s: &str, max_bytes: usize) {
+        if let Err(e) = super::text(s, max_bytes) {
+            self.add(field, e);
+        }
+    }
+
+    /// A time by [`super::time_until`].
+    pub fn time(&mut self, field: &str, t: DateTime<Utc>, latest: DateTime<Utc>) {
+        if let Err(e) = super::time_until(t, latest) {
+            self.add(field, e);
+        }
+    }
+
+    /// A decimal that fits a `numeric(_, scale)` column within `[min, max]`
+    /// ([`super::decimal`]): a finer value would be rounded by the database, and could round
+    /// to a value its checks refuse.
+    pub fn decimal(&mut self, field: &str, d: Decimal, scale: u32, min: Decimal, max: Decimal) {
+        if let Err(e) = super::decimal(d, scale, min, max) {
+            self.add(field, e);
+        }
+    }
+
+    /// An ISO 4217 currency code.
+    pub fn currency(&mut self, field: &str, s: &str) {
+        if s.len() != 3 || !s.chars().all(|c| c.is_ascii_uppercase()) {
+            self.add(field, "must be an ISO 4217 code such as EUR");
+        }
+    }
+
+    /// An integer within `range`.
+    pub fn within(&mut self, field: &str, n: i64, range: std::ops::RangeInclusive<i64>) {
+        if !range.contains(&n) {
+            self.add(
+                field,
+                format!("must be between {} and {}", range.start(), range.end()),
+            );
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Problems of a nested record, their fields under `prefix`.
+    pub fn nested(&mut self, prefix: &str, inner: Vec<Problem>) {
+        self.0.extend(inner.into_iter().map(|p| p.under(prefix)));
+    }
+
+    pub fn done(self) -> Vec<Problem> {
+        self.0
     }
 }
 

@@ -18,7 +18,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::chargeback::statement::minor_units;
-use wattledger_domain::chargeback::{self, Close, Line, Month, Statement, MJ_PER_KWH};
+use wattledger_domain::chargeback::{self, Close, Line, LineClass, Month, Statement, MJ_PER_KWH};
 use wattledger_store::chargeback as store;
 use wattledger_store::Scope;
 
@@ -83,10 +83,9 @@ pub struct LineView {
     pub usage_period: String,
     pub site: String,
     pub model: Option<String>,
-    /// `training`, `inference`, `batch`, `interactive`, `idle_share`, `platform`, or
-    /// `demand_response_credit` (a tenant's share of a grid event's credit: a negative cost,
-    /// no energy).
-    pub job_class: String,
+    /// A job's kind, `idle_share`, `platform`, or `demand_response_credit` (a tenant's share
+    /// of a grid event's credit: a negative cost, no energy).
+    pub job_class: LineClass,
     pub allocation_method: String,
     pub energy_mj: i64,
     #[schema(value_type = String)]
@@ -205,7 +204,7 @@ fn line_view(month: Month, currency: &str, l: &Line) -> LineView {
         usage_period: l.key.period.to_string(),
         site: l.key.site.clone(),
         model: l.key.model.clone(),
-        job_class: l.key.class.as_str().into(),
+        job_class: l.key.class,
         allocation_method: l.key.class.allocation_method().into(),
         energy_mj: l.amounts.energy_mj,
         energy_kwh: l.energy_kwh,

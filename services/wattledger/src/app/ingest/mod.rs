@@ -1,9 +1,11 @@
 //! Ingest: how pushed records reach the database. Sample batches are committed in groups
 //! (`group_commit`) against the meters this server has already looked up (`meter_cache`);
 //! jobs are written with their allocations and the hours they re-dirty (`jobs`), token
-//! records with the hours whose split they change (`tokens`).
+//! records with the hours whose split they change (`tokens`), meters a tree at a time
+//! (`meters`).
 
 pub mod group_commit;
 pub mod jobs;
 pub mod meter_cache;
+pub mod meters;
 pub mod tokens;

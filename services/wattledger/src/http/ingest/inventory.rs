@@ -1,11 +1,11 @@
 //! Inventory ingest: tenants, sites, models and the meter tree.
 
-use super::{read_all, reject_repeats, IngestOutcome};
+use super::{accept_all, reject_repeats, IngestOutcome};
 use super::{IngestResponses, Records};
 use crate::auth::Role;
 use crate::http::error::ApiResult;
 use crate::http::extract::{Batch, Caller};
-use crate::http::validate::Record;
+use crate::http::validate::ReadBatch;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
@@ -17,56 +17,145 @@ use wattledger_domain::meter_kind::MeterKind;
 use wattledger_store::inventory::{
     self, DeviceModelRecord, KeyedTable, MeterRecord, ModelRecord, SiteRecord, TenantRecord,
 };
-use wattledger_wire::Meter;
-/// A tenant: a team or customer that is charged.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct TenantIn {
-    key: String,
-    name: String,
+use wattledger_wire::{Meter, Problem, Problems};
+
+const MAX_NAME_LEN: usize = 256;
+const MAX_REGION_LEN: usize = 64;
+wattledger_domain::record! {
+    /// A tenant: a team or customer that is charged.
+    #[derive(ToSchema)]
+    pub struct TenantIn {
+        key: String,
+        name: String,
+    }
 }
 
-/// A site: one power and grid domain.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct SiteIn {
-    key: String,
-    name: String,
-    /// Grid region for carbon and prices, e.g. `DE`, `US-CAL-CISO`.
-    grid_region: String,
-    /// ISO 4217, e.g. `EUR`.
-    currency: String,
-    power_envelope_w: i64,
-    /// Used without a facility meter (and when it misses a step); 1 to 5.
-    #[schema(value_type = f64)]
-    static_pue: Decimal,
-    idle_policy: IdlePolicy,
-    /// Key of the tenant that carries idle energy under the `platform` policy.
-    platform_tenant: String,
-    #[schema(value_type = Option<f64>)]
-    node_static_overhead_w: Option<Decimal>,
-    gap_limit_s: Option<i32>,
-    /// Region of the site's electricity prices (a bidding zone such as `DE-LU`) when it is
-    /// not `grid_region`.
-    price_region: Option<String>,
-    /// Price per kWh for hours no price signal covers (the rows are flagged).
-    #[schema(value_type = Option<String>)]
-    fallback_price: Option<Decimal>,
-    /// g CO2e per kWh for hours no carbon signal covers (the rows are flagged).
-    #[schema(value_type = Option<String>)]
-    fallback_intensity_g: Option<Decimal>,
+impl TenantIn {
+    fn check(&self) -> Vec<Problem> {
+        let mut p = Problems::default();
+        p.key("key", &self.key);
+        p.text("name", &self.name, MAX_NAME_LEN);
+        p.done()
+    }
 }
 
-/// A model served or trained, with token weights for shared endpoints.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct ModelIn {
-    key: String,
-    name: Option<String>,
-    #[schema(value_type = Option<f64>)]
-    prefill_weight: Option<Decimal>,
-    #[schema(value_type = Option<f64>)]
-    decode_weight: Option<Decimal>,
+wattledger_domain::record! {
+    /// A site: one power and grid domain.
+    #[derive(ToSchema)]
+    pub struct SiteIn {
+        key: String,
+        name: String,
+        /// Grid region for carbon and prices, e.g. `DE`, `US-CAL-CISO`.
+        grid_region: String,
+        /// ISO 4217, e.g. `EUR`.
+        #[schema(pattern = "^[A-Z]{3}$")]
+        currency: String,
+        /// The most the site may draw, W.
+        power_envelope_w: i64,
+        /// Used without a facility meter (and when it misses a step); 1 to 5.
+        #[schema(value_type = f64)]
+        static_pue: Decimal,
+        idle_policy: IdlePolicy,
+        /// Key of the tenant that carries idle energy under the `platform` policy.
+        platform_tenant: String,
+        /// A node's draw its GPU meters do not see, W; 0 when absent.
+        #[schema(value_type = Option<f64>)]
+        node_static_overhead_w: Option<Decimal>,
+        /// The longest gap between samples that is filled, s: 60 to 86400, 600 when absent.
+        gap_limit_s: Option<i64>,
+        /// Region of the site's electricity prices (a bidding zone such as `DE-LU`) when it is
+        /// not `grid_region`.
+        price_region: Option<String>,
+        /// Price per kWh for hours no price signal covers (the rows are flagged).
+        #[schema(value_type = Option<String>)]
+        fallback_price: Option<Decimal>,
+        /// g CO2e per kWh for hours no carbon signal covers (the rows are flagged).
+        #[schema(value_type = Option<String>)]
+        fallback_intensity_g: Option<Decimal>,
+    }
+}
+
+/// What a `numeric(20, 9)` rate column holds.
+const MAX_RATE: i64 = 99_999_999_999;
+
+impl SiteIn {
+    fn check(&self) -> Vec<Problem> {
+        let mut p = Problems::default();
+        p.key("key", &self.key);
+        p.text("name", &self.name, MAX_NAME_LEN);
+        p.text("grid_region", &self.grid_region, MAX_REGION_LEN);
+        p.currency("currency", &self.currency);
+        if self.power_envelope_w <= 0 {
+            p.add("power_envelope_w", "must be positive");
+        }
+        p.decimal(
+            "static_pue",
+            self.static_pue,
+            4,
+            Decimal::ONE,
+            Decimal::from(5),
+        );
+        p.key("platform_tenant", &self.platform_tenant);
+        if let Some(w) = self.node_static_overhead_w {
+            p.decimal(
+                "node_static_overhead_w",
+                w,
+                3,
+                Decimal::ZERO,
+                Decimal::from(1_000_000),
+            );
+        }
+        if let Some(gap) = self.gap_limit_s {
+            p.within("gap_limit_s", gap, 60..=86_400);
+        }
+        if let Some(r) = &self.price_region {
+            p.text("price_region", r, MAX_REGION_LEN);
+        }
+        for (field, rate) in [
+            ("fallback_price", self.fallback_price),
+            ("fallback_intensity_g", self.fallback_intensity_g),
+        ] {
+            if let Some(rate) = rate {
+                p.decimal(field, rate, 9, Decimal::ZERO, Decimal::from(MAX_RATE));
+            }
+        }
+        p.done()
+    }
+}
+
+wattledger_domain::record! {
+    /// A model served or trained, with token weights for shared endpoints.
+    #[derive(ToSchema)]
+    pub struct ModelIn {
+        key: String,
+        /// The key when absent.
+        name: Option<String>,
+        /// A prompt token's weight in a shared endpoint's split, 0 to 1000; 1 when absent.
+        #[schema(value_type = Option<f64>)]
+        prefill_weight: Option<Decimal>,
+        /// A generated token's weight, 0 to 1000; 4 when absent.
+        #[schema(value_type = Option<f64>)]
+        decode_weight: Option<Decimal>,
+    }
+}
+
+impl ModelIn {
+    fn check(&self) -> Vec<Problem> {
+        let mut p = Problems::default();
+        p.key("key", &self.key);
+        if let Some(name) = &self.name {
+            p.text("name", name, MAX_NAME_LEN);
+        }
+        for (field, w) in [
+            ("prefill_weight", self.prefill_weight),
+            ("decode_weight", self.decode_weight),
+        ] {
+            if let Some(w) = w {
+                p.decimal(field, w, 4, Decimal::ZERO, Decimal::from(1000));
+            }
+        }
+        p.done()
+    }
 }
 
 #[utoipa::path(post, path = "/v1/ingest/tenants", tag = "ingest",
@@ -79,10 +168,12 @@ pub async fn tenants(
     Batch(batch): Batch,
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Operator])?;
-    let records = read_all(&batch, &["key", "name"], |r| {
-        let key = r.key("key");
-        let name = r.str("name", 256);
-        key.zip(name).map(|(key, name)| TenantRecord { key, name })
+    let records = accept_all(ReadBatch::of(&batch), |t: TenantIn, r| {
+        r.problems(t.check());
+        Some(TenantRecord {
+            key: t.key,
+            name: t.name,
+        })
     })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_tenants(&state.pool, &records).await?;
@@ -101,80 +192,28 @@ pub async fn sites(
     Batch(batch): Batch,
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Operator])?;
-    let tenant_keys: Vec<String> = batch
-        .iter()
-        .filter_map(|v| v.get("platform_tenant")?.as_str().map(str::to_owned))
-        .collect();
+    let read = ReadBatch::<SiteIn>::of(&batch);
+    let tenant_keys: Vec<String> = read.records().map(|s| s.platform_tenant.clone()).collect();
     let tenants = inventory::ids_by_key(&state.pool, KeyedTable::Tenants, &tenant_keys).await?;
-    let records = read_all(
-        &batch,
-        &[
-            "key",
-            "name",
-            "grid_region",
-            "currency",
-            "power_envelope_w",
-            "static_pue",
-            "idle_policy",
-            "platform_tenant",
-            "node_static_overhead_w",
-            "gap_limit_s",
-            "price_region",
-            "fallback_price",
-            "fallback_intensity_g",
-        ],
-        |r| {
-            let key = r.key("key");
-            let name = r.str("name", 256);
-            let grid_region = r.str("grid_region", 64);
-            let currency = r.str("currency", 3);
-            if let Some(c) = &currency {
-                if c.len() != 3 || !c.chars().all(|ch| ch.is_ascii_uppercase()) {
-                    r.error("currency", "must be an ISO 4217 code such as EUR");
-                }
-            }
-            let envelope = r.i64("power_envelope_w");
-            if envelope.is_some_and(|w| w <= 0) {
-                r.error("power_envelope_w", "must be positive");
-            }
-            let pue = r.decimal_in("static_pue", 4, Decimal::ONE, Decimal::from(5));
-            let policy = r.named::<IdlePolicy>("idle_policy");
-            let platform_id = r.known("platform_tenant", &tenants, "tenant");
-            let node_w = r
-                .opt_decimal_in(
-                    "node_static_overhead_w",
-                    3,
-                    Decimal::ZERO,
-                    Decimal::from(1_000_000),
-                )
-                .unwrap_or_default();
-            let gap = r.opt_i64("gap_limit_s").unwrap_or(600);
-            if !(60..=86_400).contains(&gap) {
-                r.error("gap_limit_s", "must be between 60 and 86400");
-            }
-            let price_region = r.opt_str("price_region", 64);
-            let rate = |r: &mut crate::http::validate::Record, f: &str| {
-                r.opt_decimal_in(f, 9, Decimal::ZERO, Decimal::from(99_999_999_999i64))
-            };
-            let fallback_price = rate(r, "fallback_price");
-            let fallback_intensity_g = rate(r, "fallback_intensity_g");
-            Some(SiteRecord {
-                key: key?,
-                name: name?,
-                grid_region: grid_region?,
-                currency: currency?,
-                power_envelope_w: envelope?,
-                static_pue: pue?,
-                idle_policy: policy?,
-                platform_tenant_id: platform_id?,
-                node_static_overhead_w: node_w,
-                gap_limit_s: gap as i32,
-                price_region,
-                fallback_price,
-                fallback_intensity_g,
-            })
-        },
-    )?;
+    let records = accept_all(read, |site, r| {
+        r.problems(site.check());
+        let platform_id = r.resolve("platform_tenant", &site.platform_tenant, &tenants, "tenant");
+        Some(SiteRecord {
+            key: site.key,
+            name: site.name,
+            grid_region: site.grid_region,
+            currency: site.currency,
+            power_envelope_w: site.power_envelope_w,
+            static_pue: site.static_pue,
+            idle_policy: site.idle_policy,
+            platform_tenant_id: platform_id?,
+            node_static_overhead_w: site.node_static_overhead_w.unwrap_or_default(),
+            gap_limit_s: site.gap_limit_s.unwrap_or(600) as i32,
+            price_region: site.price_region,
+            fallback_price: site.fallback_price,
+            fallback_intensity_g: site.fallback_intensity_g,
+        })
+    })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_sites(&state.pool, &records).await?;
     state.admission.poke();
@@ -191,52 +230,84 @@ pub async fn models(
     Batch(batch): Batch,
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Operator])?;
-    let records = read_all(
-        &batch,
-        &["key", "name", "prefill_weight", "decode_weight"],
-        |r| {
-            let key = r.key("key");
-            let name = r.opt_str("name", 256);
-            let weight = |r: &mut Record, field: &str, default: i64| {
-                r.opt_decimal_in(field, 4, Decimal::ZERO, Decimal::from(1000))
-                    .unwrap_or(Decimal::from(default))
-            };
-            let prefill_weight = weight(r, "prefill_weight", 1);
-            let decode_weight = weight(r, "decode_weight", 4);
-            key.map(|key| ModelRecord {
-                name: name.unwrap_or_else(|| key.clone()),
-                key,
-                prefill_weight,
-                decode_weight,
-            })
-        },
-    )?;
+    let records = accept_all(ReadBatch::of(&batch), |m: ModelIn, r| {
+        r.problems(m.check());
+        Some(ModelRecord {
+            name: m.name.unwrap_or_else(|| m.key.clone()),
+            key: m.key,
+            prefill_weight: m.prefill_weight.unwrap_or(Decimal::ONE),
+            decode_weight: m.decode_weight.unwrap_or(Decimal::from(4)),
+        })
+    })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_models(&state.pool, &records).await?;
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
 }
 
-/// A GPU model's embodied (manufacturing) carbon, for SCI's M.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct DeviceModelIn {
-    /// The model name GPU meters carry in `device_model`, e.g. `NVIDIA H100 80GB HBM3`.
-    key: String,
-    /// kg CO2e to make the device (an LCA or the vendor's product carbon footprint).
-    #[schema(value_type = String, example = "150")]
-    embodied_kg: Decimal,
-    /// Expected life; default 5 years (43 800 h).
-    lifetime_hours: Option<i32>,
-    /// Where the figure comes from.
-    source: Option<String>,
-    /// A GPU-hour rate (amortised hardware, hosting) for fully loaded cost; with `currency`.
-    #[schema(value_type = Option<String>)]
-    gpu_hour_rate: Option<Decimal>,
-    /// ISO 4217 currency of `gpu_hour_rate`: it applies at sites billing in it.
-    #[schema(pattern = "^[A-Z]{3}$")]
-    currency: Option<String>,
-    /// Typical draw under load, W: admission's estimate for a job with no history.
-    typical_power_w: Option<i32>,
+wattledger_domain::record! {
+    /// A GPU model's embodied (manufacturing) carbon, for SCI's M.
+    #[derive(ToSchema)]
+    pub struct DeviceModelIn {
+        /// The model name GPU meters carry in `device_model`, e.g. `NVIDIA H100 80GB HBM3`.
+        key: String,
+        /// kg CO2e to make the device (an LCA or the vendor's product carbon footprint).
+        #[schema(value_type = String, example = "150")]
+        embodied_kg: Decimal,
+        /// Expected life, 1 to 1000000 hours; 5 years (43 800 h) when absent.
+        lifetime_hours: Option<i64>,
+        /// Where the figure comes from.
+        source: Option<String>,
+        /// A GPU-hour rate (amortised hardware, hosting) for fully loaded cost; with `currency`.
+        #[schema(value_type = Option<String>)]
+        gpu_hour_rate: Option<Decimal>,
+        /// ISO 4217 currency of `gpu_hour_rate`: it applies at sites billing in it.
+        #[schema(pattern = "^[A-Z]{3}$")]
+        currency: Option<String>,
+        /// Typical draw under load, 1 to 10000 W: admission's estimate for a job with no
+        /// history.
+        typical_power_w: Option<i64>,
+    }
+}
+
+impl DeviceModelIn {
+    fn check(&self) -> Vec<Problem> {
+        let mut p = Problems::default();
+        p.key("key", &self.key);
+        p.decimal(
+            "embodied_kg",
+            self.embodied_kg,
+            3,
+            Decimal::ZERO,
+            Decimal::from(999_999_999),
+        );
+        if let Some(h) = self.lifetime_hours {
+            p.within("lifetime_hours", h, 1..=1_000_000);
+        }
+        if let Some(source) = &self.source {
+            p.text("source", source, 512);
+        }
+        if let Some(rate) = self.gpu_hour_rate {
+            p.decimal(
+                "gpu_hour_rate",
+                rate,
+                6,
+                Decimal::ZERO,
+                Decimal::from(999_999),
+            );
+        }
+        if let Some(c) = &self.currency {
+            p.currency("currency", c);
+        }
+        match (self.gpu_hour_rate, &self.currency) {
+            (Some(_), None) => p.add("currency", "is required with gpu_hour_rate"),
+            (None, Some(_)) => p.add("gpu_hour_rate", "is required with currency"),
+            _ => {}
+        }
+        if let Some(w) = self.typical_power_w {
+            p.within("typical_power_w", w, 1..=10_000);
+        }
+        p.done()
+    }
 }
 
 #[utoipa::path(post, path = "/v1/ingest/device_models", tag = "ingest",
@@ -249,74 +320,22 @@ pub async fn device_models(
     Batch(batch): Batch,
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Operator])?;
-    let records = read_all(
-        &batch,
-        &[
-            "key",
-            "embodied_kg",
-            "lifetime_hours",
-            "source",
-            "gpu_hour_rate",
-            "currency",
-            "typical_power_w",
-        ],
-        |r| {
-            let key = r.key("key");
-            let kg = r.decimal_in("embodied_kg", 3, Decimal::ZERO, Decimal::from(999_999_999));
-            let hours = r.opt_i64("lifetime_hours").unwrap_or(43_800);
-            if !(1..=1_000_000).contains(&hours) {
-                r.error("lifetime_hours", "must be between 1 and 1000000");
-            }
-            let source = r.opt_str("source", 512);
-            let rate = r.opt_decimal_in("gpu_hour_rate", 6, Decimal::ZERO, Decimal::from(999_999));
-            let currency = r.opt_str("currency", 8);
-            if currency
-                .as_ref()
-                .is_some_and(|c| c.len() != 3 || !c.chars().all(|x| x.is_ascii_uppercase()))
-            {
-                r.error("currency", "must be an ISO 4217 code such as EUR");
-            }
-            let gpu_hour_rate = match (rate, currency) {
-                (Some(v), Some(c)) => Some((v, c)),
-                (None, None) => None,
-                (Some(_), None) => {
-                    r.error("currency", "is required with gpu_hour_rate");
-                    None
-                }
-                (None, Some(_)) => {
-                    r.error("gpu_hour_rate", "is required with currency");
-                    None
-                }
-            };
-            let typical = r.opt_i64("typical_power_w");
-            if typical.is_some_and(|w| !(1..=10_000).contains(&w)) {
-                r.error("typical_power_w", "must be between 1 and 10000");
-            }
-            Some(DeviceModelRecord {
-                key: key?,
-                embodied_kg: kg?,
-                lifetime_hours: hours as i32,
-                source,
-                gpu_hour_rate,
-                typical_power_w: typical.map(|w| w as i32),
-            })
-        },
-    )?;
+    let records = accept_all(ReadBatch::of(&batch), |d: DeviceModelIn, r| {
+        r.problems(d.check());
+        Some(DeviceModelRecord {
+            key: d.key,
+            embodied_kg: d.embodied_kg,
+            lifetime_hours: d.lifetime_hours.unwrap_or(43_800) as i32,
+            source: d.source,
+            gpu_hour_rate: d.gpu_hour_rate.zip(d.currency),
+            typical_power_w: d.typical_power_w.map(|w| w as i32),
+        })
+    })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
     let written = inventory::upsert_device_models(&state.pool, &records).await?;
     state.admission.poke();
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
 }
-
-const METER_FIELDS: [&str; 7] = [
-    "key",
-    "site",
-    "kind",
-    "parent",
-    "gpu_uuid",
-    "device_model",
-    "mig_profile",
-];
 
 #[utoipa::path(post, path = "/v1/ingest/meters", tag = "ingest",
     request_body = Records<Meter>,
@@ -328,55 +347,28 @@ pub async fn meters(
     Batch(batch): Batch,
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Operator, Role::Collector])?;
-    let str_field = |f: &str| -> Vec<String> {
-        batch
-            .iter()
-            .filter_map(|v| v.get(f)?.as_str().map(str::to_owned))
-            .collect()
-    };
-    let sites = inventory::ids_by_key(&state.pool, KeyedTable::Sites, &str_field("site")).await?;
+    let read = ReadBatch::<Meter>::of(&batch);
+    let site_keys: Vec<String> = read.records().map(|m| m.site.clone()).collect();
+    let sites = inventory::ids_by_key(&state.pool, KeyedTable::Sites, &site_keys).await?;
     // The stored parents, and the stored meters themselves: a meter's site cannot change.
-    let stored = inventory::meters_by_key(
-        &state.pool,
-        &[str_field("parent"), str_field("key")].concat(),
-    )
-    .await?;
+    let keys: Vec<String> = read
+        .records()
+        .flat_map(|m| [Some(&m.key), m.parent.as_ref()])
+        .flatten()
+        .cloned()
+        .collect();
+    let stored = inventory::meters_by_key(&state.pool, &keys).await?;
     // Parents may be defined in the same batch.
-    let in_batch: HashMap<String, (String, Option<String>)> = batch
-        .iter()
-        .filter_map(|v| {
-            Some((
-                v.get("key")?.as_str()?.to_owned(),
-                (
-                    v.get("kind")?.as_str()?.to_owned(),
-                    v.get("site")?.as_str().map(str::to_owned),
-                ),
-            ))
-        })
+    let in_batch: HashMap<String, (MeterKind, String)> = read
+        .records()
+        .map(|m| (m.key.clone(), (m.kind, m.site.clone())))
         .collect();
     let site_keys: HashMap<i64, String> = sites.iter().map(|(k, v)| (*v, k.clone())).collect();
-    let records = read_all(&batch, &METER_FIELDS, |r| {
-        let key = r.string("key");
-        let site = r.string("site");
-        let kind = r.named::<MeterKind>("kind");
-        let parent = r.opt_string("parent");
-        let gpu_uuid = r.opt_string("gpu_uuid");
-        let device_model = r.opt_string("device_model");
-        let mig_profile = r.opt_string("mig_profile");
-        // A meter whose kind is refused is still checked for all else, as a node: the one
-        // kind with no rule on whether it has a parent.
-        let m = Meter {
-            key: key?,
-            site: site?,
-            kind: kind.unwrap_or(MeterKind::Node),
-            parent,
-            gpu_uuid,
-            device_model,
-            mig_profile,
-        };
-        let problems = m.check();
-        if kind.is_none() || !problems.is_empty() {
-            r.problems(problems);
+    let records = accept_all(read, |m, r| {
+        // A meter whose kind is refused is read on as a node (see `Meter`), and its other
+        // fields checked; its tree is not looked up.
+        r.problems(m.check());
+        if !r.is_empty() {
             return None;
         }
         let site_id = r.resolve("site", &m.site, &sites, "site");
@@ -397,13 +389,13 @@ pub async fn meters(
         let kind = m.kind;
         if let (Some(parent), Some(wanted)) = (&m.parent, kind.parent()) {
             let found = match (in_batch.get(parent), stored.get(parent)) {
-                (Some((kind, site)), _) => Some((MeterKind::parse(kind), site.clone())),
-                (None, Some(s)) => Some((Some(s.kind), site_keys.get(&s.site_id).cloned())),
+                (Some((kind, site)), _) => Some((*kind, Some(site.clone()))),
+                (None, Some(s)) => Some((s.kind, site_keys.get(&s.site_id).cloned())),
                 (None, None) => None,
             };
             match found {
                 None => r.error("parent", "unknown meter"),
-                Some((kind_found, _)) if kind_found != Some(wanted) => r.error(
+                Some((kind_found, _)) if kind_found != wanted => r.error(
                     "parent",
                     format!("the parent of a {kind} meter must be a {wanted} meter"),
                 ),
@@ -428,15 +420,7 @@ pub async fn meters(
         records.iter().filter_map(|r| r.gpu_uuid.clone()),
         "gpu_uuid",
     )?;
-    let mut tx = state
-        .pool
-        .begin()
-        .await
-        .map_err(wattledger_store::StoreError::from)?;
-    let written = inventory::upsert_meters(&mut tx, &records).await?;
-    tx.commit()
-        .await
-        .map_err(wattledger_store::StoreError::from)?;
+    let written = crate::app::ingest::meters::write(&state.pool, &records).await?;
     state.meters.clear();
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
 }

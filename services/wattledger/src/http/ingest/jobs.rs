@@ -1,38 +1,21 @@
 //! Job ingest: jobs with the GPUs (or MIG instances) they held.
 
-use super::{far_future, IngestResponses, Records};
-use super::{latest, read_all, reject_repeats, Counts, IngestOutcome};
+use super::{accept_all, latest, reject_repeats, Counts, IngestOutcome};
+use super::{IngestResponses, Records};
 use crate::app;
 use crate::app::ingest::jobs::WriteError;
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Batch, Caller};
-use crate::http::validate::Record;
+use crate::http::validate::{Findings, ReadBatch};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
 use chrono::Utc;
 use std::collections::HashSet;
-use wattledger_domain::job_kind::JobKind;
-use wattledger_domain::priority::Priority;
-use wattledger_store::inventory::{self, KeyedTable};
+use wattledger_store::inventory::{self, ids_by_key, KeyedTable};
 use wattledger_store::jobs::{self, AllocationRecord, JobRecord};
-use wattledger_wire::{Allocation, Job};
-
-const FIELDS: [&str; 11] = [
-    "key",
-    "name",
-    "tenant",
-    "site",
-    "model",
-    "kind",
-    "priority",
-    "submit_at",
-    "start_at",
-    "end_at",
-    "allocations",
-];
-const ALLOCATION_FIELDS: [&str; 4] = ["meter", "share", "start_at", "end_at"];
+use wattledger_wire::Job;
 
 #[utoipa::path(post, path = "/v1/ingest/jobs", tag = "ingest",
     request_body = Records<Job>,
@@ -44,26 +27,21 @@ pub async fn jobs_batch(
     Batch(batch): Batch,
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Scheduler, Role::Collector])?;
-    let field = |f: &str| -> Vec<String> {
-        batch
-            .iter()
-            .filter_map(|v| v.get(f)?.as_str().map(str::to_owned))
-            .collect()
+    let read = ReadBatch::<Job>::of(&batch);
+    let keys = |f: fn(&Job) -> Option<&String>| -> Vec<String> {
+        read.records().filter_map(f).cloned().collect()
     };
-    let tenants = inventory::ids_by_key(&state.pool, KeyedTable::Tenants, &field("tenant")).await?;
-    let sites = inventory::ids_by_key(&state.pool, KeyedTable::Sites, &field("site")).await?;
-    let stored = jobs::by_key(&state.pool, &field("key")).await?;
-    let models = inventory::ids_by_key(&state.pool, KeyedTable::Models, &field("model")).await?;
-    let meter_keys: Vec<String> = batch
-        .iter()
-        .filter_map(|v| v.get("allocations")?.as_array())
-        .flatten()
-        .filter_map(|a| a.get("meter")?.as_str().map(str::to_owned))
+    let tenants = ids_by_key(&state.pool, KeyedTable::Tenants, &keys(|j| Some(&j.tenant))).await?;
+    let sites = ids_by_key(&state.pool, KeyedTable::Sites, &keys(|j| j.site.as_ref())).await?;
+    let stored = jobs::by_key(&state.pool, &keys(|j| Some(&j.key))).await?;
+    let models = ids_by_key(&state.pool, KeyedTable::Models, &keys(|j| j.model.as_ref())).await?;
+    let meter_keys: Vec<String> = read
+        .records()
+        .flat_map(|j| j.allocations.iter().map(|a| a.meter.clone()))
         .collect();
     let meters = inventory::meters_by_key_or_uuid(&state.pool, &meter_keys).await?;
     let latest = latest(&state);
-    let records = read_all(&batch, &FIELDS, |r| {
-        let job = read_job(r)?;
+    let records = accept_all(read, |job, r| {
         r.problems(job.check(latest));
         let tenant = r.resolve("tenant", &job.tenant, &tenants, "tenant");
         // An unknown model is an error recorded, so the record is refused all the same.
@@ -143,7 +121,7 @@ pub async fn jobs_batch(
 /// (which must agree with its GPUs'), and the one it was stored at (which cannot change);
 /// `None`, with the error recorded, when they disagree or none is known.
 fn job_site(
-    r: &mut Record<'_>,
+    r: &mut Findings,
     named: Option<i64>,
     gpus: &HashSet<i64>,
     stored: Option<i64>,
@@ -172,75 +150,11 @@ fn job_site(
             None
         }
         (None, _) => {
-            if r.errors.is_empty() {
+            if r.is_empty() {
                 r.error("site", "needed for a new job sent without allocations");
             }
             None
         }
         (site, _) => site,
     }
-}
-
-/// The record's fields by type, as a wire job for its `check`; `None` (with the errors
-/// recorded) when a field has the wrong type or a required one is missing.
-fn read_job(r: &mut Record<'_>) -> Option<Job> {
-    let key = r.string("key");
-    let name = r.opt_string("name");
-    let tenant = r.string("tenant");
-    let site = r.opt_string("site");
-    let model = r.opt_string("model");
-    let submit_at = r.opt_time("submit_at", far_future());
-    let start_at = r.time("start_at", far_future());
-    let end_at = r.opt_time("end_at", far_future());
-    let mut allocations = Vec::new();
-    for (k, a) in r
-        .array("allocations")
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
-        let mut sub = Record::new(r.index(), a, &ALLOCATION_FIELDS);
-        let meter = sub.string("meter");
-        let share = sub.opt_decimal("share");
-        let start_at = sub.opt_time("start_at", far_future());
-        let end_at = sub.opt_time("end_at", far_future());
-        for e in sub.errors.drain(..) {
-            let field = if e.field.is_empty() {
-                format!("allocations[{k}]")
-            } else {
-                format!("allocations[{k}].{}", e.field)
-            };
-            r.error(&field, e.reason);
-        }
-        if let Some(meter) = meter {
-            allocations.push(Allocation {
-                meter,
-                share,
-                start_at,
-                end_at,
-            });
-        }
-    }
-    if !r.errors.is_empty() {
-        return None;
-    }
-    // A kind outside the set or a priority past its rule is refused like what `check`
-    // finds: recorded, with the rest of the record still read and checked (under a stand-in
-    // kind), so the refusal lists all that is wrong with it.
-    let kind = r.named("kind");
-    let priority = r.opt_parsed("priority", Priority::parse);
-    Some(Job {
-        key: key?,
-        name,
-        tenant: tenant?,
-        site,
-        model,
-        kind: kind.unwrap_or(JobKind::Batch),
-        priority,
-        submit_at,
-        start_at: start_at?,
-        end_at,
-        allocations,
-    })
 }

@@ -12,13 +12,14 @@ pub mod signals;
 pub mod tokens;
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
-use super::validate::{all_or_errors, Record};
+use super::validate::{Findings, ReadBatch};
 use crate::state::AppState;
 use axum::Router;
 use chrono::{DateTime, Duration, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use utoipa::ToSchema;
+use wattledger_domain::input::record::Record;
 
 pub fn router() -> Router<AppState> {
     use crate::telemetry::RecordKind as K;
@@ -134,10 +135,10 @@ impl IngestOutcome {
     }
 }
 
-// ---- wire types (documentation of the records; parsing is field by field) ----
-
-#[derive(ToSchema)]
-#[allow(dead_code)]
+/// A batch as it is sent. The samples' fast path reads it whole; the other endpoints read
+/// each record on its own ([`ReadBatch`]).
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Records<T: ToSchema> {
     records: Vec<T>,
 }
@@ -146,55 +147,13 @@ fn latest(state: &AppState) -> DateTime<Utc> {
     Utc::now() + Duration::seconds(state.config.max_clock_skew_s)
 }
 
-/// No bound but the input rule's own: scheduled ends, forecasts.
-fn far_future() -> DateTime<Utc> {
-    wattledger_domain::input::latest()
-}
-
-/// Reads every record of a batch with `read`, which sees only `fields`; refuses the whole
-/// batch, listing every record's errors, if any record is invalid.
-fn read_all<T>(
-    batch: &[serde_json::Value],
-    fields: &[&str],
-    mut read: impl FnMut(&mut Record<'_>) -> Option<T>,
-) -> ApiResult<Vec<T>> {
-    check(
-        batch
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                let mut r = Record::new(i, v, fields);
-                let value = read(&mut r);
-                in_field_order(&mut r.errors, fields);
-                finish(r, value)
-            })
-            .collect(),
-    )
-}
-
-/// A record's errors in the order of its fields (unknown fields first), whichever rule found
-/// them: the reading of types, the wire record's check, or the lookups.
-fn in_field_order(errors: &mut [FieldError], fields: &[&str]) {
-    errors.sort_by_key(|e| {
-        let mut parts = e.field.split(['[', ']', '.']);
-        let root = parts.next().unwrap_or_default();
-        let item: Option<usize> = parts.next().and_then(|n| n.parse().ok());
-        (
-            fields.iter().position(|f| *f == root).map_or(0, |p| p + 1),
-            item,
-        )
-    });
-}
-
-fn check<T>(parsed: Vec<Result<T, Vec<FieldError>>>) -> ApiResult<Vec<T>> {
-    all_or_errors(parsed).map_err(ApiError::Validation)
-}
-
-fn finish<T>(r: Record<'_>, v: Option<T>) -> Result<T, Vec<FieldError>> {
-    match v {
-        Some(v) if r.errors.is_empty() => Ok(v),
-        _ => Err(r.errors),
-    }
+/// Accepts each record of a batch that reads with `accept`, which checks and looks it up;
+/// refuses the whole batch, listing every record's errors, if any record is wrong.
+fn accept_all<T: Record, O>(
+    batch: ReadBatch<T>,
+    accept: impl FnMut(T, &mut Findings) -> Option<O>,
+) -> ApiResult<Vec<O>> {
+    batch.accept(accept).map_err(ApiError::Validation)
 }
 
 fn reject_repeats(keys: impl Iterator<Item = String>, field: &str) -> ApiResult<()> {

@@ -1,24 +1,22 @@
 //! Sample ingest: the hot path, typed fast parse and COPY, with the field-by-field path for
 //! batches that need explaining.
 
-use super::{distinct, far_future, ConflictOut, IngestResponses, Records};
-use super::{latest, read_all, IngestOutcome};
+use super::{accept_all, latest, IngestOutcome, Records};
+use super::{distinct, ConflictOut, IngestResponses};
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
 use crate::http::extract::RawBatch;
 use crate::http::extract::{Batch, Caller};
+use crate::http::validate::ReadBatch;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use wattledger_domain::meter_kind::MeterKind;
-use wattledger_domain::steps::StepError;
 use wattledger_store::inventory::MeterRef;
 use wattledger_store::samples::SampleRow;
 use wattledger_wire::Sample;
-
-const FIELDS: [&str; 6] = ["meter", "ts", "counter_mj", "power_w", "peak_w", "step_s"];
 
 #[utoipa::path(post, path = "/v1/ingest/samples", tag = "ingest",
     request_body = Records<Sample>,
@@ -34,7 +32,7 @@ pub async fn samples_batch(
     // The common case, a well-formed batch, is read straight into typed records; anything
     // else takes the field-by-field path, which is the one that explains what is wrong. Both
     // hold each record to the same `Sample::check`.
-    if let Ok(strict) = serde_json::from_slice::<Strict>(&bytes) {
+    if let Ok(strict) = serde_json::from_slice::<Records<Sample>>(&bytes) {
         if strict.records.len() <= state.config.max_batch_records {
             let keys = distinct(strict.records.iter().map(|r| r.meter.as_str()));
             let meters = state.meters.by_key(&state.pool, &keys).await?;
@@ -52,32 +50,10 @@ pub async fn samples_batch(
         }
     }
     let Batch(batch) = Batch::parse(&bytes, state.config.max_batch_records)?;
-    let keys = distinct(batch.iter().filter_map(|v| v.get("meter")?.as_str()));
+    let read = ReadBatch::<Sample>::of(&batch);
+    let keys = distinct(read.records().map(|s| s.meter.as_str()));
     let meters = state.meters.by_key(&state.pool, &keys).await?;
-    let rows = read_all(&batch, &FIELDS, |r| {
-        let meter = r.string("meter");
-        let ts = r.time("ts", far_future());
-        let counter_mj = r.opt_i64("counter_mj");
-        let power_w = r.opt_f64("power_w");
-        let peak_w = r.opt_f64("peak_w");
-        let step_s = r.opt_i64("step_s").and_then(|s| match u32::try_from(s) {
-            Ok(s) => Some(s),
-            Err(_) => {
-                r.error("step_s", StepError::Length.to_string());
-                None
-            }
-        });
-        let sample = Sample {
-            meter: meter?,
-            ts: ts?,
-            counter_mj,
-            power_w,
-            peak_w,
-            step_s,
-        };
-        if !r.errors.is_empty() {
-            return None;
-        }
+    let rows = accept_all(read, |sample, r| {
         r.problems(sample.check(latest));
         let meter = match meters.get(&sample.meter) {
             None => {
@@ -96,13 +72,6 @@ pub async fn samples_batch(
         Some(row(&sample, meter))
     })?;
     store_samples(&state, batch.len(), rows).await
-}
-
-/// A batch as the agent sends it, every field known.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Strict {
-    records: Vec<Sample>,
 }
 
 /// A checked sample of a known meter, as stored.

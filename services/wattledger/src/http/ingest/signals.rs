@@ -1,31 +1,19 @@
 //! Grid signal ingest: carbon intensity and electricity price points from the agent's grid
 //! fetchers, a site's own tariff or CSV, or any system that already has them.
 
-use super::{far_future, read_all, IngestOutcome, IngestResponses, Records};
+use super::{accept_all, IngestOutcome, IngestResponses, Records};
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
 use crate::http::extract::{Batch, Caller};
+use crate::http::validate::ReadBatch;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
 use chrono::{Duration, Utc};
 use std::collections::HashSet;
-use wattledger_domain::signals::{Basis, Signal, SignalKind, Status};
+use wattledger_domain::signals::{Signal, SignalKind};
 use wattledger_store::signals::{self, SignalRow};
 use wattledger_wire::{SignalPoint, MAX_AHEAD_DAYS};
-
-const FIELDS: [&str; 10] = [
-    "region",
-    "signal",
-    "basis",
-    "currency",
-    "status",
-    "source",
-    "start_at",
-    "end_at",
-    "value",
-    "estimated",
-];
 
 #[utoipa::path(post, path = "/v1/ingest/signals", tag = "ingest",
     request_body = Records<SignalPoint>,
@@ -38,47 +26,15 @@ pub async fn signals_batch(
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Collector, Role::Admin])?;
     let latest = Utc::now() + Duration::days(MAX_AHEAD_DAYS);
-    let rows = read_all(&batch, &FIELDS, |r| {
-        let region = r.string("region");
-        let signal = r.string("signal");
-        let basis = r.opt_string("basis");
-        let currency = r.opt_string("currency");
-        let status = r.string("status");
-        let source = r.string("source");
-        let start_at = r.time("start_at", far_future());
-        let end_at = r.time("end_at", far_future());
-        let value = r.decimal("value");
-        let estimated = r.opt_bool("estimated").unwrap_or(false);
-        let (region, signal, status, source, start_at, end_at, value) = (
-            region?, signal?, status?, source?, start_at?, end_at?, value?,
-        );
-        // The names are rules of a record that reads, as its check is.
-        let signal = r.name_of::<SignalKind>("signal", &signal);
-        let basis = match basis {
-            Some(b) => r.name_of::<Basis>("basis", &b).map(Some),
-            None => Some(None),
-        };
-        let status = r.name_of::<Status>("status", &status);
-        let (Some(signal), Some(basis), Some(status)) = (signal, basis, status) else {
-            // A name outside its set is this record's error already; the rules that need
-            // no name are checked still, so the record's every problem is listed.
+    let rows = accept_all(ReadBatch::of(&batch), |p: SignalPoint, r| {
+        if ["signal", "basis", "status"].iter().any(|f| r.refused(f)) {
+            // A name outside its set is this record's error already; the rules that need no
+            // name are checked still, so the record's every problem is listed.
             r.problems(SignalPoint::check_unnamed(
-                &region, &source, start_at, end_at, value, latest,
+                &p.region, &p.source, p.start_at, p.end_at, p.value, latest,
             ));
             return None;
-        };
-        let p = SignalPoint {
-            region,
-            signal,
-            basis,
-            currency,
-            status,
-            source,
-            start_at,
-            end_at,
-            value,
-            estimated,
-        };
+        }
         r.problems(p.check(latest));
         let signal = match (p.signal, p.basis) {
             (SignalKind::Carbon, Some(basis)) => Signal::Carbon { basis },

@@ -1,11 +1,12 @@
 //! Token ingest: what inference jobs served, per interval and optionally per tenant.
 
-use super::{far_future, latest, read_all, IngestOutcome};
+use super::{accept_all, latest, IngestOutcome};
 use super::{ConflictOut, IngestResponses, Records};
 use crate::app;
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
 use crate::http::extract::{Batch, Caller};
+use crate::http::validate::ReadBatch;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
@@ -13,15 +14,6 @@ use std::collections::HashSet;
 use wattledger_store::inventory::{self, KeyedTable};
 use wattledger_store::tokens::TokenRow;
 use wattledger_wire::Tokens;
-
-const FIELDS: [&str; 6] = [
-    "job",
-    "tenant",
-    "start_at",
-    "end_at",
-    "prompt_tokens",
-    "generated_tokens",
-];
 
 #[utoipa::path(post, path = "/v1/ingest/tokens", tag = "ingest",
     request_body = Records<Tokens>,
@@ -33,30 +25,13 @@ pub async fn tokens_batch(
     Batch(batch): Batch,
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Collector])?;
-    let field = |f: &str| -> Vec<String> {
-        batch
-            .iter()
-            .filter_map(|v| v.get(f)?.as_str().map(str::to_owned))
-            .collect()
-    };
-    let jobs = wattledger_store::jobs::by_key(&state.pool, &field("job")).await?;
-    let tenants = inventory::ids_by_key(&state.pool, KeyedTable::Tenants, &field("tenant")).await?;
+    let read = ReadBatch::<Tokens>::of(&batch);
+    let job_keys: Vec<String> = read.records().map(|t| t.job.clone()).collect();
+    let tenant_keys: Vec<String> = read.records().filter_map(|t| t.tenant.clone()).collect();
+    let jobs = wattledger_store::jobs::by_key(&state.pool, &job_keys).await?;
+    let tenants = inventory::ids_by_key(&state.pool, KeyedTable::Tenants, &tenant_keys).await?;
     let latest = latest(&state);
-    let rows = read_all(&batch, &FIELDS, |r| {
-        let job = r.string("job");
-        let tenant = r.opt_string("tenant");
-        let start_at = r.time("start_at", far_future());
-        let end_at = r.time("end_at", far_future());
-        let prompt_tokens = r.i64("prompt_tokens");
-        let generated_tokens = r.i64("generated_tokens");
-        let t = Tokens {
-            job: job?,
-            tenant,
-            start_at: start_at?,
-            end_at: end_at?,
-            prompt_tokens: prompt_tokens?,
-            generated_tokens: generated_tokens?,
-        };
+    let rows = accept_all(read, |t, r| {
         r.problems(t.check(latest));
         let job = r.resolve("job", &t.job, &jobs, "job");
         let tenant_id =
