@@ -166,7 +166,8 @@ async fn each_set_of_names_is_documented_by_its_names() {
     use wattledger_domain::{signals, webhooks};
     let app = TestApp::start().await;
     let (_, doc) = app.get(None, "/v1/openapi.json").await;
-    let sets: [(&str, &[&str]); 12] = [
+    use wattledger_domain::chargeback::{AllocationMethod, LineClass};
+    let sets: [(&str, &[&str]); 14] = [
         ("JobKind", &job_kind::JobKind::NAMES),
         ("MeterKind", &meter_kind::MeterKind::NAMES),
         ("Verdict", &admission::Verdict::NAMES),
@@ -179,6 +180,8 @@ async fn each_set_of_names_is_documented_by_its_names() {
         ("BudgetPeriod", &budget::BudgetPeriod::NAMES),
         ("MessageState", &webhooks::MessageState::NAMES),
         ("IdlePolicy", &attribution::IdlePolicy::NAMES),
+        ("LineClass", &LineClass::NAMES),
+        ("AllocationMethod", &AllocationMethod::NAMES),
     ];
     for (schema, names) in sets {
         let documented = &doc["components"]["schemas"][schema]["enum"];

@@ -64,7 +64,7 @@ pub fn render(close: &Close) -> String {
                     text(&region),
                     text(l.key.model.as_deref().unwrap_or_default()),
                     l.key.class.as_str().to_owned(),
-                    l.key.class.allocation_method().to_owned(),
+                    l.key.class.allocation_method().as_str().to_owned(),
                     l.amounts.energy_mj.to_string(),
                     fixed(l.energy_kwh, 6),
                     fixed(l.amounts.energy_cost, 6),

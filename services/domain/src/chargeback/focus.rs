@@ -140,7 +140,7 @@ pub fn render(close: &Close) -> String {
                         site.clone(),
                         model.clone(),
                         l.key.class.as_str().to_owned(),
-                        l.key.class.allocation_method().to_owned(),
+                        l.key.class.allocation_method().as_str().to_owned(),
                     ];
                     f.extend(x);
                     f

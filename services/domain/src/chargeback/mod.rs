@@ -43,15 +43,29 @@ crate::names::names! {
     }
 }
 
-impl LineClass {
-    /// How the line's energy reached the tenant (FOCUS 1.2 has no `AllocatedMethodId`; the
+crate::names::names! {
+    /// How a line's energy reached its tenant (FOCUS 1.2 has no `AllocatedMethodId`; the
     /// exports carry this in an `x_` column).
-    pub fn allocation_method(self) -> &'static str {
+    pub enum AllocationMethod {
+        /// The GPU steps its jobs held, by share.
+        MeteredGpuShare = "metered-gpu-share",
+        /// Idle energy spread over the site's jobs in proportion to their IT energy.
+        IdleProportional = "idle-proportional-to-it-energy",
+        /// Idle energy no job used, to the site's platform tenant.
+        IdleToPlatform = "idle-to-platform-tenant",
+        /// A grid event's credit, by the energy each tenant moved.
+        DemandResponse = "demand-response-by-energy-moved",
+    }
+}
+
+impl LineClass {
+    /// How the line's energy reached the tenant.
+    pub fn allocation_method(self) -> AllocationMethod {
         match self {
-            LineClass::IdleShare => "idle-proportional-to-it-energy",
-            LineClass::Platform => "idle-to-platform-tenant",
-            LineClass::GridCredit => "demand-response-by-energy-moved",
-            _ => "metered-gpu-share",
+            LineClass::IdleShare => AllocationMethod::IdleProportional,
+            LineClass::Platform => AllocationMethod::IdleToPlatform,
+            LineClass::GridCredit => AllocationMethod::DemandResponse,
+            _ => AllocationMethod::MeteredGpuShare,
         }
     }
 
@@ -244,7 +258,7 @@ mod tests {
         for k in JobKind::ALL {
             let class = LineClass::parse(k.as_str()).expect("a class for every job kind");
             assert_eq!(class.as_str(), k.as_str());
-            assert_eq!(class.allocation_method(), "metered-gpu-share");
+            assert_eq!(class.allocation_method(), AllocationMethod::MeteredGpuShare);
         }
     }
 }

@@ -18,7 +18,9 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::chargeback::statement::minor_units;
-use wattledger_domain::chargeback::{self, Close, Line, LineClass, Month, Statement, MJ_PER_KWH};
+use wattledger_domain::chargeback::{
+    self, AllocationMethod, Close, Line, LineClass, Month, Statement, MJ_PER_KWH,
+};
 use wattledger_store::chargeback as store;
 use wattledger_store::Scope;
 
@@ -86,7 +88,7 @@ pub struct LineView {
     /// A job's kind, `idle_share`, `platform`, or `demand_response_credit` (a tenant's share
     /// of a grid event's credit: a negative cost, no energy).
     pub job_class: LineClass,
-    pub allocation_method: String,
+    pub allocation_method: AllocationMethod,
     pub energy_mj: i64,
     #[schema(value_type = String)]
     pub energy_kwh: Decimal,
@@ -205,7 +207,7 @@ fn line_view(month: Month, currency: &str, l: &Line) -> LineView {
         site: l.key.site.clone(),
         model: l.key.model.clone(),
         job_class: l.key.class,
-        allocation_method: l.key.class.allocation_method().into(),
+        allocation_method: l.key.class.allocation_method(),
         energy_mj: l.amounts.energy_mj,
         energy_kwh: l.energy_kwh,
         energy_cost: l.amounts.energy_cost,

@@ -10,6 +10,7 @@ use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
 use rust_decimal::Decimal;
+use serde::Deserialize;
 use std::collections::HashMap;
 use utoipa::ToSchema;
 use wattledger_domain::attribution::IdlePolicy;
@@ -23,7 +24,8 @@ const MAX_NAME_LEN: usize = 256;
 const MAX_REGION_LEN: usize = 64;
 wattledger_domain::record! {
     /// A tenant: a team or customer that is charged.
-    #[derive(ToSchema)]
+    #[derive(ToSchema, Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub struct TenantIn {
         key: String,
         name: String,
@@ -41,7 +43,8 @@ impl TenantIn {
 
 wattledger_domain::record! {
     /// A site: one power and grid domain.
-    #[derive(ToSchema)]
+    #[derive(ToSchema, Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub struct SiteIn {
         key: String,
         name: String,
@@ -125,7 +128,8 @@ impl SiteIn {
 
 wattledger_domain::record! {
     /// A model served or trained, with token weights for shared endpoints.
-    #[derive(ToSchema)]
+    #[derive(ToSchema, Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub struct ModelIn {
         key: String,
         /// The key when absent.
@@ -246,7 +250,8 @@ pub async fn models(
 
 wattledger_domain::record! {
     /// A GPU model's embodied (manufacturing) carbon, for SCI's M.
-    #[derive(ToSchema)]
+    #[derive(ToSchema, Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub struct DeviceModelIn {
         /// The model name GPU meters carry in `device_model`, e.g. `NVIDIA H100 80GB HBM3`.
         key: String,
