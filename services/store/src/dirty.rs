@@ -3,6 +3,7 @@
 //! A mark is an upsert that bumps `marked_at`, so an hour re-marked while the worker is
 //! computing it stays dirty: the worker only clears marks it has seen.
 
+use crate::signals::Changed;
 use crate::StoreResult;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres, Transaction};
@@ -185,4 +186,31 @@ pub async fn count(pool: &sqlx::PgPool) -> StoreResult<i64> {
             .fetch_one(pool)
             .await?,
     )
+}
+
+/// Marks the attributed hours that changed signal points overlap, at the sites of their
+/// region (a carbon point's grid region, a price point's price region), so the ledger is
+/// recomputed exactly where a signal changed. The hours marked.
+pub async fn mark_regions(conn: &mut PgConnection, changed: &[Changed]) -> StoreResult<u64> {
+    if changed.is_empty() {
+        return Ok(0);
+    }
+    let r = sqlx::query!(
+        "INSERT INTO dirty_hours (site_id, hour)
+             SELECT DISTINCT sh.site_id, sh.hour
+             FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS c(region, signal, lo, hi)
+             JOIN sites s ON (c.signal = 'carbon' AND s.grid_region = c.region)
+                          OR (c.signal = 'price' AND coalesce(s.price_region, s.grid_region) = c.region)
+             JOIN site_hours sh ON sh.site_id = s.id
+                  AND sh.hour >= date_trunc('hour', c.lo) AND sh.hour < c.hi
+             ORDER BY 1, 2
+             ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+        &changed.iter().map(|c| c.region.clone()).collect::<Vec<_>>(),
+        &changed.iter().map(|c| c.signal.as_str()).collect::<Vec<_>>() as &[&str],
+        &changed.iter().map(|c| c.start_at).collect::<Vec<_>>(),
+        &changed.iter().map(|c| c.end_at).collect::<Vec<_>>(),
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected())
 }

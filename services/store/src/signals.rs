@@ -3,14 +3,14 @@
 //!
 //! A point's key is (region, signal, basis, status, source, start). Sending the same value
 //! again changes nothing; a different value is a provider's revision (Electricity Maps
-//! re-estimates recent hours, WattTime reissues) and replaces the stored one. Every point
-//! that is new or revised dirties the already-attributed hours it overlaps at the sites in
-//! its region, so the ledger is recomputed exactly where the signal changed.
+//! re-estimates recent hours, WattTime reissues) and replaces the stored one. The points
+//! that are new or revised are returned, for their hours to be marked dirty
+//! ([`crate::dirty::mark_regions`]).
 
 use crate::StoreResult;
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use wattledger_domain::costing::{Rate, SiteRates};
 use wattledger_domain::signals::{Basis, Signal, SignalKind, Status};
 
@@ -28,21 +28,22 @@ pub struct SignalRow {
     pub estimated: bool,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SignalOutcome {
-    /// Points inserted or revised.
-    pub written: u64,
-    /// Points already stored with the same value.
-    pub duplicates: u64,
-    /// Site-hours marked for recomputation.
-    pub dirtied: u64,
+/// A point that was new or revised: the span of its region's hours it may change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    pub region: String,
+    pub signal: SignalKind,
+    pub start_at: DateTime<Utc>,
+    pub end_at: DateTime<Utc>,
 }
 
+/// Inserts new points and revises stored ones whose value changed; the points that did
+/// either (a point stored with the same value is a resend).
 #[tracing::instrument(skip_all, fields(n = rows.len()))]
-pub async fn upsert(pool: &PgPool, rows: &[SignalRow]) -> StoreResult<SignalOutcome> {
+pub async fn upsert(conn: &mut PgConnection, rows: &[SignalRow]) -> StoreResult<Vec<Changed>> {
     let col = |f: fn(&SignalRow) -> &str| rows.iter().map(f).collect::<Vec<_>>();
-    let mut tx = pool.begin().await?;
-    let changed = sqlx::query!(
+    let changed = sqlx::query_as!(
+        Changed,
         r#"INSERT INTO signal_points (region, signal, basis, status, source, start_at, end_at, value, estimated)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                               $6::timestamptz[], $7::timestamptz[], $8::numeric[], $9::bool[])
@@ -62,35 +63,9 @@ pub async fn upsert(pool: &PgPool, rows: &[SignalRow]) -> StoreResult<SignalOutc
         &rows.iter().map(|r| r.value).collect::<Vec<_>>(),
         &rows.iter().map(|r| r.estimated).collect::<Vec<_>>(),
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(conn)
     .await?;
-    let mut dirtied = 0;
-    if !changed.is_empty() {
-        let r = sqlx::query!(
-            "INSERT INTO dirty_hours (site_id, hour)
-             SELECT DISTINCT sh.site_id, sh.hour
-             FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS c(region, signal, lo, hi)
-             JOIN sites s ON (c.signal = 'carbon' AND s.grid_region = c.region)
-                          OR (c.signal = 'price' AND coalesce(s.price_region, s.grid_region) = c.region)
-             JOIN site_hours sh ON sh.site_id = s.id
-                  AND sh.hour >= date_trunc('hour', c.lo) AND sh.hour < c.hi
-             ORDER BY 1, 2
-             ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
-            &changed.iter().map(|c| c.region.clone()).collect::<Vec<_>>(),
-            &changed.iter().map(|c| c.signal.as_str()).collect::<Vec<_>>() as &[&str],
-            &changed.iter().map(|c| c.start_at).collect::<Vec<_>>(),
-            &changed.iter().map(|c| c.end_at).collect::<Vec<_>>(),
-        )
-        .execute(&mut *tx)
-        .await?;
-        dirtied = r.rows_affected();
-    }
-    tx.commit().await?;
-    Ok(SignalOutcome {
-        written: changed.len() as u64,
-        duplicates: rows.len() as u64 - changed.len() as u64,
-        dirtied,
-    })
+    Ok(changed)
 }
 
 /// The points of one signal overlapping `[from, to)`, for the ledger to choose from: actuals

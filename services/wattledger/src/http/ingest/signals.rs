@@ -2,6 +2,7 @@
 //! fetchers, a site's own tariff or CSV, or any system that already has them.
 
 use super::{accept_all, IngestOutcome, IngestResponses, Records};
+use crate::app;
 use crate::auth::Role;
 use crate::http::error::{ApiError, ApiResult, FieldError};
 use crate::http::extract::{Batch, Caller};
@@ -12,7 +13,7 @@ use axum::Json;
 use chrono::{Duration, Utc};
 use std::collections::HashSet;
 use wattledger_domain::signals::{Signal, SignalKind};
-use wattledger_store::signals::{self, SignalRow};
+use wattledger_store::signals::SignalRow;
 use wattledger_wire::{SignalPoint, MAX_AHEAD_DAYS};
 
 #[utoipa::path(post, path = "/v1/ingest/signals", tag = "ingest",
@@ -79,7 +80,7 @@ pub async fn signals_batch(
     if !repeats.is_empty() {
         return Err(ApiError::Validation(repeats));
     }
-    let outcome = signals::upsert(&state.pool, &rows).await?;
+    let outcome = app::ingest::signals::write(&state.pool, &rows).await?;
     // New forecasts change admission's choices at once on this replica.
     state.admission.poke();
     tracing::debug!(
