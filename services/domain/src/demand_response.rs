@@ -32,6 +32,78 @@ pub enum BaselineMethod {
     Days(u32),
 }
 
+/// What a method that is not one says.
+pub const BASELINE_METHOD_EXPECTED: &str =
+    "weekdays-N or days-N, N from 1 to 30 (default weekdays-10)";
+
+/// Written and read by its label (`weekdays-10`): in the API, and in its `text` column.
+impl serde::Serialize for BaselineMethod {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.label())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for BaselineMethod {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        BaselineMethod::parse(&s).ok_or_else(|| serde::de::Error::custom(BASELINE_METHOD_EXPECTED))
+    }
+}
+
+impl crate::input::field::Field for BaselineMethod {
+    fn read(v: Option<&serde_json::Value>) -> Result<Self, Vec<crate::input::record::Problem>> {
+        let s = <String as crate::input::field::Field>::read(v)?;
+        BaselineMethod::parse(&s).map_or_else(
+            || crate::input::field::refused(BASELINE_METHOD_EXPECTED),
+            Ok,
+        )
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for BaselineMethod {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some("^(weekdays|days)-([1-9]|[12][0-9]|30)$"))
+            .examples([serde_json::json!("weekdays-10")])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for BaselineMethod {}
+
+#[cfg(feature = "sqlx")]
+impl sqlx::Type<sqlx::Postgres> for BaselineMethod {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+#[cfg(feature = "sqlx")]
+impl<'q> sqlx::Encode<'q, sqlx::Postgres> for BaselineMethod {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <String as sqlx::Encode<sqlx::Postgres>>::encode(self.label(), buf)
+    }
+}
+
+/// A stored label that is no method is a decode error naming it, not a default.
+#[cfg(feature = "sqlx")]
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for BaselineMethod {
+    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        let s = <&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+        BaselineMethod::parse(s).ok_or_else(|| format!("'{s}' is not a baseline method").into())
+    }
+}
+
 impl Default for BaselineMethod {
     fn default() -> Self {
         BaselineMethod::Weekdays(10)
