@@ -125,20 +125,26 @@ pub async fn list_policies(
 wattledger_domain::record! {
     /// A site's power policy as `PUT /v1/power/policies/{site}` writes it; what is left out
     /// keeps its default.
-    #[derive(Debug, ToSchema)]
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
     pub struct PolicyIn {
+        #[serde(default)]
         pub oversubscription: Option<Oversubscription> => None,
         /// The most a measured factor may be: 1 to 4, up to 3 places (default 1.25).
         #[schema(value_type = Option<String>, example = "1.25")]
+        #[serde(default)]
         pub measured_cap: Option<Decimal> => None,
-        /// The percentile of measured draw a factor is taken at: above 0 to 100, up to 3
-        /// places (default 99.9).
+        /// The percentile of a class's coincident draw its measured headroom is taken
+        /// against: above 0 to 100, up to 3 places (default 99.9).
         #[schema(value_type = Option<String>, example = "99.9")]
+        #[serde(default)]
         pub measured_percentile: Option<Decimal> => None,
-        /// Days of draw a measured factor looks back over: 1 to 90 (default 7).
+        /// The site's recent days a measured factor is taken over: 1 to 90 (default 7).
+        #[serde(default)]
         pub measured_days: Option<i64> => None,
         /// The per-GPU power limit (W) admission may set on a job that fits only capped: 50
         /// to 5000 (default none).
+        #[serde(default)]
         pub power_cap_w: Option<i64> => None,
     }
 }
@@ -203,6 +209,17 @@ impl Field for Oversubscription {
         } else {
             Err(problems)
         }
+    }
+}
+
+/// By the same reading as the record's, so that serde and the field-by-field reader agree.
+impl<'de> Deserialize<'de> for Oversubscription {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Oversubscription::read(Some(&v)).map_err(|problems| {
+            let p = &problems[0];
+            serde::de::Error::custom(format!("{}: {}", p.field, p.reason))
+        })
     }
 }
 
@@ -377,5 +394,21 @@ mod tests {
         assert_eq!((p.measured_days, p.power_cap_w), (30, None));
         assert_eq!(p.measured_cap.to_string(), "1.5");
         assert_eq!(read(json!({})).unwrap().policy(), d);
+    }
+
+    #[test]
+    fn serde_reads_a_policy_as_the_record_does() {
+        let v = json!({"oversubscription": {"batch": "2.5", "inference": "measured"}});
+        let p: PolicyIn = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(p.oversubscription, read(v).unwrap().oversubscription);
+        for bad in [
+            json!({"oversubscription": {"gpu": 1}}),
+            json!({"colour": 1}),
+        ] {
+            assert!(
+                serde_json::from_value::<PolicyIn>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
     }
 }
