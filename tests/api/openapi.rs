@@ -315,3 +315,80 @@ async fn the_documented_ingest_records_are_the_agents_own() {
         assert_eq!(schema["additionalProperties"], false, "{name}");
     }
 }
+
+/// The JSON bodies the server reads field by field are documented by the records it reads:
+/// each operation's body is its record's schema, whose properties are the record's fields (no
+/// more, no fewer), whose required ones are those it cannot do without, and which allows no
+/// other property (the server refuses unknown fields).
+#[tokio::test]
+async fn the_documented_bodies_are_the_records_the_server_reads() {
+    use wattledger::admission::Ask;
+    use wattledger::http::{budgets::BudgetIn, grid_events::GridEventIn};
+    use wattledger::http::{power_policy::PolicyIn, tokens::MintRequest};
+    use wattledger_domain::input::record::Record;
+    let app = TestApp::start().await;
+    let (_, doc) = app.get(None, "/v1/openapi.json").await;
+    type Body<'a> = (&'a str, &'a str, &'a str, &'a [&'a str], &'a [&'a str]);
+    let bodies: [Body; 5] = [
+        (
+            "put",
+            "/v1/budgets/{key}",
+            "BudgetIn",
+            BudgetIn::FIELDS,
+            &["tenant"],
+        ),
+        (
+            "post",
+            "/v1/grid-events",
+            "GridEventIn",
+            GridEventIn::FIELDS,
+            &["key", "site", "starts_at", "ends_at"],
+        ),
+        (
+            "put",
+            "/v1/power/policies/{site}",
+            "PolicyIn",
+            PolicyIn::FIELDS,
+            &[],
+        ),
+        (
+            "post",
+            "/v1/tokens",
+            "MintRequest",
+            MintRequest::FIELDS,
+            &["role", "sub"],
+        ),
+        (
+            "post",
+            "/v1/admission",
+            "Ask",
+            Ask::FIELDS,
+            &["tenant", "gpus", "duration_s"],
+        ),
+    ];
+    for (method, path, schema, fields, required) in bodies {
+        let body = &doc["paths"][path][method]["requestBody"]["content"]["application/json"];
+        assert_eq!(
+            body["schema"]["$ref"],
+            format!("#/components/schemas/{schema}"),
+            "{method} {path}: {body}"
+        );
+        let s = &doc["components"]["schemas"][schema];
+        let mut documented: Vec<&str> = s["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        documented.sort();
+        let mut fields = fields.to_vec();
+        fields.sort();
+        assert_eq!(documented, fields, "{schema}");
+        let wanted: Vec<&str> = s["required"]
+            .as_array()
+            .map(|a| a.iter().map(|v| v.as_str().unwrap()).collect())
+            .unwrap_or_default();
+        assert_eq!(wanted, required, "{schema}");
+        assert_eq!(s["additionalProperties"], false, "{schema}");
+    }
+}

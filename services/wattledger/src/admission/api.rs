@@ -12,53 +12,59 @@ use wattledger_domain::input;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::priority::Priority;
 
-/// A scheduler's question.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Ask {
-    /// Tenant key (a Slurm account, a Kubernetes namespace's tenant).
-    pub tenant: String,
-    #[serde(default)]
-    pub job_name: String,
-    /// The scheduler's job key where it is known before the job starts (Kubernetes:
-    /// `k8s:<namespace>/<pod>`), to join the decision to the job.
-    #[serde(default)]
-    pub job_key: Option<String>,
-    pub gpus: i64,
-    /// GPU device model (e.g. `NVIDIA H100 80GB HBM3`), for its typical draw.
-    #[serde(default)]
-    pub gpu_model: Option<String>,
-    /// The AI model key the job trains or serves, for learning its draw.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// What the job does; `batch` when absent.
-    #[serde(default = "default_kind")]
-    pub kind: JobKind,
-    /// Expected run time, seconds.
-    pub duration_s: i64,
-    /// Expected draw per GPU (W, node share included). Without it, learned from the tenant's
-    /// history for this model and kind, else the device's typical draw.
-    #[serde(default)]
-    pub power_per_gpu_w: Option<i64>,
-    /// Default: now.
-    #[serde(default, deserialize_with = "input::de::opt_time")]
-    pub earliest_start: Option<DateTime<Utc>>,
-    /// Must have finished by then. Without a deadline the job is not flexible.
-    #[serde(default, deserialize_with = "input::de::opt_time")]
-    pub deadline: Option<DateTime<Utc>>,
-    /// `normal` when absent.
-    #[serde(default)]
-    pub priority: Priority,
-    /// Candidate site keys, in order of preference. Default: every site.
-    #[serde(default)]
-    pub sites: Vec<String>,
-    /// Answer without reserving or storing anything ("what if").
-    #[serde(default)]
-    pub dry_run: bool,
-    /// Who asks, as the stored decision names it: `slurm`, a scheduler's own name, or `api`
-    /// (default). Lowercase letters, digits, `-` and `_`, at most 32.
-    #[serde(default)]
-    pub source: Option<String>,
+// Read by serde at once; a question serde refuses is read again field by field, so that the
+// refusal names every field (`http::admission`). A refused field's stand-in leaves a question
+// whose other fields `validate` can check; `earliest_start` has none, as `deadline`'s rule
+// would only guess at it.
+wattledger_domain::record! {
+    /// A scheduler's question.
+    #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct Ask {
+        /// Tenant key (a Slurm account, a Kubernetes namespace's tenant).
+        pub tenant: String => String::new(),
+        #[serde(default)]
+        pub job_name: String = String::new() => String::new(),
+        /// The scheduler's job key where it is known before the job starts (Kubernetes:
+        /// `k8s:<namespace>/<pod>`), to join the decision to the job.
+        #[serde(default)]
+        pub job_key: Option<String> => None,
+        pub gpus: i64 => 1,
+        /// GPU device model (e.g. `NVIDIA H100 80GB HBM3`), for its typical draw.
+        #[serde(default)]
+        pub gpu_model: Option<String> => None,
+        /// The AI model key the job trains or serves, for learning its draw.
+        #[serde(default)]
+        pub model: Option<String> => None,
+        /// What the job does; `batch` when absent.
+        #[serde(default = "default_kind")]
+        pub kind: JobKind = default_kind() => default_kind(),
+        /// Expected run time, seconds.
+        pub duration_s: i64 => 1,
+        /// Expected draw per GPU (W, node share included). Without it, learned from the
+        /// tenant's history for this model and kind, else the device's typical draw.
+        #[serde(default)]
+        pub power_per_gpu_w: Option<i64> => None,
+        /// Default: now.
+        #[serde(default, deserialize_with = "input::de::opt_time")]
+        pub earliest_start: Option<DateTime<Utc>>,
+        /// Must have finished by then. Without a deadline the job is not flexible.
+        #[serde(default, deserialize_with = "input::de::opt_time")]
+        pub deadline: Option<DateTime<Utc>> => None,
+        /// `normal` when absent.
+        #[serde(default)]
+        pub priority: Priority = Priority::default() => Priority::default(),
+        /// Candidate site keys, in order of preference. Default: every site.
+        #[serde(default)]
+        pub sites: Vec<String> => Vec::new(),
+        /// Answer without reserving or storing anything ("what if").
+        #[serde(default)]
+        pub dry_run: bool = false => false,
+        /// Who asks, as the stored decision names it: `slurm`, a scheduler's own name, or
+        /// `api` (default). Lowercase letters, digits, `-` and `_`, at most 32.
+        #[serde(default)]
+        pub source: Option<String> => None,
+    }
 }
 
 fn default_kind() -> JobKind {
@@ -144,7 +150,7 @@ const TEXT_LIMITS: [(&str, usize); 6] = [
 
 /// What can be checked on the question alone. Every text passes the one input rule: a NUL
 /// would be answered but could never be stored, and the decision must be stored.
-pub(super) fn validate(ask: &Ask, now: DateTime<Utc>) -> Vec<(&'static str, String)> {
+pub(crate) fn validate(ask: &Ask, now: DateTime<Utc>) -> Vec<(&'static str, String)> {
     let mut bad: Vec<(&'static str, String)> = Vec::new();
     let texts = [
         ("tenant", Some(&ask.tenant)),

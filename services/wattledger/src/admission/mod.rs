@@ -17,6 +17,7 @@ mod refresh;
 mod state;
 pub mod writer;
 
+pub(crate) use api::validate;
 pub use api::{Answer, Answered, Ask, AskError, PowerSource};
 
 use chrono::Utc;

@@ -4,6 +4,7 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
 use super::extract::{Caller, Query, RawBatch, RawJson};
+use super::validate;
 use crate::admission::{Answer, Ask, AskError};
 use crate::auth::Role;
 use crate::state::AppState;
@@ -19,6 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 use wattledger_domain::admission::Verdict;
 use wattledger_domain::input;
+use wattledger_domain::input::record::Record as _;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::priority::Priority;
 use wattledger_store::admission::{self as store, DecisionFilter};
@@ -45,85 +47,26 @@ fn to_api(e: AskError) -> ApiError {
     }
 }
 
-/// Parses the question; a body that does not fit the schema is a 422 naming the field.
+/// Parses the question; a body that does not fit the schema is a 422 naming each field, and
+/// what the question's rules find wrong with the fields that did read.
 fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
-    match serde_json::from_slice::<Ask>(bytes) {
-        Ok(a) => Ok(a),
-        Err(e) => {
-            // Duplicate keys and NULs are named by the strict parse.
-            let value = super::json::parse(bytes)?;
-            let Value::Object(map) = value else {
-                return Err(ApiError::BadRequest(
-                    "the body must be a JSON object".into(),
-                ));
-            };
-            let mut bad = Vec::new();
-            let ints = ["gpus", "duration_s", "power_per_gpu_w"];
-            let times = ["earliest_start", "deadline"];
-            let bools = ["dry_run"];
-            let strings = [
-                "tenant",
-                "job_name",
-                "job_key",
-                "gpu_model",
-                "model",
-                "priority",
-                "source",
-            ];
-            for (k, v) in &map {
-                let ok = if ints.contains(&k.as_str()) {
-                    v.is_i64() || (v.is_null() && k == "power_per_gpu_w")
-                } else if times.contains(&k.as_str()) {
-                    v.is_null() || v.as_str().is_some_and(|s| input::parse_time(s).is_ok())
-                } else if k == "kind" {
-                    v.as_str().is_some_and(|s| JobKind::parse(s).is_some())
-                } else if let (true, Some(Err(e))) =
-                    (k == "priority", v.as_str().map(Priority::parse))
-                {
-                    bad.push(FieldError::new(0, k, e.to_string()));
-                    continue;
-                } else if strings.contains(&k.as_str()) {
-                    v.is_string() || (v.is_null() && !matches!(k.as_str(), "tenant" | "priority"))
-                } else if bools.contains(&k.as_str()) {
-                    v.is_boolean()
-                } else if k == "sites" {
-                    v.as_array().is_some_and(|a| a.iter().all(Value::is_string))
-                } else {
-                    bad.push(FieldError::new(0, k, "unknown field"));
-                    continue;
-                };
-                if !ok {
-                    let want = if ints.contains(&k.as_str()) {
-                        "an integer".into()
-                    } else if times.contains(&k.as_str()) {
-                        format!(
-                            "an RFC 3339 time between {}-01-01 and {}-01-01",
-                            input::EARLIEST_YEAR,
-                            input::LATEST_YEAR
-                        )
-                    } else if k == "sites" {
-                        "an array of site keys".into()
-                    } else if bools.contains(&k.as_str()) {
-                        "true or false".into()
-                    } else if k == "kind" {
-                        format!("one of {}", JobKind::NAMES.join(", "))
-                    } else {
-                        String::from("a string")
-                    };
-                    bad.push(FieldError::new(0, k, format!("must be {want}")));
-                }
-            }
-            for required in ["tenant", "gpus", "duration_s"] {
-                if !map.contains_key(required) {
-                    bad.push(FieldError::new(0, required, "is required"));
-                }
-            }
-            if bad.is_empty() {
-                bad.push(FieldError::new(0, "body", e.to_string()));
-            }
-            Err(ApiError::Validation(bad))
+    if let Ok(ask) = serde_json::from_slice::<Ask>(bytes) {
+        return Ok(ask);
+    }
+    // Duplicate keys and NULs are named by the strict parse.
+    let value = super::json::parse(bytes)?;
+    if !value.is_object() {
+        return Err(ApiError::BadRequest(
+            "the body must be a JSON object".into(),
+        ));
+    }
+    let (ask, mut f) = validate::read::<Ask>(0, &value);
+    if let Some(ask) = &ask {
+        for (field, reason) in crate::admission::validate(ask, Utc::now()) {
+            f.error(field, reason);
         }
     }
+    f.finish(ask, Ask::FIELDS).map_err(ApiError::Validation)
 }
 
 /// Ask whether a job may start: admit, defer to `start_at`, or reject, with the reasons
@@ -542,5 +485,42 @@ mod tests {
         let no_gpu =
             json!({"namespace": "x", "object": {"spec": {"containers": [{"resources": {}}]}}});
         assert!(pod_ask(&no_gpu).unwrap().is_none());
+    }
+    /// The fields a question is refused for, in order.
+    fn refused(v: Value) -> Vec<String> {
+        match parse_ask(v.to_string().as_bytes()) {
+            Err(ApiError::Validation(e)) => e.into_iter().map(|e| e.field).collect(),
+            other => panic!("{v}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_question_serde_refuses_is_read_field_by_field() {
+        assert_eq!(refused(json!({"tenant": "a"})), ["gpus", "duration_s"]);
+        assert_eq!(
+            refused(json!({"colour": "red", "tenant": "a", "gpus": "eight", "duration_s": 60})),
+            ["colour", "gpus"]
+        );
+        // The question's own rules, about the fields that did read, come with them.
+        assert_eq!(
+            refused(
+                json!({"tenant": "a", "gpus": 0, "duration_s": 60, "kind": "mining",
+                "sites": ["s1", 2]})
+            ),
+            ["gpus", "kind", "sites[1]"]
+        );
+        assert_eq!(
+            refused(json!({"tenant": "a", "gpus": 1, "duration_s": 60,
+                "earliest_start": "+262142-12-31T23:59:59Z", "deadline": "2026-11-23T09:00:00Z"})),
+            ["earliest_start"]
+        );
+        // A null is a field left out, as everywhere in the API.
+        let ask =
+            parse_ask(br#"{"tenant": "a", "gpus": 1, "duration_s": 60, "kind": null}"#).unwrap();
+        assert_eq!(ask.kind, JobKind::Batch);
+        assert!(matches!(
+            parse_ask(b"[1]"),
+            Err(ApiError::BadRequest(m)) if m.contains("JSON object")
+        ));
     }
 }

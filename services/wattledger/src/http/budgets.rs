@@ -4,7 +4,7 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, RawBatch};
-use super::validate::Record;
+use super::validate::{self, Findings};
 use crate::auth::Role;
 use crate::state::AppState;
 use axum::extract::{Path, State};
@@ -13,12 +13,14 @@ use axum::routing::get;
 use axum::{Json, Router};
 use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 use wattledger_domain::budget::{BudgetMetric, BudgetPeriod};
 use wattledger_domain::budget_alerts::runs_out_at;
-use wattledger_domain::input;
+use wattledger_domain::input::field::{self, Field};
+use wattledger_domain::input::record::{Problem, Record as _};
+use wattledger_domain::input::{self, InputError};
 use wattledger_store::budgets::{self as store, BudgetSpec, BudgetState};
 use wattledger_store::inventory::{ids_by_key, KeyedTable};
 use wattledger_store::Scope;
@@ -162,26 +164,245 @@ async fn one(state: &AppState, caller: &Caller, key: &str) -> ApiResult<BudgetVi
     view(state, &caller.scope, b, now).await
 }
 
-const FIELDS: [&str; 11] = [
-    "tenant",
-    "model",
-    "period",
-    "starts_at",
-    "ends_at",
-    "limit_kwh",
-    "limit_cost",
-    "currency",
-    "limit_carbon_kg",
-    "hard",
-    "thresholds_pct",
-];
+/// A limit's places: the columns are numeric(20, 6), so a millionth is the finest limit that
+/// is stored as sent.
+const LIMIT_SCALE: u32 = 6;
+/// The largest limit, far below what the columns hold.
+const LIMIT_MAX: i64 = 1_000_000_000_000;
+
+wattledger_domain::record! {
+    /// A budget as `PUT /v1/budgets/{key}` writes it.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct BudgetIn {
+        /// The tenant's key.
+        pub tenant: String => String::new(),
+        /// A model's key: the budget then counts the tenant's use of that model only.
+        #[serde(default)]
+        pub model: Option<String> => None,
+        /// `month` (the default) or `custom`.
+        #[serde(default = "month")]
+        pub period: BudgetPeriod = BudgetPeriod::Month => BudgetPeriod::Month,
+        /// A custom period's start, before `ends_at`; a monthly budget takes none.
+        #[serde(default)]
+        pub starts_at: Option<DateTime<Utc>> => None,
+        #[serde(default)]
+        pub ends_at: Option<DateTime<Utc>> => None,
+        /// kWh, up to 6 places. At least one of the three limits is required.
+        #[serde(default)]
+        #[schema(value_type = Option<String>, example = "1500")]
+        pub limit_kwh: Option<Decimal> => None,
+        /// In `currency`, up to 6 places.
+        #[serde(default)]
+        #[schema(value_type = Option<String>, example = "2000.50")]
+        pub limit_cost: Option<Decimal> => None,
+        /// ISO 4217 (`EUR`): with `limit_cost`, and only with it.
+        #[serde(default)]
+        pub currency: Option<String> => None,
+        /// kg CO2e, up to 6 places.
+        #[serde(default)]
+        #[schema(value_type = Option<String>)]
+        pub limit_carbon_kg: Option<Decimal> => None,
+        /// A hard cap makes admission reject jobs that would exceed it; a soft one (the
+        /// default) warns.
+        #[serde(default)]
+        pub hard: bool = false => false,
+        /// The percents of a limit at which an alert is raised; 50, 80 and 100 by default.
+        #[serde(default)]
+        #[schema(value_type = Option<Vec<i32>>, example = json!([50, 80, 100]))]
+        pub thresholds_pct: Option<Thresholds> => None,
+    }
+}
+
+fn month() -> BudgetPeriod {
+    BudgetPeriod::Month
+}
+
+/// The percents of a limit at which a budget alerts: 1 to 10 whole percents from 1 to 1000.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "Vec<i64>")]
+pub struct Thresholds(Vec<i32>);
+
+const THRESHOLDS_RULE: &str = "1 to 10 whole percents between 1 and 1000";
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds(vec![50, 80, 100])
+    }
+}
+
+impl TryFrom<Vec<i64>> for Thresholds {
+    type Error = &'static str;
+
+    fn try_from(pcts: Vec<i64>) -> Result<Self, Self::Error> {
+        let t: Vec<i32> = pcts
+            .iter()
+            .filter_map(|p| i32::try_from(*p).ok())
+            .filter(|p| (1..=1000).contains(p))
+            .collect();
+        if t.len() != pcts.len() || t.is_empty() || t.len() > 10 {
+            return Err(THRESHOLDS_RULE);
+        }
+        Ok(Thresholds(t))
+    }
+}
+
+/// An array whose every item is a threshold; any other item refuses the whole field with the
+/// rule, as one list is what a budget alerts by.
+impl Field for Thresholds {
+    fn read(v: Option<&Value>) -> Result<Self, Vec<Problem>> {
+        let items = match field::present(v) {
+            None => return field::refused("is required"),
+            Some(Value::Array(items)) => items,
+            Some(_) => return field::refused("must be an array"),
+        };
+        let pcts: Option<Vec<i64>> = items.iter().map(Value::as_i64).collect();
+        pcts.ok_or(THRESHOLDS_RULE)
+            .and_then(Thresholds::try_from)
+            .or_else(field::refused)
+    }
+}
+
+impl BudgetIn {
+    /// Everything wrong with the budget on its own, `now` bounding how far ahead a period may
+    /// be. `refused` names the fields the reading refused already: a refused period or limit
+    /// says what is wrong, and the rules between fields would only repeat it.
+    fn check(&self, refused: impl Fn(&str) -> bool, now: DateTime<Utc>) -> Vec<Problem> {
+        let mut p = Vec::new();
+        let mut add = |field: &str, reason: String| p.push(Problem::new(field, reason));
+        if let Err(e) = input::key(&self.tenant) {
+            add("tenant", e.to_string());
+        }
+        if let Some(Err(e)) = self.model.as_deref().map(input::key) {
+            add("model", e.to_string());
+        }
+        let far = now + Duration::days(3650);
+        let mut time = |field: &str, t: Option<DateTime<Utc>>| {
+            let t = t.map(|t| input::time_until(t, far));
+            if let Some(Err(e)) = &t {
+                add(field, e.to_string());
+            }
+            t.and_then(Result::ok)
+        };
+        let starts_at = time("starts_at", self.starts_at);
+        let ends_at = time("ends_at", self.ends_at);
+        match (self.period, starts_at, ends_at) {
+            _ if refused("period") => {}
+            (BudgetPeriod::Custom, Some(s), Some(e)) if s < e => {}
+            (BudgetPeriod::Custom, _, _) => add(
+                "ends_at",
+                "a custom period needs starts_at before ends_at".into(),
+            ),
+            (BudgetPeriod::Month, None, None) => {}
+            (BudgetPeriod::Month, _, _) => add(
+                "starts_at",
+                "a monthly budget takes no starts_at or ends_at".into(),
+            ),
+        }
+        let mut refused_limit = false;
+        let mut limit = |field: &str, d: Option<Decimal>| {
+            refused_limit |= refused(field);
+            let d = d.map(|d| {
+                input::decimal(d, LIMIT_SCALE, Decimal::new(1, 6), Decimal::from(LIMIT_MAX))
+            });
+            if let Some(Err(e)) = &d {
+                add(field, e.to_string());
+                refused_limit = true;
+            }
+            d.and_then(Result::ok)
+        };
+        let limit_kwh = limit("limit_kwh", self.limit_kwh);
+        let limit_cost = limit("limit_cost", self.limit_cost);
+        let limit_carbon_kg = limit("limit_carbon_kg", self.limit_carbon_kg);
+        if limit_kwh.is_none()
+            && limit_cost.is_none()
+            && limit_carbon_kg.is_none()
+            && !refused_limit
+        {
+            add(
+                "limit_kwh",
+                "at least one of limit_kwh, limit_cost, limit_carbon_kg is required".into(),
+            );
+        }
+        let currency = match self.currency.as_deref().map(|c| input::text(c, 3)) {
+            Some(Err(e)) => {
+                add("currency", e.to_string());
+                None
+            }
+            c => c.and_then(Result::ok),
+        };
+        match (limit_cost, currency) {
+            (Some(_), Some(c)) if c.len() == 3 && c.chars().all(|c| c.is_ascii_uppercase()) => {}
+            (Some(_), _) => add(
+                "currency",
+                "a cost limit needs an ISO 4217 currency (EUR)".into(),
+            ),
+            (None, Some(_)) if !refused_limit => add("currency", "only with limit_cost".into()),
+            (None, _) => {}
+        }
+        p
+    }
+
+    /// The budget to store as `key`, once checked and its tenant and model found.
+    fn spec(self, key: String, tenant_id: i64, model_id: Option<i64>) -> BudgetSpec {
+        let limit = |d: Option<Decimal>| d.map(|d| d.normalize());
+        BudgetSpec {
+            key,
+            tenant_id,
+            model_id,
+            period: self.period,
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+            limit_kwh: limit(self.limit_kwh),
+            limit_cost: limit(self.limit_cost),
+            currency: self.limit_cost.and(self.currency),
+            limit_carbon_kg: limit(self.limit_carbon_kg),
+            hard: self.hard,
+            thresholds_pct: self.thresholds_pct.unwrap_or_default().0,
+        }
+    }
+}
+
+/// A budget's key, from the path: text of at most 128 bytes that is not blank.
+fn check_key(key: &str) -> Result<(), String> {
+    match input::text(key, 128) {
+        Ok(k) if !k.trim().is_empty() => Ok(()),
+        Ok(_) => Err(InputError::Empty.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The ids of the budget's tenant and model; one that is not known is its field's error.
+/// A key its check refuses is not looked up.
+async fn lookup(
+    state: &AppState,
+    b: &BudgetIn,
+    f: &mut Findings,
+) -> ApiResult<(Option<i64>, Option<i64>)> {
+    let mut tenant_id = None;
+    if !f.refused("tenant") && input::key(&b.tenant).is_ok() {
+        tenant_id = state.tenant_id(&b.tenant).await?;
+        if tenant_id.is_none() {
+            f.error("tenant", format!("unknown tenant '{}'", b.tenant));
+        }
+    }
+    let mut model_id = None;
+    if let Some(m) = b.model.as_ref().filter(|m| input::key(m).is_ok()) {
+        let ids = ids_by_key(&state.pool, KeyedTable::Models, std::slice::from_ref(m)).await?;
+        model_id = ids.get(m).copied();
+        if model_id.is_none() {
+            f.error("model", format!("unknown model '{m}'"));
+        }
+    }
+    Ok((tenant_id, model_id))
+}
 
 /// Creates the budget `key` or replaces it (admin, finance). At least one limit; `cost` needs
 /// its currency; `custom` periods need `starts_at` < `ends_at`. Thresholds default to
 /// 50/80/100 %. Admission applies a hard cap at once.
 #[utoipa::path(put, path = "/v1/budgets/{key}", tag = "budgets",
     params(("key" = String, Path, description = "Budget key")),
-    request_body(content = Object, description = "tenant, model?, period (month|custom), starts_at?, ends_at?, limit_kwh?, limit_cost? + currency, limit_carbon_kg?, hard, thresholds_pct?"),
+    request_body = BudgetIn,
     security(("bearer" = [])),
     responses((status = 200, body = BudgetView), (status = 201, body = BudgetView),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -196,119 +417,20 @@ pub async fn put(
 ) -> ApiResult<(StatusCode, Json<BudgetView>)> {
     caller.require(&WRITERS)?;
     let value: Value = super::json::parse(&body)?;
-    let mut r = Record::new(0, &value, &FIELDS);
-    match input::text(&key, 128) {
-        Ok(k) if !k.trim().is_empty() => {}
-        Ok(_) => r.error("key", "must not be empty"),
-        Err(e) => r.error("key", e.to_string()),
+    let (budget, mut f) = validate::read::<BudgetIn>(0, &value);
+    if let Err(reason) = check_key(&key) {
+        f.error("key", reason);
     }
-    let tenant_key = r.key("tenant");
-    let model_key = r.opt_key("model");
-    let period = r.opt_named("period");
-    // A refused period says what is wrong; the rules of a period's times would only guess.
-    let period_refused = period.is_none() && r.errors.iter().any(|e| e.field == "period");
-    let period = period.unwrap_or(BudgetPeriod::Month);
-    let far = Utc::now() + Duration::days(3650);
-    let starts_at = r.opt_time("starts_at", far);
-    let ends_at = r.opt_time("ends_at", far);
-    match (period, starts_at, ends_at) {
-        _ if period_refused => {}
-        (BudgetPeriod::Custom, Some(s), Some(e)) if s < e => {}
-        (BudgetPeriod::Custom, _, _) => {
-            r.error("ends_at", "a custom period needs starts_at before ends_at")
-        }
-        (BudgetPeriod::Month, None, None) => {}
-        (BudgetPeriod::Month, _, _) => r.error(
-            "starts_at",
-            "a monthly budget takes no starts_at or ends_at",
-        ),
+    let mut spec = None;
+    if let Some(b) = budget {
+        let problems = b.check(|field| f.refused(field), Utc::now());
+        f.problems(problems);
+        let (tenant_id, model_id) = lookup(&state, &b, &mut f).await?;
+        spec = tenant_id.map(|t| b.spec(key.clone(), t, model_id));
     }
-    // The columns are numeric(20, 6): a millionth is the finest limit that is stored as sent.
-    let limit = |r: &mut Record, field: &str| {
-        r.opt_decimal_in(
-            field,
-            6,
-            Decimal::new(1, 6),
-            Decimal::from(1_000_000_000_000i64),
-        )
-    };
-    let limit_kwh = limit(&mut r, "limit_kwh");
-    let limit_cost = limit(&mut r, "limit_cost");
-    let limit_carbon_kg = limit(&mut r, "limit_carbon_kg");
-    // A limit that was refused already says what is wrong; the rules between fields below
-    // would only repeat it.
-    let refused_limit = r.errors.iter().any(|e| e.field.starts_with("limit_"));
-    if limit_kwh.is_none() && limit_cost.is_none() && limit_carbon_kg.is_none() && !refused_limit {
-        r.error(
-            "limit_kwh",
-            "at least one of limit_kwh, limit_cost, limit_carbon_kg is required",
-        );
-    }
-    let currency = r.opt_str("currency", 3);
-    match (&limit_cost, &currency) {
-        (Some(_), Some(c)) if c.len() == 3 && c.chars().all(|c| c.is_ascii_uppercase()) => {}
-        (Some(_), _) => r.error("currency", "a cost limit needs an ISO 4217 currency (EUR)"),
-        (None, Some(_)) if !refused_limit => r.error("currency", "only with limit_cost"),
-        (None, Some(_)) => {}
-        (None, None) => {}
-    }
-    let hard = r.opt_bool("hard").unwrap_or(false);
-    let thresholds: Vec<i32> = match r.array("thresholds_pct") {
-        None => vec![50, 80, 100],
-        Some(a) => {
-            let t: Vec<i32> = a
-                .iter()
-                .filter_map(|v| v.as_i64())
-                .filter(|p| (1..=1000).contains(p))
-                .map(|p| p as i32)
-                .collect();
-            if t.len() != a.len() || t.is_empty() || t.len() > 10 {
-                r.error(
-                    "thresholds_pct",
-                    "1 to 10 whole percents between 1 and 1000",
-                );
-            }
-            t
-        }
-    };
-    let tenant_id = match &tenant_key {
-        Some(k) => {
-            let id = state.tenant_id(k).await?;
-            if id.is_none() {
-                r.error("tenant", format!("unknown tenant '{k}'"));
-            }
-            id
-        }
-        None => None,
-    };
-    let model_id = match &model_key {
-        Some(m) => {
-            let ids = ids_by_key(&state.pool, KeyedTable::Models, std::slice::from_ref(m)).await?;
-            let id = ids.get(m).copied();
-            if id.is_none() {
-                r.error("model", format!("unknown model '{m}'"));
-            }
-            id
-        }
-        None => None,
-    };
-    if !r.errors.is_empty() {
-        return Err(ApiError::Validation(r.errors));
-    }
-    let spec = BudgetSpec {
-        key: key.clone(),
-        tenant_id: tenant_id.ok_or(ApiError::NotFound)?,
-        model_id,
-        period,
-        starts_at,
-        ends_at,
-        limit_kwh,
-        limit_cost,
-        currency: limit_cost.and(currency),
-        limit_carbon_kg,
-        hard,
-        thresholds_pct: thresholds,
-    };
+    let spec = f
+        .finish(spec, BudgetIn::FIELDS)
+        .map_err(ApiError::Validation)?;
     let new = store::upsert(&state.pool, &spec).await?;
     state.admission.poke();
     let budget = one(&state, &caller, &key).await?;
@@ -336,4 +458,153 @@ pub async fn remove(
     }
     state.admission.poke();
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> DateTime<Utc> {
+        "2026-11-18T12:00:00Z".parse().unwrap()
+    }
+
+    /// What the reading and the check find wrong with `v` (the lookups aside), as
+    /// `(field, reason)`; the budget when nothing is.
+    fn read(v: Value) -> Result<BudgetIn, Vec<(String, String)>> {
+        let (b, mut f) = validate::read::<BudgetIn>(0, &v);
+        if let Some(b) = &b {
+            let problems = b.check(|field| f.refused(field), now());
+            f.problems(problems);
+        }
+        f.finish(b, BudgetIn::FIELDS)
+            .map_err(|e| e.into_iter().map(|e| (e.field, e.reason)).collect())
+    }
+
+    fn fields(v: Value) -> Vec<String> {
+        read(v).unwrap_err().into_iter().map(|(f, _)| f).collect()
+    }
+
+    #[test]
+    fn every_problem_is_named_once_in_field_order() {
+        let bad = read(
+            json!({"tenant": "nobody", "period": "custom", "limit_cost": "-3",
+            "thresholds_pct": [0], "colour": "red"}),
+        )
+        .unwrap_err();
+        let want = [
+            ("colour", "unknown field"),
+            ("ends_at", "a custom period needs starts_at before ends_at"),
+            ("limit_cost", "must be between 0.000001 and 1000000000000"),
+            ("thresholds_pct", THRESHOLDS_RULE),
+        ];
+        assert_eq!(
+            bad,
+            want.map(|(f, r)| (f.to_owned(), r.to_owned())).to_vec()
+        );
+    }
+
+    #[test]
+    fn a_refused_period_or_limit_is_not_also_blamed_by_the_rules_between_fields() {
+        assert_eq!(
+            fields(json!({"tenant": "a", "period": "weekly", "limit_kwh": 1,
+                "starts_at": "2026-11-01T00:00:00Z"})),
+            ["period"]
+        );
+        assert_eq!(
+            fields(json!({"tenant": "a", "limit_kwh": "x", "currency": "EUR"})),
+            ["limit_kwh"]
+        );
+        assert_eq!(
+            fields(json!({"tenant": "a", "limit_cost": "1e-28", "currency": "EUR"})),
+            ["limit_cost"]
+        );
+        assert_eq!(
+            read(json!({"tenant": "a"})).unwrap_err(),
+            [(
+                "limit_kwh".to_owned(),
+                "at least one of limit_kwh, limit_cost, limit_carbon_kg is required".to_owned()
+            )]
+        );
+    }
+
+    #[test]
+    fn a_cost_limit_and_its_currency_go_together() {
+        let reason = |v| read(v).unwrap_err()[0].1.clone();
+        assert_eq!(
+            reason(json!({"tenant": "a", "limit_kwh": 1, "currency": "EUR"})),
+            "only with limit_cost"
+        );
+        assert_eq!(
+            reason(json!({"tenant": "a", "limit_cost": 5})),
+            "a cost limit needs an ISO 4217 currency (EUR)"
+        );
+        assert_eq!(
+            reason(json!({"tenant": "a", "limit_cost": 5, "currency": "eur"})),
+            "a cost limit needs an ISO 4217 currency (EUR)"
+        );
+        assert!(read(json!({"tenant": "a", "limit_cost": 5, "currency": "EUR"})).is_ok());
+    }
+
+    #[test]
+    fn periods_take_their_times_or_none() {
+        assert_eq!(
+            fields(json!({"tenant": "a", "limit_kwh": 1, "ends_at": "2026-12-01T00:00:00Z"})),
+            ["starts_at"]
+        );
+        assert_eq!(
+            fields(json!({"tenant": "a", "limit_kwh": 1, "period": "custom",
+                "starts_at": "2026-12-01T00:00:00Z", "ends_at": "2026-11-01T00:00:00Z"})),
+            ["ends_at"]
+        );
+        // Too far ahead: the time says so, and the period's rule does not count on it.
+        assert_eq!(
+            fields(json!({"tenant": "a", "limit_kwh": 1, "period": "custom",
+                "starts_at": "2026-12-01T00:00:00Z", "ends_at": "2099-01-01T00:00:00Z"})),
+            ["ends_at", "ends_at"]
+        );
+        let b = read(
+            json!({"tenant": "a", "limit_kwh": "1.500", "period": "custom",
+            "starts_at": "2026-11-01T00:00:00Z", "ends_at": "2026-12-01T00:00:00Z"}),
+        )
+        .unwrap();
+        let spec = b.spec("k".into(), 1, None);
+        assert_eq!(spec.limit_kwh, Some(Decimal::new(15, 1)));
+        assert_eq!(spec.limit_kwh.unwrap().scale(), 1);
+        assert_eq!(spec.thresholds_pct, [50, 80, 100]);
+    }
+
+    #[test]
+    fn thresholds_are_one_list_of_whole_percents() {
+        let t = |v: Value| read(json!({"tenant": "a", "limit_kwh": 1, "thresholds_pct": v}));
+        assert_eq!(
+            t(json!([10, 200])).unwrap().thresholds_pct,
+            Some(Thresholds(vec![10, 200]))
+        );
+        for bad in [
+            json!([]),
+            json!([50, "x"]),
+            json!([1001]),
+            json!([1.5]),
+            json!(vec![1; 11]),
+        ] {
+            assert_eq!(
+                t(bad.clone()).unwrap_err(),
+                [("thresholds_pct".to_owned(), THRESHOLDS_RULE.to_owned())],
+                "{bad}"
+            );
+        }
+        assert_eq!(t(json!(50)).unwrap_err()[0].1, "must be an array");
+        assert!(serde_json::from_value::<Thresholds>(json!([0])).is_err());
+    }
+
+    #[test]
+    fn the_key_in_the_path_is_text_that_is_not_blank() {
+        assert_eq!(check_key("a-monthly"), Ok(()));
+        assert_eq!(check_key(" "), Err("must not be empty".into()));
+        assert_eq!(
+            check_key(&"k".repeat(129)),
+            Err("must be at most 128 bytes".into())
+        );
+    }
 }

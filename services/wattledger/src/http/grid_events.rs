@@ -7,7 +7,7 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query, RawBatch};
-use super::validate::Record;
+use super::validate::{self, Findings};
 use crate::auth::Role;
 use crate::grid_events::{self as report, Report, Status};
 use crate::state::AppState;
@@ -23,6 +23,7 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::demand_response::{BaselineMethod, Target};
 use wattledger_domain::input;
+use wattledger_domain::input::record::{Problem, Record as _};
 use wattledger_domain::units::watts;
 use wattledger_store::grid_events::{self as store, NewEvent};
 use wattledger_store::inventory::{self, KeyedTable};
@@ -216,16 +217,167 @@ pub async fn show_event(
     )))
 }
 
-const FIELDS: [&str; 8] = [
-    "key",
-    "site",
-    "starts_at",
-    "ends_at",
-    "target_cap_kw",
-    "reduction_kw",
-    "price_per_kwh",
-    "baseline_method",
-];
+wattledger_domain::record! {
+    /// A grid event as `POST /v1/grid-events` records it.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct GridEventIn {
+        /// The grid operator's event id.
+        pub key: String => String::new(),
+        /// The site's key.
+        pub site: String => String::new(),
+        /// On the hour, at most a year ahead.
+        pub starts_at: DateTime<Utc> => DateTime::<Utc>::UNIX_EPOCH,
+        /// On the hour, after `starts_at` by at most 24 hours.
+        pub ends_at: DateTime<Utc> => DateTime::<Utc>::UNIX_EPOCH,
+        /// The site's draw to stay under, kW (up to 3 places); this or `reduction_kw`.
+        #[serde(default)]
+        #[schema(value_type = Option<String>, example = "800")]
+        pub target_cap_kw: Option<Decimal> => None,
+        /// The draw to shed below the baseline, kW (up to 3 places).
+        #[serde(default)]
+        #[schema(value_type = Option<String>)]
+        pub reduction_kw: Option<Decimal> => None,
+        /// Per kWh shed, in the site's currency (up to 6 places).
+        #[serde(default)]
+        #[schema(value_type = Option<String>)]
+        pub price_per_kwh: Option<Decimal> => None,
+        /// `weekdays-N` or `days-N`, N from 1 to 30; `weekdays-10` by default.
+        #[serde(default)]
+        pub baseline_method: Option<String> => None,
+    }
+}
+
+/// A cap or reduction is in whole watts: at most 3 places of kW, up to 10 GW.
+fn kw_rule(kw: Decimal) -> Result<Decimal, input::InputError> {
+    input::decimal(kw, 3, Decimal::new(1, 3), Decimal::from(10_000_000))
+}
+
+fn watts_of(kw: Option<Decimal>) -> Option<i64> {
+    kw.and_then(|kw| (kw * Decimal::ONE_THOUSAND).to_i64())
+}
+
+impl GridEventIn {
+    /// Everything wrong with the event on its own, `now` bounding how far ahead it may be.
+    /// `refused` names the fields the reading refused already, about which the rules between
+    /// fields would only guess.
+    fn check(&self, refused: impl Fn(&str) -> bool, now: DateTime<Utc>) -> Vec<Problem> {
+        let mut p = Vec::new();
+        let mut add = |field: &str, reason: String| p.push(Problem::new(field, reason));
+        for (field, k) in [("key", &self.key), ("site", &self.site)] {
+            if let Err(e) = input::key(k) {
+                add(field, e.to_string());
+            }
+        }
+        let latest = now + Duration::days(366);
+        let mut time = |field: &str, t: DateTime<Utc>, latest: DateTime<Utc>| {
+            if refused(field) {
+                return None;
+            }
+            match input::time_until(t, latest) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    add(field, e.to_string());
+                    None
+                }
+            }
+        };
+        let starts_at = time("starts_at", self.starts_at, latest);
+        let ends_at = time("ends_at", self.ends_at, latest + Duration::days(1));
+        for (field, t) in [("starts_at", starts_at), ("ends_at", ends_at)] {
+            if t.is_some_and(|t| t.minute() != 0 || t.second() != 0 || t.nanosecond() != 0) {
+                add(
+                    field,
+                    "must be on the hour (events are metered by the hour)".into(),
+                );
+            }
+        }
+        if let (Some(s), Some(e)) = (starts_at, ends_at) {
+            if e <= s || e - s > Duration::hours(24) {
+                add(
+                    "ends_at",
+                    "must be after starts_at, by at most 24 hours".into(),
+                );
+            }
+        }
+        let mut refused_kw = false;
+        let mut kw = |field: &str, v: Option<Decimal>| {
+            refused_kw |= refused(field);
+            match v.map(kw_rule) {
+                Some(Err(e)) => {
+                    add(field, e.to_string());
+                    refused_kw = true;
+                    None
+                }
+                v => v.and_then(Result::ok),
+            }
+        };
+        let cap = kw("target_cap_kw", self.target_cap_kw);
+        let reduction = kw("reduction_kw", self.reduction_kw);
+        if cap.is_some() == reduction.is_some() && !refused_kw {
+            add(
+                "target_cap_kw",
+                "exactly one of target_cap_kw and reduction_kw is required".into(),
+            );
+        }
+        if let Some(Err(e)) = self
+            .price_per_kwh
+            .map(|d| input::decimal(d, 6, Decimal::ZERO, Decimal::from(1_000_000)))
+        {
+            add("price_per_kwh", e.to_string());
+        }
+        if let Some(m) = &self.baseline_method {
+            match input::text(m, 16) {
+                Err(e) => add("baseline_method", e.to_string()),
+                Ok(m) if BaselineMethod::parse(m).is_none() => add(
+                    "baseline_method",
+                    "weekdays-N or days-N, N from 1 to 30 (default weekdays-10)".into(),
+                ),
+                Ok(_) => {}
+            }
+        }
+        p
+    }
+
+    /// The event to store, once checked and its site found.
+    fn event(self, site_id: i64, created_by: String) -> NewEvent {
+        let method = self
+            .baseline_method
+            .as_deref()
+            .and_then(BaselineMethod::parse)
+            .unwrap_or_default();
+        NewEvent {
+            key: self.key,
+            site_id,
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+            target_cap_w: watts_of(self.target_cap_kw),
+            reduction_w: watts_of(self.reduction_kw),
+            price_per_kwh: self.price_per_kwh.map(|p| p.normalize()),
+            baseline_method: method.label(),
+            created_by,
+        }
+    }
+}
+
+/// The id of the event's site; an unknown one is the field's error. A key its check refuses
+/// is not looked up.
+async fn site_id(state: &AppState, e: &GridEventIn, f: &mut Findings) -> ApiResult<Option<i64>> {
+    if f.refused("site") || input::key(&e.site).is_err() {
+        return Ok(None);
+    }
+    let ids = inventory::ids_by_key(
+        &state.pool,
+        KeyedTable::Sites,
+        std::slice::from_ref(&e.site),
+    )
+    .await?;
+    let id = ids.get(&e.site).copied();
+    if id.is_none() {
+        f.error("site", format!("unknown site '{}'", e.site));
+    }
+    Ok(id)
+}
 
 /// Records a grid event (operator): `key` (the grid operator's event id), `site`,
 /// `starts_at` and `ends_at` (on the hour, at most 24 h apart), one of `target_cap_kw` and
@@ -234,7 +386,7 @@ const FIELDS: [&str; 8] = [
 /// answers 200; the same key with other values, 409. Admission keeps flexible work out of
 /// the window at once.
 #[utoipa::path(post, path = "/v1/grid-events", tag = "power",
-    request_body(content = Object, description = "key, site, starts_at, ends_at, target_cap_kw | reduction_kw, price_per_kwh?, baseline_method?"),
+    request_body = GridEventIn,
     security(("bearer" = [])),
     responses((status = 201, body = GridEventView), (status = 200, body = GridEventView),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -248,87 +400,17 @@ pub async fn record_event(
 ) -> ApiResult<(StatusCode, Json<GridEventView>)> {
     caller.require(&[Role::Operator])?;
     let value: Value = super::json::parse(&body)?;
-    let mut r = Record::new(0, &value, &FIELDS);
-    let key = r.key("key");
-    let site = r.key("site");
-    let latest = Utc::now() + Duration::days(366);
-    let starts_at = r.time("starts_at", latest);
-    let ends_at = r.time("ends_at", latest + Duration::days(1));
-    for (field, t) in [("starts_at", starts_at), ("ends_at", ends_at)] {
-        if let Some(t) = t {
-            if t.minute() != 0 || t.second() != 0 || t.nanosecond() != 0 {
-                r.error(
-                    field,
-                    "must be on the hour (events are metered by the hour)",
-                );
-            }
-        }
+    let (event, mut f) = validate::read::<GridEventIn>(0, &value);
+    let mut new = None;
+    if let Some(e) = event {
+        let problems = e.check(|field| f.refused(field), Utc::now());
+        f.problems(problems);
+        let site_id = site_id(&state, &e, &mut f).await?;
+        new = site_id.map(|id| e.event(id, caller.subject.clone()));
     }
-    if let (Some(s), Some(e)) = (starts_at, ends_at) {
-        if e <= s || e - s > Duration::hours(24) {
-            r.error("ends_at", "must be after starts_at, by at most 24 hours");
-        }
-    }
-    // At most 3 places: whole watts.
-    let kw = |r: &mut Record, field: &str| {
-        r.opt_decimal_in(field, 3, Decimal::new(1, 3), Decimal::from(10_000_000))
-            .and_then(|kw| (kw * Decimal::ONE_THOUSAND).to_i64())
-    };
-    let cap = kw(&mut r, "target_cap_kw");
-    let reduction = kw(&mut r, "reduction_kw");
-    let refused = r.errors.iter().any(|e| e.field.ends_with("_kw"));
-    if cap.is_some() == reduction.is_some() && !refused {
-        r.error(
-            "target_cap_kw",
-            "exactly one of target_cap_kw and reduction_kw is required",
-        );
-    }
-    let price = r.opt_decimal_in("price_per_kwh", 6, Decimal::ZERO, Decimal::from(1_000_000));
-    let method = match r.opt_str("baseline_method", 16) {
-        None => Some(BaselineMethod::default()),
-        Some(m) => {
-            let parsed = BaselineMethod::parse(&m);
-            if parsed.is_none() {
-                r.error(
-                    "baseline_method",
-                    "weekdays-N or days-N, N from 1 to 30 (default weekdays-10)",
-                );
-            }
-            parsed
-        }
-    };
-    let site_id = match &site {
-        Some(k) => {
-            let ids =
-                inventory::ids_by_key(&state.pool, KeyedTable::Sites, std::slice::from_ref(k))
-                    .await?;
-            let id = ids.get(k).copied();
-            if id.is_none() {
-                r.error("site", format!("unknown site '{k}'"));
-            }
-            id
-        }
-        None => None,
-    };
-    if !r.errors.is_empty() {
-        return Err(ApiError::Validation(r.errors));
-    }
-    let (Some(key), Some(site_id), Some(starts_at), Some(ends_at), Some(method)) =
-        (key, site_id, starts_at, ends_at, method)
-    else {
-        return Err(ApiError::BadRequest("incomplete event".into()));
-    };
-    let new = NewEvent {
-        key,
-        site_id,
-        starts_at,
-        ends_at,
-        target_cap_w: cap,
-        reduction_w: reduction,
-        price_per_kwh: price,
-        baseline_method: method.label(),
-        created_by: caller.subject.clone(),
-    };
+    let new = f
+        .finish(new, GridEventIn::FIELDS)
+        .map_err(ApiError::Validation)?;
     let (stored, created) = store::insert(&state.pool, &new).await?;
     if !created && !new.same_as(&stored) {
         return Err(ApiError::Conflict {
@@ -354,4 +436,66 @@ pub async fn record_event(
     };
     let r = report::report(&state.pool, stored, Utc::now()).await?;
     Ok((status, Json(view(&r))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// What the reading and the check find wrong with `v` (the site's lookup aside), by
+    /// field; the event when nothing is.
+    fn read(v: Value) -> Result<GridEventIn, Vec<String>> {
+        let (e, mut f) = validate::read::<GridEventIn>(0, &v);
+        if let Some(e) = &e {
+            let now = "2026-11-18T12:00:00Z".parse().unwrap();
+            let problems = e.check(|field| f.refused(field), now);
+            f.problems(problems);
+        }
+        f.finish(e, GridEventIn::FIELDS)
+            .map_err(|e| e.into_iter().map(|e| e.field).collect())
+    }
+
+    #[test]
+    fn every_rule_names_its_field_in_field_order() {
+        assert_eq!(
+            read(
+                json!({"key": "x", "site": "s", "starts_at": "2026-11-18T14:30:00Z",
+                "ends_at": "2026-11-20T14:00:00Z", "baseline_method": "weekdays-99"})
+            )
+            .unwrap_err(),
+            ["starts_at", "ends_at", "target_cap_kw", "baseline_method"]
+        );
+    }
+
+    #[test]
+    fn a_refused_field_is_not_also_blamed_by_the_rules_between_fields() {
+        assert_eq!(
+            read(json!({"key": "x", "site": "s", "starts_at": 5,
+                "ends_at": "2026-11-18T10:00:00Z", "reduction_kw": "1"}))
+            .unwrap_err(),
+            ["starts_at"]
+        );
+        assert_eq!(
+            read(
+                json!({"key": "x", "site": "s", "starts_at": "2026-11-18T14:00:00Z",
+                "ends_at": "2026-11-18T16:00:00Z", "target_cap_kw": "0.0001"})
+            )
+            .unwrap_err(),
+            ["target_cap_kw"]
+        );
+    }
+
+    #[test]
+    fn an_event_is_stored_in_watts_with_its_method() {
+        let e = read(
+            json!({"key": "x", "site": "s", "starts_at": "2026-11-18T14:00:00Z",
+            "ends_at": "2026-11-18T16:00:00Z", "target_cap_kw": "800.5", "price_per_kwh": "0.250"}),
+        )
+        .unwrap()
+        .event(7, "op".into());
+        assert_eq!((e.target_cap_w, e.reduction_w), (Some(800_500), None));
+        assert_eq!(e.price_per_kwh.map(|p| p.to_string()), Some("0.25".into()));
+        assert_eq!(e.baseline_method, BaselineMethod::default().label());
+    }
 }

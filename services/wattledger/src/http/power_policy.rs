@@ -5,7 +5,7 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query, RawBatch};
-use super::validate::Record;
+use super::validate;
 use crate::auth::Role;
 use crate::state::AppState;
 use axum::extract::{Path, State};
@@ -19,6 +19,8 @@ use std::str::FromStr;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::admission::oversubscription::{Factors, PowerPolicy, Setting};
 use wattledger_domain::input;
+use wattledger_domain::input::field::{self, Field};
+use wattledger_domain::input::record::{Problem, Record as _};
 use wattledger_domain::job_kind::JobKind;
 use wattledger_store::power_policy::{self as store, SitePolicy};
 
@@ -120,13 +122,106 @@ pub async fn list_policies(
     Ok(Json(views(&state, site_id).await?))
 }
 
-const FIELDS: [&str; 5] = [
-    "oversubscription",
-    "measured_cap",
-    "measured_percentile",
-    "measured_days",
-    "power_cap_w",
-];
+wattledger_domain::record! {
+    /// A site's power policy as `PUT /v1/power/policies/{site}` writes it; what is left out
+    /// keeps its default.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct PolicyIn {
+        #[serde(default)]
+        pub oversubscription: Option<Oversubscription> => None,
+        /// The most a measured factor may be: 1 to 4, up to 3 places (default 1.25).
+        #[schema(value_type = Option<String>, example = "1.25")]
+        #[serde(default)]
+        pub measured_cap: Option<Decimal> => None,
+        /// The percentile of a class's coincident draw its measured headroom is taken
+        /// against: above 0 to 100, up to 3 places (default 99.9).
+        #[schema(value_type = Option<String>, example = "99.9")]
+        #[serde(default)]
+        pub measured_percentile: Option<Decimal> => None,
+        /// The site's recent days a measured factor is taken over: 1 to 90 (default 7).
+        #[serde(default)]
+        pub measured_days: Option<i64> => None,
+        /// The per-GPU power limit (W) admission may set on a job that fits only capped: 50
+        /// to 5000 (default none).
+        #[serde(default)]
+        pub power_cap_w: Option<i64> => None,
+    }
+}
+
+/// Per workload class, its over-subscription: a factor from 1 to 4 (up to 3 places, as text
+/// or a number) or `"measured"`. A class left out keeps its default.
+#[derive(Debug, Default, Clone, PartialEq, ToSchema)]
+pub struct Oversubscription {
+    #[schema(value_type = Option<String>, example = "1.5")]
+    pub training: Option<Setting>,
+    #[schema(value_type = Option<String>, example = "measured")]
+    pub inference: Option<Setting>,
+    #[schema(value_type = Option<String>)]
+    pub batch: Option<Setting>,
+    #[schema(value_type = Option<String>)]
+    pub interactive: Option<Setting>,
+}
+
+impl Oversubscription {
+    fn class_mut(&mut self, k: JobKind) -> &mut Option<Setting> {
+        match k {
+            JobKind::Training => &mut self.training,
+            JobKind::Inference => &mut self.inference,
+            JobKind::Batch => &mut self.batch,
+            JobKind::Interactive => &mut self.interactive,
+        }
+    }
+
+    fn class(&self, k: JobKind) -> Option<Setting> {
+        match k {
+            JobKind::Training => self.training,
+            JobKind::Inference => self.inference,
+            JobKind::Batch => self.batch,
+            JobKind::Interactive => self.interactive,
+        }
+    }
+}
+
+/// An object of class: setting, each class's problem named by its class
+/// (`oversubscription.gpu`).
+impl Field for Oversubscription {
+    fn read(v: Option<&Value>) -> Result<Self, Vec<Problem>> {
+        let classes = match field::present(v) {
+            None => return field::refused("is required"),
+            Some(Value::Object(classes)) => classes,
+            Some(_) => return field::refused("must be an object of class: factor"),
+        };
+        let mut out = Oversubscription::default();
+        let mut problems = Vec::new();
+        for (name, v) in classes {
+            match (JobKind::parse(name), setting(v)) {
+                (None, _) => problems.push(Problem::new(
+                    name.as_str(),
+                    format!("unknown class; one of {}", JobKind::NAMES.join(", ")),
+                )),
+                (Some(_), Err(why)) => problems.push(Problem::new(name.as_str(), why)),
+                (Some(k), Ok(s)) => *out.class_mut(k) = Some(s),
+            }
+        }
+        if problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+/// By the same reading as the record's, so that serde and the field-by-field reader agree.
+impl<'de> Deserialize<'de> for Oversubscription {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Oversubscription::read(Some(&v)).map_err(|problems| {
+            let p = &problems[0];
+            serde::de::Error::custom(format!("{}: {}", p.field, p.reason))
+        })
+    }
+}
 
 /// A class's setting: `"measured"`, or a factor from 1 to 4 with at most 3 places.
 fn setting(v: &Value) -> Result<Setting, String> {
@@ -145,13 +240,59 @@ fn setting(v: &Value) -> Result<Setting, String> {
         .map_err(|e| e.to_string())
 }
 
+fn measured_cap(d: Decimal) -> Result<Decimal, input::InputError> {
+    input::decimal(d, 3, Decimal::ONE, Decimal::from(4))
+}
+
+fn measured_percentile(d: Decimal) -> Result<Decimal, input::InputError> {
+    input::decimal(d, 3, Decimal::new(1, 3), Decimal::ONE_HUNDRED)
+}
+
+impl PolicyIn {
+    /// Everything wrong with the policy (its classes are checked as they are read).
+    fn check(&self) -> Vec<Problem> {
+        let mut p = Vec::new();
+        if let Some(Err(e)) = self.measured_cap.map(measured_cap) {
+            p.push(Problem::new("measured_cap", e.to_string()));
+        }
+        if let Some(Err(e)) = self.measured_percentile.map(measured_percentile) {
+            p.push(Problem::new("measured_percentile", e.to_string()));
+        }
+        if self.measured_days.is_some_and(|n| !(1..=90).contains(&n)) {
+            p.push(Problem::new("measured_days", "must be between 1 and 90"));
+        }
+        if self.power_cap_w.is_some_and(|w| !(50..=5000).contains(&w)) {
+            p.push(Problem::new("power_cap_w", "must be between 50 and 5000 W"));
+        }
+        p
+    }
+
+    /// The policy it sets, the defaults for what it leaves out; once checked.
+    fn policy(&self) -> PowerPolicy {
+        let d = PowerPolicy::default();
+        let classes = self.oversubscription.clone().unwrap_or_default();
+        PowerPolicy {
+            classes: JobKind::ALL.map(|k| classes.class(k).unwrap_or(d.classes[k as usize])),
+            measured_cap: self.measured_cap.map_or(d.measured_cap, |c| c.normalize()),
+            measured_percentile: self
+                .measured_percentile
+                .map_or(d.measured_percentile, |p| p.normalize()),
+            measured_days: self
+                .measured_days
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(d.measured_days),
+            power_cap_w: self.power_cap_w.and_then(|w| u32::try_from(w).ok()),
+        }
+    }
+}
+
 /// Replaces a site's power policy: `oversubscription` per class (`training`, `inference`,
 /// `batch`, `interactive`: a factor from 1 to 4, or `measured`; a class left out keeps the
 /// default), `measured_cap` (1.25), `measured_percentile` (99.9), `measured_days` (7),
 /// `power_cap_w` (none). Admission applies it at once.
 #[utoipa::path(put, path = "/v1/power/policies/{site}", tag = "power",
     params(("site" = String, Path, description = "Site key")),
-    request_body(content = Object, description = "oversubscription? {training|inference|batch|interactive: factor | \"measured\"}, measured_cap?, measured_percentile?, measured_days?, power_cap_w?"),
+    request_body = PolicyIn,
     security(("bearer" = [])),
     responses((status = 200, body = PolicyView), (status = 400, body = ErrorBody),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -168,56 +309,14 @@ pub async fn put_policy(
         .await?
         .ok_or(ApiError::NotFound)?;
     let value: Value = super::json::parse(&body)?;
-    let mut r = Record::new(0, &value, &FIELDS);
-    let mut policy = PowerPolicy::default();
-    match value.get("oversubscription") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(classes)) => {
-            for (name, v) in classes {
-                let field = format!("oversubscription.{name}");
-                match (JobKind::parse(name), setting(v)) {
-                    (None, _) => r.error(
-                        &field,
-                        format!("unknown class; one of {}", JobKind::NAMES.join(", ")),
-                    ),
-                    (Some(_), Err(why)) => r.error(&field, why),
-                    (Some(k), Ok(s)) => policy.classes[k as usize] = s,
-                }
-            }
-        }
-        Some(_) => r.error("oversubscription", "must be an object of class: factor"),
+    let (policy, mut f) = validate::read::<PolicyIn>(0, &value);
+    if let Some(p) = &policy {
+        f.problems(p.check());
     }
-    let d = PowerPolicy::default();
-    policy.measured_cap = r
-        .opt_decimal_in("measured_cap", 3, Decimal::ONE, Decimal::from(4))
-        .unwrap_or(d.measured_cap);
-    policy.measured_percentile = r
-        .opt_decimal_in(
-            "measured_percentile",
-            3,
-            Decimal::new(1, 3),
-            Decimal::ONE_HUNDRED,
-        )
-        .unwrap_or(d.measured_percentile);
-    policy.measured_days = match r.opt_i64("measured_days") {
-        None => d.measured_days,
-        Some(n @ 1..=90) => n as u32,
-        Some(_) => {
-            r.error("measured_days", "must be between 1 and 90");
-            d.measured_days
-        }
-    };
-    policy.power_cap_w = match r.opt_i64("power_cap_w") {
-        None => None,
-        Some(w @ 50..=5000) => Some(w as u32),
-        Some(_) => {
-            r.error("power_cap_w", "must be between 50 and 5000 W");
-            None
-        }
-    };
-    if !r.errors.is_empty() {
-        return Err(ApiError::Validation(r.errors));
-    }
+    let policy = f
+        .finish(policy, PolicyIn::FIELDS)
+        .map_err(ApiError::Validation)?
+        .policy();
     store::put(&state.pool, site_id, &policy).await?;
     state.admission.poke();
     tracing::info!(site = %site, "site power policy replaced");
@@ -226,4 +325,90 @@ pub async fn put_policy(
         .pop()
         .map(Json)
         .ok_or(ApiError::NotFound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(v: Value) -> Result<PolicyIn, Vec<(String, String)>> {
+        let (p, mut f) = validate::read::<PolicyIn>(0, &v);
+        if let Some(p) = &p {
+            f.problems(p.check());
+        }
+        f.finish(p, PolicyIn::FIELDS)
+            .map_err(|e| e.into_iter().map(|e| (e.field, e.reason)).collect())
+    }
+
+    #[test]
+    fn each_class_is_named_by_its_place_in_oversubscription() {
+        let bad = read(json!({"oversubscription": {"inference": "0.5", "gpu": "1"},
+            "power_cap_w": 10}))
+        .unwrap_err();
+        let want = [
+            (
+                "oversubscription.gpu",
+                "unknown class; one of training, inference, batch, interactive",
+            ),
+            ("oversubscription.inference", "must be between 1 and 4"),
+            ("power_cap_w", "must be between 50 and 5000 W"),
+        ];
+        assert_eq!(
+            bad,
+            want.map(|(f, r)| (f.to_owned(), r.to_owned())).to_vec()
+        );
+        assert_eq!(
+            read(json!({"oversubscription": 5, "measured_days": 91})).unwrap_err(),
+            [
+                (
+                    "oversubscription".to_owned(),
+                    "must be an object of class: factor".to_owned()
+                ),
+                (
+                    "measured_days".to_owned(),
+                    "must be between 1 and 90".to_owned()
+                )
+            ]
+        );
+    }
+
+    #[test]
+    fn what_a_policy_leaves_out_keeps_its_default() {
+        let p = read(
+            json!({"oversubscription": {"training": "measured", "batch": 2.5},
+            "measured_days": 30, "measured_cap": "1.500"}),
+        )
+        .unwrap()
+        .policy();
+        let d = PowerPolicy::default();
+        assert_eq!(
+            p.classes,
+            [
+                Setting::Measured,
+                d.classes[1],
+                Setting::Fixed(Decimal::new(25, 1)),
+                d.classes[3]
+            ]
+        );
+        assert_eq!((p.measured_days, p.power_cap_w), (30, None));
+        assert_eq!(p.measured_cap.to_string(), "1.5");
+        assert_eq!(read(json!({})).unwrap().policy(), d);
+    }
+
+    #[test]
+    fn serde_reads_a_policy_as_the_record_does() {
+        let v = json!({"oversubscription": {"batch": "2.5", "inference": "measured"}});
+        let p: PolicyIn = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(p.oversubscription, read(v).unwrap().oversubscription);
+        for bad in [
+            json!({"oversubscription": {"gpu": 1}}),
+            json!({"colour": 1}),
+        ] {
+            assert!(
+                serde_json::from_value::<PolicyIn>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+    }
 }

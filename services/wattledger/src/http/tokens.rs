@@ -3,7 +3,7 @@
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{Caller, Query, RawBatch};
-use super::validate::Record;
+use super::validate;
 use crate::auth::issue::{self, IssueError, DEFAULT_TTL_S, MAX_NOTE_LEN};
 use crate::auth::{AuthError, Role};
 use crate::state::AppState;
@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
+use wattledger_domain::input;
+use wattledger_domain::input::record::{Problem, Record as _};
 use wattledger_domain::role::TokenState;
 use wattledger_store::api_tokens::{self as store, ApiToken};
 use wattledger_store::StoreError;
@@ -98,13 +100,66 @@ pub async fn list(
     ))
 }
 
-const FIELDS: [&str; 5] = ["role", "sub", "tenant", "ttl_s", "note"];
+wattledger_domain::record! {
+    /// A token to mint, as `POST /v1/tokens` asks for it.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct MintRequest {
+        pub role: Role => Role::Admin,
+        /// Who or what the token is for (a key: no control characters, at most 256 bytes).
+        pub sub: String => String::new(),
+        /// The tenant's key: for, and only for, a tenant token.
+        #[serde(default)]
+        pub tenant: Option<String> => None,
+        /// Lifetime, seconds: a day by default, at most `WATTLEDGER_TOKEN_MAX_TTL` (the
+        /// default if that is shorter).
+        #[serde(default)]
+        pub ttl_s: Option<i64> => None,
+        #[serde(default)]
+        pub note: Option<String> => None,
+    }
+}
+
+impl MintRequest {
+    /// Everything wrong with the request on its own, `max_ttl_s` being the longest lifetime
+    /// this server allows. `refused` names the fields the reading refused already: with a
+    /// refused role, whether the token needs a tenant is not known.
+    fn check(&self, refused: impl Fn(&str) -> bool, max_ttl_s: i64) -> Vec<Problem> {
+        let mut p = Vec::new();
+        if let Err(e) = input::key(&self.sub) {
+            p.push(Problem::new("sub", e.to_string()));
+        }
+        let tenant = match self.tenant.as_deref().map(input::key) {
+            Some(Err(e)) => {
+                p.push(Problem::new("tenant", e.to_string()));
+                None
+            }
+            t => t.and_then(Result::ok),
+        };
+        if !refused("role") && (self.role == Role::Tenant) != tenant.is_some() {
+            p.push(Problem::new(
+                "tenant",
+                "a tenant token needs a tenant, and only a tenant token may have one",
+            ));
+        }
+        if self.ttl_s.is_some_and(|t| !(1..=max_ttl_s).contains(&t)) {
+            p.push(Problem::new(
+                "ttl_s",
+                format!("must be between 1 and {max_ttl_s} seconds (WATTLEDGER_TOKEN_MAX_TTL)"),
+            ));
+        }
+        if let Some(Err(e)) = self.note.as_deref().map(|n| input::text(n, MAX_NOTE_LEN)) {
+            p.push(Problem::new("note", e.to_string()));
+        }
+        p
+    }
+}
 
 /// Mints a token (admin): `role`, `sub`, `tenant` (for, and only for, a tenant token),
 /// `ttl_s` (default a day, at most `WATTLEDGER_TOKEN_MAX_TTL`, the default if shorter), `note`. The answer holds the
 /// token, this once.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens",
-    request_body(content = Object, description = "role, sub, tenant?, ttl_s?, note?"),
+    request_body = MintRequest,
     security(("bearer" = [])),
     responses((status = 201, body = MintedToken), (status = 400, body = ErrorBody),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -117,37 +172,23 @@ pub async fn mint(
 ) -> ApiResult<(StatusCode, Json<MintedToken>)> {
     caller.require(&[])?;
     let value: Value = super::json::parse(&body)?;
-    let mut r = Record::new(0, &value, &FIELDS);
-    let role = r.named::<Role>("role");
-    let sub = r.key("sub");
-    let tenant = r.opt_key("tenant");
     let max = state.keys.max_ttl_s();
-    let ttl_s = r.opt_i64("ttl_s").unwrap_or(DEFAULT_TTL_S.min(max));
-    let note = r.opt_str("note", MAX_NOTE_LEN).unwrap_or_default();
-    if !(1..=max).contains(&ttl_s) {
-        r.error(
-            "ttl_s",
-            format!("must be between 1 and {max} seconds (WATTLEDGER_TOKEN_MAX_TTL)"),
-        );
+    let (asked, mut f) = validate::read::<MintRequest>(0, &value);
+    if let Some(a) = &asked {
+        let problems = a.check(|field| f.refused(field), max);
+        f.problems(problems);
     }
-    if let Some(role) = role {
-        if (role == Role::Tenant) != tenant.is_some() {
-            r.error(
-                "tenant",
-                "a tenant token needs a tenant, and only a tenant token may have one",
-            );
-        }
-    }
-    let (Some(role), Some(sub), true) = (role, sub, r.errors.is_empty()) else {
-        return Err(ApiError::Validation(r.errors));
-    };
+    let asked = f
+        .finish(asked, MintRequest::FIELDS)
+        .map_err(ApiError::Validation)?;
+    let role = asked.role;
     let request = issue::Request {
-        sub: &sub,
+        sub: &asked.sub,
         role,
-        tenant: tenant.as_deref(),
-        ttl_s,
+        tenant: asked.tenant.as_deref(),
+        ttl_s: asked.ttl_s.unwrap_or(DEFAULT_TTL_S.min(max)),
         minted_by: &caller.subject,
-        note: &note,
+        note: asked.note.as_deref().unwrap_or_default(),
     };
     let issued = issue::issue(&state.pool, &state.keys, &request)
         .await
@@ -200,4 +241,56 @@ pub async fn revoke(
         })?;
     tracing::info!(by = %caller.subject, %jti, "API token revoked");
     Ok(Json(TokenView::of(token, Utc::now())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The fields the reading and the check refuse in `v`, a day being the longest lifetime.
+    fn refused(v: Value) -> Vec<String> {
+        let (a, mut f) = validate::read::<MintRequest>(0, &v);
+        if let Some(a) = &a {
+            let problems = a.check(|field| f.refused(field), 86_400);
+            f.problems(problems);
+        }
+        match f.finish(a, MintRequest::FIELDS) {
+            Ok(_) => vec![],
+            Err(e) => e.into_iter().map(|e| e.field).collect(),
+        }
+    }
+
+    #[test]
+    fn a_tenant_token_and_only_it_names_a_tenant() {
+        assert!(refused(json!({"role": "tenant", "sub": "t", "tenant": "a"})).is_empty());
+        assert_eq!(refused(json!({"role": "tenant", "sub": "t"})), ["tenant"]);
+        assert_eq!(
+            refused(json!({"role": "admin", "sub": "t", "tenant": "a"})),
+            ["tenant"]
+        );
+        // A refused role cannot say whether the token needs a tenant; a refused tenant key
+        // says what is wrong on its own.
+        assert_eq!(
+            refused(json!({"role": "root", "sub": "t", "tenant": "a"})),
+            ["role"]
+        );
+        assert_eq!(
+            refused(json!({"role": "admin", "sub": "t", "tenant": "a\nb"})),
+            ["tenant"]
+        );
+    }
+
+    #[test]
+    fn every_field_is_named_in_order() {
+        assert_eq!(
+            refused(json!({"scope": "all", "note": 5, "ttl_s": 0, "sub": "a\nb", "role": 1})),
+            ["scope", "role", "sub", "ttl_s", "note"]
+        );
+        assert_eq!(
+            refused(json!({"role": "admin", "sub": "t", "ttl_s": 86_401})),
+            ["ttl_s"]
+        );
+        assert!(refused(json!({"role": "admin", "sub": "t", "ttl_s": 86_400})).is_empty());
+    }
 }
