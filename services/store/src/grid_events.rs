@@ -7,6 +7,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
 use std::collections::{BTreeMap, BTreeSet};
+use wattledger_domain::demand_response::BaselineMethod;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GridEvent {
@@ -21,7 +22,7 @@ pub struct GridEvent {
     pub target_cap_w: Option<i64>,
     pub reduction_w: Option<i64>,
     pub price_per_kwh: Option<Decimal>,
-    pub baseline_method: String,
+    pub baseline_method: BaselineMethod,
     pub created_at: DateTime<Utc>,
     pub created_by: String,
 }
@@ -36,7 +37,7 @@ pub struct NewEvent {
     pub target_cap_w: Option<i64>,
     pub reduction_w: Option<i64>,
     pub price_per_kwh: Option<Decimal>,
-    pub baseline_method: String,
+    pub baseline_method: BaselineMethod,
     pub created_by: String,
 }
 
@@ -50,7 +51,7 @@ impl NewEvent {
             self.target_cap_w,
             self.reduction_w,
             self.price_per_kwh.map(|p| p.normalize()),
-            &self.baseline_method,
+            self.baseline_method,
         ) == (
             e.site_id,
             e.starts_at,
@@ -58,7 +59,7 @@ impl NewEvent {
             e.target_cap_w,
             e.reduction_w,
             e.price_per_kwh.map(|p| p.normalize()),
-            &e.baseline_method,
+            e.baseline_method,
         )
     }
 }
@@ -78,7 +79,7 @@ pub async fn insert(pool: &PgPool, e: &NewEvent) -> StoreResult<(GridEvent, bool
         e.target_cap_w,
         e.reduction_w,
         e.price_per_kwh,
-        e.baseline_method,
+        e.baseline_method.label(),
         e.created_by,
     )
     .fetch_optional(pool)
@@ -92,7 +93,7 @@ pub async fn get(pool: &PgPool, key: &str) -> StoreResult<Option<GridEvent>> {
         GridEvent,
         r#"SELECT g.id, g.key, g.site_id, s.key AS site, s.currency::text AS "currency!",
                   g.starts_at, g.ends_at, g.target_cap_w, g.reduction_w, g.price_per_kwh,
-                  g.baseline_method, g.created_at, g.created_by
+                  g.baseline_method AS "baseline_method: BaselineMethod", g.created_at, g.created_by
            FROM grid_events g JOIN sites s ON s.id = g.site_id WHERE g.key = $1"#,
         key,
     )
@@ -111,7 +112,7 @@ pub async fn overlapping(
         GridEvent,
         r#"SELECT g.id, g.key, g.site_id, s.key AS site, s.currency::text AS "currency!",
                   g.starts_at, g.ends_at, g.target_cap_w, g.reduction_w, g.price_per_kwh,
-                  g.baseline_method, g.created_at, g.created_by
+                  g.baseline_method AS "baseline_method: BaselineMethod", g.created_at, g.created_by
            FROM grid_events g JOIN sites s ON s.id = g.site_id
            WHERE g.ends_at > $1 AND g.starts_at < $2 AND ($3::bigint IS NULL OR g.site_id = $3)
            ORDER BY g.starts_at, g.key"#,

@@ -79,7 +79,7 @@ pub fn target(e: &GridEvent) -> Target {
 }
 
 pub async fn report(pool: &PgPool, event: GridEvent, now: DateTime<Utc>) -> StoreResult<Report> {
-    let method = BaselineMethod::parse(&event.baseline_method).unwrap_or_default();
+    let method = event.baseline_method;
     let (from, to) = (event.starts_at, event.ends_at);
     let lookback = from - Duration::days(LOOKBACK_DAYS);
     let energy = store::site_energy(pool, event.site_id, lookback, to).await?;

@@ -419,7 +419,7 @@ pub async fn put(
     let value: Value = super::json::parse(&body)?;
     let (budget, mut f) = validate::read::<BudgetIn>(0, &value);
     if let Err(reason) = check_key(&key) {
-        f.error("key", reason);
+        f.outside("key", reason);
     }
     let mut spec = None;
     if let Some(b) = budget {

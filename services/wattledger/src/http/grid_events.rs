@@ -75,8 +75,7 @@ pub struct GridEventView {
     #[schema(value_type = Option<String>)]
     pub price_per_kwh: Option<Decimal>,
     pub currency: String,
-    /// `weekdays-N` or `days-N`.
-    pub baseline_method: String,
+    pub baseline_method: BaselineMethod,
     /// The method in words.
     pub baseline_description: String,
     /// `upcoming`, `open` (the window runs or is not all attributed), `provisional` (some
@@ -125,7 +124,7 @@ pub(crate) fn view(r: &Report) -> GridEventView {
         reduction_kw: e.reduction_w.map(|w| Decimal::new(w, 3).normalize()),
         price_per_kwh: e.price_per_kwh.map(|p| p.normalize()),
         currency: e.currency.clone(),
-        baseline_method: r.method.label(),
+        baseline_method: r.method,
         baseline_description: r.method.describe(),
         status: r.status,
         baseline_days: r.baseline_days().to_vec(),
@@ -244,7 +243,7 @@ wattledger_domain::record! {
         pub price_per_kwh: Option<Decimal> => None,
         /// `weekdays-N` or `days-N`, N from 1 to 30; `weekdays-10` by default.
         #[serde(default)]
-        pub baseline_method: Option<String> => None,
+        pub baseline_method: Option<BaselineMethod> => None,
     }
 }
 
@@ -326,26 +325,11 @@ impl GridEventIn {
         {
             add("price_per_kwh", e.to_string());
         }
-        if let Some(m) = &self.baseline_method {
-            match input::text(m, 16) {
-                Err(e) => add("baseline_method", e.to_string()),
-                Ok(m) if BaselineMethod::parse(m).is_none() => add(
-                    "baseline_method",
-                    "weekdays-N or days-N, N from 1 to 30 (default weekdays-10)".into(),
-                ),
-                Ok(_) => {}
-            }
-        }
         p
     }
 
     /// The event to store, once checked and its site found.
     fn event(self, site_id: i64, created_by: String) -> NewEvent {
-        let method = self
-            .baseline_method
-            .as_deref()
-            .and_then(BaselineMethod::parse)
-            .unwrap_or_default();
         NewEvent {
             key: self.key,
             site_id,
@@ -354,7 +338,7 @@ impl GridEventIn {
             target_cap_w: watts_of(self.target_cap_kw),
             reduction_w: watts_of(self.reduction_kw),
             price_per_kwh: self.price_per_kwh.map(|p| p.normalize()),
-            baseline_method: method.label(),
+            baseline_method: self.baseline_method.unwrap_or_default(),
             created_by,
         }
     }
@@ -496,6 +480,6 @@ mod tests {
         .event(7, "op".into());
         assert_eq!((e.target_cap_w, e.reduction_w), (Some(800_500), None));
         assert_eq!(e.price_per_kwh.map(|p| p.to_string()), Some("0.25".into()));
-        assert_eq!(e.baseline_method, BaselineMethod::default().label());
+        assert_eq!(e.baseline_method, BaselineMethod::default());
     }
 }
