@@ -8,6 +8,7 @@
 //! add a duration to without overflowing.
 
 pub mod field;
+pub mod problem;
 pub mod record;
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};

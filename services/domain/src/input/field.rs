@@ -3,7 +3,7 @@
 //! that a refusal lists every field's problem instead of serde's first. The rules on a value
 //! that reads (a key's length, a time against the clock) are its record's `check`.
 
-use super::record::Problem;
+use super::problem::Problem;
 use super::{parse_time, InputError};
 use crate::priority::Priority;
 use chrono::{DateTime, Utc};
