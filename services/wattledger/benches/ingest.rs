@@ -76,11 +76,13 @@ async fn main() -> anyhow::Result<()> {
 
         // Baseline: the same rows as CSV, meter keys resolved to ids, through psql \copy.
         let pool = wattledger_store::connect(&copy_url, 2).await?;
-        let ids: std::collections::HashMap<String, i64> =
-            sqlx::query_as::<_, (String, i64)>("SELECT key, id FROM meters")
+        // A sample row carries its meter's site (it is keyed and sharded by it).
+        let ids: std::collections::HashMap<String, (i64, i64)> =
+            sqlx::query_as::<_, (String, i64, i64)>("SELECT key, site_id, id FROM meters")
                 .fetch_all(&pool)
                 .await?
                 .into_iter()
+                .map(|(key, site, id)| (key, (site, id)))
                 .collect();
         let csv = std::env::temp_dir().join("wattledger-bench-samples.csv");
         let mut f = std::io::BufWriter::new(std::fs::File::create(&csv)?);
@@ -93,10 +95,10 @@ async fn main() -> anyhow::Result<()> {
                 .get("counter_mj")
                 .and_then(Value::as_i64)
                 .map(|c| c.to_string());
+            let (site, meter) = ids[r["meter"].as_str().unwrap()];
             writeln!(
                 f,
-                "{},{},{},{},{}",
-                ids[r["meter"].as_str().unwrap()],
+                "{site},{meter},{},{},{},{}",
                 r["ts"].as_str().unwrap(),
                 counter.unwrap_or_default(),
                 power.unwrap_or_default(),
@@ -110,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
             .arg(&copy_url)
             .arg("-c")
             .arg(format!(
-                "\\copy samples (meter_id, ts, counter_mj, power_mw, raw) FROM '{}' WITH (FORMAT csv)",
+                "\\copy samples (site_id, meter_id, ts, counter_mj, power_mw, raw) FROM '{}' WITH (FORMAT csv)",
                 csv.display()
             ))
             .output()
