@@ -51,51 +51,68 @@ impl Problems {
         self.0.push(Problem::new(field, reason.to_string()));
     }
 
-    /// A key by [`super::key`].
-    pub fn key(&mut self, field: &str, s: &str) {
-        if let Err(e) = super::key(s) {
-            self.add(field, e);
+    // Each rule below adds its problem and says whether the value passed, for the rules
+    // between fields that only hold of values that did.
+
+    /// `result`'s error as `field`'s problem; whether there was none.
+    pub fn rule<T, E: ToString>(&mut self, field: &str, result: Result<T, E>) -> bool {
+        match result {
+            Ok(_) => true,
+            Err(e) => {
+                self.add(field, e);
+                false
+            }
         }
+    }
+
+    /// A key by [`super::key`].
+    pub fn key(&mut self, field: &str, s: &str) -> bool {
+        self.rule(field, super::key(s))
     }
 
     /// Text by [`super::text`].
-    pub fn text(&mut self, field: &str, s: &str, max_bytes: usize) {
-        if let Err(e) = super::text(s, max_bytes) {
-            self.add(field, e);
-        }
+    pub fn text(&mut self, field: &str, s: &str, max_bytes: usize) -> bool {
+        self.rule(field, super::text(s, max_bytes))
     }
 
     /// A time by [`super::time_until`].
-    pub fn time(&mut self, field: &str, t: DateTime<Utc>, latest: DateTime<Utc>) {
-        if let Err(e) = super::time_until(t, latest) {
-            self.add(field, e);
-        }
+    pub fn time(&mut self, field: &str, t: DateTime<Utc>, latest: DateTime<Utc>) -> bool {
+        self.rule(field, super::time_until(t, latest))
     }
 
     /// A decimal that fits a `numeric(_, scale)` column within `[min, max]`
     /// ([`super::decimal`]): a finer value would be rounded by the database, and could round
     /// to a value its checks refuse.
-    pub fn decimal(&mut self, field: &str, d: Decimal, scale: u32, min: Decimal, max: Decimal) {
-        if let Err(e) = super::decimal(d, scale, min, max) {
-            self.add(field, e);
-        }
+    pub fn decimal(
+        &mut self,
+        field: &str,
+        d: Decimal,
+        scale: u32,
+        min: Decimal,
+        max: Decimal,
+    ) -> bool {
+        self.rule(field, super::decimal(d, scale, min, max))
     }
 
     /// An ISO 4217 currency code.
-    pub fn currency(&mut self, field: &str, s: &str) {
-        if s.len() != 3 || !s.chars().all(|c| c.is_ascii_uppercase()) {
+    pub fn currency(&mut self, field: &str, s: &str) -> bool {
+        let ok = s.len() == 3 && s.chars().all(|c| c.is_ascii_uppercase());
+        if !ok {
             self.add(field, "must be an ISO 4217 code such as EUR");
         }
+        ok
     }
 
-    /// An integer within `range`.
-    pub fn within(&mut self, field: &str, n: i64, range: std::ops::RangeInclusive<i64>) {
-        if !range.contains(&n) {
+    /// An integer within `range`, refused with it.
+    pub fn within(&mut self, field: &str, n: i64, range: std::ops::RangeInclusive<i64>) -> bool {
+        let ok = range.contains(&n);
+        if !ok {
             self.add(
                 field,
                 format!("must be between {} and {}", range.start(), range.end()),
             );
         }
+        ok
     }
 
     pub fn is_empty(&self) -> bool {

@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 use wattledger_domain::budget::{BudgetMetric, BudgetPeriod};
 use wattledger_domain::budget_alerts::runs_out_at;
 use wattledger_domain::input::field::{self, Field};
-use wattledger_domain::input::record::{Problem, Record as _};
+use wattledger_domain::input::record::{Problem, Problems, Record as _};
 use wattledger_domain::input::{self, InputError};
 use wattledger_store::budgets::{self as store, BudgetSpec, BudgetState};
 use wattledger_store::inventory::{ids_by_key, KeyedTable};
@@ -268,79 +268,59 @@ impl BudgetIn {
     /// be. `refused` names the fields the reading refused already: a refused period or limit
     /// says what is wrong, and the rules between fields would only repeat it.
     fn check(&self, refused: impl Fn(&str) -> bool, now: DateTime<Utc>) -> Vec<Problem> {
-        let mut p = Vec::new();
-        let mut add = |field: &str, reason: String| p.push(Problem::new(field, reason));
-        if let Err(e) = input::key(&self.tenant) {
-            add("tenant", e.to_string());
-        }
-        if let Some(Err(e)) = self.model.as_deref().map(input::key) {
-            add("model", e.to_string());
+        let mut p = Problems::default();
+        p.key("tenant", &self.tenant);
+        if let Some(m) = &self.model {
+            p.key("model", m);
         }
         let far = now + Duration::days(3650);
-        let mut time = |field: &str, t: Option<DateTime<Utc>>| {
-            let t = t.map(|t| input::time_until(t, far));
-            if let Some(Err(e)) = &t {
-                add(field, e.to_string());
-            }
-            t.and_then(Result::ok)
-        };
-        let starts_at = time("starts_at", self.starts_at);
-        let ends_at = time("ends_at", self.ends_at);
+        let starts_at = self.starts_at.filter(|&t| p.time("starts_at", t, far));
+        let ends_at = self.ends_at.filter(|&t| p.time("ends_at", t, far));
         match (self.period, starts_at, ends_at) {
             _ if refused("period") => {}
             (BudgetPeriod::Custom, Some(s), Some(e)) if s < e => {}
-            (BudgetPeriod::Custom, _, _) => add(
-                "ends_at",
-                "a custom period needs starts_at before ends_at".into(),
-            ),
+            (BudgetPeriod::Custom, _, _) => {
+                p.add("ends_at", "a custom period needs starts_at before ends_at")
+            }
             (BudgetPeriod::Month, None, None) => {}
-            (BudgetPeriod::Month, _, _) => add(
+            (BudgetPeriod::Month, _, _) => p.add(
                 "starts_at",
-                "a monthly budget takes no starts_at or ends_at".into(),
+                "a monthly budget takes no starts_at or ends_at",
             ),
         }
         let mut refused_limit = false;
-        let mut limit = |field: &str, d: Option<Decimal>| {
+        let mut limit = |p: &mut Problems, field: &str, d: Option<Decimal>| {
             refused_limit |= refused(field);
-            let d = d.map(|d| {
-                input::decimal(d, LIMIT_SCALE, Decimal::new(1, 6), Decimal::from(LIMIT_MAX))
-            });
-            if let Some(Err(e)) = &d {
-                add(field, e.to_string());
-                refused_limit = true;
-            }
-            d.and_then(Result::ok)
+            d.filter(|&d| {
+                let ok = p.decimal(field, d, LIMIT_SCALE, Decimal::new(1, 6), LIMIT_MAX.into());
+                refused_limit |= !ok;
+                ok
+            })
         };
-        let limit_kwh = limit("limit_kwh", self.limit_kwh);
-        let limit_cost = limit("limit_cost", self.limit_cost);
-        let limit_carbon_kg = limit("limit_carbon_kg", self.limit_carbon_kg);
+        let limit_kwh = limit(&mut p, "limit_kwh", self.limit_kwh);
+        let limit_cost = limit(&mut p, "limit_cost", self.limit_cost);
+        let limit_carbon_kg = limit(&mut p, "limit_carbon_kg", self.limit_carbon_kg);
         if limit_kwh.is_none()
             && limit_cost.is_none()
             && limit_carbon_kg.is_none()
             && !refused_limit
         {
-            add(
+            p.add(
                 "limit_kwh",
-                "at least one of limit_kwh, limit_cost, limit_carbon_kg is required".into(),
+                "at least one of limit_kwh, limit_cost, limit_carbon_kg is required",
             );
         }
-        let currency = match self.currency.as_deref().map(|c| input::text(c, 3)) {
-            Some(Err(e)) => {
-                add("currency", e.to_string());
-                None
-            }
-            c => c.and_then(Result::ok),
-        };
+        let currency = self
+            .currency
+            .as_deref()
+            .filter(|c| p.text("currency", c, 3));
         match (limit_cost, currency) {
             (Some(_), Some(c)) if c.len() == 3 && c.chars().all(|c| c.is_ascii_uppercase()) => {}
-            (Some(_), _) => add(
-                "currency",
-                "a cost limit needs an ISO 4217 currency (EUR)".into(),
-            ),
-            (None, Some(_)) if !refused_limit => add("currency", "only with limit_cost".into()),
+            (Some(_), _) => p.add("currency", "a cost limit needs an ISO 4217 currency (EUR)"),
+            (None, Some(_)) if !refused_limit => p.add("currency", "only with limit_cost"),
             (None, _) => {}
         }
-        p
+        p.done()
     }
 
     /// The budget to store as `key`, once checked and its tenant and model found.
@@ -380,14 +360,14 @@ async fn lookup(
     f: &mut Findings,
 ) -> ApiResult<(Option<i64>, Option<i64>)> {
     let mut tenant_id = None;
-    if !f.refused("tenant") && input::key(&b.tenant).is_ok() {
+    if !f.refused("tenant") {
         tenant_id = state.tenant_id(&b.tenant).await?;
         if tenant_id.is_none() {
             f.error("tenant", format!("unknown tenant '{}'", b.tenant));
         }
     }
     let mut model_id = None;
-    if let Some(m) = b.model.as_ref().filter(|m| input::key(m).is_ok()) {
+    if let Some(m) = b.model.as_ref().filter(|_| !f.refused("model")) {
         let ids = ids_by_key(&state.pool, KeyedTable::Models, std::slice::from_ref(m)).await?;
         model_id = ids.get(m).copied();
         if model_id.is_none() {

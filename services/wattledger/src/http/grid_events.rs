@@ -23,7 +23,7 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::demand_response::{BaselineMethod, Target};
 use wattledger_domain::input;
-use wattledger_domain::input::record::{Problem, Record as _};
+use wattledger_domain::input::record::{Problem, Problems, Record as _};
 use wattledger_domain::units::watts;
 use wattledger_store::grid_events::{self as store, NewEvent};
 use wattledger_store::inventory::{self, KeyedTable};
@@ -247,11 +247,6 @@ wattledger_domain::record! {
     }
 }
 
-/// A cap or reduction is in whole watts: at most 3 places of kW, up to 10 GW.
-fn kw_rule(kw: Decimal) -> Result<Decimal, input::InputError> {
-    input::decimal(kw, 3, Decimal::new(1, 3), Decimal::from(10_000_000))
-}
-
 fn watts_of(kw: Option<Decimal>) -> Option<i64> {
     kw.and_then(|kw| (kw * Decimal::ONE_THOUSAND).to_i64())
 }
@@ -261,71 +256,50 @@ impl GridEventIn {
     /// `refused` names the fields the reading refused already, about which the rules between
     /// fields would only guess.
     fn check(&self, refused: impl Fn(&str) -> bool, now: DateTime<Utc>) -> Vec<Problem> {
-        let mut p = Vec::new();
-        let mut add = |field: &str, reason: String| p.push(Problem::new(field, reason));
-        for (field, k) in [("key", &self.key), ("site", &self.site)] {
-            if let Err(e) = input::key(k) {
-                add(field, e.to_string());
-            }
-        }
+        let mut p = Problems::default();
+        p.key("key", &self.key);
+        p.key("site", &self.site);
         let latest = now + Duration::days(366);
-        let mut time = |field: &str, t: DateTime<Utc>, latest: DateTime<Utc>| {
-            if refused(field) {
-                return None;
-            }
-            match input::time_until(t, latest) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    add(field, e.to_string());
-                    None
-                }
-            }
+        let time = |p: &mut Problems, field: &str, t: DateTime<Utc>, latest| {
+            (!refused(field) && p.time(field, t, latest)).then_some(t)
         };
-        let starts_at = time("starts_at", self.starts_at, latest);
-        let ends_at = time("ends_at", self.ends_at, latest + Duration::days(1));
+        let starts_at = time(&mut p, "starts_at", self.starts_at, latest);
+        let ends_at = time(&mut p, "ends_at", self.ends_at, latest + Duration::days(1));
         for (field, t) in [("starts_at", starts_at), ("ends_at", ends_at)] {
             if t.is_some_and(|t| t.minute() != 0 || t.second() != 0 || t.nanosecond() != 0) {
-                add(
+                p.add(
                     field,
-                    "must be on the hour (events are metered by the hour)".into(),
+                    "must be on the hour (events are metered by the hour)",
                 );
             }
         }
         if let (Some(s), Some(e)) = (starts_at, ends_at) {
             if e <= s || e - s > Duration::hours(24) {
-                add(
-                    "ends_at",
-                    "must be after starts_at, by at most 24 hours".into(),
-                );
+                p.add("ends_at", "must be after starts_at, by at most 24 hours");
             }
         }
         let mut refused_kw = false;
-        let mut kw = |field: &str, v: Option<Decimal>| {
+        let mut kw = |p: &mut Problems, field: &str, v: Option<Decimal>| {
             refused_kw |= refused(field);
-            match v.map(kw_rule) {
-                Some(Err(e)) => {
-                    add(field, e.to_string());
-                    refused_kw = true;
-                    None
-                }
-                v => v.and_then(Result::ok),
-            }
+            v.filter(|&kw| {
+                // Whole watts: at most 3 places of kW, up to 10 GW.
+                let ok = p.decimal(field, kw, 3, Decimal::new(1, 3), 10_000_000.into());
+                refused_kw |= !ok;
+                ok
+            })
         };
-        let cap = kw("target_cap_kw", self.target_cap_kw);
-        let reduction = kw("reduction_kw", self.reduction_kw);
+        let cap = kw(&mut p, "target_cap_kw", self.target_cap_kw);
+        let reduction = kw(&mut p, "reduction_kw", self.reduction_kw);
         if cap.is_some() == reduction.is_some() && !refused_kw {
-            add(
+            p.add(
                 "target_cap_kw",
-                "exactly one of target_cap_kw and reduction_kw is required".into(),
+                "exactly one of target_cap_kw and reduction_kw is required",
             );
         }
-        if let Some(Err(e)) = self
-            .price_per_kwh
-            .map(|d| input::decimal(d, 6, Decimal::ZERO, Decimal::from(1_000_000)))
-        {
-            add("price_per_kwh", e.to_string());
+        if let Some(price) = self.price_per_kwh {
+            p.decimal("price_per_kwh", price, 6, Decimal::ZERO, 1_000_000.into());
         }
-        p
+        p.done()
     }
 
     /// The event to store, once checked and its site found.
@@ -344,10 +318,10 @@ impl GridEventIn {
     }
 }
 
-/// The id of the event's site; an unknown one is the field's error. A key its check refuses
-/// is not looked up.
+/// The id of the event's site; an unknown one is the field's error. A site refused already
+/// (its reading, its key's rule) is not looked up.
 async fn site_id(state: &AppState, e: &GridEventIn, f: &mut Findings) -> ApiResult<Option<i64>> {
-    if f.refused("site") || input::key(&e.site).is_err() {
+    if f.refused("site") {
         return Ok(None);
     }
     let ids = inventory::ids_by_key(

@@ -20,7 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::admission::oversubscription::{Factors, PowerPolicy, Setting};
 use wattledger_domain::input;
 use wattledger_domain::input::field::{self, Field};
-use wattledger_domain::input::record::{Problem, Record as _};
+use wattledger_domain::input::record::{Problem, Problems, Record as _};
 use wattledger_domain::job_kind::JobKind;
 use wattledger_store::power_policy::{self as store, SitePolicy};
 
@@ -240,31 +240,29 @@ fn setting(v: &Value) -> Result<Setting, String> {
         .map_err(|e| e.to_string())
 }
 
-fn measured_cap(d: Decimal) -> Result<Decimal, input::InputError> {
-    input::decimal(d, 3, Decimal::ONE, Decimal::from(4))
-}
-
-fn measured_percentile(d: Decimal) -> Result<Decimal, input::InputError> {
-    input::decimal(d, 3, Decimal::new(1, 3), Decimal::ONE_HUNDRED)
-}
-
 impl PolicyIn {
     /// Everything wrong with the policy (its classes are checked as they are read).
     fn check(&self) -> Vec<Problem> {
-        let mut p = Vec::new();
-        if let Some(Err(e)) = self.measured_cap.map(measured_cap) {
-            p.push(Problem::new("measured_cap", e.to_string()));
+        let mut p = Problems::default();
+        if let Some(cap) = self.measured_cap {
+            p.decimal("measured_cap", cap, 3, Decimal::ONE, 4.into());
         }
-        if let Some(Err(e)) = self.measured_percentile.map(measured_percentile) {
-            p.push(Problem::new("measured_percentile", e.to_string()));
+        if let Some(pct) = self.measured_percentile {
+            p.decimal(
+                "measured_percentile",
+                pct,
+                3,
+                Decimal::new(1, 3),
+                100.into(),
+            );
         }
         if self.measured_days.is_some_and(|n| !(1..=90).contains(&n)) {
-            p.push(Problem::new("measured_days", "must be between 1 and 90"));
+            p.add("measured_days", "must be between 1 and 90");
         }
         if self.power_cap_w.is_some_and(|w| !(50..=5000).contains(&w)) {
-            p.push(Problem::new("power_cap_w", "must be between 50 and 5000 W"));
+            p.add("power_cap_w", "must be between 50 and 5000 W");
         }
-        p
+        p.done()
     }
 
     /// The policy it sets, the defaults for what it leaves out; once checked.

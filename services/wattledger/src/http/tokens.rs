@@ -16,8 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
-use wattledger_domain::input;
-use wattledger_domain::input::record::{Problem, Record as _};
+use wattledger_domain::input::record::{Problem, Problems, Record as _};
 use wattledger_domain::role::TokenState;
 use wattledger_store::api_tokens::{self as store, ApiToken};
 use wattledger_store::StoreError;
@@ -125,33 +124,25 @@ impl MintRequest {
     /// this server allows. `refused` names the fields the reading refused already: with a
     /// refused role, whether the token needs a tenant is not known.
     fn check(&self, refused: impl Fn(&str) -> bool, max_ttl_s: i64) -> Vec<Problem> {
-        let mut p = Vec::new();
-        if let Err(e) = input::key(&self.sub) {
-            p.push(Problem::new("sub", e.to_string()));
-        }
-        let tenant = match self.tenant.as_deref().map(input::key) {
-            Some(Err(e)) => {
-                p.push(Problem::new("tenant", e.to_string()));
-                None
-            }
-            t => t.and_then(Result::ok),
-        };
+        let mut p = Problems::default();
+        p.key("sub", &self.sub);
+        let tenant = self.tenant.as_deref().filter(|t| p.key("tenant", t));
         if !refused("role") && (self.role == Role::Tenant) != tenant.is_some() {
-            p.push(Problem::new(
+            p.add(
                 "tenant",
                 "a tenant token needs a tenant, and only a tenant token may have one",
-            ));
+            );
         }
         if self.ttl_s.is_some_and(|t| !(1..=max_ttl_s).contains(&t)) {
-            p.push(Problem::new(
+            p.add(
                 "ttl_s",
                 format!("must be between 1 and {max_ttl_s} seconds (WATTLEDGER_TOKEN_MAX_TTL)"),
-            ));
+            );
         }
-        if let Some(Err(e)) = self.note.as_deref().map(|n| input::text(n, MAX_NOTE_LEN)) {
-            p.push(Problem::new("note", e.to_string()));
+        if let Some(note) = &self.note {
+            p.text("note", note, MAX_NOTE_LEN);
         }
-        p
+        p.done()
     }
 }
 

@@ -14,6 +14,8 @@ use wattledger_domain::input::record::{self as record, Problem, Record as Declar
 pub struct Findings {
     index: usize,
     refused: Vec<Problem>,
+    /// The fields the record's check found wrong: a lookup of one would only add noise.
+    checked: Vec<String>,
     errors: Vec<FieldError>,
 }
 
@@ -26,6 +28,7 @@ impl Findings {
         Findings {
             index,
             refused,
+            checked: Vec::new(),
             errors,
         }
     }
@@ -42,16 +45,26 @@ impl Findings {
         self.errors.push(FieldError::new(self.index, field, reason));
     }
 
-    /// A check's problems, as this record's.
+    /// A check's problems, as this record's; the fields they are about are refused from then
+    /// on (every problem of one check is kept, so a field may have several).
     pub fn problems(&mut self, problems: Vec<Problem>) {
+        let mut checked = Vec::with_capacity(problems.len());
         for p in problems {
             self.error(&p.field, p.reason);
+            checked.push(p.field);
         }
+        self.checked.extend(checked);
     }
 
-    /// Whether the reading refused `field` (or a field inside it).
+    /// Whether `field` was refused already: by the reading (the field, or the top-level field
+    /// holding it), or by the record's check (the field, or one holding it).
     pub fn refused(&self, field: &str) -> bool {
         Problem::new(field, "").on_any(&self.refused)
+            || self.checked.iter().any(|c| {
+                field
+                    .strip_prefix(c.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+            })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -149,5 +162,44 @@ fn all_or_errors<T>(parsed: Vec<Result<T, Vec<FieldError>>>) -> Result<Vec<T>, V
         Ok(ok)
     } else {
         Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_refused_by_the_reading_or_the_check_takes_no_later_error() {
+        let mut f = Findings::new(0, vec![Problem::new("kind", "must be one of: …")]);
+        f.problems(vec![
+            Problem::new("tenant", "must be at most 128 bytes"),
+            Problem::new("tenant", "must not contain control characters"),
+            Problem::new("allocations[0].share", "must be at most 1"),
+        ]);
+        f.error("kind", "a lookup's guess");
+        f.error("tenant", "unknown tenant");
+        f.error("allocations[0].share", "again");
+        f.error("allocations[1].meter", "unknown meter");
+        f.error("allocations", "the GPUs are at several sites");
+        assert!(f.refused("allocations[0].share") && !f.refused("allocations[0].meter"));
+        let fields: Vec<(String, String)> = f
+            .finish::<()>(None, &["tenant", "kind", "allocations"])
+            .unwrap_err()
+            .into_iter()
+            .map(|e| (e.field, e.reason))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("tenant", "must be at most 128 bytes"),
+                ("tenant", "must not contain control characters"),
+                ("kind", "must be one of: …"),
+                ("allocations", "the GPUs are at several sites"),
+                ("allocations[0].share", "must be at most 1"),
+                ("allocations[1].meter", "unknown meter"),
+            ]
+            .map(|(f, r)| (f.to_owned(), r.to_owned()))
+        );
     }
 }
