@@ -110,6 +110,11 @@ fn job(key: &str, pod: &OpenPod, kind: JobKind, end_at: Option<DateTime<Utc>>) -
         submit_at: None,
         start_at: pod.start_at,
         end_at,
+        // A device observation does not say how the pod ended.
+        end_state: None,
+        last_checkpoint_at: None,
+        requeue_of: None,
+        restarts: None,
         allocations: pod
             .devices
             .iter()

@@ -3,6 +3,7 @@
 mod admission;
 mod agent;
 mod auth;
+mod badput;
 mod browser;
 mod budgets;
 mod chargeback;

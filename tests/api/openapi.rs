@@ -236,6 +236,10 @@ async fn the_documented_ingest_records_are_the_agents_own() {
                 submit_at: Some(t),
                 start_at: t,
                 end_at: Some(t),
+                end_state: Some(wattledger_domain::badput::EndState::Timeout),
+                last_checkpoint_at: Some(t),
+                requeue_of: Some("i".into()),
+                restarts: Some(1),
                 allocations: vec![Allocation {
                     meter: "g".into(),
                     share: Some(rust_decimal::Decimal::ONE),

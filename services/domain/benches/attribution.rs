@@ -102,6 +102,7 @@ fn site_hour() -> SiteHour {
             model: Some(j % 3),
             prefill_weight_ppm: 1_000_000,
             decode_weight_ppm: 4_000_000,
+            lost_from_ms: i64::MAX,
         });
     }
     let tokens = (4..20)

@@ -6,6 +6,7 @@
 //! rows whose total mJ add up to the site's energy for the hour exactly: every split goes
 //! through [`crate::split`], and every unit of energy lands in exactly one row.
 
+use crate::badput::lost_in_step;
 use crate::breakdown::EnergyBreakdown;
 use crate::energy::{MeterSteps, StepGrid};
 use crate::quality::Quality;
@@ -76,6 +77,9 @@ pub struct Job {
     /// Token weights of the job's model, in ppm (prefill default 1.0, decode 4.0).
     pub prefill_weight_ppm: u64,
     pub decode_weight_ppm: u64,
+    /// The instant (ms since the epoch, as allocations' times) from which the job's energy is
+    /// badput ([`crate::badput::lost_from`]); `i64::MAX` when none of it is.
+    pub lost_from_ms: i64,
 }
 
 /// Tokens a job served to one tenant in the hour.
@@ -119,6 +123,10 @@ pub struct Row {
     /// GPU time at the devices' GPU-hour rates, in 1e-12 currency; idle GPU time's share
     /// follows the idle policy.
     pub time_price_pico: i64,
+    /// The part of the row's own energy (GPU, node and facility overhead; not an idle share
+    /// the policy spread onto it) spent after the job's work was last saved, when the job
+    /// then lost it ([`crate::badput`]).
+    pub badput_mj: i64,
     pub quality: Quality,
 }
 
@@ -163,6 +171,7 @@ struct Acc {
     gpu_ms: i64,
     embodied: i64,
     time_price: i64,
+    badput_mj: i64,
     quality: Quality,
 }
 
@@ -473,6 +482,10 @@ impl<'a> Hour<'a> {
         for (k, &j) in s.touched.iter().enumerate() {
             let part = s.parts[k];
             unplaced -= part;
+            let lost_from = self.input.jobs[j].lost_from_ms;
+            if lost_from < step.t1 {
+                acc[j].badput_mj += lost_in_step(s.step_it[j] + part, step.t0, step.t1, lost_from);
+            }
             acc[j].energy.facility_overhead_mj += part;
             acc[j].quality |= fac_q;
             if fac_est || s.step_est[j] {
@@ -584,6 +597,7 @@ fn place_idle(rows: &mut Vec<Row>, idle: &Acc, policy: &SitePolicy) {
             gpu_ms: 0,
             embodied_ng: idle.embodied,
             time_price_pico: idle.time_price,
+            badput_mj: 0,
             quality: idle.quality,
         });
     }
@@ -647,6 +661,7 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
         gpu_ms: acc.gpu_ms,
         embodied_ng: acc.embodied,
         time_price_pico: acc.time_price,
+        badput_mj: acc.badput_mj,
         quality: acc.quality,
     };
     // Merge token records per tenant, ordered by tenant id for a stable tie-break.
@@ -681,6 +696,9 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
     let gpu_ms = split(acc.gpu_ms, &weights);
     let embodied = split(acc.embodied, &weights);
     let time_price = split(acc.time_price, &weights);
+    // By what each row received, as estimated energy is: a row never loses more than it has.
+    let received: Vec<u128> = energy.iter().map(|e| e.total_mj().max(0) as u128).collect();
+    let badput = split(acc.badput_mj, &received);
     for (k, &(tenant, prompt, generated)) in by_tenant.iter().enumerate() {
         rows.push(Row {
             tenant,
@@ -690,6 +708,7 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
             gpu_ms: gpu_ms[k],
             embodied_ng: embodied[k],
             time_price_pico: time_price[k],
+            badput_mj: badput[k],
             ..base.clone()
         });
     }

@@ -13,6 +13,7 @@
 //! amounts into a figure that looks measured). Each row also carries how much of its energy
 //! was priced at the fallback rather than a signal, so a reader can tell the two apart.
 
+use crate::badput;
 use crate::energy::StepGrid;
 use crate::split::split;
 use crate::units::MJ_PER_KWH;
@@ -146,6 +147,10 @@ pub struct RowAmounts {
     /// amounts are); 0 where a signal covered the hour or no amount was given.
     pub price_fallback_mj: i64,
     pub carbon_fallback_mj: i64,
+    /// The part of `cost` and `carbon_g` the row's badput energy carries (split by energy,
+    /// as the rows' amounts are); `None` where the amount is.
+    pub badput_cost: Option<Decimal>,
+    pub badput_carbon_g: Option<Decimal>,
 }
 
 /// What attribution gives per row: energy, embodied carbon (ng), GPU-time price (1e-12).
@@ -154,6 +159,8 @@ pub struct RowInputs<'a> {
     pub mj: &'a [i64],
     pub embodied_ng: &'a [i64],
     pub time_price_pico: &'a [i64],
+    /// The part of each row's energy that is badput ([`crate::badput`]).
+    pub badput_mj: &'a [i64],
 }
 
 /// Rounds a site's total of `parts` (in units of 10^-(scale + 6)) once to 10^-scale and
@@ -168,6 +175,13 @@ fn rescale(parts: &[i64], scale: u32) -> Option<Vec<Decimal>> {
         &parts.iter().map(|&e| e.max(0) as u128).collect::<Vec<_>>(),
     );
     Some(units.into_iter().map(|u| to_decimal(u, scale)).collect())
+}
+
+/// One row's share of one of the hour's amounts.
+struct Amount {
+    value: Option<Decimal>,
+    badput: Option<Decimal>,
+    fallback_mj: i64,
 }
 
 /// A site-hour's amounts per row, and the data-quality flags the rows carry.
@@ -205,11 +219,12 @@ pub fn hour_amounts(
                 Some(_) if p.fallback_mj != 0 => split_by_energy(p.fallback_mj, row_mj),
                 _ => vec![0; row_mj.len()],
             };
-            move |i: usize| {
-                (
-                    parts.as_ref().map(|v| to_decimal(v[i], scale)),
-                    fallback_parts[i],
-                )
+            move |i: usize| Amount {
+                value: parts.as_ref().map(|v| to_decimal(v[i], scale)),
+                badput: parts
+                    .as_ref()
+                    .map(|v| to_decimal(badput::share(v[i], row_mj[i], rows.badput_mj[i]), scale)),
+                fallback_mj: fallback_parts[i],
             }
         };
     let cost = amount(
@@ -241,16 +256,17 @@ pub fn hour_amounts(
     HourAmounts {
         rows: (0..row_mj.len())
             .map(|i| {
-                let (cost, price_fallback_mj) = cost(i);
-                let (carbon_g, carbon_fallback_mj) = carbon(i);
+                let (cost, carbon) = (cost(i), carbon(i));
                 RowAmounts {
-                    cost,
-                    carbon_g,
-                    carbon_marginal_g: marginal(i).0,
+                    cost: cost.value,
+                    carbon_g: carbon.value,
+                    carbon_marginal_g: marginal(i).value,
                     embodied_g: embodied.as_ref().map(|v| v[i]),
                     gpu_time_cost: gpu_time.as_ref().map(|v| v[i]),
-                    price_fallback_mj,
-                    carbon_fallback_mj,
+                    price_fallback_mj: cost.fallback_mj,
+                    carbon_fallback_mj: carbon.fallback_mj,
+                    badput_cost: cost.badput,
+                    badput_carbon_g: carbon.badput,
                 }
             })
             .collect(),
@@ -349,6 +365,7 @@ mod tests {
                 mj: &[2 * MJ_PER_KWH, MJ_PER_KWH],
                 embodied_ng: &[2_400_000_000, 1_200_000_000],
                 time_price_pico: &[0, 0],
+                badput_mj: &[0, 0],
             },
             &rates,
         );
@@ -378,6 +395,7 @@ mod tests {
                 mj: &[MJ_PER_KWH],
                 embodied_ng: &[0],
                 time_price_pico: &[0],
+                badput_mj: &[0],
             },
             &SiteRates::default(),
         );
@@ -409,6 +427,7 @@ mod tests {
                 mj: &[0],
                 embodied_ng: &[0],
                 time_price_pico: &[0],
+                badput_mj: &[0],
             },
             &SiteRates {
                 carbon: vec![rate(0, 60, "400")],

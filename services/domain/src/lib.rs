@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod attribution;
+pub mod badput;
 pub mod breakdown;
 pub mod budget;
 pub mod budget_alerts;

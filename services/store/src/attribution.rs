@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use wattledger_domain::attribution::{
     Allocation, Attributed, Gpu, IdlePolicy, Job, Node, SiteHour, SitePolicy, Tokens,
 };
+use wattledger_domain::badput::{self, EndState};
 use wattledger_domain::costing::HourAmounts;
 use wattledger_domain::energy::{meter_steps, MeterSteps, Sample, StepGrid};
 use wattledger_domain::headroom::{hour_profiles, HourProfile, PowerClass};
@@ -122,6 +123,9 @@ struct JobWeightsRow {
     kind: JobKind,
     prefill_weight: Option<Decimal>,
     decode_weight: Option<Decimal>,
+    start_at: DateTime<Utc>,
+    end_state: Option<EndState>,
+    last_checkpoint_at: Option<DateTime<Utc>>,
 }
 
 struct TokenRecordRow {
@@ -421,7 +425,8 @@ async fn jobs(
     let job_rows = sqlx::query_as!(
         JobWeightsRow,
         r#"SELECT j.id, j.tenant_id, j.model_id, j.kind AS "kind: JobKind", m.prefill_weight AS "prefill_weight?",
-                  m.decode_weight AS "decode_weight?"
+                  m.decode_weight AS "decode_weight?", j.start_at,
+                  j.end_state AS "end_state: EndState", j.last_checkpoint_at
            FROM jobs j LEFT JOIN models m ON m.id = j.model_id WHERE j.id = ANY($1)"#,
         &job_ids,
     )
@@ -437,6 +442,7 @@ async fn jobs(
             model: None,
             prefill_weight_ppm: u64::from(PPM),
             decode_weight_ppm: 4 * u64::from(PPM),
+            lost_from_ms: i64::MAX,
         };
         job_ids.len()
     ];
@@ -448,6 +454,8 @@ async fn jobs(
             model: r.model_id,
             prefill_weight_ppm: ppm(r.prefill_weight, u64::from(PPM)),
             decode_weight_ppm: ppm(r.decode_weight, 4 * u64::from(PPM)),
+            lost_from_ms: badput::lost_from(r.kind, r.end_state, r.last_checkpoint_at, r.start_at)
+                .map_or(i64::MAX, |t| t.timestamp_millis()),
         };
     }
     let mut allocations: HashMap<i64, Vec<Allocation>> = HashMap::new();
@@ -706,17 +714,18 @@ pub async fn replace_ledger(
                              idle_mj, facility_overhead_mj, total_mj, estimated_mj, prompt_tokens,
                              generated_tokens, gpu_ms, flags, cost, carbon_g, carbon_marginal_g,
                              embodied_carbon_g, gpu_time_cost, price_fallback_mj,
-                             carbon_fallback_mj)
+                             carbon_fallback_mj, badput_mj, badput_cost, badput_carbon_g)
          SELECT hour, $1, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
                 coalesce(string_to_array(nullif(flags, ''), ','), '{}'), cost, carbon, marginal,
-                embodied, gpu_time, price_fb, carbon_fb
+                embodied, gpu_time, price_fb, carbon_fb, badput, badput_cost, badput_carbon
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
                      $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
                      $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::numeric[],
                      $17::numeric[], $18::numeric[], $19::numeric[], $20::numeric[],
-                     $21::bigint[], $22::bigint[])
+                     $21::bigint[], $22::bigint[], $23::bigint[], $24::numeric[], $25::numeric[])
               AS t(hour, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
-                   flags, cost, carbon, marginal, embodied, gpu_time, price_fb, carbon_fb)",
+                   flags, cost, carbon, marginal, embodied, gpu_time, price_fb, carbon_fb,
+                   badput, badput_cost, badput_carbon)",
         site_id,
         &c.hour,
         &c.tenant,
@@ -739,6 +748,9 @@ pub async fn replace_ledger(
         &c.gpu_time_cost as &[Option<Decimal>],
         &c.price_fallback,
         &c.carbon_fallback,
+        &c.badput,
+        &c.badput_cost as &[Option<Decimal>],
+        &c.badput_carbon as &[Option<Decimal>],
     )
     .execute(&mut *conn)
     .await?;
@@ -950,6 +962,9 @@ struct LedgerColumns {
     gpu_time_cost: Vec<Option<Decimal>>,
     price_fallback: Vec<i64>,
     carbon_fallback: Vec<i64>,
+    badput: Vec<i64>,
+    badput_cost: Vec<Option<Decimal>>,
+    badput_carbon: Vec<Option<Decimal>>,
 }
 
 impl LedgerColumns {
@@ -970,6 +985,9 @@ impl LedgerColumns {
                 c.gpu_time_cost.push(a.gpu_time_cost);
                 c.price_fallback.push(a.price_fallback_mj);
                 c.carbon_fallback.push(a.carbon_fallback_mj);
+                c.badput.push(r.badput_mj);
+                c.badput_cost.push(a.badput_cost);
+                c.badput_carbon.push(a.badput_carbon_g);
                 c.hour.push(*hour);
                 c.tenant.push(r.tenant);
                 c.job.push(r.job.map(|j| window.job_ids[j]));

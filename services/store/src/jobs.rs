@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::{PgConnection, PgPool};
 use std::collections::HashMap;
+use wattledger_domain::badput::EndState;
 use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::priority::Priority;
@@ -27,6 +28,11 @@ pub struct JobRecord {
     pub submit_at: Option<DateTime<Utc>>,
     pub start_at: DateTime<Utc>,
     pub end_at: Option<DateTime<Utc>>,
+    pub end_state: Option<EndState>,
+    pub last_checkpoint_at: Option<DateTime<Utc>>,
+    /// The key of the job this one repeats, at the same site.
+    pub requeue_of: Option<String>,
+    pub restarts: i32,
     pub allocations: Vec<AllocationRecord>,
 }
 
@@ -52,22 +58,27 @@ pub async fn lock_keys(conn: &mut PgConnection, keys: &[String]) -> StoreResult<
 }
 
 /// Inserts the jobs, or updates those whose fields differ; the ids of those inserted or
-/// changed.
+/// changed. A job's end state and checkpoint are among its fields: a change re-attributes its
+/// hours (badput). The attempt a job repeats is named by key, and resolved at the job's site
+/// once the whole batch is written, so the original may come earlier in the same batch.
 pub async fn write_jobs(conn: &mut PgConnection, records: &[JobRecord]) -> StoreResult<Vec<i64>> {
-    Ok(sqlx::query_scalar!(
+    let changed = sqlx::query_scalar!(
         "INSERT INTO jobs (key, site_id, name, tenant_id, model_id, kind, priority, submit_at,
-                           start_at, end_at)
+                           start_at, end_at, end_state, last_checkpoint_at, restarts)
          SELECT * FROM UNNEST($1::text[], $10::bigint[], $2::text[], $3::bigint[], $4::bigint[],
                               $5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[],
-                              $9::timestamptz[])
+                              $9::timestamptz[], $11::text[], $12::timestamptz[], $13::int[])
          ON CONFLICT (site_id, key) DO UPDATE SET name = excluded.name, tenant_id = excluded.tenant_id,
             model_id = excluded.model_id, kind = excluded.kind, priority = excluded.priority,
             submit_at = excluded.submit_at, start_at = excluded.start_at, end_at = excluded.end_at,
-            updated_at = now()
+            end_state = excluded.end_state, last_checkpoint_at = excluded.last_checkpoint_at,
+            restarts = excluded.restarts, updated_at = now()
          WHERE (jobs.name, jobs.tenant_id, jobs.model_id, jobs.kind, jobs.priority,
-                jobs.submit_at, jobs.start_at, jobs.end_at)
+                jobs.submit_at, jobs.start_at, jobs.end_at, jobs.end_state,
+                jobs.last_checkpoint_at, jobs.restarts)
                IS DISTINCT FROM (excluded.name, excluded.tenant_id, excluded.model_id, excluded.kind,
-                excluded.priority, excluded.submit_at, excluded.start_at, excluded.end_at)
+                excluded.priority, excluded.submit_at, excluded.start_at, excluded.end_at,
+                excluded.end_state, excluded.last_checkpoint_at, excluded.restarts)
          RETURNING id",
         &records.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
         &records.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
@@ -79,9 +90,28 @@ pub async fn write_jobs(conn: &mut PgConnection, records: &[JobRecord]) -> Store
         &records.iter().map(|r| r.start_at).collect::<Vec<_>>(),
         &records.iter().map(|r| r.end_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
         &records.iter().map(|r| r.site_id).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.end_state.map(|e| e.as_str())).collect::<Vec<_>>() as &[Option<&str>],
+        &records.iter().map(|r| r.last_checkpoint_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
+        &records.iter().map(|r| r.restarts).collect::<Vec<_>>(),
     )
-    .fetch_all(conn)
-    .await?)
+    .fetch_all(&mut *conn)
+    .await?;
+    // The link is bookkeeping, not a figure: setting it changes no hour.
+    sqlx::query!(
+        "UPDATE jobs j SET requeue_of = o.id
+         FROM UNNEST($1::text[], $2::bigint[], $3::text[]) AS t(key, site_id, original)
+         LEFT JOIN jobs o ON o.site_id = t.site_id AND o.key = t.original
+         WHERE j.site_id = t.site_id AND j.key = t.key AND j.requeue_of IS DISTINCT FROM o.id",
+        &records.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.site_id).collect::<Vec<_>>(),
+        &records
+            .iter()
+            .map(|r| r.requeue_of.clone())
+            .collect::<Vec<_>>() as &[Option<String>],
+    )
+    .execute(conn)
+    .await?;
+    Ok(changed)
 }
 
 /// An allocation the write inserted or changed: its span now, and before if it existed.
@@ -237,9 +267,18 @@ pub struct JobRow {
     pub submit_at: Option<DateTime<Utc>>,
     pub start_at: DateTime<Utc>,
     pub end_at: Option<DateTime<Utc>>,
+    /// How the job ended, as its scheduler said; absent while it runs or if it did not say.
+    pub end_state: Option<EndState>,
+    pub last_checkpoint_at: Option<DateTime<Utc>>,
+    /// The key of the attempt this job repeats.
+    pub requeue_of: Option<String>,
+    pub restarts: i32,
     #[sqlx(flatten)]
     #[serde(flatten)]
     pub energy: EnergyBreakdown,
+    /// The part of the energy spent after the last checkpoint of a job that then lost its
+    /// work (`domain::badput`).
+    pub badput_mj: i64,
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
     /// What the job's figures rest on (its tenant's share only, for a tenant scope); the API
@@ -253,13 +292,16 @@ pub struct JobRow {
 fn job_select() -> String {
     format!(
         "SELECT j.id, j.key, j.name, t.key AS tenant, m.key AS model, j.kind, j.priority,
-                j.submit_at, j.start_at, j.end_at,
+                j.submit_at, j.start_at, j.end_at, j.end_state, j.last_checkpoint_at,
+                o.key AS requeue_of, j.restarts,
                 coalesce(sum(l.total_mj), 0)::bigint AS total_mj, {ENERGY_SUMS},
+                coalesce(sum(l.badput_mj), 0)::bigint AS badput_mj,
                 coalesce(sum(l.prompt_tokens), 0)::bigint AS prompt_tokens,
                 coalesce(sum(l.generated_tokens), 0)::bigint AS generated_tokens, {COVERAGE_SUMS}
          FROM jobs j
          JOIN tenants t ON t.id = j.tenant_id
          LEFT JOIN models m ON m.id = j.model_id
+         LEFT JOIN jobs o ON o.site_id = j.site_id AND o.id = j.requeue_of
          LEFT JOIN ledger_rows l ON l.site_id = j.site_id AND l.job_id = j.id AND ($1::bigint IS NULL OR l.tenant_id = $1)"
     )
 }
@@ -270,7 +312,7 @@ pub async fn get(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<JobRow>
     let sql = format!(
         "{} WHERE j.key = $2 AND ($1::bigint IS NULL OR j.tenant_id = $1
             OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))
-         GROUP BY j.site_id, j.id, t.key, m.key",
+         GROUP BY j.site_id, j.id, t.key, m.key, o.key",
         job_select()
     );
     sqlx::query_as(&sql)
@@ -306,7 +348,7 @@ pub async fn list(
         "{} WHERE j.start_at < $3 AND (j.end_at IS NULL OR j.end_at >= $2)
             AND ($1::bigint IS NULL OR j.tenant_id = $1
                  OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))
-         GROUP BY j.site_id, j.id, t.key, m.key ORDER BY total_mj DESC, j.key LIMIT $4",
+         GROUP BY j.site_id, j.id, t.key, m.key, o.key ORDER BY total_mj DESC, j.key LIMIT $4",
         job_select()
     );
     Ok(sqlx::query_as(&sql)

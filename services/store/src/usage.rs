@@ -15,6 +15,10 @@ pub enum GroupBy {
     Site,
     Day,
     Hour,
+    /// How the row's job ended (`domain::badput::EndState`): `unknown` for a job that has
+    /// not said (still running, or a scheduler that does not report it), `idle` for energy
+    /// of no job.
+    EndState,
 }
 
 impl GroupBy {
@@ -26,6 +30,7 @@ impl GroupBy {
             "site" => GroupBy::Site,
             "day" => GroupBy::Day,
             "hour" => GroupBy::Hour,
+            "end_state" => GroupBy::EndState,
             _ => return None,
         })
     }
@@ -39,6 +44,9 @@ impl GroupBy {
             GroupBy::Site => "s.key",
             GroupBy::Day => "date_trunc('day', l.hour)",
             GroupBy::Hour => "l.hour",
+            GroupBy::EndState => {
+                "CASE WHEN l.job_id IS NULL THEN 'idle' ELSE coalesce(j.end_state, 'unknown') END"
+            }
         }
     }
 }
@@ -129,6 +137,7 @@ impl Source {
     fn of(group_by: &[GroupBy], filter: &UsageFilter) -> Source {
         let reads_ledger = group_by.contains(&GroupBy::Hour)
             || group_by.contains(&GroupBy::Job)
+            || group_by.contains(&GroupBy::EndState)
             || filter.job_id.is_some()
             || filter.top_jobs.is_some();
         if reads_ledger {
@@ -191,6 +200,7 @@ pub struct UsageRow {
     pub model: Option<String>,
     pub site: Option<String>,
     pub period: Option<DateTime<Utc>>,
+    pub end_state: Option<String>,
     #[sqlx(flatten)]
     pub energy: EnergyBreakdown,
     pub prompt_tokens: i64,
@@ -210,6 +220,11 @@ pub struct UsageRow {
     /// GPU time at GPU-hour rates, per currency, in step.
     pub gpu_time_currencies: Option<Vec<String>>,
     pub gpu_time_amounts: Option<Vec<Decimal>>,
+    /// The part of the energy that was badput (`domain::badput`), and its cost (in step
+    /// with `cost_currencies`) and carbon.
+    pub badput_mj: i64,
+    pub badput_cost_amounts: Option<Vec<Decimal>>,
+    pub badput_carbon_g: Option<Decimal>,
 }
 
 impl UsageRow {
@@ -264,20 +279,22 @@ pub async fn usage(
     let source = ledger_source(Source::of(group_by, filter));
     let (from, to) = bounds(filter);
     let order = match filter.top_jobs {
-        // Column 6 is total_mj, selected only to order by (the row's total is its breakdown's).
-        Some(_) => "ORDER BY 6 DESC, 1, 2, 3, 4, 5",
-        None => "ORDER BY 1, 2, 3, 4, 5",
+        // Column 7 is total_mj, selected only to order by (the row's total is its breakdown's).
+        Some(_) => "ORDER BY 7 DESC, 1, 2, 3, 4, 5, 6",
+        None => "ORDER BY 1, 2, 3, 4, 5, 6",
     };
     let sql = format!(
         "WITH g AS (
-             SELECT {}, {}, {}, {}, {period}, s.currency::text AS currency,
+             SELECT {}, {}, {}, {}, {period}, {}, s.currency::text AS currency,
                     sum(l.total_mj) AS total_mj, {ENERGY_SUMS},
                     sum(l.prompt_tokens) AS prompt_tokens,
                     sum(l.generated_tokens) AS generated_tokens, sum(l.gpu_ms) AS gpu_ms,
                     sum(l.cost) AS cost, sum(l.gpu_time_cost) AS gpu_time_cost,
                     sum(l.carbon_g) AS carbon_g,
                     sum(l.carbon_marginal_g) AS carbon_marginal_g,
-                    sum(l.embodied_carbon_g) AS embodied_carbon_g, {COVERAGE_SUMS}
+                    sum(l.embodied_carbon_g) AS embodied_carbon_g,
+                    sum(l.badput_mj) AS badput_mj, sum(l.badput_cost) AS badput_cost,
+                    sum(l.badput_carbon_g) AS badput_carbon_g, {COVERAGE_SUMS}
              FROM {source} l
              JOIN tenants t ON t.id = l.tenant_id
              JOIN sites s ON s.id = l.site_id
@@ -289,7 +306,7 @@ pub async fn usage(
                AND ($6::bigint IS NULL OR l.model_id = $6)
              GROUP BY {inner_group}
          )
-         SELECT tenant, job, model, site, period,
+         SELECT tenant, job, model, site, period, end_state,
                 coalesce(sum(total_mj), 0)::bigint AS total_mj,
                 coalesce(sum(gpu_mj), 0)::bigint AS gpu_mj,
                 coalesce(sum(node_overhead_mj), 0)::bigint AS node_overhead_mj,
@@ -312,14 +329,19 @@ pub async fn usage(
                 array_agg(currency ORDER BY currency) FILTER (WHERE gpu_time_cost IS NOT NULL)
                     AS gpu_time_currencies,
                 array_agg(gpu_time_cost ORDER BY currency) FILTER (WHERE gpu_time_cost IS NOT NULL)
-                    AS gpu_time_amounts
+                    AS gpu_time_amounts,
+                coalesce(sum(badput_mj), 0)::bigint AS badput_mj,
+                array_agg(badput_cost ORDER BY currency) FILTER (WHERE cost IS NOT NULL)
+                    AS badput_cost_amounts,
+                sum(badput_carbon_g) AS badput_carbon_g
          FROM g
-         GROUP BY 1, 2, 3, 4, 5
+         GROUP BY 1, 2, 3, 4, 5, 6
          {order}",
         key(GroupBy::Tenant, "tenant", "::text"),
         key(GroupBy::Job, "job", "::text"),
         key(GroupBy::Model, "model", "::text"),
         key(GroupBy::Site, "site", "::text"),
+        key(GroupBy::EndState, "end_state", "::text"),
     );
     Ok(sqlx::query_as(&sql)
         .bind(scope.tenant())

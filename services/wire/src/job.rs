@@ -4,6 +4,7 @@ use crate::{Problem, Problems};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
+use wattledger_domain::badput::EndState;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::priority::Priority;
 use wattledger_domain::{input, units};
@@ -40,6 +41,22 @@ wattledger_domain::record! {
         /// Absent while the job runs.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub end_at: Option<DateTime<Utc>>,
+        /// How the job ended, as its scheduler says; with `end_at`. A training or batch job
+        /// that did not complete lost what it did after `last_checkpoint_at` (all of it
+        /// without one): that energy is badput.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub end_state: Option<EndState> => None,
+        /// When the job last saved its state (a checkpoint it can resume from), as the job
+        /// reports it: a Slurm comment, a pod annotation, or this field sent again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub last_checkpoint_at: Option<DateTime<Utc>>,
+        /// The key of the job this one repeats (an attempt after a requeue, a replacement
+        /// pod), at the same site: sent in this batch before it, or stored.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub requeue_of: Option<String>,
+        /// Times the job's containers restarted (Kubernetes `restartCount`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub restarts: Option<i32>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub allocations: Vec<Allocation>,
     }
@@ -91,6 +108,23 @@ impl Job {
             if end < self.start_at {
                 p.add("end_at", "is before start_at");
             }
+        }
+        if self.end_state.is_some() && self.end_at.is_none() {
+            p.add("end_state", "needs the job's end_at");
+        }
+        if let Some(at) = self.last_checkpoint_at {
+            let ok = p.time("last_checkpoint_at", at, latest);
+            if ok && self.end_at.is_some_and(|end| at > end) {
+                p.add("last_checkpoint_at", "is after end_at");
+            }
+        }
+        if let Some(original) = &self.requeue_of {
+            if p.key("requeue_of", original) && *original == self.key {
+                p.add("requeue_of", "names the job itself");
+            }
+        }
+        if let Some(n) = self.restarts {
+            p.within("restarts", i64::from(n), 0..=i64::from(i32::MAX));
         }
         for (k, a) in self.allocations.iter().enumerate() {
             p.nested(&format!("allocations[{k}]"), a.check(self, latest));
@@ -152,6 +186,10 @@ mod tests {
             submit_at: Some(t(9)),
             start_at: t(10),
             end_at: Some(t(12)),
+            end_state: None,
+            last_checkpoint_at: None,
+            requeue_of: None,
+            restarts: None,
             allocations: vec![Allocation {
                 meter: "n1-gpu0".into(),
                 share: None,
@@ -183,6 +221,32 @@ mod tests {
             fields(&j),
             ["allocations[1].share", "allocations[1].end_at"]
         );
+    }
+
+    #[test]
+    fn how_a_job_ended_is_checked_against_its_times() {
+        let ended = Job {
+            end_state: Some(EndState::Failed),
+            last_checkpoint_at: Some(t(11)),
+            requeue_of: Some("slurm:c1:41".into()),
+            restarts: Some(2),
+            ..job()
+        };
+        assert!(fields(&ended).is_empty());
+        let bad = Job {
+            end_at: None,
+            last_checkpoint_at: Some(t(12) + chrono::Duration::seconds(1)),
+            requeue_of: Some("slurm:c1:42".into()),
+            restarts: Some(-1),
+            ..ended.clone()
+        };
+        // Open-ended: the checkpoint after "end" is not checked, the end state is.
+        assert_eq!(fields(&bad), ["end_state", "requeue_of", "restarts"]);
+        let late = Job {
+            last_checkpoint_at: Some(t(12) + chrono::Duration::seconds(1)),
+            ..ended
+        };
+        assert_eq!(fields(&late), ["last_checkpoint_at"]);
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod readers_agree {
     use chrono::{DateTime, TimeZone, Utc};
     use proptest::prelude::*;
     use rust_decimal::Decimal;
+    use wattledger_domain::badput::EndState;
     use wattledger_domain::job_kind::JobKind;
     use wattledger_domain::priority::Priority;
     use wattledger_domain::signals::{Basis, SignalKind, Status};
@@ -70,6 +71,10 @@ mod readers_agree {
                 submit_at: Some(time(start - 1000)),
                 start_at: time(start),
                 end_at: len.map(|l| time(start + l)),
+                end_state: len.map(|l| EndState::ALL[l as usize % EndState::ALL.len()]),
+                last_checkpoint_at: len.map(|l| time(start + l / 2)),
+                requeue_of: len.map(|_| "slurm:c:0".into()),
+                restarts: len.map(|l| (l % 3) as i32),
                 allocations: shares
                     .iter()
                     .enumerate()

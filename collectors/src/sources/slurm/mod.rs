@@ -16,6 +16,7 @@ use chrono::{DateTime, Duration, Utc};
 use parse::{NodeGpus, SlurmJob};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use wattledger_domain::badput::EndState;
 use wattledger_domain::job_kind::JobKind;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -75,6 +76,10 @@ struct State {
     indices: BTreeMap<String, BTreeMap<String, Vec<u32>>>,
     /// What was last sent per job, so an unchanged job is not sent again.
     sent: BTreeMap<String, String>,
+    /// The start (unix s) of each attempt of a job id, in the order seen: Slurm keeps one id
+    /// across requeues, the ledger keeps each attempt as its own job.
+    #[serde(default)]
+    attempts: BTreeMap<String, Vec<i64>>,
 }
 
 impl SourceConfig for SlurmConfig {
@@ -123,7 +128,13 @@ impl SlurmSource {
     /// Remembers the GPU indices live jobs hold.
     fn learn(&mut self, live: &[SlurmJob]) {
         for j in live {
+            // The job (whose attempts are kept) and the attempt running now.
             self.live.insert(self.key(j));
+            let Some(start) = j.start else { continue };
+            let (key, _) = self.attempt(j, start);
+            self.live.insert(key.clone());
+            // Indices belong to the attempt that holds them (a requeued job may restart on
+            // other GPUs).
             if j.gpus.is_empty() {
                 continue;
             }
@@ -132,21 +143,49 @@ impl SlurmSource {
                 .iter()
                 .map(|g: &NodeGpus| (g.node.clone(), g.indices.clone()))
                 .collect();
-            self.state.indices.insert(self.key(j), per_node);
+            self.state.indices.insert(key, per_node);
         }
+    }
+
+    /// The key of the attempt of `j` that started at `start`, and the key of the attempt it
+    /// repeats: the first attempt has the job's key, the n-th after it `<key>+<n>`.
+    fn attempt(&mut self, j: &SlurmJob, start: i64) -> (String, Option<String>) {
+        let base = self.key(j);
+        let starts = self.state.attempts.entry(base.clone()).or_default();
+        let n = match starts.iter().position(|s| *s == start) {
+            Some(n) => n,
+            None => {
+                starts.push(start);
+                starts.len() - 1
+            }
+        };
+        let key_of = |n: usize| match n {
+            0 => base.clone(),
+            n => format!("{base}+{n}"),
+        };
+        (key_of(n), n.checked_sub(1).map(key_of))
     }
 
     /// The accounting jobs as records: started jobs only, unchanged ones left out.
     fn records(&mut self, jobs: &[SlurmJob], polled_from: DateTime<Utc>) -> Collected {
         let mut out = Vec::new();
         let mut seen = BTreeMap::new();
+        let mut jobs: Vec<&SlurmJob> = jobs.iter().collect();
+        // Attempts of one id in the order they ran, so each gets its number.
+        jobs.sort_by_key(|j| (j.job_id, j.start));
+        let mut bases = std::collections::BTreeSet::new();
         for j in jobs {
             let (Some(start), false) = (j.start, j.account.is_empty()) else {
                 continue;
             };
-            let key = self.key(j);
+            bases.insert(self.key(j));
+            let (key, requeue_of) = self.attempt(j, start);
             let start_at = at(start);
             let end_at = j.end.map(at);
+            // A job has an end state once it has ended; a state this source does not know
+            // stays unknown (no badput) rather than guessed.
+            let end_state = end_at.and_then(|_| EndState::of_slurm(&j.state));
+            let last_checkpoint_at = parse::checkpoint_in_comment(&j.comment);
             let mut gpus: Vec<(String, u32)> = Vec::new();
             let known = self.state.indices.get(&key).cloned().or_else(|| {
                 (!j.gpus.is_empty()).then(|| {
@@ -206,6 +245,10 @@ impl SlurmSource {
                 submit_at: j.submit.map(at),
                 start_at,
                 end_at,
+                end_state,
+                last_checkpoint_at,
+                requeue_of,
+                restarts: None,
                 allocations,
             };
             let fingerprint = serde_json::to_string(&job).expect("jobs serialize");
@@ -222,6 +265,9 @@ impl SlurmSource {
         self.state
             .indices
             .retain(|k, _| seen.contains_key(k) || live.contains(k));
+        self.state
+            .attempts
+            .retain(|k, _| bases.contains(k) || live.contains(k));
         self.state.sent = seen;
         // The next window overlaps this one, so a job that changes at the edge is not missed.
         self.state.since = Some(polled_from);
@@ -291,9 +337,11 @@ impl Source for SlurmSource {
                 .since
                 .unwrap_or(now - Duration::seconds(self.config.lookback_s));
             let fmt = |t: DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%S").to_string();
+            // `-D`: every attempt of a requeued job, each with its own times and state.
             let args = vec![
                 "--json".into(),
                 "-a".into(),
+                "-D".into(),
                 "-S".into(),
                 fmt(since),
                 "-E".into(),

@@ -8,6 +8,7 @@
 //! node); energy TRES is joules, with -2 or null for "not gathered". Slurm's energy is
 //! node-level (IPMI, RAPL), kept for reconciliation only.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 /// A job as a meter needs it.
@@ -32,6 +33,9 @@ pub struct SlurmJob {
     pub gpu_count: Option<u32>,
     /// `ConsumedEnergyRaw`: node-level joules, for reconciliation only.
     pub consumed_energy_j: Option<i64>,
+    /// The job's own comment (`--comment`, `scontrol update … comment=`): where a job that
+    /// checkpoints says when it last did ([`checkpoint_in_comment`]).
+    pub comment: String,
 }
 
 impl SlurmJob {
@@ -189,7 +193,33 @@ fn job(index: usize, j: &Value) -> Result<SlurmJob, SlurmError> {
         gpus,
         gpu_count,
         consumed_energy_j: tres("energy", ""),
+        // slurmdbd: comment.job; slurmctld: comment (a string).
+        comment: match j.get("comment") {
+            Some(Value::String(c)) => c.clone(),
+            Some(c) => c
+                .get("job")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            None => String::new(),
+        },
     })
+}
+
+/// The last checkpoint a job wrote in its comment, as `checkpoint=<time>` among other
+/// words: RFC 3339 or unix seconds. A job sets it with
+/// `scontrol update job=$SLURM_JOB_ID comment=checkpoint=$(date +%s)` after each save. A
+/// value that is not a time is ignored (the job keeps no checkpoint), never guessed.
+pub fn checkpoint_in_comment(comment: &str) -> Option<DateTime<Utc>> {
+    let value = comment
+        .split(|c: char| c.is_whitespace() || c == ',' || c == ';')
+        .filter_map(|word| word.strip_prefix("checkpoint="))
+        .next_back()?;
+    if let Ok(t) = DateTime::parse_from_rfc3339(value) {
+        return Some(t.with_timezone(&Utc));
+    }
+    let secs: i64 = value.parse().ok()?;
+    DateTime::from_timestamp(secs, 0).filter(|t| wattledger_domain::input::time(*t).is_ok())
 }
 
 /// `gres/gpu:4` or `gres/gpu:h100:4` → 4.
@@ -295,6 +325,44 @@ fn expand_one(item: &str, out: &mut Vec<String>) -> Result<(), HostlistError> {
 mod tests {
     use super::*;
     use crate::fixtures;
+
+    #[test]
+    fn sacct_22_05_reports_how_each_job_ended_and_its_comment() {
+        let jobs = parse_jobs(&fixtures::read("slurm/sacct-22.05.json")).unwrap();
+        let states: Vec<(u64, &str)> = jobs.iter().map(|j| (j.job_id, j.state.as_str())).collect();
+        assert!(states.contains(&(6, "FAILED")));
+        assert!(states.contains(&(7, "CANCELLED")));
+        assert!(states.contains(&(8, "TIMEOUT")));
+        // Its comments are null: no checkpoint.
+        assert!(jobs.iter().all(|j| j.comment.is_empty()));
+    }
+
+    #[test]
+    fn a_checkpoint_is_read_from_the_jobs_comment() {
+        let at = |s| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        assert_eq!(
+            checkpoint_in_comment("checkpoint=1791201600"),
+            Some(at("2026-10-05T12:00:00Z"))
+        );
+        assert_eq!(
+            checkpoint_in_comment("run 7, checkpoint=2026-10-05T12:00:00+02:00 step=900"),
+            Some(at("2026-10-05T10:00:00Z"))
+        );
+        // The last one counts; what is not a time (or is out of range) is no checkpoint.
+        assert_eq!(
+            checkpoint_in_comment("checkpoint=1 checkpoint=1791201600"),
+            Some(at("2026-10-05T12:00:00Z"))
+        );
+        for none in [
+            "",
+            "checkpoint=",
+            "checkpoint=soon",
+            "checkpoint=1",
+            "nocheckpoint=5",
+        ] {
+            assert_eq!(checkpoint_in_comment(none), None, "{none}");
+        }
+    }
 
     #[test]
     fn slurmctld_running_job_with_gpus() {

@@ -40,6 +40,7 @@ fn job(tenant: TenantId) -> Job {
         model: None,
         prefill_weight_ppm: 1_000_000,
         decode_weight_ppm: 4_000_000,
+        lost_from_ms: i64::MAX,
     }
 }
 
@@ -160,6 +161,35 @@ fn known_answer_platform_idle() {
     // The MIG half held half a GPU for the hour.
     let mig = out.rows.iter().find(|r| r.job == Some(1)).unwrap();
     assert_eq!(mig.gpu_ms, HOUR / 2);
+}
+
+/// A's training job (GPU 0) fails; it last saved its state at 40:30. Its own energy is
+/// 48.72 MJ IT + 12.18 MJ facility = 60.9 MJ a minute: the 19 minutes from 41:00 and half of
+/// the minute from 40:00 are lost, 19 × 60.9 + 30.45 = 1187.55 MJ. Nothing else changes, and
+/// the endpoint (no loss) and B's job lose nothing.
+#[test]
+fn known_answer_badput_after_the_last_checkpoint() {
+    let mut hour = shared_node_scenario(IdlePolicy::Platform);
+    hour.jobs[0].lost_from_ms = 40 * STEP + STEP / 2;
+    let out = attribute(&hour);
+    let before = attribute(&shared_node_scenario(IdlePolicy::Platform));
+    let job0 = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
+    assert_eq!(job0.energy.total_mj(), 3_654_000_000);
+    assert_eq!(job0.badput_mj, 1_187_550_000);
+    for (r, b) in out.rows.iter().zip(&before.rows) {
+        assert_eq!(r.energy, b.energy);
+        if r.job != Some(0) {
+            assert_eq!(r.badput_mj, 0);
+        }
+    }
+    // Lost from before the hour: all of its own energy; under the proportional policy, not
+    // the idle share spread onto it.
+    let mut hour = shared_node_scenario(IdlePolicy::Proportional);
+    hour.jobs[0].lost_from_ms = -1;
+    let out = attribute(&hour);
+    let job0 = out.rows.iter().find(|r| r.job == Some(0)).unwrap();
+    assert_eq!(job0.badput_mj, job0.energy.total_mj() - job0.energy.idle_mj);
+    assert!(job0.energy.idle_mj > 0);
 }
 
 #[test]
@@ -455,7 +485,15 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                         .sum();
                     (None, total)
                 };
-                let job_list: Vec<Job> = tenants.iter().map(|&t| job(t)).collect();
+                // Some jobs lost their work: all of it, or from within the hour.
+                let job_list: Vec<Job> = tenants
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &t)| Job {
+                        lost_from_ms: [i64::MAX, grid.start_ms, grid.start_ms + 1_234_567][k % 3],
+                        ..job(t)
+                    })
+                    .collect();
                 let token_list = tokens
                     .iter()
                     .map(|&(job, tenant, prompt, generated)| Tokens {
@@ -506,6 +544,23 @@ proptest! {
         let out = attribute(&s.hour);
         for r in &out.rows {
             prop_assert!(r.energy.estimated_mj == 0 || r.quality.is_estimated(), "{:?}", r);
+        }
+    }
+
+    /// Badput is part of what a job row carries, and only of jobs that lost work.
+    #[test]
+    fn badput_is_within_each_row_and_only_where_work_was_lost(s in scenario()) {
+        let out = attribute(&s.hour);
+        for r in &out.rows {
+            prop_assert!(r.badput_mj >= 0 && r.badput_mj <= r.energy.total_mj(), "{:?}", r);
+            let lost = r.job.map(|j| s.hour.jobs[j].lost_from_ms);
+            if lost.is_none_or(|l| l == i64::MAX) {
+                prop_assert_eq!(r.badput_mj, 0);
+            }
+            if lost == Some(s.hour.grid.start_ms) && s.hour.policy.idle_policy == IdlePolicy::Platform {
+                // Lost from the hour's start: the whole of its own energy.
+                prop_assert_eq!(r.badput_mj, r.energy.total_mj());
+            }
         }
     }
 

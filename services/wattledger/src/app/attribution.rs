@@ -74,10 +74,11 @@ fn attribute(window: &Window, rates: &SiteRates, hours: &[DateTime<Utc>]) -> Vec
             let of = |f: fn(&attribution::Row) -> i64| -> Vec<i64> {
                 attributed.rows.iter().map(f).collect()
             };
-            let (mj, ng, pico) = (
+            let (mj, ng, pico, badput) = (
                 of(|r| r.energy.total_mj()),
                 of(|r| r.embodied_ng),
                 of(|r| r.time_price_pico),
+                of(|r| r.badput_mj),
             );
             let amounts = costing::hour_amounts(
                 input.grid,
@@ -86,6 +87,7 @@ fn attribute(window: &Window, rates: &SiteRates, hours: &[DateTime<Utc>]) -> Vec
                     mj: &mj,
                     embodied_ng: &ng,
                     time_price_pico: &pico,
+                    badput_mj: &badput,
                 },
                 rates,
             );

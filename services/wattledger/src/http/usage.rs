@@ -42,7 +42,9 @@ pub struct UsageParams {
     /// End of the range (RFC 3339, exclusive); default now. At most 400 days after `from`.
     #[serde(default, deserialize_with = "input::de::opt_time")]
     pub to: Option<DateTime<Utc>>,
-    /// Comma-separated: any of `tenant`, `job`, `model`, `site`, `day`, `hour`.
+    /// Comma-separated: any of `tenant`, `job`, `model`, `site`, `day`, `hour`, `end_state`
+    /// (how the job ended: the names of `EndState`, `unknown` for a job that has not said,
+    /// `idle` for energy of no job).
     pub group_by: Option<String>,
     /// Site key.
     pub site: Option<String>,
@@ -71,6 +73,8 @@ pub struct UsageRowOut {
     pub model: Option<String>,
     pub site: Option<String>,
     pub period: Option<DateTime<Utc>>,
+    /// How the row's jobs ended, when grouped by `end_state`.
+    pub end_state: Option<String>,
     #[schema(value_type = String)]
     pub kwh: Decimal,
     /// The four parts of `energy`, summed.
@@ -131,6 +135,64 @@ pub struct UsageRowOut {
     /// Energy cost plus GPU time at the device models' GPU-hour rates, per currency.
     #[schema(value_type = BTreeMap<String, String>)]
     pub fully_loaded_cost: BTreeMap<String, Decimal>,
+    #[serde(flatten)]
+    pub goodput: Goodput,
+}
+
+/// The row's energy, cost and carbon split into goodput and badput: badput is what training
+/// and batch jobs spent after their last checkpoint before they failed, timed out, were
+/// preempted, cancelled or requeued (all of it without a checkpoint). The two add up to the
+/// row's figures exactly.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Goodput {
+    #[schema(value_type = String)]
+    pub goodput_kwh: Decimal,
+    #[schema(value_type = String)]
+    pub badput_kwh: Decimal,
+    /// Badput in mJ, exact.
+    pub badput_mj: i64,
+    /// Badput's share of the row's energy; absent for a row without energy.
+    #[schema(value_type = Option<String>)]
+    pub badput_fraction: Option<Decimal>,
+    /// Energy cost per currency, as `cost`, of goodput and of badput.
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub goodput_cost: BTreeMap<String, Decimal>,
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub badput_cost: BTreeMap<String, Decimal>,
+    /// Operational carbon (location-based), as `carbon_g`, of goodput and of badput.
+    #[schema(value_type = Option<String>)]
+    pub goodput_carbon_g: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub badput_carbon_g: Option<Decimal>,
+}
+
+impl Goodput {
+    fn of(r: &usage::UsageRow, cost: &BTreeMap<String, Decimal>) -> Goodput {
+        let total = r.energy.total_mj();
+        let badput_cost: BTreeMap<String, Decimal> = (r.cost_currencies.iter().flatten())
+            .zip(r.badput_cost_amounts.iter().flatten())
+            .map(|(c, a)| (c.clone(), a.round_dp(6).normalize()))
+            .collect();
+        let badput_carbon = r.badput_carbon_g.map(|g| g.round_dp(3).normalize());
+        Goodput {
+            goodput_kwh: kwh(total - r.badput_mj).normalize(),
+            badput_kwh: kwh(r.badput_mj).normalize(),
+            badput_mj: r.badput_mj,
+            badput_fraction: ratio(r.badput_mj, total),
+            goodput_cost: cost
+                .iter()
+                .map(|(c, a)| {
+                    let bad = badput_cost.get(c).copied().unwrap_or_default();
+                    (c.clone(), (a - bad).normalize())
+                })
+                .collect(),
+            badput_cost,
+            goodput_carbon_g: r
+                .carbon_g
+                .map(|g| (g.round_dp(3) - badput_carbon.unwrap_or_default()).normalize()),
+            badput_carbon_g: badput_carbon,
+        }
+    }
 }
 
 /// What a row's figures rest on. Every fraction is a share of the row's total energy (absent
@@ -195,7 +257,7 @@ fn parse_group_by(s: Option<&str>) -> ApiResult<Vec<GroupBy>> {
     {
         let g = GroupBy::parse(part).ok_or_else(|| {
             ApiError::InvalidQuery(format!(
-                "group_by: unknown '{part}'; use any of tenant, job, model, site, day, hour"
+                "group_by: unknown '{part}'; use any of tenant, job, model, site, day, hour, end_state"
             ))
         })?;
         if !out.contains(&g) {
@@ -322,6 +384,7 @@ fn row_out(r: usage::UsageRow, gpu_hours: Decimal) -> UsageRowOut {
         gpu_hours,
         gpu_ms: r.gpu_ms,
         fully_loaded_cost: fully_loaded_cost(&cost, &r),
+        goodput: Goodput::of(&r, &cost),
         carbon_g: r.carbon_g.map(|g| g.round_dp(3).normalize()),
         carbon_marginal_g: r.carbon_marginal_g.map(|g| g.round_dp(3).normalize()),
         embodied_carbon_g: r.embodied_carbon_g.map(|g| g.round_dp(3).normalize()),
@@ -338,6 +401,7 @@ fn row_out(r: usage::UsageRow, gpu_hours: Decimal) -> UsageRowOut {
         model: r.model,
         site: r.site,
         period: r.period,
+        end_state: r.end_state,
     }
 }
 
@@ -394,6 +458,7 @@ fn shown_gpu_hours(rows: &[usage::UsageRow], group_by: &[GroupBy]) -> Vec<Decima
                     GroupBy::Job => (r.job.as_deref(), None),
                     GroupBy::Model => (r.model.as_deref(), None),
                     GroupBy::Site => (r.site.as_deref(), None),
+                    GroupBy::EndState => (r.end_state.as_deref(), None),
                     GroupBy::Hour => (None, r.period),
                     // A row's period is its hour where the query groups by hour too.
                     GroupBy::Day => (

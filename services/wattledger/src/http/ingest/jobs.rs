@@ -12,7 +12,7 @@ use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
 use chrono::Utc;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use wattledger_store::inventory::{self, ids_by_key, KeyedTable};
 use wattledger_store::jobs::{self, AllocationRecord, JobRecord};
 use wattledger_wire::Job;
@@ -33,7 +33,11 @@ pub async fn jobs_batch(
     };
     let tenants = ids_by_key(&state.pool, KeyedTable::Tenants, &keys(|j| Some(&j.tenant))).await?;
     let sites = ids_by_key(&state.pool, KeyedTable::Sites, &keys(|j| j.site.as_ref())).await?;
-    let stored = jobs::by_key(&state.pool, &keys(|j| Some(&j.key))).await?;
+    let mut job_keys = keys(|j| Some(&j.key));
+    job_keys.extend(keys(|j| j.requeue_of.as_ref()));
+    let stored = jobs::by_key(&state.pool, &job_keys).await?;
+    // Jobs accepted so far in this batch, by key: an attempt may name one as its original.
+    let mut earlier: HashMap<String, i64> = HashMap::new();
     let models = ids_by_key(&state.pool, KeyedTable::Models, &keys(|j| j.model.as_ref())).await?;
     let meter_keys: Vec<String> = read
         .records()
@@ -84,9 +88,20 @@ pub async fn jobs_batch(
             &gpu_sites,
             stored.get(&job.key).map(|j| j.site_id),
         );
+        if let (Some(original), Some(site)) = (&job.requeue_of, site_id) {
+            let original_site = (earlier.get(original).copied())
+                .or_else(|| stored.get(original).map(|j| j.site_id));
+            match original_site {
+                None => r.error("requeue_of", "unknown job"),
+                Some(s) if s != site => r.error("requeue_of", "the job is at another site"),
+                Some(_) => {}
+            }
+        }
+        let site_id = site_id?;
+        earlier.insert(job.key.clone(), site_id);
         Some(JobRecord {
             key: job.key,
-            site_id: site_id?,
+            site_id,
             name: job.name.unwrap_or_default(),
             tenant_id: tenant?,
             model_id: model,
@@ -95,6 +110,10 @@ pub async fn jobs_batch(
             submit_at: job.submit_at,
             start_at: job.start_at,
             end_at: job.end_at,
+            end_state: job.end_state,
+            last_checkpoint_at: job.last_checkpoint_at,
+            requeue_of: job.requeue_of,
+            restarts: job.restarts.unwrap_or(0),
             allocations,
         })
     })?;

@@ -1,0 +1,258 @@
+//! Badput through the API: how a job ended and its last checkpoint, sent with the job, turn
+//! the energy it spent after that checkpoint (and its cost and carbon) into badput, a
+//! known answer worked out by hand; re-sending a later checkpoint recomputes it; the link
+//! between a requeued attempt and its original; what the job record refuses.
+
+use crate::scenario;
+use serde_json::{json, Value};
+use wattledger::auth::Role;
+use wattledger_tests::TestApp;
+
+/// The scenario hour's flat carbon (400 g/kWh) and time-of-use price (0.30 EUR/kWh, then
+/// 0.20 from 10:30): the site's 2 kWh cost 0.50 EUR and weigh 800 g.
+async fn signals(app: &TestApp) {
+    let point = |signal: &str, extra: Value, from: i64, to: i64, value: &str| {
+        let mut p = json!({"region": "DE", "signal": signal, "status": "actual", "source": "test",
+                           "start_at": scenario::at(from), "end_at": scenario::at(to), "value": value});
+        p.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        p
+    };
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Collector),
+            "signals",
+            json!([
+                point("carbon", json!({"basis": "average"}), 0, 60, "400"),
+                point("price", json!({"currency": "EUR"}), 0, 30, "0.30"),
+                point("price", json!({"currency": "EUR"}), 30, 60, "0.20"),
+            ]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// The scenario's training job, ended as `state` with its last checkpoint at `checkpoint`.
+fn train_job(state: &str, checkpoint: Option<&str>) -> Value {
+    let mut jobs = scenario::batches().jobs;
+    let job = &mut jobs[0];
+    assert_eq!(job["key"], "job-train");
+    job["end_state"] = json!(state);
+    if let Some(c) = checkpoint {
+        job["last_checkpoint_at"] = json!(c);
+    }
+    json!([job.clone()])
+}
+
+async fn usage(app: &TestApp, group_by: &str) -> Vec<Value> {
+    let (status, body) = app
+        .get(
+            Some(&app.token(Role::Admin)),
+            &format!(
+                "/v1/usage?group_by={group_by}&from={}&to={}",
+                scenario::HOUR,
+                scenario::NEXT_HOUR
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body["rows"].as_array().unwrap().clone()
+}
+
+/// By hand (the domain's known answer): the training job draws 48.72 MJ IT + 12.18 MJ of
+/// facility overhead a minute, 3654 MJ in the hour. It fails with its last checkpoint at
+/// 10:40:30: the 19 minutes from 10:41 and half of the minute from 10:40 are lost,
+/// 19 × 60.9 + 30.45 = 1187.55 MJ, 0.325 of its energy. Its carbon is 800 g × 3654/7200 =
+/// 406 g, of which 0.325 is 131.95 g; its cost 0.50 EUR × 3654/7200 = 0.25375 EUR, of which
+/// 0.325 is 0.08246875, to the millionth by largest remainder 0.082469.
+#[tokio::test]
+async fn a_failed_job_loses_what_it_spent_after_its_last_checkpoint() {
+    let app = TestApp::start().await;
+    scenario::push(&app, &scenario::batches()).await;
+    signals(&app).await;
+    let scheduler = app.token(Role::Scheduler);
+    let (status, body) = app
+        .ingest(
+            &scheduler,
+            "jobs",
+            train_job("failed", Some("2026-11-02T10:40:30Z")),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app.attribute().await;
+
+    let rows = usage(&app, "job").await;
+    let train = rows.iter().find(|r| r["job"] == "job-train").unwrap();
+    assert_eq!(train["total_mj"], 3_654_000_000i64);
+    assert_eq!(train["badput_mj"], 1_187_550_000i64);
+    assert_eq!(train["badput_kwh"], "0.329875");
+    assert_eq!(train["goodput_kwh"], "0.685125");
+    assert_eq!(train["badput_fraction"], "0.325");
+    assert_eq!(train["carbon_g"], "406");
+    assert_eq!(train["badput_carbon_g"], "131.95");
+    assert_eq!(train["goodput_carbon_g"], "274.05");
+    assert_eq!(train["cost"], json!({"EUR": "0.25375"}));
+    assert_eq!(train["badput_cost"], json!({"EUR": "0.082469"}));
+    assert_eq!(train["goodput_cost"], json!({"EUR": "0.171281"}));
+    // Serving and interactive work is never badput.
+    for other in rows.iter().filter(|r| r["job"] != "job-train") {
+        assert_eq!(other["badput_mj"], 0, "{other}");
+    }
+
+    // By how jobs ended: the failed job's whole energy, the jobs that did not say, and idle.
+    let by_state: Vec<(String, i64, i64)> = usage(&app, "end_state")
+        .await
+        .iter()
+        .map(|r| {
+            (
+                r["end_state"].as_str().unwrap().to_owned(),
+                r["total_mj"].as_i64().unwrap(),
+                r["badput_mj"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_state,
+        [
+            ("failed".to_owned(), 3_654_000_000, 1_187_550_000),
+            ("idle".to_owned(), scenario::EXPECTED_PLATFORM, 0),
+            (
+                "unknown".to_owned(),
+                7_200_000_000 - 3_654_000_000 - scenario::EXPECTED_PLATFORM,
+                0
+            ),
+        ]
+    );
+    // The tenant's view sums the same badput over its rows, from the day rollup.
+    let (status, body) = app
+        .get(
+            Some(&app.token(Role::Admin)),
+            "/v1/usage?group_by=tenant&from=2026-11-02T00:00:00Z&to=2026-11-03T00:00:00Z",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let a = &body["rows"][0];
+    assert_eq!(
+        (a["tenant"].as_str(), a["badput_mj"].as_i64()),
+        (Some("a"), Some(1_187_550_000))
+    );
+    assert_eq!(a["badput_carbon_g"], "131.95");
+
+    // A later checkpoint, sent again, recomputes the hour: lost from 10:50, 10 minutes.
+    let (status, body) = app
+        .ingest(
+            &scheduler,
+            "jobs",
+            train_job("failed", Some("2026-11-02T10:50:00Z")),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["written"], 1, "{body}");
+    app.attribute().await;
+    let rows = usage(&app, "job").await;
+    let train = rows.iter().find(|r| r["job"] == "job-train").unwrap();
+    assert_eq!(train["badput_mj"], 609_000_000i64);
+
+    // Completed after all: no badput.
+    let (status, body) = app
+        .ingest(&scheduler, "jobs", train_job("completed", None))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app.attribute().await;
+    let rows = usage(&app, "job").await;
+    let train = rows.iter().find(|r| r["job"] == "job-train").unwrap();
+    assert_eq!(train["badput_mj"], 0);
+    assert_eq!(train["badput_cost"], json!({"EUR": "0"}));
+    assert_eq!(train["goodput_cost"], json!({"EUR": "0.25375"}));
+}
+
+/// A timed-out job without a checkpoint loses all of it; its requeued attempt is its own job,
+/// linked to it, and the job API shows both.
+#[tokio::test]
+async fn a_requeued_attempt_is_its_own_job_linked_to_its_original() {
+    let app = TestApp::start().await;
+    let mut b = scenario::batches();
+    let first = {
+        let mut j = b.jobs[0].clone();
+        j["end_at"] = json!(scenario::at(20));
+        j["allocations"][0]["end_at"] = json!(scenario::at(20));
+        j["end_state"] = json!("requeued");
+        j
+    };
+    let second = {
+        let mut j = b.jobs[0].clone();
+        j["key"] = json!("job-train+1");
+        j["start_at"] = json!(scenario::at(20));
+        j["allocations"][0]["start_at"] = json!(scenario::at(20));
+        j["end_state"] = json!("timeout");
+        j["requeue_of"] = json!("job-train");
+        j
+    };
+    // The original and its attempt in one batch, the original first.
+    b.jobs = json!([first, second, b.jobs[1].clone(), b.jobs[2].clone()]);
+    scenario::push(&app, &b).await;
+    app.attribute().await;
+    let rows = usage(&app, "job").await;
+    let mj = |key: &str| -> (i64, i64) {
+        let r = rows.iter().find(|r| r["job"] == key).unwrap();
+        (
+            r["total_mj"].as_i64().unwrap(),
+            r["badput_mj"].as_i64().unwrap(),
+        )
+    };
+    // 20 and 40 minutes of 60.9 MJ, all of it lost (neither saved anything).
+    assert_eq!(mj("job-train"), (1_218_000_000, 1_218_000_000));
+    assert_eq!(mj("job-train+1"), (2_436_000_000, 2_436_000_000));
+    let (status, job) = app
+        .get(Some(&app.token(Role::Admin)), "/v1/jobs/job-train+1")
+        .await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["requeue_of"], "job-train");
+    assert_eq!(job["end_state"], "timeout");
+    assert_eq!(job["badput_mj"], 2_436_000_000i64);
+}
+
+#[tokio::test]
+async fn how_a_job_ended_is_checked_like_every_field() {
+    let app = TestApp::start().await;
+    let b = scenario::batches();
+    scenario::push(&app, &b).await;
+    let mut open = b.jobs[0].clone();
+    open.as_object_mut().unwrap().remove("end_at");
+    open["allocations"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("end_at");
+    open["end_state"] = json!("exploded");
+    let mut late = b.jobs[1].clone();
+    late["last_checkpoint_at"] = json!("2026-11-02T11:00:01Z");
+    late["requeue_of"] = json!("job-nowhere");
+    late["restarts"] = json!(-2);
+    let (status, body) = app
+        .ingest(&app.token(Role::Scheduler), "jobs", json!([open, late]))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    // In each record's field order.
+    let errors: Vec<(i64, String)> = body["error"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["index"].as_i64().unwrap(),
+                e["field"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            (0, "end_state".to_owned()),
+            (1, "last_checkpoint_at".to_owned()),
+            (1, "requeue_of".to_owned()),
+            (1, "restarts".to_owned()),
+        ],
+        "{body}"
+    );
+}
