@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use wattledger_agent::records::{Batch, Job};
 use wattledger_agent::sources::slurm::{SlurmConfig, SlurmSource};
 use wattledger_agent::sources::Source;
+use wattledger_domain::badput::EndState;
 
 mod peers;
 
@@ -26,7 +27,16 @@ fn lab() -> Option<(String, String)> {
     Some((conf, jobs))
 }
 
+/// The lab's node has two CPUs: tests whose jobs ran side by side would queue each other's
+/// past their deadlines, so they take turns.
+static LAB: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn sbatch(account: &str, gpus: u32, seconds: u32) -> String {
+    sbatch_script(account, gpus, &format!("sleep {seconds}"), &[])
+}
+
+/// Submits `script` as a batch job; its id.
+fn sbatch_script(account: &str, gpus: u32, script: &str, extra: &[&str]) -> String {
     let (_, dir) = lab().expect("the test checked the lab");
     let out = std::process::Command::new("sbatch")
         .current_dir(dir)
@@ -36,9 +46,9 @@ fn sbatch(account: &str, gpus: u32, seconds: u32) -> String {
             &format!("--gres=gpu:{gpus}"),
             "--job-name=wattledger-lab",
             "--output=/dev/null",
-            "--wrap",
-            &format!("sleep {seconds}"),
         ])
+        .args(extra)
+        .args(["--wrap", script])
         .output()
         .expect("sbatch runs");
     assert!(
@@ -89,6 +99,7 @@ async fn real_jobs_arrive_with_tenants_kinds_and_the_gpus_they_held() {
     if lab().is_none() {
         return;
     }
+    let _turn = LAB.lock().await;
     let a = sbatch("tenant-a", 2, 3);
     let b = sbatch("tenant-b", 1, 3);
     let (key_a, key_b) = (format!("slurm:lab:{a}"), format!("slurm:lab:{b}"));
@@ -143,5 +154,66 @@ async fn real_jobs_arrive_with_tenants_kinds_and_the_gpus_they_held() {
     assert!(
         again.iter().all(|j| j.key != key_a && j.key != key_b),
         "unchanged jobs are not resent: {again:?}"
+    );
+}
+
+/// Slurm's own end states: a job that exits non-zero is FAILED, one killed at its time limit
+/// TIMEOUT; each arrives with its state once it has ended, and the checkpoint a job wrote in
+/// its comment while it ran (`scontrol update … comment=checkpoint=<unix s>`, read from
+/// squeue: the lab's accounting does not store comments) comes with it.
+#[tokio::test]
+async fn real_failed_and_timed_out_jobs_arrive_with_how_they_ended() {
+    if lab().is_none() {
+        return;
+    }
+    let _turn = LAB.lock().await;
+    let checkpoint = Utc::now().timestamp();
+    let failed = sbatch_script(
+        "tenant-a",
+        1,
+        &format!(
+            "scontrol update job=$SLURM_JOB_ID comment=checkpoint={checkpoint}; sleep 4; exit 3"
+        ),
+        &[],
+    );
+    // Slurm limits are whole minutes: the job is killed a minute (and a poll of the
+    // controller) after it starts.
+    let timed_out = sbatch_script("tenant-b", 1, "sleep 600", &["--time=1"]);
+    let (key_f, key_t) = (
+        format!("slurm:lab:{failed}"),
+        format!("slurm:lab:{timed_out}"),
+    );
+    let mut s = source();
+    let mut latest: BTreeMap<String, Job> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let (jobs, _) = poll(&mut s).await;
+        for j in jobs {
+            latest.insert(j.key.clone(), j);
+        }
+        let ended = |k: &str| latest.get(k).is_some_and(|j| j.end_state.is_some());
+        if ended(&key_f) && ended(&key_t) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "jobs {failed} and {timed_out} did not end: {latest:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let (f, t) = (&latest[&key_f], &latest[&key_t]);
+    assert_eq!(f.end_state, Some(EndState::Failed), "{f:?}");
+    assert_eq!(
+        f.last_checkpoint_at.map(|c| c.timestamp()),
+        Some(checkpoint),
+        "{f:?}"
+    );
+    assert_eq!(t.end_state, Some(EndState::Timeout), "{t:?}");
+    assert_eq!(t.last_checkpoint_at, None);
+    // Killed at its limit: it ran about a minute, not the ten it asked for.
+    let ran = t.end_at.unwrap() - t.start_at;
+    assert!(
+        ran >= chrono::Duration::seconds(55) && ran < chrono::Duration::seconds(300),
+        "{ran}"
     );
 }

@@ -3,9 +3,11 @@
 //! known answer worked out by hand; re-sending a later checkpoint recomputes it; the link
 //! between a requeued attempt and its original; what the job record refuses.
 
+use crate::dashboard::Browser;
 use crate::scenario;
 use serde_json::{json, Value};
 use wattledger::auth::Role;
+use wattledger::dashboard::login::add_user;
 use wattledger_tests::TestApp;
 
 /// The scenario hour's flat carbon (400 g/kWh) and time-of-use price (0.30 EUR/kWh, then
@@ -139,6 +141,28 @@ async fn a_failed_job_loses_what_it_spent_after_its_last_checkpoint() {
     );
     assert_eq!(a["badput_carbon_g"], "131.95");
 
+    // The tenant's page and the operator's show the share kept and the loss.
+    for (user, role, tenant, path) in [
+        ("alice", Role::Tenant, Some("a"), "/tenants/a"),
+        ("olga", Role::Operator, None, "/operator"),
+    ] {
+        add_user(&app.pool, user, role, tenant, "correct horse battery")
+            .await
+            .unwrap();
+        let mut browser = Browser::new(&app);
+        browser.sign_in(user, "correct horse battery").await;
+        let page = browser
+            .get(&format!("{path}?from=2026-11-02&to=2026-11-02"))
+            .await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let section = page.body.split("Goodput and badput").nth(1).unwrap_or("");
+        // a: 3.16245 of 4.35 kWh kept; the site: 6.01245 of 7.2.
+        let kept = if tenant.is_some() { "72.7%" } else { "83.5%" };
+        for shown in [kept, "job-train", "failed", "Nov 2, 10:40 UTC", "32.5%"] {
+            assert!(section.contains(shown), "{path}: {shown} missing");
+        }
+    }
+
     // A later checkpoint, sent again, recomputes the hour: lost from 10:50, 10 minutes.
     let (status, body) = app
         .ingest(
@@ -211,6 +235,19 @@ async fn a_requeued_attempt_is_its_own_job_linked_to_its_original() {
     assert_eq!(job["requeue_of"], "job-train");
     assert_eq!(job["end_state"], "timeout");
     assert_eq!(job["badput_mj"], 2_436_000_000i64);
+    add_user(&app.pool, "ada", Role::Admin, None, "correct horse battery")
+        .await
+        .unwrap();
+    let mut browser = Browser::new(&app);
+    browser.sign_in("ada", "correct horse battery").await;
+    let page = browser.get("/jobs/job-train%2B1").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    for shown in [
+        "ended timeout · no checkpoint · badput 0.7 kWh (100.0% of its energy)",
+        "requeued attempt of <a href=\"/jobs/job-train\"><code>job-train</code></a>",
+    ] {
+        assert!(page.body.contains(shown), "{shown} missing");
+    }
 }
 
 #[tokio::test]

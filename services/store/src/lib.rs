@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod api_tokens;
 pub mod attribution;
+pub mod badput;
 pub mod budget_alerts;
 pub mod budgets;
 pub mod chargeback;

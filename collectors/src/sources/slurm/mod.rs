@@ -80,6 +80,11 @@ struct State {
     /// across requeues, the ledger keeps each attempt as its own job.
     #[serde(default)]
     attempts: BTreeMap<String, Vec<i64>>,
+    /// The last checkpoint each attempt (`<key>@<start>`) wrote in its comment, as squeue
+    /// showed it, also just after it ended: accounting keeps a job's comment only with
+    /// `AccountingStoreFlags=job_comment`.
+    #[serde(default)]
+    checkpoints: BTreeMap<String, DateTime<Utc>>,
 }
 
 impl SourceConfig for SlurmConfig {
@@ -131,6 +136,15 @@ impl SlurmSource {
             // The job (whose attempts are kept) and the attempt running now.
             self.live.insert(self.key(j));
             let Some(start) = j.start else { continue };
+            if let Some(at) = parse::checkpoint_in_comment(&j.comment) {
+                let attempt = format!("{}@{start}", self.key(j));
+                self.live.insert(attempt.clone());
+                self.state.checkpoints.insert(attempt, at);
+            }
+            // A pending job's start is the controller's estimate, not an attempt.
+            if !j.state.contains("RUNNING") {
+                continue;
+            }
             let (key, _) = self.attempt(j, start);
             self.live.insert(key.clone());
             // Indices belong to the attempt that holds them (a requeued job may restart on
@@ -178,14 +192,20 @@ impl SlurmSource {
             let (Some(start), false) = (j.start, j.account.is_empty()) else {
                 continue;
             };
-            bases.insert(self.key(j));
+            let base = self.key(j);
+            bases.insert(base.clone());
             let (key, requeue_of) = self.attempt(j, start);
             let start_at = at(start);
             let end_at = j.end.map(at);
             // A job has an end state once it has ended; a state this source does not know
             // stays unknown (no badput) rather than guessed.
             let end_state = end_at.and_then(|_| EndState::of_slurm(&j.state));
-            let last_checkpoint_at = parse::checkpoint_in_comment(&j.comment);
+            let last_checkpoint_at = parse::checkpoint_in_comment(&j.comment).max(
+                self.state
+                    .checkpoints
+                    .get(&format!("{base}@{start}"))
+                    .copied(),
+            );
             let mut gpus: Vec<(String, u32)> = Vec::new();
             let known = self.state.indices.get(&key).cloned().or_else(|| {
                 (!j.gpus.is_empty()).then(|| {
@@ -268,6 +288,10 @@ impl SlurmSource {
         self.state
             .attempts
             .retain(|k, _| bases.contains(k) || live.contains(k));
+        self.state.checkpoints.retain(|k, _| {
+            let base = k.rsplit_once('@').map_or(k.as_str(), |(b, _)| b);
+            bases.contains(base) || live.contains(k)
+        });
         self.state.sent = seen;
         // The next window overlaps this one, so a job that changes at the edge is not missed.
         self.state.since = Some(polled_from);
@@ -415,6 +439,63 @@ mod tests {
         // Once it leaves the window, its indices go.
         s.records(&[], at(0));
         assert!(s.state.indices.is_empty());
+    }
+
+    fn sent(c: &Collected) -> Vec<Job> {
+        match c.batches.first() {
+            Some(Batch::Jobs(j)) => j.clone(),
+            _ => vec![],
+        }
+    }
+
+    #[test]
+    fn how_jobs_ended_comes_from_accounting_and_each_requeued_attempt_is_a_job() {
+        let jobs = parse::parse_jobs(&fixtures::read("slurm/sacct-22.05.json")).unwrap();
+        let mut s = source();
+        let out = sent(&s.records(&jobs, at(0)));
+        let state_of = |id: u64| {
+            let key = format!("slurm:{}:{id}", jobs[0].cluster);
+            out.iter().find(|j| j.key == key).unwrap().end_state
+        };
+        assert_eq!(state_of(1), Some(EndState::Completed));
+        assert_eq!(state_of(6), Some(EndState::Failed));
+        assert_eq!(state_of(7), Some(EndState::Cancelled));
+        assert_eq!(state_of(8), Some(EndState::Timeout));
+
+        // Job 6 was requeued: `sacct -D` lists the first attempt REQUEUED and the second
+        // (which wrote a checkpoint in its comment) FAILED, with the same id.
+        let mut first = jobs.iter().find(|j| j.job_id == 6).unwrap().clone();
+        first.state = "REQUEUED".into();
+        let mut second = first.clone();
+        second.state = "FAILED".into();
+        second.start = first.end.map(|e| e + 30);
+        second.end = second.start.map(|s| s + 600);
+        second.comment = format!("checkpoint={}", second.start.unwrap() + 300);
+        let out = sent(&s.records(&[second.clone(), first.clone()], at(0)));
+        let base = format!("slurm:{}:6", first.cluster);
+        let (a, b) = (&out[0], &out[1]);
+        assert_eq!(
+            (a.key.as_str(), a.end_state),
+            (base.as_str(), Some(EndState::Requeued))
+        );
+        assert_eq!(b.key, format!("{base}+1"));
+        assert_eq!(b.requeue_of.as_deref(), Some(base.as_str()));
+        assert_eq!(b.end_state, Some(EndState::Failed));
+        assert_eq!(
+            b.last_checkpoint_at.map(|t| t.timestamp()),
+            Some(second.start.unwrap() + 300)
+        );
+        // The numbering survives a restart of the agent.
+        let state = s
+            .records(&[first.clone(), second.clone()], at(0))
+            .state
+            .unwrap();
+        let mut s = source();
+        s.restore(state).unwrap();
+        second.end = second.end.map(|e| e + 1);
+        let out = sent(&s.records(&[first, second], at(0)));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].key, format!("{base}+1"));
     }
 
     #[test]

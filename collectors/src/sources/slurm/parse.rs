@@ -117,7 +117,8 @@ fn job(index: usize, j: &Value) -> Result<SlurmJob, SlurmError> {
         j.get("state").and_then(|s| s.get("current")),
         j.get("job_state"),
     ) {
-        (Some(Value::String(s)), _) => s.clone(),
+        // 22.05's slurmctld (and squeue) writes job_state as a string.
+        (Some(Value::String(s)), _) | (None, Some(Value::String(s))) => s.clone(),
         (Some(Value::Array(a)), _) | (None, Some(Value::Array(a))) => a
             .iter()
             .filter_map(Value::as_str)

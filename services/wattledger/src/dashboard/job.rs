@@ -70,6 +70,10 @@ struct JobPage {
     kind: JobKind,
     model: String,
     ran: String,
+    /// How the job ended and what it lost, when its scheduler said.
+    outcome: Option<String>,
+    /// The attempt this job repeats: its key and its page.
+    requeue_of: Option<(String, String)>,
     figures: Vec<(String, String, String)>,
     components: Vec<(String, String, String)>,
     chart_svg: String,
@@ -112,6 +116,8 @@ pub async fn show(
         headers: sort.headers(&HOUR_COLUMNS, ""),
         sorted: view.sort.is_some(),
         ran: ran(&job),
+        outcome: outcome(&job),
+        requeue_of: (job.requeue_of.clone()).map(|k| (format!("/jobs/{}", super::segment(&k)), k)),
         figures: figures(&hours, &whole),
         components: components(&whole),
         chart_svg: power_chart(&job.key, &hours),
@@ -136,6 +142,35 @@ fn ran(job: &jobs::JobRow) -> String {
             .map(|t| t.format("%b %-d %H:%M").to_string())
             .unwrap_or_else(|| "running".into())
     )
+}
+
+/// How the job ended, its last checkpoint and the energy it lost, as one line.
+fn outcome(job: &jobs::JobRow) -> Option<String> {
+    let state = job.end_state?;
+    let checkpoint = job.last_checkpoint_at.map_or_else(
+        || "no checkpoint".to_owned(),
+        |c| format!("last checkpoint {}", c.format("%b %-d %H:%M UTC")),
+    );
+    let lost = if job.badput_mj > 0 {
+        format!(
+            " · badput {} ({} of its energy)",
+            energy(job.badput_mj),
+            pct(
+                Decimal::from(job.badput_mj),
+                Decimal::from(job.energy.total_mj())
+            )
+        )
+    } else {
+        String::new()
+    };
+    let restarts = match job.restarts {
+        0 => String::new(),
+        n => format!(" · {n} restarts"),
+    };
+    Some(format!(
+        "ended {} · {checkpoint}{lost}{restarts}",
+        state.as_str().replace('_', " ")
+    ))
 }
 
 /// The headline figures over the job's hours: energy, cost, carbon, tokens.

@@ -8,6 +8,7 @@
 //! site can read neither). A tenant user sees only its own tenant: another tenant's pages
 //! are 404, as pages that do not exist.
 
+mod badput;
 mod chart;
 mod deferred;
 mod finance;

@@ -3,6 +3,7 @@
 //! tree (last sample, gaps and counter resets in the last 24 hours), and the over-subscription
 //! headroom its meters' coincidence leaves (`domain::headroom`).
 
+use super::badput::BadputView;
 use super::chart::{self, Stacked};
 use super::format::{energy, f64_of, grouped, kwh_of_mj, pct};
 use super::range::Range;
@@ -24,7 +25,9 @@ use wattledger_domain::meter_kind::MeterKind;
 use wattledger_domain::metrics;
 use wattledger_store::inventory;
 use wattledger_store::operations::{self, MeterHealth, SiteDay};
-use wattledger_store::{grid_events, power, power_policy};
+use wattledger_store::usage::{self, GroupBy, UsageFilter};
+use wattledger_store::Scope;
+use wattledger_store::{badput, grid_events, power, power_policy};
 
 /// The default range: the last two weeks.
 const DAYS: i64 = 14;
@@ -129,6 +132,8 @@ pub struct SiteView {
     /// The per-GPU power cap admission may set, W, if any.
     pub power_cap_w: Option<u32>,
     pub events: Vec<EventRow>,
+    /// Goodput and badput at the site over the range.
+    pub badput: Option<BadputView>,
     pub days: Vec<DayRow>,
     pub meters: Vec<MeterRow>,
     pub stale: usize,
@@ -334,6 +339,7 @@ struct Loaded {
     /// Each site's policy rows and per-GPU power cap.
     policies: BTreeMap<String, (Vec<PolicyRow>, Option<u32>)>,
     events: BTreeMap<String, Vec<EventRow>>,
+    badput: BTreeMap<String, BadputView>,
 }
 
 /// The sites, and what the page shows of them.
@@ -358,6 +364,10 @@ async fn load(
         .collect();
     let policies = policies(state, now).await?;
     let events = events(state, range.from, range.to, now).await?;
+    let mut badput = BTreeMap::new();
+    for s in &sites {
+        badput.insert(s.key.clone(), site_badput(state, s.id, range).await?);
+    }
     let loaded = Loaded {
         gap_limits,
         days: by_site(days, |d| &d.site),
@@ -366,8 +376,28 @@ async fn load(
         headroom,
         policies,
         events,
+        badput,
     };
     Ok((sites, loaded))
+}
+
+/// A site's goodput and badput over the range, every tenant's.
+async fn site_badput(
+    state: &AppState,
+    site_id: i64,
+    range: &Range,
+) -> Result<BadputView, PageError> {
+    let filter = UsageFilter {
+        from: Some(range.from),
+        to: Some(range.to),
+        site_id: Some(site_id),
+        ..Default::default()
+    };
+    let pool = &state.pool;
+    let total = usage::usage(pool, &Scope::All, &[], &filter).await?;
+    let by_state = usage::usage(pool, &Scope::All, &[GroupBy::EndState], &filter).await?;
+    let losses = badput::losses(pool, &Scope::All, Some(site_id), range.from, range.to, 10).await?;
+    Ok(BadputView::of(total.first(), &by_state, &losses))
 }
 
 /// Rows grouped by their site's key, each site's in the order read.
@@ -411,6 +441,7 @@ fn site_view(
         power_cap_w,
         policy,
         events: loaded.events.remove(&s.key).unwrap_or_default(),
+        badput: loaded.badput.remove(&s.key),
         days: day_rows(&days, shapes, day_sort),
         stale: meters.iter().filter(|m| m.late).count(),
         gaps: meters.iter().map(|m| m.gaps).sum(),

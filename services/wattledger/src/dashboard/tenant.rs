@@ -3,6 +3,7 @@
 //! the idle share and the alerts raised. Admin, finance and operators pick any tenant from
 //! the index; a tenant user sees only its own.
 
+use super::badput::BadputView;
 use super::chart::{self, Stacked};
 use super::deferred::{self, DeferredView, EventShare};
 use super::format::{carbon_kg, count, energy, f64_of, grouped, kwh_of_mj, money, pct};
@@ -22,7 +23,7 @@ use wattledger_domain::budget_alerts::runs_out_at;
 use wattledger_domain::metrics;
 use wattledger_store::admission::Deferred;
 use wattledger_store::usage::{self, GroupBy, Serving, UsageFilter, UsageRow};
-use wattledger_store::{budgets, Scope};
+use wattledger_store::{badput, budgets, Scope};
 
 fn costs(r: &UsageRow) -> String {
     let list: Vec<String> = r
@@ -219,6 +220,7 @@ struct OverviewPage {
     models: Vec<ModelRow>,
     jobs: Vec<JobRow>,
     alerts: Vec<AlertRow>,
+    badput: BadputView,
     deferred: DeferredView,
     empty: bool,
 }
@@ -233,6 +235,9 @@ struct Loaded {
     by_job: Vec<UsageRow>,
     /// What the jobs that served tokens drew: the energy tokens per kWh is over.
     serving: Serving,
+    /// The range's energy by how its jobs ended, and the jobs that lost the most.
+    by_state: Vec<UsageRow>,
+    losses: Vec<badput::Loss>,
     /// The jobs admission deferred, by reason, and the tenant's share of each grid event
     /// among them.
     deferred: (Vec<Deferred>, BTreeMap<String, EventShare>),
@@ -273,6 +278,8 @@ async fn load(
         // Tokens per kWh over the energy of the jobs that served the tokens: over the rest of
         // a tenant's energy (training, batch) it would say nothing of its serving.
         serving: usage::serving(pool, scope, &filter).await?,
+        by_state: usage::usage(pool, scope, &[GroupBy::EndState], &filter).await?,
+        losses: badput::losses(pool, scope, None, range.from, range.to, 10).await?,
         deferred: deferred::load(pool, scope, tenant, range.from, range.to, now).await?,
         budgets: with_alerts,
     })
@@ -310,6 +317,8 @@ fn page(
         by_day,
         by_job,
         serving,
+        by_state,
+        losses,
         deferred: (deferrals, event_shares),
         budgets: budgets_now,
     } = loaded;
@@ -342,6 +351,7 @@ fn page(
         models: sorted(by_model.iter().map(model_row).collect(), &model_sort),
         jobs: sorted(by_job.iter().map(job_row).collect(), &job_sort),
         alerts: alert_rows(budgets_now),
+        badput: BadputView::of(total.as_ref(), by_state, losses),
         deferred: deferred::view(deferrals, event_shares),
         empty: total.as_ref().is_none_or(|t| t.energy.total_mj() == 0),
         tenant: key,
