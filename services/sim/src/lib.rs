@@ -19,10 +19,12 @@
 pub mod demand_response;
 pub mod fleet;
 pub mod live;
+pub mod outcome;
 pub mod rng;
 pub mod signals;
 
 use serde_json::{json, Value};
+use wattledger_domain::badput::EndState;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::steps;
 
@@ -87,6 +89,11 @@ struct Job {
     /// (GPU, MIG slot) pairs; a MIG slot means a half share.
     gpus: Vec<(usize, Option<usize>)>,
     workload: Workload,
+    /// How the job ends and its last checkpoint (ms); completed without one by default.
+    state: EndState,
+    checkpoint: Option<i64>,
+    /// The key of the run this one resumes after a preemption.
+    requeue_of: Option<String>,
 }
 
 /// A shared inference endpoint: who it serves and how its load moves.
@@ -293,6 +300,7 @@ impl Simulation {
         for (ti, (tenant, model, cluster, nodes, min_h, max_h)) in training.iter().enumerate() {
             let mut t = from - rng::int(seed, 10, ti as u64, 0, 0, 24) * HOUR;
             let mut k = 0u64;
+            let mut preempted: Option<String> = None;
             while t < to {
                 let len = rng::int(seed, 11, ti as u64, k, *min_h, *max_h) * HOUR;
                 let gap = rng::int(seed, 12, ti as u64, k, 20, 240) * MINUTE;
@@ -301,18 +309,28 @@ impl Simulation {
                     .flat_map(|n| self.node_gpus(n, 0..8))
                     .collect();
                 slurm_id += 1;
+                let key = format!("slurm:{cluster}:{slurm_id}");
+                let o = outcome::training(seed, slurm_id, t, len);
+                // A preempted run is requeued: the next run resumes it.
+                let requeue_of = preempted.take();
+                if o.state == EndState::Preempted {
+                    preempted = Some(key.clone());
+                }
                 jobs.push(Job {
-                    key: format!("slurm:{cluster}:{slurm_id}"),
+                    key,
                     name: format!("{model}-pretrain-r{k}"),
                     tenant,
                     model: Some(model),
                     kind: JobKind::Training,
                     start: t,
-                    end: t + len,
+                    end: o.end,
                     gpus,
                     workload: Workload::Training,
+                    state: o.state,
+                    checkpoint: o.checkpoint,
+                    requeue_of,
                 });
-                t += len + gap;
+                t = o.end + gap;
                 k += 1;
             }
         }
@@ -338,6 +356,9 @@ impl Simulation {
                     end: t + len,
                     gpus: self.node_gpus(*node, range.clone()),
                     workload: Workload::Inference(*dep),
+                    state: EndState::Completed,
+                    checkpoint: None,
+                    requeue_of: None,
                 });
                 // Rolling restart: a few minutes with no pod.
                 t += len + 4 * MINUTE;
@@ -364,6 +385,9 @@ impl Simulation {
                     end,
                     gpus: vec![(mig_gpu, Some(0))],
                     workload: Workload::Notebook,
+                    state: EndState::Completed,
+                    checkpoint: None,
+                    requeue_of: None,
                 });
             }
             day += DAY;
@@ -408,6 +432,7 @@ impl Simulation {
                         t = start;
                         moved.push(m);
                     }
+                    let o = outcome::batch(seed, slurm_id, t, len);
                     jobs.push(Job {
                         key,
                         name: format!("{tenant}-batch-{k}"),
@@ -415,17 +440,25 @@ impl Simulation {
                         model: None,
                         kind: JobKind::Batch,
                         start: t,
-                        end: t + len,
+                        end: o.end,
                         gpus: self.node_gpus(node, lane * 2..lane * 2 + width),
                         workload: Workload::Batch(gpu_w),
+                        state: o.state,
+                        checkpoint: o.checkpoint,
+                        requeue_of: None,
                     });
-                    t += len + gap;
+                    t = o.end + gap;
                     k += 1;
                 }
             }
         }
         // Keep jobs that overlap the window, clipped to it for what we report.
         jobs.retain(|j| j.end > from && j.start < to);
+        // A run resumed from one that ended before the window names nothing sent.
+        let kept: std::collections::HashSet<String> = jobs.iter().map(|j| j.key.clone()).collect();
+        for j in &mut jobs {
+            j.requeue_of = j.requeue_of.take().filter(|k| kept.contains(k));
+        }
         // Jobs already running when the simulated meters begin start, for the ledger, with
         // them: GPU time before any meter read would bill a month of no energy.
         for j in &mut jobs {
@@ -535,7 +568,8 @@ impl Simulation {
             .jobs
             .iter()
             .map(|j| {
-                let end = (j.end <= self.to_ms).then(|| iso(j.end));
+                let ended = j.end <= self.to_ms;
+                let end = ended.then(|| iso(j.end));
                 let allocations: Vec<Value> = j
                     .gpus
                     .iter()
@@ -548,6 +582,10 @@ impl Simulation {
                     "key": j.key, "name": j.name, "tenant": j.tenant, "model": j.model, "kind": j.kind,
                     "priority": if j.kind == JobKind::Inference { "high" } else { "normal" },
                     "submit_at": iso(j.start - 7 * MINUTE), "start_at": iso(j.start), "end_at": end,
+                    // How it ended is known once it has.
+                    "end_state": ended.then_some(j.state),
+                    "last_checkpoint_at": j.checkpoint.filter(|_| ended).map(iso),
+                    "requeue_of": j.requeue_of,
                     "allocations": allocations,
                 })
             })

@@ -132,8 +132,8 @@ pub async fn summary(
         iso(to)
     );
     println!(
-        "  {:<16} {:>12} {:>7} {:>10} {:>10}  energy cost",
-        "tenant", "kWh", "share", "idle kWh", "kgCO2e"
+        "  {:<16} {:>12} {:>7} {:>10} {:>10} {:>8}  energy cost",
+        "tenant", "kWh", "share", "idle kWh", "kgCO2e", "goodput"
     );
     for r in &tenants {
         let cost: Vec<String> = r
@@ -144,7 +144,7 @@ pub async fn summary(
             .map(|(c, a)| format!("{c} {}", a.round_dp(2)))
             .collect();
         println!(
-            "  {:<16} {:>12} {:>6.1}% {:>10} {:>10}  {}",
+            "  {:<16} {:>12} {:>6.1}% {:>10} {:>10} {:>7.1}%  {}",
             r.tenant.as_deref().unwrap_or("-"),
             kwh(r.energy.total_mj()).round_dp(1),
             r.energy.total_mj() as f64 * 100.0 / total.max(1) as f64,
@@ -154,6 +154,9 @@ pub async fn summary(
                     .round_dp(1)
                     .to_string())
                 .unwrap_or_else(|| "-".into()),
+            // The share of its energy that went into work that was kept (`badput_kwh` in
+            // the API's answer is the rest).
+            (r.energy.total_mj() - r.badput_mj) as f64 * 100.0 / r.energy.total_mj().max(1) as f64,
             if cost.is_empty() {
                 "-".into()
             } else {
