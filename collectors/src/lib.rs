@@ -27,6 +27,15 @@ pub(crate) mod fixtures {
 
     use std::path::PathBuf;
 
+    /// A real payload kept in this repository (`tests/fixtures/<path>`, sources in its
+    /// SOURCES.md): the AMD outputs, which `shared/` does not hold.
+    pub fn amd(name: &str) -> String {
+        let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/amd")
+            .join(name);
+        std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("fixture {}: {e}", full.display()))
+    }
+
     pub fn read(path: &str) -> String {
         let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../shared/fixtures")

@@ -15,6 +15,12 @@ pub(crate) fn default_mig_meter() -> String {
     "{node}-gpu{index}-mig{gi}".into()
 }
 
+/// The default key of a partitioned AMD board's meter (its partitions keep the GPU keys of
+/// their indices; see `amd_board`).
+pub(crate) fn default_socket_meter() -> String {
+    "{node}-socket{index}".into()
+}
+
 /// Expands `{node}`, `{index}`, `{uuid}`, `{gi}` in a meter-key template.
 pub fn meter_key(template: &str, node: &str, index: u32, uuid: &str, gi: Option<u32>) -> String {
     template

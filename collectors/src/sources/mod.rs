@@ -10,6 +10,10 @@
 //! Nothing here imports the agent: the agent (`crate::agent`) uses the sources, not the
 //! other way round.
 
+pub mod accumulator;
+pub mod amd_board;
+pub mod amd_exporter;
+pub mod amdsmi;
 pub mod dcgm;
 pub mod exporter;
 pub mod gpu_meter;

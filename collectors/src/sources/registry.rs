@@ -15,6 +15,10 @@ macro_rules! with_sources {
             nvml: $crate::sources::nvml::NvmlConfig,
             /// GPUs through a dcgm-exporter.
             dcgm: $crate::sources::dcgm::DcgmConfig,
+            /// AMD GPUs through `amd-smi` on this node.
+            amdsmi: $crate::sources::amdsmi::AmdSmiConfig,
+            /// AMD GPUs through AMD's device metrics exporter.
+            amd_exporter: $crate::sources::amd_exporter::AmdExporterConfig,
             /// Inference servers' token counters.
             tokens: $crate::sources::tokens::TokensConfig,
             /// Redfish rack PDUs.
