@@ -6,6 +6,7 @@ mod auth;
 mod badput;
 mod browser;
 mod budgets;
+mod cfe;
 mod chargeback;
 mod citus;
 mod dashboard;

@@ -14,6 +14,7 @@
 //! was priced at the fallback rather than a signal, so a reader can tell the two apart.
 
 use crate::badput;
+use crate::cfe;
 use crate::energy::StepGrid;
 use crate::split::split;
 use crate::units::MJ_PER_KWH;
@@ -123,6 +124,10 @@ pub struct SiteRates {
     pub carbon_fallback: Option<Decimal>,
     /// Marginal (MOER) g CO2e per kWh, for decisions; no fallback.
     pub marginal: Vec<Rate>,
+    /// The grid's carbon-free share (0 to 1), and the clean energy contracted for the site:
+    /// the hour's carbon-free energy ([`crate::cfe`]).
+    pub carbon_free: Vec<Rate>,
+    pub clean_energy: Vec<cfe::Delivery>,
 }
 
 /// Decimal places of the ledger's cost (a millionth of the currency) and carbon (a
@@ -151,6 +156,9 @@ pub struct RowAmounts {
     /// as the rows' amounts are); `None` where the amount is.
     pub badput_cost: Option<Decimal>,
     pub badput_carbon_g: Option<Decimal>,
+    /// The row's share of the hour's carbon-free energy, by its energy; `None` where the
+    /// hour's is not known.
+    pub carbon_free_mj: Option<i64>,
 }
 
 /// What attribution gives per row: energy, embodied carbon (ng), GPU-time price (1e-12).
@@ -189,6 +197,8 @@ struct Amount {
 pub struct HourAmounts {
     pub rows: Vec<RowAmounts>,
     pub flags: Vec<&'static str>,
+    /// The site's hour matched by carbon-free supply.
+    pub cfe: cfe::Matched,
 }
 
 /// Prices and carbon-counts one site-hour and splits both over its rows by energy; the
@@ -253,7 +263,20 @@ pub fn hour_amounts(
     // ng → mg and 1e-12 → 1e-6 currency: ÷ 1e6 once per site-hour, rows by largest remainder.
     let embodied = rescale(rows.embodied_ng, CARBON_SCALE);
     let gpu_time = rescale(rows.time_price_pico, COST_SCALE);
+    let hour_end = grid.step_start(grid.steps);
+    let matched = cfe::hour(&cfe::Hour {
+        load_mj: site_mj_by_step.iter().sum(),
+        grid_share: cfe::grid_share(grid, site_mj_by_step, &rates.carbon_free),
+        contract_mj: cfe::delivered(&rates.clean_energy, grid.start_ms, hour_end),
+    });
+    if !matched.known() && matched.load_mj > 0 {
+        flags.push("carbon_free_missing");
+    }
+    let carbon_free = matched
+        .known()
+        .then(|| split_by_energy(matched.carbon_free_mj(), row_mj));
     HourAmounts {
+        cfe: matched,
         rows: (0..row_mj.len())
             .map(|i| {
                 let (cost, carbon) = (cost(i), carbon(i));
@@ -267,6 +290,7 @@ pub fn hour_amounts(
                     carbon_fallback_mj: carbon.fallback_mj,
                     badput_cost: cost.badput,
                     badput_carbon_g: carbon.badput,
+                    carbon_free_mj: carbon_free.as_ref().map(|v| v[i]),
                 }
             })
             .collect(),
@@ -357,6 +381,14 @@ mod tests {
             carbon: vec![rate(0, 60, "400")],
             carbon_fallback: None,
             marginal: vec![],
+            // The grid 40 % carbon-free for the first half hour (then unknown), and half a
+            // kWh of PPA: 0.5 + (3 − 0.5) × (1.5 × 0.4 / 3) = 1 kWh carbon-free, split 2:1.
+            carbon_free: vec![rate(0, 30, "0.4")],
+            clean_energy: vec![cfe::Delivery {
+                from_ms: 0,
+                to_ms: 3_600_000,
+                mj: MJ_PER_KWH / 2,
+            }],
         };
         let h = hour_amounts(
             grid(),
@@ -370,6 +402,11 @@ mod tests {
             &rates,
         );
         assert_eq!(h.flags, ["price_fallback", "carbon_marginal_missing"]);
+        assert_eq!(h.cfe.carbon_free_mj(), MJ_PER_KWH);
+        assert_eq!(
+            (h.rows[0].carbon_free_mj, h.rows[1].carbon_free_mj),
+            (Some(2 * MJ_PER_KWH / 3), Some(MJ_PER_KWH / 3))
+        );
         // Site: 1.5 kWh × 0.30 + 1.5 kWh × 0.20 = 0.75, split 2:1.
         assert_eq!(h.rows[0].cost, Some(d("0.500000")));
         assert_eq!(h.rows[1].cost, Some(d("0.250000")));
@@ -405,8 +442,14 @@ mod tests {
         );
         assert_eq!(
             none.flags,
-            ["price_missing", "carbon_missing", "carbon_marginal_missing"]
+            [
+                "price_missing",
+                "carbon_missing",
+                "carbon_marginal_missing",
+                "carbon_free_missing"
+            ]
         );
+        assert_eq!(none.rows[0].carbon_free_mj, None);
         assert_eq!(none.rows[0].cost, None);
     }
 

@@ -9,6 +9,7 @@ pub mod badput;
 pub mod breakdown;
 pub mod budget;
 pub mod budget_alerts;
+pub mod cfe;
 pub mod chargeback;
 pub mod costing;
 pub mod demand_response;

@@ -714,18 +714,21 @@ pub async fn replace_ledger(
                              idle_mj, facility_overhead_mj, total_mj, estimated_mj, prompt_tokens,
                              generated_tokens, gpu_ms, flags, cost, carbon_g, carbon_marginal_g,
                              embodied_carbon_g, gpu_time_cost, price_fallback_mj,
-                             carbon_fallback_mj, badput_mj, badput_cost, badput_carbon_g)
+                             carbon_fallback_mj, badput_mj, badput_cost, badput_carbon_g,
+                             carbon_free_mj)
          SELECT hour, $1, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
                 coalesce(string_to_array(nullif(flags, ''), ','), '{}'), cost, carbon, marginal,
-                embodied, gpu_time, price_fb, carbon_fb, badput, badput_cost, badput_carbon
+                embodied, gpu_time, price_fb, carbon_fb, badput, badput_cost, badput_carbon,
+                carbon_free
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
                      $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
                      $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::numeric[],
                      $17::numeric[], $18::numeric[], $19::numeric[], $20::numeric[],
-                     $21::bigint[], $22::bigint[], $23::bigint[], $24::numeric[], $25::numeric[])
+                     $21::bigint[], $22::bigint[], $23::bigint[], $24::numeric[], $25::numeric[],
+                     $26::bigint[])
               AS t(hour, tenant, job, model, gpu, node, idle, fac, total, est, prompt, gen, gpu_ms,
                    flags, cost, carbon, marginal, embodied, gpu_time, price_fb, carbon_fb,
-                   badput, badput_cost, badput_carbon)",
+                   badput, badput_cost, badput_carbon, carbon_free)",
         site_id,
         &c.hour,
         &c.tenant,
@@ -751,6 +754,7 @@ pub async fn replace_ledger(
         &c.badput,
         &c.badput_cost as &[Option<Decimal>],
         &c.badput_carbon as &[Option<Decimal>],
+        &c.carbon_free as &[Option<i64>],
     )
     .execute(&mut *conn)
     .await?;
@@ -820,11 +824,13 @@ pub async fn replace_site_hours(
     };
     sqlx::query!(
         "INSERT INTO site_hours (site_id, hour, site_mj, it_mj, gpu_mj, idle_mj, estimated_mj,
-                                 allocated_gpu_ms, capacity_gpu_ms, flags, run_id, computed_at)
-         SELECT $1, hour, site, it, gpu, idle, est, alloc, cap, coalesce(string_to_array(nullif(flags, ''), ','), '{}'), $11, now()
+                                 allocated_gpu_ms, capacity_gpu_ms, flags, run_id, computed_at,
+                                 carbon_free_mj, contract_mj)
+         SELECT $1, hour, site, it, gpu, idle, est, alloc, cap, coalesce(string_to_array(nullif(flags, ''), ','), '{}'), $11, now(),
+                carbon_free, contract
          FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
-                     $7::bigint[], $8::bigint[], $9::bigint[], $10::text[])
-              AS t(hour, site, it, gpu, idle, est, alloc, cap, flags)",
+                     $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $12::bigint[], $13::bigint[])
+              AS t(hour, site, it, gpu, idle, est, alloc, cap, flags, carbon_free, contract)",
         site_id,
         &measured.iter().map(|r| r.hour).collect::<Vec<_>>(),
         &t(|a| a.totals.site_mj),
@@ -839,6 +845,14 @@ pub async fn replace_site_hours(
             .map(|r| r.attributed.totals.quality.names().join(","))
             .collect::<Vec<_>>(),
         run_id,
+        &measured
+            .iter()
+            .map(|r| (r.amounts.cfe.known()).then_some(r.amounts.cfe.carbon_free_mj()))
+            .collect::<Vec<_>>() as &[Option<i64>],
+        &measured
+            .iter()
+            .map(|r| r.amounts.cfe.contract_mj)
+            .collect::<Vec<_>>(),
     )
     .execute(&mut *conn)
     .await?;
@@ -965,6 +979,7 @@ struct LedgerColumns {
     badput: Vec<i64>,
     badput_cost: Vec<Option<Decimal>>,
     badput_carbon: Vec<Option<Decimal>>,
+    carbon_free: Vec<Option<i64>>,
 }
 
 impl LedgerColumns {
@@ -988,6 +1003,7 @@ impl LedgerColumns {
                 c.badput.push(r.badput_mj);
                 c.badput_cost.push(a.badput_cost);
                 c.badput_carbon.push(a.badput_carbon_g);
+                c.carbon_free.push(a.carbon_free_mj);
                 c.hour.push(*hour);
                 c.tenant.push(r.tenant);
                 c.job.push(r.job.map(|j| window.job_ids[j]));

@@ -199,7 +199,7 @@ pub async fn mark_regions(conn: &mut PgConnection, changed: &[Changed]) -> Store
         "INSERT INTO dirty_hours (site_id, hour)
              SELECT DISTINCT sh.site_id, sh.hour
              FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS c(region, signal, lo, hi)
-             JOIN sites s ON (c.signal = 'carbon' AND s.grid_region = c.region)
+             JOIN sites s ON (c.signal IN ('carbon', 'carbon_free') AND s.grid_region = c.region)
                           OR (c.signal = 'price' AND coalesce(s.price_region, s.grid_region) = c.region)
              JOIN site_hours sh ON sh.site_id = s.id
                   AND sh.hour >= date_trunc('hour', c.lo) AND sh.hour < c.hi

@@ -11,6 +11,7 @@ pub mod badput;
 pub mod budget_alerts;
 pub mod budgets;
 pub mod chargeback;
+pub mod clean_energy;
 pub mod compaction;
 pub mod databases;
 pub mod dirty;

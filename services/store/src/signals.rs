@@ -11,6 +11,7 @@ use crate::StoreResult;
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::{PgConnection, PgPool};
+use wattledger_domain::cfe::Delivery;
 use wattledger_domain::costing::{Rate, SiteRates};
 use wattledger_domain::signals::{Basis, Signal, SignalKind, Status};
 
@@ -141,11 +142,29 @@ pub async fn site_rates(
     };
     let price = Signal::Price { currency };
     let carbon = |basis| Signal::Carbon { basis };
+    let clean_energy = sqlx::query!(
+        "SELECT start_at, end_at, energy_mj FROM site_clean_energy
+         WHERE site_id = $1 AND start_at < $3 AND end_at > $2 ORDER BY start_at, source",
+        site_id,
+        from,
+        to,
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| Delivery {
+        from_ms: r.start_at.timestamp_millis(),
+        to_ms: r.end_at.timestamp_millis(),
+        mj: r.energy_mj,
+    })
+    .collect();
     Ok(SiteRates {
         price: rates(overlapping(pool, &price_region, &price, from, to).await?),
         price_fallback: site.fallback_price,
         carbon: rates(overlapping(pool, &grid, &carbon(Basis::Average), from, to).await?),
         carbon_fallback: site.fallback_intensity_g,
         marginal: rates(overlapping(pool, &grid, &carbon(Basis::Marginal), from, to).await?),
+        carbon_free: rates(overlapping(pool, &grid, &Signal::CarbonFree, from, to).await?),
+        clean_energy,
     })
 }

@@ -225,6 +225,10 @@ pub struct UsageRow {
     pub badput_mj: i64,
     pub badput_cost_amounts: Option<Vec<Decimal>>,
     pub badput_carbon_g: Option<Decimal>,
+    /// The rows' share of their hours' carbon-free energy (`domain::cfe`), and the energy of
+    /// the rows that have one (the score's denominator).
+    pub carbon_free_mj: i64,
+    pub cfe_mj: i64,
 }
 
 impl UsageRow {
@@ -294,7 +298,8 @@ pub async fn usage(
                     sum(l.carbon_marginal_g) AS carbon_marginal_g,
                     sum(l.embodied_carbon_g) AS embodied_carbon_g,
                     sum(l.badput_mj) AS badput_mj, sum(l.badput_cost) AS badput_cost,
-                    sum(l.badput_carbon_g) AS badput_carbon_g, {COVERAGE_SUMS}
+                    sum(l.badput_carbon_g) AS badput_carbon_g,
+                    sum(l.carbon_free_mj) AS carbon_free_mj, sum(l.cfe_mj) AS cfe_mj, {COVERAGE_SUMS}
              FROM {source} l
              JOIN tenants t ON t.id = l.tenant_id
              JOIN sites s ON s.id = l.site_id
@@ -333,7 +338,9 @@ pub async fn usage(
                 coalesce(sum(badput_mj), 0)::bigint AS badput_mj,
                 array_agg(badput_cost ORDER BY currency) FILTER (WHERE cost IS NOT NULL)
                     AS badput_cost_amounts,
-                sum(badput_carbon_g) AS badput_carbon_g
+                sum(badput_carbon_g) AS badput_carbon_g,
+                coalesce(sum(carbon_free_mj), 0)::bigint AS carbon_free_mj,
+                coalesce(sum(cfe_mj), 0)::bigint AS cfe_mj
          FROM g
          GROUP BY 1, 2, 3, 4, 5, 6
          {order}",
@@ -370,6 +377,14 @@ pub struct SiteTotals {
     /// The period's highest one-minute site draw (`site_hours.site_peak_mw`).
     pub site_peak_mw: Option<i64>,
     pub envelope_w: i64,
+    /// Hourly carbon-free energy (`domain::cfe`): the carbon-free energy of the hours whose
+    /// figure is known, those hours' energy, the clean energy delivered under contract, the
+    /// hours not wholly carbon-free and the hours whose figure is unknown.
+    pub carbon_free_mj: i64,
+    pub cfe_mj: i64,
+    pub contract_mj: i64,
+    pub hours_not_carbon_free: i64,
+    pub hours_cfe_unknown: i64,
 }
 
 /// Per-site meter totals from `site_hours` (the PUE/ITUE/TUE inputs), per hour or per day
@@ -392,7 +407,12 @@ pub async fn site_totals(
                 sum(h.allocated_gpu_ms)::bigint AS allocated_gpu_ms,
                 sum(h.capacity_gpu_ms)::bigint AS capacity_gpu_ms, count(*) AS hours,
                 max(h.site_peak_mw)::bigint AS site_peak_mw,
-                max(s.power_envelope_w)::bigint AS envelope_w
+                max(s.power_envelope_w)::bigint AS envelope_w,
+                coalesce(sum(h.carbon_free_mj), 0)::bigint AS carbon_free_mj,
+                coalesce(sum(h.site_mj) FILTER (WHERE h.carbon_free_mj IS NOT NULL), 0)::bigint AS cfe_mj,
+                coalesce(sum(h.contract_mj), 0)::bigint AS contract_mj,
+                count(*) FILTER (WHERE h.carbon_free_mj < h.site_mj) AS hours_not_carbon_free,
+                count(*) FILTER (WHERE h.carbon_free_mj IS NULL AND h.site_mj > 0) AS hours_cfe_unknown
          FROM site_hours h JOIN sites s ON s.id = h.site_id
          WHERE ($1::timestamptz IS NULL OR h.hour >= $1)
            AND ($2::timestamptz IS NULL OR h.hour < $2)

@@ -126,10 +126,11 @@ pub enum RecordKind {
     Allocations,
     Tokens,
     Signals,
+    CleanEnergy,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 10] = [
+    pub const ALL: [RecordKind; 11] = [
         RecordKind::Tenants,
         RecordKind::Sites,
         RecordKind::Models,
@@ -140,6 +141,7 @@ impl RecordKind {
         RecordKind::Allocations,
         RecordKind::Tokens,
         RecordKind::Signals,
+        RecordKind::CleanEnergy,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -154,6 +156,7 @@ impl RecordKind {
             RecordKind::Allocations => "allocations",
             RecordKind::Tokens => "tokens",
             RecordKind::Signals => "signals",
+            RecordKind::CleanEnergy => "clean_energy",
         }
     }
 }
@@ -194,7 +197,7 @@ const VERDICTS: [Verdict; 3] = [Verdict::Admit, Verdict::Defer, Verdict::Reject]
 /// This process's counters.
 pub struct Telemetry {
     routes: RwLock<HashMap<String, RouteStats>>,
-    records: [[AtomicU64; 4]; 10],
+    records: [[AtomicU64; 4]; RecordKind::ALL.len()],
     decisions: [AtomicU64; 3],
     decision_latency: Histogram,
 }

@@ -13,6 +13,7 @@
 //! read by the server's pod webhook and the Kueue controller alike.
 
 pub mod annotations;
+mod clean_energy;
 mod job;
 mod meter;
 mod sample;
@@ -20,6 +21,7 @@ mod signal;
 mod time;
 mod tokens;
 
+pub use clean_energy::CleanEnergy;
 pub use job::{Allocation, Job};
 pub use meter::Meter;
 pub use sample::Sample;

@@ -25,7 +25,8 @@ wattledger_domain::record! {
     pub struct SignalPoint {
         /// The provider's zone or region: a site's `grid_region` (carbon) or `price_region`.
         pub region: String,
-        /// `carbon` (g CO2e per kWh) or `price` (currency per kWh).
+        /// `carbon` (g CO2e per kWh), `price` (currency per kWh) or `carbon_free` (the
+        /// grid's fossil-free share of generation, a fraction from 0 to 1).
         pub signal: SignalKind => SignalKind::Carbon,
         /// Carbon: `average` (location-based, what reports count) or `marginal` (MOER).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,6 +57,7 @@ impl SignalPoint {
         let (basis, currency) = match &series.signal {
             Signal::Carbon { basis } => (Some(*basis), None),
             Signal::Price { currency } => (None, Some(currency.clone())),
+            Signal::CarbonFree => (None, None),
         };
         series
             .points
@@ -98,6 +100,14 @@ impl SignalPoint {
                     None => p.add("currency", "is required"),
                 }
             }
+            SignalKind::CarbonFree => {
+                if self.basis.is_some() {
+                    p.add("basis", "is for carbon signals");
+                }
+                if self.currency.is_some() {
+                    p.add("currency", "is for price signals");
+                }
+            }
         }
         let mut problems = p.done();
         problems.extend(SignalPoint::check_unnamed(
@@ -113,6 +123,15 @@ impl SignalPoint {
             problems.push(Problem {
                 field: "value".into(),
                 reason: "carbon intensity must not be negative".into(),
+            });
+        }
+        if value_read
+            && self.signal == SignalKind::CarbonFree
+            && (self.value.is_sign_negative() || self.value > Decimal::ONE)
+        {
+            problems.push(Problem {
+                field: "value".into(),
+                reason: "a carbon-free share is a fraction from 0 to 1".into(),
             });
         }
         problems

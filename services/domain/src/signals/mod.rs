@@ -41,8 +41,15 @@ crate::names::names! {
         Carbon = "carbon",
         /// Currency units per kWh.
         Price = "price",
+        /// The grid's carbon-free (fossil-free: renewables and nuclear) share of generation,
+        /// a fraction from 0 to 1: the grid's part of a site's hourly CFE score
+        /// ([`crate::cfe`]).
+        CarbonFree = "carbon_free",
     }
 }
+
+/// What a carbon-free share is of: the one basis it has, kept in the store's basis column.
+pub const CARBON_FREE_BASIS: &str = "fossil_free";
 
 /// The quantity a series carries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -52,6 +59,9 @@ pub enum Signal {
     Carbon { basis: Basis },
     /// Currency units per kWh.
     Price { currency: String },
+    /// The grid's carbon-free share of generation, 0 to 1.
+    #[serde(rename = "carbon_free")]
+    CarbonFree,
 }
 
 impl Signal {
@@ -59,6 +69,7 @@ impl Signal {
         match self {
             Signal::Carbon { .. } => SignalKind::Carbon,
             Signal::Price { .. } => SignalKind::Price,
+            Signal::CarbonFree => SignalKind::CarbonFree,
         }
     }
 
@@ -68,6 +79,7 @@ impl Signal {
         match self {
             Signal::Carbon { basis } => basis.as_str(),
             Signal::Price { currency } => currency,
+            Signal::CarbonFree => CARBON_FREE_BASIS,
         }
     }
 
@@ -81,6 +93,8 @@ impl Signal {
             SignalKind::Price => Signal::Price {
                 currency: basis_or_currency.to_owned(),
             },
+            SignalKind::CarbonFree if basis_or_currency == CARBON_FREE_BASIS => Signal::CarbonFree,
+            SignalKind::CarbonFree => return None,
         })
     }
 }

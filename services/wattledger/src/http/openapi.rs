@@ -14,7 +14,7 @@ use utoipa::{Modify, OpenApi};
     paths(
         super::health, prometheus::get_metrics,
         ingest::inventory::tenants, ingest::inventory::sites, ingest::inventory::models, ingest::inventory::device_models, ingest::inventory::meters,
-        ingest::samples::samples_batch, ingest::jobs::jobs_batch, ingest::tokens::tokens_batch, ingest::signals::signals_batch,
+        ingest::samples::samples_batch, ingest::jobs::jobs_batch, ingest::tokens::tokens_batch, ingest::signals::signals_batch, ingest::clean_energy::clean_energy_batch,
         usage::get_usage, usage::list_jobs, usage::get_job, usage::list_sites, usage::list_tenants,
         efficiency::get_efficiency, power::get_headroom, power::get_grid,
         power_policy::list_policies, power_policy::put_policy,

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::breakdown::EnergyBreakdown;
+use wattledger_domain::cfe::Score;
 use wattledger_domain::input;
 use wattledger_domain::metrics::{self, efficiency};
 use wattledger_domain::split::round_nested;
@@ -137,6 +138,43 @@ pub struct UsageRowOut {
     pub fully_loaded_cost: BTreeMap<String, Decimal>,
     #[serde(flatten)]
     pub goodput: Goodput,
+    #[serde(flatten)]
+    pub carbon_free: CarbonFree,
+}
+
+/// The row's hourly carbon-free energy: each of its hours' energy times that hour's
+/// carbon-free share (`domain::cfe`), summed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CarbonFree {
+    /// kWh to 6 places, as `kwh`.
+    #[schema(value_type = String)]
+    pub carbon_free_kwh: Decimal,
+    /// Carbon-free over the energy of the hours whose figure is known, 0 to 1 to 4 places;
+    /// absent where none is.
+    #[schema(value_type = Option<String>)]
+    pub cfe_score: Option<Decimal>,
+    /// The energy of the known hours that was not carbon-free.
+    #[schema(value_type = String)]
+    pub not_carbon_free_kwh: Decimal,
+    /// Share of the row's energy whose hours' carbon-free figure is known.
+    #[schema(value_type = Option<String>)]
+    pub cfe_fraction: Option<Decimal>,
+}
+
+impl CarbonFree {
+    fn of(r: &usage::UsageRow) -> CarbonFree {
+        CarbonFree {
+            carbon_free_kwh: kwh(r.carbon_free_mj).round_dp(6).normalize(),
+            cfe_score: Score {
+                load_mj: r.cfe_mj,
+                carbon_free_mj: r.carbon_free_mj,
+                ..Score::default()
+            }
+            .fraction(),
+            not_carbon_free_kwh: kwh(r.cfe_mj - r.carbon_free_mj).round_dp(6).normalize(),
+            cfe_fraction: ratio(r.cfe_mj, r.energy.total_mj()),
+        }
+    }
 }
 
 /// The row's energy, cost and carbon split into goodput and badput: badput is what training
@@ -175,8 +213,8 @@ impl Goodput {
             .collect();
         let badput_carbon = r.badput_carbon_g.map(|g| g.round_dp(3).normalize());
         Goodput {
-            goodput_kwh: kwh(total - r.badput_mj).normalize(),
-            badput_kwh: kwh(r.badput_mj).normalize(),
+            goodput_kwh: kwh(total - r.badput_mj).round_dp(6).normalize(),
+            badput_kwh: kwh(r.badput_mj).round_dp(6).normalize(),
             badput_mj: r.badput_mj,
             badput_fraction: ratio(r.badput_mj, total),
             goodput_cost: cost
@@ -385,6 +423,7 @@ fn row_out(r: usage::UsageRow, gpu_hours: Decimal) -> UsageRowOut {
         gpu_ms: r.gpu_ms,
         fully_loaded_cost: fully_loaded_cost(&cost, &r),
         goodput: Goodput::of(&r, &cost),
+        carbon_free: CarbonFree::of(&r),
         carbon_g: r.carbon_g.map(|g| g.round_dp(3).normalize()),
         carbon_marginal_g: r.carbon_marginal_g.map(|g| g.round_dp(3).normalize()),
         embodied_carbon_g: r.embodied_carbon_g.map(|g| g.round_dp(3).normalize()),

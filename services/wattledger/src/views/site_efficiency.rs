@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::Serialize;
 use utoipa::ToSchema;
+use wattledger_domain::cfe::Score;
 use wattledger_domain::metrics::effectiveness;
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::usage::SiteTotals;
@@ -35,6 +36,28 @@ pub struct SiteEfficiency {
     pub allocated_gpu_fraction: Option<Decimal>,
     /// Hours of the period with the site's figures.
     pub hours: i64,
+    #[serde(flatten)]
+    pub carbon_free: SiteCarbonFree,
+}
+
+/// The site's hourly carbon-free energy score (24/7 CFE) over the period: Σ over hours of the
+/// load matched by contracted clean energy and then by the grid's carbon-free share, over
+/// Σ load, each hour on its own (no surplus carried between hours).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SiteCarbonFree {
+    /// 0 to 1, to 4 places; absent where no hour's figure is known (no carbon-free signal
+    /// for the site's grid region and no contract covering its load).
+    #[schema(value_type = Option<String>)]
+    pub cfe_score: Option<Decimal>,
+    /// Hours whose energy was not all carbon-free, and hours whose figure is unknown.
+    pub hours_not_carbon_free: i64,
+    pub hours_cfe_unknown: i64,
+    /// The energy of the known hours that was not carbon-free, and the clean energy
+    /// delivered under contract, kWh; omitted for tenant tokens.
+    #[schema(value_type = Option<String>)]
+    pub not_carbon_free_kwh: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub contract_kwh: Option<Decimal>,
 }
 
 impl SiteEfficiency {
@@ -54,6 +77,18 @@ impl SiteEfficiency {
             idle_fraction: ratio(s.idle_mj, s.site_mj),
             allocated_gpu_fraction: ratio(s.allocated_gpu_ms, s.capacity_gpu_ms),
             hours: s.hours,
+            carbon_free: SiteCarbonFree {
+                cfe_score: Score {
+                    load_mj: s.cfe_mj,
+                    carbon_free_mj: s.carbon_free_mj,
+                    ..Score::default()
+                }
+                .fraction(),
+                hours_not_carbon_free: s.hours_not_carbon_free,
+                hours_cfe_unknown: s.hours_cfe_unknown,
+                not_carbon_free_kwh: energy(s.cfe_mj - s.carbon_free_mj),
+                contract_kwh: energy(s.contract_mj),
+            },
         }
     }
 }

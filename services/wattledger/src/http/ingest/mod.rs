@@ -4,6 +4,7 @@
 //! whole batch with a 422 listing each bad record's index, field and reason, or writes it in
 //! one statement. Resending a batch changes nothing.
 
+pub mod clean_energy;
 mod counted;
 pub mod inventory;
 pub mod jobs;
@@ -51,6 +52,10 @@ pub fn router() -> Router<AppState> {
         .route(
             "/v1/ingest/signals",
             post_batch(K::Signals, signals::signals_batch),
+        )
+        .route(
+            "/v1/ingest/clean-energy",
+            post_batch(K::CleanEnergy, clean_energy::clean_energy_batch),
         )
 }
 

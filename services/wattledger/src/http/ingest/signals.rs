@@ -42,6 +42,7 @@ pub async fn signals_batch(
             (SignalKind::Price, _) => Signal::Price {
                 currency: p.currency.unwrap_or_default(),
             },
+            (SignalKind::CarbonFree, _) => Signal::CarbonFree,
             // No basis: the check refused the point.
             (SignalKind::Carbon, None) => return None,
         };
