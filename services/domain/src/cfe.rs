@@ -13,8 +13,8 @@
 //! their energy with the largest remainders, so the tenants' carbon-free energy adds up to
 //! the site's exactly.
 
-use crate::costing::Rate;
 use crate::energy::StepGrid;
+use crate::rate::Rate;
 use crate::split::split;
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::{Decimal, RoundingStrategy};

@@ -21,15 +21,7 @@ use crate::units::MJ_PER_KWH;
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
-/// A rate over `[from_ms, to_ms)`: currency or grams per kWh.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rate {
-    pub from_ms: i64,
-    pub to_ms: i64,
-    pub value: Decimal,
-    /// The provider marked it as an estimate, or it is a forecast used for want of an actual.
-    pub estimated: bool,
-}
+pub use crate::rate::Rate;
 
 /// How one site-hour was priced (or carbon-counted).
 #[derive(Debug, Clone, PartialEq, Eq)]

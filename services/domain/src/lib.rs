@@ -24,6 +24,7 @@ pub mod names;
 pub mod peaks;
 pub mod priority;
 pub mod quality;
+pub mod rate;
 pub mod role;
 pub mod signals;
 pub mod split;
