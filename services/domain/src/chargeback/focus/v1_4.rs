@@ -169,12 +169,15 @@ pub fn render(close: &Close) -> String {
     out
 }
 
+/// A line's place in a close: (statement, line), as indexes.
+type LineAt = (usize, usize);
+
 /// Each of this month's energy lines' share of its site's metered energy (the lines of a
 /// site are that energy, to the mJ: the close reconciled them), split by largest remainder
 /// in billionths so that a site's ratios add up to exactly 1. Keyed by (statement, line).
-fn ratios(close: &Close) -> BTreeMap<(usize, usize), Decimal> {
+fn ratios(close: &Close) -> BTreeMap<LineAt, Decimal> {
     const PARTS: i64 = 1_000_000_000;
-    let mut by_site: BTreeMap<&str, Vec<((usize, usize), i64)>> = BTreeMap::new();
+    let mut by_site: BTreeMap<&str, Vec<(LineAt, i64)>> = BTreeMap::new();
     for (si, s) in close.statements.iter().enumerate() {
         for (li, l) in s.lines.iter().enumerate() {
             if !l.is_adjustment(close.month) && l.key.class != LineClass::GridCredit {
