@@ -392,6 +392,8 @@ async fn close_months(pool: &sqlx::PgPool, config: &Config, target: Month) -> an
                     .join(format!("v{}", closed.close.version))
                     .display()
             );
+            // FOCUS 1.4 is rendered from the frozen close when asked for, not written here.
+            println!("  FOCUS 1.4: the month's finance page, or /v1/chargeback/months/{month}/exports/focus?version=1.4");
         }
     }
     Ok(())

@@ -4,8 +4,8 @@
 //! use); this module turns them into statements whose lines add up to their totals to the
 //! cent ([`statement`]), works out the adjustments late data calls for ([`statement::adjustments`]),
 //! checks every site's lines against its meters to the millijoule ([`reconcile`]) and writes the
-//! exports ([`csv`], [`focus`]). A [`Close`] is everything a closed month froze: the exports are
-//! a pure function of it, so the same close always gives the same bytes.
+//! exports ([`csv`], [`focus`] in FOCUS 1.2 and 1.4). A [`Close`] is everything a closed month
+//! froze: the exports are a pure function of it, so the same close always gives the same bytes.
 
 pub mod csv;
 pub mod focus;
@@ -44,8 +44,8 @@ crate::names::names! {
 }
 
 crate::names::names! {
-    /// How a line's energy reached its tenant (FOCUS 1.2 has no `AllocatedMethodId`; the
-    /// exports carry this in an `x_` column).
+    /// How a line's energy reached its tenant: FOCUS 1.4's `AllocatedMethodId` (FOCUS 1.2
+    /// has none; its export carries this in an `x_` column).
     pub enum AllocationMethod {
         /// The GPU steps its jobs held, by share.
         MeteredGpuShare = "metered-gpu-share",
@@ -209,27 +209,22 @@ pub struct Export {
 
 pub const FORMATS: [&str; 3] = ["csv", "focus", "json"];
 
-/// The three exports of a close: the statement CSV, FOCUS 1.2 and JSON.
+/// The three exports frozen with a close: the statement CSV, FOCUS 1.2 and JSON. (FOCUS 1.4
+/// is rendered from the frozen close when asked for: [`focus::export`].)
 pub fn exports(close: &Close) -> Vec<Export> {
     let stem = format!("wattledger-{}-v{}", close.month, close.version);
     let json = serde_json::to_string_pretty(close).expect("a close serialises") + "\n";
-    [
-        ("csv", format!("{stem}-statements.csv"), csv::render(close)),
-        (
-            "focus",
-            format!("{stem}-focus-1.2.csv"),
-            focus::render(close),
-        ),
-        ("json", format!("{stem}.json"), json),
-    ]
-    .into_iter()
-    .map(|(format, file_name, content)| Export {
+    let text = |format, file_name, content: String| Export {
         format,
         file_name,
         sha256: sha256_hex(content.as_bytes()),
         content: content.into_bytes(),
-    })
-    .collect()
+    };
+    vec![
+        text("csv", format!("{stem}-statements.csv"), csv::render(close)),
+        focus::export(close, focus::Version::V1_2),
+        text("json", format!("{stem}.json"), json),
+    ]
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {

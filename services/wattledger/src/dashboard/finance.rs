@@ -4,11 +4,13 @@
 use super::format::{count, energy, grouped};
 use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
+use crate::http::chargeback::{closed_export, export_version};
 use crate::state::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use rust_decimal::Decimal;
+use wattledger_domain::chargeback::focus::Version as FocusVersion;
 use wattledger_domain::chargeback::{self, Month};
 use wattledger_store::chargeback as store;
 use wattledger_store::Scope;
@@ -284,15 +286,24 @@ pub async fn month(
             .unwrap_or_default()
     };
     let mut exports = Vec::new();
-    for (format, label) in [
-        ("csv", "Statement CSV"),
-        ("focus", "FOCUS 1.2 CSV"),
-        ("json", "JSON"),
+    // FOCUS 1.4 first: the ratified version finance tools read now; 1.2 stays for the tools
+    // that have not moved yet.
+    for (format, version, label) in [
+        ("csv", None, "Statement CSV"),
+        ("focus", Some(FocusVersion::V1_4), "FOCUS 1.4 CSV"),
+        (
+            "focus",
+            Some(FocusVersion::V1_2),
+            "FOCUS 1.2 CSV (for tools not yet on 1.4)",
+        ),
+        ("json", None, "JSON"),
     ] {
-        if let Some((_, e)) = store::export(&state.pool, &session.scope, month, format).await? {
+        let export = closed_export(&state, &session.scope, month, format, version).await?;
+        if let Some(e) = export {
+            let query = version.map(|v| format!("?version={v}")).unwrap_or_default();
             exports.push(ExportRow {
                 label: label.into(),
-                href: format!("/finance/{month}/exports/{format}"),
+                href: format!("/finance/{month}/exports/{format}{query}"),
                 file_name: e.file_name,
                 sha256: e.sha256,
             });
@@ -319,17 +330,26 @@ pub async fn month(
     ))
 }
 
+#[derive(serde::Deserialize)]
+pub struct DownloadParams {
+    /// For `focus`: `1.2` (the default) or `1.4`.
+    version: Option<String>,
+}
+
+/// An export of a closed month, the same bytes as the API's.
 pub async fn download(
     State(state): State<AppState>,
     session: Session,
     Path((month, format)): Path<(String, String)>,
+    Query(p): Query<DownloadParams>,
 ) -> Result<Response, PageError> {
     require_finance(&session)?;
     let month: Month = month.parse().map_err(|_| PageError::NotFound)?;
     if !chargeback::FORMATS.contains(&format.as_str()) {
         return Err(PageError::NotFound);
     }
-    let (_, e) = store::export(&state.pool, &session.scope, month, &format)
+    let version = export_version(&format, p.version.as_deref()).map_err(|_| PageError::NotFound)?;
+    let e = closed_export(&state, &session.scope, month, &format, version)
         .await?
         .ok_or(PageError::NotFound)?;
     Ok(crate::views::download::export_file(e))

@@ -17,9 +17,10 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
+use wattledger_domain::chargeback::focus::{self, Version as FocusVersion};
 use wattledger_domain::chargeback::statement::minor_units;
 use wattledger_domain::chargeback::{
-    self, AllocationMethod, Close, Line, LineClass, Month, Statement, MJ_PER_KWH,
+    self, AllocationMethod, Close, Export, Line, LineClass, Month, Statement, MJ_PER_KWH,
 };
 use wattledger_store::chargeback as store;
 use wattledger_store::Scope;
@@ -157,6 +158,9 @@ pub struct ReconciliationView {
 pub struct ExportView {
     /// `csv`, `focus` or `json`.
     pub format: String,
+    /// For `focus`: the FOCUS version of the file (1.2 is frozen with the close; 1.4 is
+    /// rendered from the frozen close when asked for).
+    pub focus_version: Option<FocusVersion>,
     pub file_name: String,
     pub sha256: String,
     pub bytes: usize,
@@ -253,17 +257,28 @@ async fn close_view(state: &AppState, close: &Close, scope: &Scope) -> ApiResult
     let mut exports = Vec::new();
     let mut audit = Vec::new();
     if finance {
+        let url = |format: &str| format!("/v1/chargeback/months/{}/exports/{format}", close.month);
         for format in chargeback::FORMATS {
             if let Some((_, e)) = store::export(&state.pool, scope, close.month, format).await? {
                 exports.push(ExportView {
                     format: format.into(),
-                    url: format!("/v1/chargeback/months/{}/exports/{format}", close.month),
+                    focus_version: (format == "focus").then_some(FocusVersion::V1_2),
+                    url: url(format),
                     file_name: e.file_name,
                     sha256: e.sha256,
                     bytes: e.content.len(),
                 });
             }
         }
+        let e = focus::export(close, FocusVersion::V1_4);
+        exports.push(ExportView {
+            format: "focus".into(),
+            focus_version: Some(FocusVersion::V1_4),
+            url: format!("{}?version={}", url("focus"), FocusVersion::V1_4),
+            file_name: e.file_name,
+            sha256: e.sha256,
+            bytes: e.content.len(),
+        });
         audit = store::audit(&state.pool, close.month)
             .await?
             .into_iter()
@@ -518,27 +533,80 @@ pub async fn statement(
     Ok(Json(views).into_response())
 }
 
-/// An export file of a closed month, byte for byte as written at close; `X-Checksum-SHA256`
-/// and the ETag carry its SHA-256.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ExportParams {
+    /// For `focus` only: the FOCUS version, `1.2` (the default: the file frozen with the
+    /// close, as this address has always served) or `1.4` (the current ratified version,
+    /// rendered from the frozen close).
+    pub version: Option<String>,
+}
+
+/// An export file of a closed month: the statement CSV, FOCUS 1.2 and JSON byte for byte as
+/// written at close, FOCUS 1.4 rendered from that close (`?version=1.4`);
+/// `X-Checksum-SHA256` and the ETag carry its SHA-256.
 #[utoipa::path(get, path = "/v1/chargeback/months/{month}/exports/{format}", tag = "chargeback",
     params(("month" = String, Path, description = "YYYY-MM"),
-           ("format" = String, Path, description = "csv, focus or json")),
+           ("format" = String, Path, description = "csv, focus or json"), ExportParams),
     security(("bearer" = [])),
     responses((status = 200, body = String, content_type = "text/csv"),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody, description = "a version other than 1.2 or 1.4, or a version for csv or json")))]
 pub async fn export(
     State(state): State<AppState>,
     caller: Caller,
     Path((month, format)): Path<(String, String)>,
+    Query(p): Query<ExportParams>,
 ) -> ApiResult<Response> {
     caller.require(&FINANCE)?;
     let month = parse_month(&month)?;
     if !chargeback::FORMATS.contains(&format.as_str()) {
         return Err(ApiError::NotFound);
     }
-    let (_, e) = store::export(&state.pool, &caller.scope, month, &format)
+    let version = export_version(&format, p.version.as_deref())?;
+    let e = closed_export(&state, &caller.scope, month, &format, version)
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(download::export_file(e))
+}
+
+/// The FOCUS version an export request asks for: `None` for csv and json, which have none.
+pub fn export_version(format: &str, version: Option<&str>) -> ApiResult<Option<FocusVersion>> {
+    match (format, version) {
+        ("focus", None) => Ok(Some(FocusVersion::DEFAULT)),
+        ("focus", Some(v)) => FocusVersion::parse(v).map(Some).ok_or_else(|| {
+            ApiError::InvalidQuery(format!(
+                "version: '{}' is not {}",
+                v.chars().take(20).collect::<String>(),
+                FocusVersion::NAMES.join(" or ")
+            ))
+        }),
+        (_, None) => Ok(None),
+        (_, Some(_)) => Err(ApiError::InvalidQuery(format!(
+            "version: only the focus export has versions, not {format}"
+        ))),
+    }
+}
+
+/// A closed month's export (the API's and the dashboard's): FOCUS 1.4 rendered from the
+/// frozen close, the others as stored at close. `None` if the month is not closed or the
+/// scope may not read exports (they hold every tenant's lines).
+pub async fn closed_export(
+    state: &AppState,
+    scope: &Scope,
+    month: Month,
+    format: &str,
+    version: Option<FocusVersion>,
+) -> wattledger_store::StoreResult<Option<Export>> {
+    if version == Some(FocusVersion::V1_4) {
+        if *scope != Scope::All {
+            return Ok(None);
+        }
+        let close = store::load(&state.pool, month, scope).await?;
+        return Ok(close.map(|c| focus::export(&c, FocusVersion::V1_4)));
+    }
+    Ok(store::export(&state.pool, scope, month, format)
+        .await?
+        .map(|(_, e)| e))
 }

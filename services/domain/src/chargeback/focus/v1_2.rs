@@ -1,4 +1,4 @@
-//! The FOCUS 1.2 export (FinOps Open Cost and Usage Specification, CostAndUsage dataset).
+//! The FOCUS 1.2 export, byte for byte as it was before FOCUS 1.4 was added beside it.
 //!
 //! One row per charge: a statement line's energy, and its GPU time where a GPU-hour rate
 //! applied. Costs are what the statement bills (no discounts, no commitments: list, contracted,
@@ -13,10 +13,10 @@
 //! null when invoiced") unconditionally, so every dataset fails one of them; the test that
 //! runs it accepts exactly that one and proves the other half fails on the same rows nulled.
 
-use super::csv::{fixed, row, text};
-use super::statement::minor_units;
-use super::{Close, LineClass};
-use chrono::{DateTime, Utc};
+use super::{description, service, time};
+use crate::chargeback::csv::{fixed, row, text};
+use crate::chargeback::statement::minor_units;
+use crate::chargeback::{Close, LineClass};
 use rust_decimal::Decimal;
 
 pub const COLUMNS: [&str; 42] = [
@@ -79,13 +79,7 @@ pub fn render(close: &Close) -> String {
             let model = text(l.key.model.as_deref().unwrap_or_default());
             let (tenant, account, issuer) = (text(&s.tenant), text(&account), text(&issuer));
             let (site, site_name, region) = (text(&l.key.site), text(&site_name), text(&region));
-            let what = match (l.key.class, &l.key.model) {
-                (LineClass::IdleShare, _) => "idle capacity share".to_owned(),
-                (LineClass::Platform, _) => "unallocated idle capacity".to_owned(),
-                (LineClass::GridCredit, _) => "demand response".to_owned(),
-                (c, Some(m)) => format!("{} jobs, model {m}", c.as_str()),
-                (c, None) => format!("{} jobs", c.as_str()),
-            };
+            let what = description(l);
             // A demand-response credit is a FOCUS `Credit`: one-time, no quantity consumed or
             // priced, no pricing category.
             let credit = l.key.class == LineClass::GridCredit;
@@ -180,107 +174,10 @@ pub fn render(close: &Close) -> String {
     out
 }
 
-/// FOCUS ServiceName and its one ServiceSubcategory (the validator holds a service to one).
-fn service(class: LineClass) -> (&'static str, &'static str) {
-    match class {
-        LineClass::Training => ("GPU Training", "Machine Learning"),
-        LineClass::Inference => ("GPU Inference", "Generative AI"),
-        _ => ("GPU Compute", "Other (AI and Machine Learning)"),
-    }
-}
-
-/// FOCUS date/time: `YYYY-MM-DDTHH:mm:ssZ`.
-fn time(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::chargeback::statement::statements;
-    use crate::chargeback::{Amounts, Directory, Issuer, LineKey, Month};
-
-    /// A small close: two tenants at two sites in two currencies, a correction for the
-    /// month before, GPU time at a rate, and an idle share.
-    pub(crate) fn sample() -> Close {
-        let month: Month = "2026-10".parse().unwrap();
-        let key = |tenant: &str, site: &str, currency: &str, class, model: Option<&str>, period| {
-            LineKey {
-                tenant: tenant.into(),
-                currency: currency.into(),
-                site: site.into(),
-                class,
-                model: model.map(Into::into),
-                period,
-            }
-        };
-        let a = |mj: i64, cost: &str, gpu: &str| Amounts {
-            energy_mj: mj,
-            energy_cost: cost.parse().unwrap(),
-            gpu_time_cost: gpu.parse().unwrap(),
-            carbon_g: Decimal::new(mj / 10_000, 3),
-            embodied_g: Decimal::new(mj / 50_000, 3),
-            prompt_tokens: mj / 1_000_000,
-            generated_tokens: mj / 4_000_000,
-            gpu_ms: mj / 700,
-        };
-        let entries = vec![
-            (
-                key(
-                    "acme",
-                    "fra",
-                    "EUR",
-                    LineClass::Training,
-                    Some("llama-70b"),
-                    month,
-                ),
-                a(7_200_000_000_000, "441.123456", "1200.5"),
-            ),
-            (
-                key("acme", "fra", "EUR", LineClass::IdleShare, None, month),
-                a(360_000_000_000, "22.000001", "0"),
-            ),
-            (
-                key(
-                    "acme",
-                    "fra",
-                    "EUR",
-                    LineClass::Inference,
-                    Some("mistral, 7b \"instruct\""),
-                    month.prev(),
-                ),
-                a(-3_600_000_000, "-0.21", "0"),
-            ),
-            (
-                key("platform", "iad", "USD", LineClass::Platform, None, month),
-                a(900_000_000_000, "20.5", "0"),
-            ),
-        ];
-        let mut directory = Directory::default();
-        directory
-            .tenants
-            .insert("acme".into(), "Acme Research".into());
-        directory
-            .tenants
-            .insert("platform".into(), "Platform Engineering".into());
-        directory
-            .sites
-            .insert("fra".into(), ("Frankfurt".into(), "DE".into()));
-        directory
-            .sites
-            .insert("iad".into(), ("Ashburn".into(), "US-MIDA-PJM".into()));
-        Close {
-            month,
-            version: 1,
-            closed_at: month.end(),
-            issuer: Issuer {
-                name: "Example GPU Platform".into(),
-            },
-            statements: statements(month, 1, entries),
-            reconciliation: Vec::new(),
-            directory,
-        }
-    }
+    use crate::chargeback::focus::tests::sample;
 
     #[test]
     fn one_row_per_charge_every_row_full() {
@@ -304,8 +201,17 @@ pub(crate) mod tests {
             "{}",
             rows[4]
         );
-        if let Ok(path) = std::env::var("WATTLEDGER_FOCUS_SAMPLE") {
-            std::fs::write(path, &out).unwrap();
-        }
+    }
+
+    /// FOCUS 1.2 stays byte for byte what it was when 1.4 was added beside it: the SHA-256
+    /// of the sample close's export as rendered before the change (finance tools that read
+    /// 1.2 keep reading the same file).
+    #[test]
+    fn the_sample_export_is_byte_for_byte_as_before_1_4() {
+        let out = render(&sample());
+        assert_eq!(
+            crate::chargeback::sha256_hex(out.as_bytes()),
+            "afaf259e97b4833d47a5551229503ad7f1a7088ee5f65b61ed4a33e7c6a5eb64"
+        );
     }
 }
