@@ -2,9 +2,11 @@
 //! site's contracted clean energy, matched hour by hour against the scenario's known load, per
 //! site (`/v1/metrics/efficiency`) and per tenant (`/v1/usage`); what the records refuse.
 
+use crate::dashboard::Browser;
 use crate::scenario;
 use serde_json::{json, Value};
 use wattledger::auth::Role;
+use wattledger::dashboard::login::add_user;
 use wattledger_tests::TestApp;
 
 async fn ingest(app: &TestApp, what: &str, records: Value) -> (u16, Value) {
@@ -106,6 +108,49 @@ async fn an_hour_is_matched_by_the_contract_first_then_the_grids_carbon_free_sha
     .await
     .unwrap();
     assert_eq!(mj, 2_229_375_000);
+
+    // The operator's page and the tenant's say the same.
+    for (user, role, tenant, path, shown) in [
+        (
+            "olga",
+            Role::Operator,
+            None,
+            "/operator",
+            "1 of 1 hours not wholly carbon-free (1.0 kWh short); 0.5 kWh delivered under contract",
+        ),
+        (
+            "alice",
+            Role::Tenant,
+            Some("a"),
+            "/tenants/a",
+            "0.6 kWh not carbon-free",
+        ),
+    ] {
+        add_user(&app.pool, user, role, tenant, "correct horse battery")
+            .await
+            .unwrap();
+        let mut browser = Browser::new(&app);
+        browser.sign_in(user, "correct horse battery").await;
+        let page = browser
+            .get(&format!("{path}?from=2026-11-02&to=2026-11-02"))
+            .await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let figure = page
+            .body
+            .split("Carbon-free, hour by hour")
+            .nth(1)
+            .unwrap_or("");
+        assert!(
+            figure.contains("51.3%"),
+            "{path}: {}",
+            &figure[..figure.len().min(400)]
+        );
+        assert!(
+            figure.contains(shown),
+            "{path}: {shown} missing: {}",
+            &figure[..figure.len().min(400)]
+        );
+    }
 
     // Without the PPA the hour is 35 % carbon-free: the revision re-dirties it.
     let (status, body) = ingest(

@@ -670,9 +670,9 @@ async fn the_demo_months_focus_export_passes_the_focus_validator() {
 }
 
 /// FOCUS 1.4's rule model: `model-1.4.json`, the release asset of FOCUS_Spec v1.4 that the
-/// validator downloads from the releases (which this machine cannot reach). Read from
-/// `../shared/fixtures/focus/` (or `WATTLEDGER_FOCUS_1_4_MODEL`), as the project reads public
-/// payloads; `fixtures/focus/SOURCES.md` says where it comes from. Pinned by its SHA-256.
+/// validator downloads from the releases (which this machine cannot reach), kept as this
+/// repository's fixture (`tests/fixtures/focus/`, with its source in `SOURCES.md`;
+/// `WATTLEDGER_FOCUS_1_4_MODEL` overrides the path). Pinned by its SHA-256.
 const MODEL_1_4_SHA256: &str = "3dd2c0c6fcc2c3d1792060fcbebba4ae074cd4dade8cde72958bd37a9a8b183f";
 
 /// The 1.4 features whose columns the export carries (split cost allocation, payable
@@ -714,8 +714,7 @@ fn model_1_4() -> Option<Value> {
     let path = std::env::var_os("WATTLEDGER_FOCUS_1_4_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../shared/fixtures/focus/model-1.4.json")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/focus/model-1.4.json")
         });
     let bytes = std::fs::read(&path).ok();
     let how = format!(

@@ -62,6 +62,7 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
         "POST /v1/ingest/jobs",
         "POST /v1/ingest/tokens",
         "POST /v1/ingest/signals",
+        "POST /v1/ingest/clean-energy",
         "GET /v1/usage",
         "GET /v1/metrics/efficiency",
         "GET /v1/power/headroom",
@@ -287,6 +288,18 @@ async fn the_documented_ingest_records_are_the_agents_own() {
             &[
                 "region", "signal", "status", "source", "start_at", "end_at", "value",
             ],
+        ),
+        (
+            "CleanEnergy",
+            serde_json::to_value(wattledger_wire::CleanEnergy {
+                site: "s".into(),
+                source: "ppa".into(),
+                start_at: t,
+                end_at: t,
+                mwh: rust_decimal::Decimal::ONE,
+            })
+            .unwrap(),
+            &["site", "source", "start_at", "end_at", "mwh"],
         ),
     ];
     for (name, record, required) in full {

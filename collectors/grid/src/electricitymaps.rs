@@ -3,9 +3,14 @@
 //!
 //! Values are hourly averages in gCO2eq/kWh keyed by the hour's start; `isEstimated` marks a
 //! nowcast that a later fetch revises (GRID-NOTES.md). Average basis, actual status.
+//!
+//! `power-breakdown/latest` and `/history` give each hour's `fossilFreePercentage` (the share
+//! of the zone's consumption from renewables and nuclear, an integer percent): the grid's
+//! carbon-free share for hourly CFE matching ([`parse_power_breakdown`]).
 
 use crate::{decimal, shape, time, SignalError};
 use chrono::Duration;
+use rust_decimal::Decimal;
 use serde_json::Value;
 use wattledger_domain::signals::{Basis, Point, Series, Signal, Status};
 
@@ -56,6 +61,61 @@ pub fn parse(json: &str) -> Result<Series, SignalError> {
         signal: Signal::Carbon {
             basis: Basis::Average,
         },
+        status: Status::Actual,
+        region: zone,
+        source: "electricitymaps".into(),
+        points,
+    })
+}
+
+/// The zone's carbon-free share per hour from a power breakdown answer (`latest`, one
+/// object, or `history`, `{zone, history: [...]}`): `fossilFreePercentage` / 100, exactly.
+/// An hour without a percentage (null) has no point, not zero.
+pub fn parse_power_breakdown(json: &str) -> Result<Series, SignalError> {
+    let doc: Value = serde_json::from_str(json)?;
+    let entries: Vec<&Value> = match doc.get("history") {
+        Some(h) => h
+            .as_array()
+            .ok_or_else(|| shape("history is not an array"))?
+            .iter()
+            .collect(),
+        None if doc.get("fossilFreePercentage").is_some() => vec![&doc],
+        None => {
+            return Err(shape(
+                "neither a latest power breakdown (fossilFreePercentage) nor its history",
+            ))
+        }
+    };
+    let zone = doc
+        .get("zone")
+        .and_then(Value::as_str)
+        .ok_or_else(|| shape("no zone"))?
+        .to_owned();
+    let mut points = Vec::with_capacity(entries.len());
+    for (i, e) in entries.into_iter().enumerate() {
+        let Some(v) = e.get("fossilFreePercentage").filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let percent = decimal(v, &format!("entry {i} fossilFreePercentage"))?;
+        if percent.is_sign_negative() || percent > Decimal::ONE_HUNDRED {
+            return Err(SignalError::Unit(format!(
+                "entry {i} fossilFreePercentage {percent} is not a percentage"
+            )));
+        }
+        let start = time(&e["datetime"], &format!("entry {i} datetime"))?;
+        points.push(Point {
+            start,
+            end: start + Duration::hours(1),
+            value: (percent / Decimal::ONE_HUNDRED).normalize(),
+            estimated: e
+                .get("isEstimated")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        });
+    }
+    points.sort_by_key(|p| p.start);
+    Ok(Series {
+        signal: Signal::CarbonFree,
         status: Status::Actual,
         region: zone,
         source: "electricitymaps".into(),
@@ -114,5 +174,31 @@ mod tests {
         assert!(s.points.is_empty());
         assert!(parse(r#"{"zone":"DE"}"#).is_err());
         assert!(parse("[]").is_err());
+    }
+
+    #[test]
+    fn power_breakdown_history_gives_each_hours_carbon_free_share() {
+        let s = parse_power_breakdown(&crate::tests::repo_fixture(
+            "grid/electricitymaps-power-breakdown-history-DE.json",
+        ))
+        .unwrap();
+        assert_eq!(
+            (s.signal.clone(), s.region.as_str()),
+            (Signal::CarbonFree, "DE")
+        );
+        assert_eq!(s.points.len(), 24);
+        let first = &s.points[0];
+        assert_eq!(first.start.to_rfc3339(), "2024-03-05T20:00:00+00:00");
+        assert_eq!(first.value, Decimal::new(42, 2));
+        assert!(!first.estimated);
+        // The last two hours are nowcasts the service revises.
+        assert!(s.points[22].estimated && s.points[23].estimated);
+        let latest = parse_power_breakdown(&crate::tests::repo_fixture(
+            "grid/electricitymaps-power-breakdown-latest-DE.json",
+        ))
+        .unwrap();
+        assert_eq!(latest.points.len(), 1);
+        assert_eq!(latest.points[0].start, s.points[23].start);
+        assert!(parse_power_breakdown(r#"{"zone":"DE","history":[{"datetime":"2024-03-05T20:00:00Z","fossilFreePercentage":140}]}"#).is_err());
     }
 }

@@ -5,8 +5,12 @@
 //! Average intensity in gCO2/kWh. A national period gives an actual point (where `actual` is
 //! not null — it is null for the future) and a forecast point; a region is named by its
 //! `regionid` (`GB-3`) so a site can be bound to it.
+//!
+//! `/generation…` gives each half hour's generation mix by fuel in percent: the carbon-free
+//! share for hourly CFE matching ([`parse_generation`]).
 
 use crate::{decimal, shape, time, SignalError};
+use rust_decimal::Decimal;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use wattledger_domain::signals::{Basis, Point, Series, Signal, Status};
@@ -121,6 +125,59 @@ pub fn parse_factors(json: &str) -> Result<BTreeMap<String, rust_decimal::Decima
         .collect()
 }
 
+/// The fuels of the UK mix counted as carbon-free: as Electricity Maps' fossil-free share
+/// counts them (renewables, nuclear and biomass). Imports and "other" are of unknown origin and
+/// count as not carbon-free.
+const CARBON_FREE_FUELS: [&str; 5] = ["biomass", "nuclear", "hydro", "wind", "solar"];
+
+/// GB's carbon-free share per half hour from `/generation` (one period as an object) or
+/// `/generation/{from}/{to}` (a list): the carbon-free fuels' percentages over all of them
+/// (the published percentages are rounded and need not add up to 100).
+pub fn parse_generation(json: &str) -> Result<Series, SignalError> {
+    let doc: Value = serde_json::from_str(json)?;
+    let periods: Vec<&Value> = match doc.get("data") {
+        Some(Value::Array(list)) => list.iter().collect(),
+        Some(one @ Value::Object(_)) => vec![one],
+        _ => return Err(shape("no data")),
+    };
+    let mut points = Vec::with_capacity(periods.len());
+    for (i, p) in periods.into_iter().enumerate() {
+        let mix = p
+            .get("generationmix")
+            .and_then(Value::as_array)
+            .ok_or_else(|| shape(format!("period {i} has no generationmix")))?;
+        let (mut clean, mut all) = (Decimal::ZERO, Decimal::ZERO);
+        for (k, f) in mix.iter().enumerate() {
+            let what = format!("period {i} fuel {k}");
+            let perc = decimal(&f["perc"], &what)?;
+            if perc.is_sign_negative() {
+                return Err(SignalError::Unit(format!("{what} perc {perc} is negative")));
+            }
+            all += perc;
+            if CARBON_FREE_FUELS.contains(&f["fuel"].as_str().unwrap_or_default()) {
+                clean += perc;
+            }
+        }
+        if all.is_zero() {
+            continue;
+        }
+        points.push(Point {
+            start: time(&p["from"], &format!("period {i} from"))?,
+            end: time(&p["to"], &format!("period {i} to"))?,
+            value: (clean / all).round_dp(6).normalize(),
+            estimated: false,
+        });
+    }
+    points.sort_by_key(|p| p.start);
+    Ok(Series {
+        signal: Signal::CarbonFree,
+        status: Status::Actual,
+        region: "GB".into(),
+        source: "ukci".into(),
+        points,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +232,28 @@ mod tests {
             assert_eq!(nw.status, Status::Forecast);
             assert_eq!(nw.points[0].value, Decimal::from(266));
         }
+    }
+
+    #[test]
+    fn the_generation_mix_gives_the_carbon_free_share_of_what_was_published() {
+        let s = parse_generation(&crate::tests::repo_fixture(
+            "grid/ukci-generation-docs-example.json",
+        ))
+        .unwrap();
+        assert_eq!(
+            (s.signal.clone(), s.region.as_str()),
+            (Signal::CarbonFree, "GB")
+        );
+        let p = &s.points[0];
+        assert_eq!(p.start.to_rfc3339(), "2018-01-20T12:00:00+00:00");
+        assert_eq!((p.end - p.start).num_minutes(), 30);
+        // biomass 4.2 + nuclear 17.6 + hydro 1.1 + wind 6.8 + solar 18.1 = 47.8 of 98.9.
+        assert_eq!(p.value, "0.483316".parse().unwrap());
+        // The current period comes as one object.
+        let one = r#"{"data":{"from":"2018-08-08T10:30Z","to":"2018-08-08T11:00Z","generationmix":[{"fuel":"wind","perc":25},{"fuel":"gas","perc":75}]}}"#;
+        assert_eq!(
+            parse_generation(one).unwrap().points[0].value,
+            "0.25".parse().unwrap()
+        );
     }
 }

@@ -17,6 +17,7 @@ use axum::response::Response;
 use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
 use std::collections::{BTreeMap, HashMap};
+use wattledger_domain::cfe;
 use wattledger_domain::demand_response::Target;
 use wattledger_domain::headroom::{self, PowerClass};
 use wattledger_domain::job_kind::JobKind;
@@ -134,6 +135,7 @@ pub struct SiteView {
     pub events: Vec<EventRow>,
     /// Goodput and badput at the site over the range.
     pub badput: Option<BadputView>,
+    pub carbon_free: Option<CarbonFree>,
     pub days: Vec<DayRow>,
     pub meters: Vec<MeterRow>,
     pub stale: usize,
@@ -340,6 +342,13 @@ struct Loaded {
     policies: BTreeMap<String, (Vec<PolicyRow>, Option<u32>)>,
     events: BTreeMap<String, Vec<EventRow>>,
     badput: BTreeMap<String, BadputView>,
+    carbon_free: BTreeMap<String, CarbonFree>,
+}
+
+/// A site's hourly carbon-free score over the range, as the page shows it.
+pub struct CarbonFree {
+    pub score: String,
+    pub note: String,
 }
 
 /// The sites, and what the page shows of them.
@@ -365,8 +374,21 @@ async fn load(
     let policies = policies(state, now).await?;
     let events = events(state, range.from, range.to, now).await?;
     let mut badput = BTreeMap::new();
+    let mut carbon_free = BTreeMap::new();
     for s in &sites {
         badput.insert(s.key.clone(), site_badput(state, s.id, range).await?);
+        let filter = UsageFilter {
+            from: Some(range.from),
+            to: Some(range.to),
+            site_id: Some(s.id),
+            ..Default::default()
+        };
+        if let Some(t) = usage::site_totals(&state.pool, &filter, None)
+            .await?
+            .first()
+        {
+            carbon_free.insert(s.key.clone(), carbon_free_of(t));
+        }
     }
     let loaded = Loaded {
         gap_limits,
@@ -377,8 +399,38 @@ async fn load(
         policies,
         events,
         badput,
+        carbon_free,
     };
     Ok((sites, loaded))
+}
+
+/// The site's hourly CFE score: its hours matched by contracted clean energy first, then
+/// by the grid's carbon-free share (`domain::cfe`).
+fn carbon_free_of(t: &usage::SiteTotals) -> CarbonFree {
+    let score = cfe::Score {
+        load_mj: t.cfe_mj,
+        carbon_free_mj: t.carbon_free_mj,
+        ..cfe::Score::default()
+    };
+    CarbonFree {
+        score: score
+            .fraction()
+            .map_or_else(|| "–".into(), |f| pct(f, Decimal::ONE)),
+        note: format!(
+            "{} of {} hours not wholly carbon-free ({} short){}{}",
+            t.hours_not_carbon_free,
+            t.hours,
+            energy(t.cfe_mj - t.carbon_free_mj),
+            match t.contract_mj {
+                0 => String::new(),
+                mj => format!("; {} delivered under contract", energy(mj)),
+            },
+            match t.hours_cfe_unknown {
+                0 => String::new(),
+                n => format!("; {n} hours without a carbon-free share"),
+            }
+        ),
+    }
 }
 
 /// A site's goodput and badput over the range, every tenant's.
@@ -442,6 +494,7 @@ fn site_view(
         policy,
         events: loaded.events.remove(&s.key).unwrap_or_default(),
         badput: loaded.badput.remove(&s.key),
+        carbon_free: loaded.carbon_free.remove(&s.key),
         days: day_rows(&days, shapes, day_sort),
         stale: meters.iter().filter(|m| m.late).count(),
         gaps: meters.iter().map(|m| m.gaps).sum(),

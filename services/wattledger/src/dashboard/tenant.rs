@@ -20,6 +20,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use wattledger_domain::budget::BudgetMetric;
 use wattledger_domain::budget_alerts::runs_out_at;
+use wattledger_domain::cfe;
 use wattledger_domain::metrics;
 use wattledger_store::admission::Deferred;
 use wattledger_store::usage::{self, GroupBy, Serving, UsageFilter, UsageRow};
@@ -551,7 +552,40 @@ fn headline(t: &UsageRow, serving: &Serving) -> Vec<Figure> {
             ),
         },
         tokens_figure(t, serving),
+        carbon_free_figure(t),
     ]
+}
+
+/// The hourly carbon-free share of the tenant's energy: each hour's energy times that hour's
+/// carbon-free share (contracted clean energy first, then the grid's), as `cfe_score`.
+fn carbon_free_figure(t: &UsageRow) -> Figure {
+    let score = cfe::Score {
+        load_mj: t.cfe_mj,
+        carbon_free_mj: t.carbon_free_mj,
+        ..cfe::Score::default()
+    };
+    Figure {
+        label: "Carbon-free, hour by hour".into(),
+        value: score
+            .fraction()
+            .map_or_else(|| "–".into(), |f| pct(f, Decimal::ONE)),
+        note: if t.cfe_mj == 0 {
+            "no carbon-free share known for these hours".into()
+        } else {
+            format!(
+                "{} not carbon-free{}",
+                energy(t.cfe_mj - t.carbon_free_mj),
+                if t.cfe_mj < t.energy.total_mj() {
+                    format!(
+                        "; {} of the energy in hours without a share",
+                        share(t.energy.total_mj() - t.cfe_mj, t.energy.total_mj())
+                    )
+                } else {
+                    String::new()
+                }
+            )
+        },
+    }
 }
 
 /// One bar per limit of a budget: used against the limit, and when it runs out at the
