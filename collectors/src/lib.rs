@@ -27,13 +27,18 @@ pub(crate) mod fixtures {
 
     use std::path::PathBuf;
 
-    /// A real payload kept in this repository (`tests/fixtures/<path>`, sources in its
-    /// SOURCES.md): the AMD outputs, which `shared/` does not hold.
-    pub fn amd(name: &str) -> String {
+    /// A real payload kept in this repository (`tests/fixtures/<path>`, sources in each
+    /// folder's SOURCES.md): what `shared/` does not hold.
+    pub fn repo(path: &str) -> String {
         let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/amd")
-            .join(name);
+            .join("../tests/fixtures")
+            .join(path);
         std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("fixture {}: {e}", full.display()))
+    }
+
+    /// The AMD outputs of `tests/fixtures/amd`.
+    pub fn amd(name: &str) -> String {
+        repo(&format!("amd/{name}"))
     }
 
     pub fn read(path: &str) -> String {

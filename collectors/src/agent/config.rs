@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(c.agent.site, "fra1");
         assert!(!c.dcgm.is_empty() && !c.tokens.is_empty() && !c.slurm.is_empty());
         assert!(!c.redfish.is_empty() && !c.exporter.is_empty() && !c.nvml.is_empty());
-        assert!(c.snmp.len() == 2 && !c.podresources.is_empty() && c.grid.len() == 3);
+        assert!(c.snmp.len() == 2 && !c.podresources.is_empty() && c.grid.len() == 4);
         assert!(c.snmp[1].profile().unwrap().energy.is_some());
         assert!(c.amdsmi.len() == 1 && c.amd_exporter.len() == 1);
     }

@@ -525,10 +525,37 @@ impl Simulation {
                 self.to_ms + 3_600_000,
             )?;
             out.extend(records(&carbon));
+            let carbon_free = signals::carbon_free_series(
+                site.region,
+                self.seed,
+                self.from_ms,
+                self.to_ms + 3_600_000,
+            )?;
+            out.extend(records(&carbon_free));
             let prices = signals::tariff(site.key).series(site.region, from, to);
             out.extend(records(&prices));
         }
         Ok(out)
+    }
+
+    /// The clean energy each site's own generation delivered per hour of the simulated range
+    /// (`POST /v1/ingest/clean-energy` records).
+    pub fn clean_energy_records(&self) -> Vec<Value> {
+        let first = self.from_ms.div_euclid(HOUR) * HOUR;
+        let mut out = Vec::new();
+        for site in &SITES {
+            let mut t = first;
+            // Delivered energy is measured: the hours that are over.
+            while t + HOUR <= self.to_ms {
+                if let Some(mwh) = signals::solar_mwh(site.key, self.seed, t) {
+                    out.push(json!({"site": site.key, "source": "rooftop-solar",
+                                    "start_at": iso(t), "end_at": iso(t + HOUR),
+                                    "mwh": mwh.to_string()}));
+                }
+                t += HOUR;
+            }
+        }
+        out
     }
 
     pub fn meter_records(&self) -> Value {
@@ -805,6 +832,8 @@ fn records(series: &wattledger_domain::signals::Series) -> impl Iterator<Item = 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::Timelike;
+    use rust_decimal::Decimal;
 
     fn sim() -> Simulation {
         // 2 days from 2026-10-01.
@@ -827,6 +856,28 @@ mod tests {
             b.sample_records(0, 3, &mut sb)
         );
         assert_eq!(a.token_records(0, 3), b.token_records(0, 3));
+    }
+
+    #[test]
+    fn both_zones_have_a_carbon_free_share_and_frankfurt_its_solar_by_day() {
+        let s = sim();
+        let shares: Vec<Value> = (s.signal_records().unwrap().into_iter())
+            .filter(|r| r["signal"] == "carbon_free")
+            .collect();
+        // Every hour of both zones (the range and the hour after it).
+        assert_eq!(shares.len(), 2 * (2 * 24 + 1));
+        for r in &shares {
+            let v: Decimal = r["value"].as_str().unwrap().parse().unwrap();
+            assert!(v > Decimal::ZERO && v < Decimal::ONE, "{r}");
+        }
+        let solar = s.clean_energy_records();
+        assert!(!solar.is_empty() && solar.iter().all(|r| r["site"] == "fra1"));
+        for r in &solar {
+            let hour = chrono::DateTime::parse_from_rfc3339(r["start_at"].as_str().unwrap())
+                .unwrap()
+                .hour();
+            assert!((5..19).contains(&hour), "solar at night: {r}");
+        }
     }
 
     #[test]

@@ -26,9 +26,14 @@ pub fn points(series: &[Series], region: Option<&str>) -> Vec<SignalPoint> {
 pub fn parse(config: &GridConfig, body: &str) -> Result<Vec<Series>, SignalError> {
     let url = config.url.as_deref().unwrap_or("");
     Ok(match config.provider {
+        // The grid's carbon-free share for hourly CFE matching.
+        Provider::Electricitymaps if url.contains("/power-breakdown") => {
+            vec![electricitymaps::parse_power_breakdown(body)?]
+        }
         Provider::Electricitymaps => vec![electricitymaps::parse(body)?],
         Provider::Watttime => vec![watttime::parse(body)?],
         Provider::Ukci if url.contains("/regional") => ukci::parse_regional(body)?,
+        Provider::Ukci if url.contains("/generation") => vec![ukci::parse_generation(body)?],
         Provider::Ukci => ukci::parse_national(body)?,
         Provider::Casdk => {
             let basis = config.basis.unwrap_or(Basis::Average);
@@ -54,6 +59,36 @@ mod tests {
     use super::*;
     use crate::fixtures;
     use crate::sources::grid::tests::config;
+
+    #[test]
+    fn carbon_free_shares_come_from_the_power_breakdown_and_the_generation_mix() {
+        let em = config("provider = \"electricitymaps\"\nurl = \"https://api.electricitymaps.com/v3/power-breakdown/history?zone=DE\"\ntoken_file = \"/k\"\nregion = \"DE-LU\"\n");
+        let s = parse(
+            &em,
+            &fixtures::repo("grid/electricitymaps-power-breakdown-history-DE.json"),
+        )
+        .unwrap();
+        let p = points(&s, em.region.as_deref());
+        assert_eq!(p.len(), 24);
+        assert_eq!(
+            (p[0].signal.as_str(), p[0].basis, p[0].region.as_str()),
+            ("carbon_free", None, "DE-LU")
+        );
+        assert_eq!(p[0].value, "0.42".parse().unwrap());
+        let uk = config("provider = \"ukci\"\nurl = \"https://api.carbonintensity.org.uk/generation/2018-01-20T12:00Z/pt24h\"\n");
+        let p = points(
+            &parse(
+                &uk,
+                &fixtures::repo("grid/ukci-generation-docs-example.json"),
+            )
+            .unwrap(),
+            None,
+        );
+        assert_eq!(
+            (p[0].signal.as_str(), p[0].region.as_str()),
+            ("carbon_free", "GB")
+        );
+    }
 
     #[test]
     fn every_provider_payload_becomes_ingest_points() {

@@ -281,6 +281,16 @@ async fn seed_and_summarise(
         p.add(chunk.len() as u64);
     }
     p.finish();
+    // Frankfurt's rooftop solar, matched hour by hour for its carbon-free score.
+    for chunk in sim.clean_energy_records().chunks(10_000) {
+        client
+            .post(
+                &client.collector,
+                "/v1/ingest/clean-energy",
+                serde_json::json!({ "records": chunk }),
+            )
+            .await?;
+    }
     // Budgets (and the endpoint their alerts go to) before the data: alerts are raised as
     // the ledger is written.
     seed_budgets(&client, args).await?;
