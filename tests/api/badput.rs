@@ -293,3 +293,78 @@ async fn how_a_job_ended_is_checked_like_every_field() {
         "{body}"
     );
 }
+
+/// A closed month's statement carries the training line's badput and carbon-free energy, and
+/// FOCUS 1.4 has them in its `x_` columns: the known answer above (1187.55 MJ lost) in
+/// September, with the grid half carbon-free all hour (3654 MJ × 0.5 = 1827 MJ).
+#[tokio::test]
+async fn a_closed_months_statement_carries_badput_and_carbon_free_energy() {
+    let app = TestApp::start().await;
+    let hour = "2026-09-15T10:00:00Z";
+    let mut b = scenario::batches_at(hour);
+    b.sites[0]["fallback_price"] = json!("0.20");
+    b.sites[0]["fallback_intensity_g"] = json!("300");
+    b.jobs[0]["end_state"] = json!("failed");
+    b.jobs[0]["last_checkpoint_at"] = json!("2026-09-15T10:40:30Z");
+    scenario::push(&app, &b).await;
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Collector),
+            "signals",
+            json!([{"region": "DE", "signal": "carbon_free", "status": "actual",
+                    "source": "test", "start_at": hour, "end_at": "2026-09-15T11:00:00Z",
+                    "value": "0.5"}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app.attribute().await;
+    let finance = app.token(Role::Finance);
+    let (status, close) = app
+        .post_raw(
+            &finance,
+            "/v1/chargeback/months/2026-09/close",
+            String::new(),
+        )
+        .await;
+    assert_eq!(status, 201, "{close}");
+    let a = close["statements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["tenant"] == "a")
+        .unwrap();
+    let train = a["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["job_class"] == "training")
+        .unwrap();
+    assert_eq!(train["badput_mj"], 1_187_550_000i64, "{train}");
+    assert_eq!(train["carbon_free_mj"], 1_827_000_000i64, "{train}");
+    assert_eq!(train["cfe_score"], "0.5");
+    // a's statement: the endpoint's third has no badput; all of it is half carbon-free.
+    assert_eq!(a["badput_mj"], 1_187_550_000i64);
+    assert_eq!(a["carbon_free_mj"], 2_175_000_000i64);
+
+    let (status, csv, _) = crate::chargeback::bytes(
+        &app,
+        &finance,
+        "/v1/chargeback/months/2026-09/exports/focus?version=1.4",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let csv = String::from_utf8(csv).unwrap();
+    // The x_ columns come last and hold no commas (FOCUS's own columns before them may, in
+    // quotes): read each row's from its end.
+    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
+    let header: Vec<&str> = lines.next().unwrap().rsplit(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let row = lines
+        .map(|l| l.rsplit(',').collect::<Vec<_>>())
+        .find(|r| r[col("x_JobClass")] == "training" && !r[col("x_EnergyMillijoules")].is_empty())
+        .expect("the training line's energy row");
+    assert_eq!(row[col("x_BadputMillijoules")], "1187550000");
+    assert_eq!(row[col("x_BadputKWh")], "0.329875");
+    assert_eq!(row[col("x_CarbonFreeKWh")], "0.507500");
+    assert_eq!(row[col("x_CarbonFreeEnergyScore")], "0.5000");
+}

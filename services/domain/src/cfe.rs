@@ -147,6 +147,7 @@ impl Score {
         (self.load_mj > 0).then(|| {
             (Decimal::from(self.carbon_free_mj) / Decimal::from(self.load_mj))
                 .round_dp_with_strategy(4, RoundingStrategy::MidpointNearestEven)
+                .normalize()
         })
     }
 }

@@ -171,6 +171,9 @@ struct EntryRow {
     prompt_tokens: i64,
     generated_tokens: i64,
     gpu_ms: i64,
+    badput_mj: i64,
+    carbon_free_mj: i64,
+    cfe_mj: i64,
 }
 
 /// The [`Amounts`] of a row with the amount columns a ledger aggregate and a statement line
@@ -186,6 +189,9 @@ macro_rules! amounts_of {
             prompt_tokens: $r.prompt_tokens,
             generated_tokens: $r.generated_tokens,
             gpu_ms: $r.gpu_ms,
+            badput_mj: $r.badput_mj,
+            carbon_free_mj: $r.carbon_free_mj,
+            cfe_mj: $r.cfe_mj,
         }
     };
 }
@@ -224,7 +230,9 @@ pub async fn ledger_entries(
                 sum(c.mj)::bigint AS "energy_mj!", sum(c.cost) AS "energy_cost!",
                 sum(c.gpu_time) AS "gpu_time_cost!", sum(c.carbon) AS "carbon_g!",
                 sum(c.embodied) AS "embodied_g!", sum(c.prompt)::bigint AS "prompt_tokens!",
-                sum(c.gen)::bigint AS "generated_tokens!", sum(c.gpu_ms)::bigint AS "gpu_ms!"
+                sum(c.gen)::bigint AS "generated_tokens!", sum(c.gpu_ms)::bigint AS "gpu_ms!",
+                sum(c.badput)::bigint AS "badput_mj!", sum(c.cf)::bigint AS "carbon_free_mj!",
+                sum(c.cfe)::bigint AS "cfe_mj!"
          FROM ledger l
          JOIN tenants t ON t.id = l.tenant_id
          JOIN sites s ON s.id = l.site_id
@@ -235,15 +243,24 @@ pub async fn ledger_entries(
              SELECT CASE WHEN l.total_mj = 0 THEN 0
                          ELSE round(coalesce(l.cost, 0) * i.mj / l.total_mj, 6) END AS cost,
                     CASE WHEN l.total_mj = 0 THEN 0
-                         ELSE round(coalesce(l.carbon_g, 0) * i.mj / l.total_mj, 3) END AS carbon
+                         ELSE round(coalesce(l.carbon_g, 0) * i.mj / l.total_mj, 3) END AS carbon,
+                    -- The idle share's part of the row's carbon-free energy, by energy as
+                    -- the hour's was split over its rows.
+                    CASE WHEN l.total_mj = 0 THEN 0
+                         ELSE round(coalesce(l.carbon_free_mj, 0)::numeric * i.mj / l.total_mj)::bigint
+                    END AS cf,
+                    CASE WHEN l.carbon_free_mj IS NULL THEN 0 ELSE i.mj END AS cfe
          ) idle
          CROSS JOIN LATERAL (VALUES
              (coalesce(j.kind, 'platform'), m.key, l.total_mj - i.mj,
               coalesce(l.cost, 0) - idle.cost, coalesce(l.gpu_time_cost, 0),
               coalesce(l.carbon_g, 0) - idle.carbon, coalesce(l.embodied_carbon_g, 0),
-              l.prompt_tokens, l.generated_tokens, l.gpu_ms),
-             ('idle_share', NULL, i.mj, idle.cost, 0, idle.carbon, 0, 0, 0, 0)
-         ) AS c(class, model, mj, cost, gpu_time, carbon, embodied, prompt, gen, gpu_ms)
+              l.prompt_tokens, l.generated_tokens, l.gpu_ms, l.badput_mj,
+              coalesce(l.carbon_free_mj, 0) - idle.cf,
+              CASE WHEN l.carbon_free_mj IS NULL THEN 0 ELSE l.total_mj END - idle.cfe),
+             ('idle_share', NULL, i.mj, idle.cost, 0, idle.carbon, 0, 0, 0, 0, 0, idle.cf, idle.cfe)
+         ) AS c(class, model, mj, cost, gpu_time, carbon, embodied, prompt, gen, gpu_ms, badput,
+                cf, cfe)
          WHERE l.hour >= $1 AND l.hour < $2 AND (c.class <> 'idle_share' OR c.mj <> 0)
          GROUP BY 1, 2, 3, 4, 5, 6"#,
         from,
@@ -268,7 +285,9 @@ pub async fn billed_entries(
                 sum(sl.embodied_g) AS "embodied_g!",
                 sum(sl.prompt_tokens)::bigint AS "prompt_tokens!",
                 sum(sl.generated_tokens)::bigint AS "generated_tokens!",
-                sum(sl.gpu_ms)::bigint AS "gpu_ms!"
+                sum(sl.gpu_ms)::bigint AS "gpu_ms!", sum(sl.badput_mj)::bigint AS "badput_mj!",
+                sum(sl.carbon_free_mj)::bigint AS "carbon_free_mj!",
+                sum(sl.cfe_mj)::bigint AS "cfe_mj!"
          FROM statement_lines sl
          JOIN statements st ON st.id = sl.statement_id
          JOIN month_closes mc ON mc.id = st.close_id
@@ -345,15 +364,17 @@ pub async fn write_close(
         sqlx::query!(
             "INSERT INTO statement_lines (statement_id, line_no, period, site_id, site_key, model_key,
                  class, energy_mj, energy_cost, gpu_time_cost, carbon_g, embodied_g, prompt_tokens,
-                 generated_tokens, gpu_ms, billed_energy_cost, billed_gpu_time_cost, energy_kwh, gpu_hours)
+                 generated_tokens, gpu_ms, billed_energy_cost, billed_gpu_time_cost, energy_kwh, gpu_hours,
+                 badput_mj, carbon_free_mj, cfe_mj)
              SELECT $1, t.no, t.period, s.id, t.site, t.model, t.class, t.mj, t.cost, t.gpu_time,
-                    t.carbon, t.embodied, t.prompt, t.gen, t.gpu_ms, t.billed, t.billed_gpu, t.kwh, t.hours
+                    t.carbon, t.embodied, t.prompt, t.gen, t.gpu_ms, t.billed, t.billed_gpu, t.kwh, t.hours,
+                    t.badput, t.cf, t.cfe
              FROM UNNEST($2::int[], $3::date[], $4::text[], $5::text[], $6::text[], $7::bigint[],
                          $8::numeric[], $9::numeric[], $10::numeric[], $11::numeric[], $12::bigint[],
                          $13::bigint[], $14::bigint[], $15::numeric[], $16::numeric[], $17::numeric[],
-                         $18::numeric[])
+                         $18::numeric[], $19::bigint[], $20::bigint[], $21::bigint[])
                   AS t(no, period, site, model, class, mj, cost, gpu_time, carbon, embodied, prompt,
-                       gen, gpu_ms, billed, billed_gpu, kwh, hours)
+                       gen, gpu_ms, billed, billed_gpu, kwh, hours, badput, cf, cfe)
              JOIN sites s ON s.key = t.site",
             statement_id,
             &s.lines.iter().map(|l| l.no as i32).collect::<Vec<_>>(),
@@ -373,6 +394,9 @@ pub async fn write_close(
             &col(|l| l.billed_gpu_time_cost),
             &col(|l| l.energy_kwh),
             &col(|l| l.gpu_hours),
+            &int(|l| l.amounts.badput_mj),
+            &int(|l| l.amounts.carbon_free_mj),
+            &int(|l| l.amounts.cfe_mj),
         )
         .execute(&mut *conn)
         .await?;
@@ -537,7 +561,8 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
     let lines = sqlx::query!(
         r#"SELECT statement_id, line_no, period, site_key, model_key, class AS "class: LineClass", energy_mj, energy_cost,
                 gpu_time_cost, carbon_g, embodied_g, prompt_tokens, generated_tokens, gpu_ms,
-                billed_energy_cost, billed_gpu_time_cost, energy_kwh, gpu_hours
+                billed_energy_cost, billed_gpu_time_cost, energy_kwh, gpu_hours, badput_mj,
+                carbon_free_mj, cfe_mj
          FROM statement_lines WHERE statement_id = ANY($1) ORDER BY statement_id, line_no"#,
         &ids,
     )

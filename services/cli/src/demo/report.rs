@@ -194,8 +194,8 @@ pub async fn summary(
     let sites = usage::site_totals(pool, &filter, None).await?;
     println!("\nSites");
     println!(
-        "  {:<8} {:>12} {:>8} {:>8} {:>8} {:>8} {:>10}",
-        "site", "kWh", "PUE", "ITUE", "TUE", "idle", "GPU alloc"
+        "  {:<8} {:>12} {:>8} {:>8} {:>8} {:>8} {:>10} {:>9}",
+        "site", "kWh", "PUE", "ITUE", "TUE", "idle", "GPU alloc", "CFE 24/7"
     );
     for s in &sites {
         let e = effectiveness(s.site_mj, s.it_mj, s.gpu_mj);
@@ -203,15 +203,25 @@ pub async fn summary(
             d.map(|d| d.round_dp(3).to_string())
                 .unwrap_or_else(|| "-".into())
         };
+        // Hour by hour: contracted clean energy first, then the grid's carbon-free share.
+        let cfe = wattledger_domain::cfe::Score {
+            load_mj: s.cfe_mj,
+            carbon_free_mj: s.carbon_free_mj,
+            ..Default::default()
+        }
+        .fraction()
+        .map(|f| format!("{}%", (f * rust_decimal::Decimal::ONE_HUNDRED).round_dp(1)))
+        .unwrap_or_else(|| "-".into());
         println!(
-            "  {:<8} {:>12} {:>8} {:>8} {:>8} {:>7.1}% {:>9.1}%",
+            "  {:<8} {:>12} {:>8} {:>8} {:>8} {:>7.1}% {:>9.1}% {:>9}",
             s.site,
             kwh(s.site_mj).round_dp(1),
             show(e.pue),
             show(e.itue),
             show(e.tue),
             s.idle_mj as f64 * 100.0 / s.site_mj.max(1) as f64,
-            s.allocated_gpu_ms as f64 * 100.0 / s.capacity_gpu_ms.max(1) as f64
+            s.allocated_gpu_ms as f64 * 100.0 / s.capacity_gpu_ms.max(1) as f64,
+            cfe
         );
     }
     Ok(())

@@ -100,6 +100,12 @@ pub struct Amounts {
     pub prompt_tokens: i64,
     pub generated_tokens: i64,
     pub gpu_ms: i64,
+    /// The part of `energy_mj` that was badput (`crate::badput`).
+    pub badput_mj: i64,
+    /// The energy's hourly carbon-free part (`crate::cfe`), and the energy of the hours whose
+    /// carbon-free figure is known: the line's CFE score is the one over the other.
+    pub carbon_free_mj: i64,
+    pub cfe_mj: i64,
 }
 
 impl Amounts {
@@ -112,7 +118,10 @@ impl Amounts {
                 && self.embodied_g.is_zero()
                 && self.prompt_tokens == 0
                 && self.generated_tokens == 0
-                && self.gpu_ms == 0)
+                && self.gpu_ms == 0
+                && self.badput_mj == 0
+                && self.carbon_free_mj == 0
+                && self.cfe_mj == 0)
     }
 
     /// Energy and GPU time together.
@@ -133,6 +142,9 @@ impl Add for Amounts {
             prompt_tokens: self.prompt_tokens + o.prompt_tokens,
             generated_tokens: self.generated_tokens + o.generated_tokens,
             gpu_ms: self.gpu_ms + o.gpu_ms,
+            badput_mj: self.badput_mj + o.badput_mj,
+            carbon_free_mj: self.carbon_free_mj + o.carbon_free_mj,
+            cfe_mj: self.cfe_mj + o.cfe_mj,
         }
     }
 }
@@ -149,6 +161,9 @@ impl Sub for Amounts {
             prompt_tokens: self.prompt_tokens - o.prompt_tokens,
             generated_tokens: self.generated_tokens - o.generated_tokens,
             gpu_ms: self.gpu_ms - o.gpu_ms,
+            badput_mj: self.badput_mj - o.badput_mj,
+            carbon_free_mj: self.carbon_free_mj - o.carbon_free_mj,
+            cfe_mj: self.cfe_mj - o.cfe_mj,
         }
     }
 }

@@ -333,6 +333,9 @@ mod tests {
                 prompt_tokens: ms / 3,
                 generated_tokens: ms / 5,
                 gpu_ms: ms,
+                badput_mj: mj / 9,
+                carbon_free_mj: mj / 2,
+                cfe_mj: mj,
             })
     }
 

@@ -109,6 +109,15 @@ pub struct LineView {
     pub generated_tokens: i64,
     #[schema(value_type = String)]
     pub gpu_hours: Decimal,
+    /// The part of the energy that was badput: spent by training and batch jobs after their
+    /// last checkpoint before they failed, timed out, were preempted, cancelled or requeued.
+    pub badput_mj: i64,
+    /// The energy's hourly carbon-free part (contracted clean energy first, then the grid's
+    /// carbon-free share, hour by hour), and its share of the energy whose hours have one
+    /// (0 to 1 to 4 places; absent where none has).
+    pub carbon_free_mj: i64,
+    #[schema(value_type = Option<String>)]
+    pub cfe_score: Option<Decimal>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -135,6 +144,15 @@ pub struct StatementView {
     pub generated_tokens: i64,
     #[schema(value_type = String)]
     pub gpu_hours: Decimal,
+    /// The part of the energy that was badput: spent by training and batch jobs after their
+    /// last checkpoint before they failed, timed out, were preempted, cancelled or requeued.
+    pub badput_mj: i64,
+    /// The energy's hourly carbon-free part (contracted clean energy first, then the grid's
+    /// carbon-free share, hour by hour), and its share of the energy whose hours have one
+    /// (0 to 1 to 4 places; absent where none has).
+    pub carbon_free_mj: i64,
+    #[schema(value_type = Option<String>)]
+    pub cfe_score: Option<Decimal>,
     pub lines: Vec<LineView>,
 }
 
@@ -197,6 +215,16 @@ fn kg(g: Decimal) -> Decimal {
     (g / Decimal::ONE_THOUSAND).normalize()
 }
 
+/// The amounts' hourly carbon-free score.
+fn cfe_score(a: &wattledger_domain::chargeback::Amounts) -> Option<Decimal> {
+    wattledger_domain::cfe::Score {
+        load_mj: a.cfe_mj,
+        carbon_free_mj: a.carbon_free_mj,
+        ..Default::default()
+    }
+    .fraction()
+}
+
 fn line_view(month: Month, currency: &str, l: &Line) -> LineView {
     let mut billed = l.billed_cost();
     billed.rescale(minor_units(currency));
@@ -222,6 +250,9 @@ fn line_view(month: Month, currency: &str, l: &Line) -> LineView {
         prompt_tokens: l.amounts.prompt_tokens,
         generated_tokens: l.amounts.generated_tokens,
         gpu_hours: l.gpu_hours,
+        badput_mj: l.amounts.badput_mj,
+        carbon_free_mj: l.amounts.carbon_free_mj,
+        cfe_score: cfe_score(&l.amounts),
     }
 }
 
@@ -244,6 +275,9 @@ fn statement_view(close: &Close, s: &Statement) -> StatementView {
         prompt_tokens: s.total.prompt_tokens,
         generated_tokens: s.total.generated_tokens,
         gpu_hours: s.gpu_hours,
+        badput_mj: s.total.badput_mj,
+        carbon_free_mj: s.total.carbon_free_mj,
+        cfe_score: cfe_score(&s.total),
         lines: s
             .lines
             .iter()

@@ -116,6 +116,9 @@ pub(crate) mod tests {
             prompt_tokens: mj / 1_000_000,
             generated_tokens: mj / 4_000_000,
             gpu_ms: mj / 700,
+            badput_mj: mj / 20,
+            carbon_free_mj: mj / 3,
+            cfe_mj: mj,
         };
         let entries = vec![
             (

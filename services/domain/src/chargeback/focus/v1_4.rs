@@ -30,12 +30,15 @@
 //! figure, so none is exported. Tokens stay beside the energy they were counted against:
 //! FOCUS's AI work after 1.4 puts tokens in `ConsumedQuantity` only for charges priced per
 //! token, and wattledger prices energy, so the tokens are `x_InputTokens`/`x_OutputTokens`
-//! (the names of the token meters in that work) and the model `x_Model`.
+//! (the names of the token meters in that work) and the model `x_Model`. Badput and the
+//! hourly carbon-free energy (`crate::badput`, `crate::cfe`) are `x_` columns too.
 
 use super::{description, service, time};
+use crate::cfe::Score;
 use crate::chargeback::csv::{fixed, row, text};
 use crate::chargeback::statement::minor_units;
 use crate::chargeback::{Close, Line, LineClass, Statement};
+use crate::units::kwh;
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 
@@ -55,7 +58,7 @@ type Cell = fn(&Charge) -> String;
 
 /// The columns in order, each with its cell: FOCUS columns first (alphabetical), then the
 /// custom `x_` columns, as FOCUS requires. A new `x_` column is one more line at the end.
-pub const COLUMNS: [(&str, Cell); 45] = [
+pub const COLUMNS: [(&str, Cell); 49] = [
     ("AllocatedMethodDetails", |c| c.method_details()),
     ("AllocatedMethodId", |c| {
         c.allocated(|l| l.key.class.allocation_method().as_str().to_owned())
@@ -144,6 +147,27 @@ pub const COLUMNS: [(&str, Cell); 45] = [
         c.energy(|l| l.amounts.generated_tokens.to_string())
     }),
     ("x_GpuHours", |c| c.energy(|l| fixed(l.gpu_hours, 4))),
+    // What the energy was worth: its badput (spent after a job's last checkpoint before it
+    // failed) and its hourly carbon-free part with the score over the hours that have one.
+    ("x_BadputMillijoules", |c| {
+        c.energy(|l| l.amounts.badput_mj.to_string())
+    }),
+    ("x_BadputKWh", |c| {
+        c.energy(|l| fixed(kwh(l.amounts.badput_mj), 6))
+    }),
+    ("x_CarbonFreeKWh", |c| {
+        c.energy(|l| fixed(kwh(l.amounts.carbon_free_mj), 6))
+    }),
+    ("x_CarbonFreeEnergyScore", |c| {
+        c.energy(|l| {
+            let score = Score {
+                load_mj: l.amounts.cfe_mj,
+                carbon_free_mj: l.amounts.carbon_free_mj,
+                ..Score::default()
+            };
+            score.fraction().map_or_else(String::new, |f| fixed(f, 4))
+        })
+    }),
 ];
 
 pub fn render(close: &Close) -> String {
