@@ -14,6 +14,7 @@ pub mod accumulator;
 pub mod amd_board;
 pub mod amd_exporter;
 pub mod amdsmi;
+pub mod checkpoint;
 pub mod dcgm;
 pub mod exporter;
 pub mod gpu_meter;
