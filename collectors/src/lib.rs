@@ -36,6 +36,15 @@ pub(crate) mod fixtures {
         std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("fixture {}: {e}", full.display()))
     }
 
+    /// A Kubernetes Pod from public test data (`tests/fixtures/kubernetes/`, sources in its
+    /// SOURCES.md).
+    pub fn kubernetes(name: &str) -> String {
+        let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/kubernetes")
+            .join(name);
+        std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("fixture {}: {e}", full.display()))
+    }
+
     pub fn read(path: &str) -> String {
         let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../shared/fixtures")

@@ -20,6 +20,7 @@ pub mod exporter;
 pub mod gpu_meter;
 pub mod grid;
 pub mod http;
+pub mod kubelet;
 pub mod nvml;
 pub mod podresources;
 pub mod prom;
