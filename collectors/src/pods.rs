@@ -113,9 +113,7 @@ impl Pods {
                 if checkpoint(fresh) > checkpoint(pod.status.as_ref()) {
                     checkpointed.insert(key.clone());
                 }
-                if fresh.is_some() {
-                    pod.status = fresh.cloned();
-                }
+                pod.remember(fresh);
                 continue;
             }
             let gone_at = *pod.gone_at.get_or_insert(now);
@@ -123,14 +121,7 @@ impl Pods {
                 (Some(_), Some(s)) if !s.terminal => now - gone_at >= END_STATE_WAIT,
                 _ => true,
             };
-            if let Some(s) = fresh {
-                // Keep the newest checkpoint should the annotation have been removed.
-                let last = checkpoint(Some(s)).max(checkpoint(pod.status.as_ref()));
-                pod.status = Some(PodStatus {
-                    last_checkpoint_at: last,
-                    ..s.clone()
-                });
-            }
+            pod.remember(fresh);
             if close {
                 ended.push(key.clone());
             }
@@ -170,6 +161,20 @@ impl Pods {
 
     pub fn is_empty(&self) -> bool {
         self.open.is_empty()
+    }
+}
+
+impl OpenPod {
+    /// Takes the kubelet's newest word on the pod, keeping the newest checkpoint should the
+    /// annotation have been removed.
+    fn remember(&mut self, fresh: Option<&PodStatus>) {
+        if let Some(s) = fresh {
+            let last = checkpoint(fresh).max(checkpoint(self.status.as_ref()));
+            self.status = Some(PodStatus {
+                last_checkpoint_at: last,
+                ..s.clone()
+            });
+        }
     }
 }
 
@@ -344,6 +349,16 @@ mod tests {
                 Some(&view(&[(POD, saved)])),
                 JobKind::Training,
                 at(320)
+            )
+            .is_empty());
+        // The annotation removed while it runs: nothing to send, the checkpoint kept.
+        let cleared = status(false, None, 2, None);
+        assert!(p
+            .observe(
+                on_gpu(),
+                Some(&view(&[(POD, cleared)])),
+                JobKind::Training,
+                at(330)
             )
             .is_empty());
         // OOM-killed: the kubelet shows it Failed while the device view still lists it.

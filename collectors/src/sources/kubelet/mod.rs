@@ -1,7 +1,8 @@
 //! The kubelet's view of the pods on this node (`GET /pods`, a `PodList`): how each pod runs
-//! or ended, which the sources that see pods on GPUs (`[[podresources]]`, `[[dcgm]]`,
-//! `[[amd_exporter]]`) add to the jobs they send (`crate::pods`). Configured as a
-//! `kubelet` table inside such a source; without one, a pod's end state stays unknown.
+//! or ended, which a source that sees pods on GPUs adds to the jobs it sends
+//! (`crate::pods`). Configured as a `kubelet` table inside `[[podresources]]` (`[[dcgm]]`
+//! and `[[amd_exporter]]` do not take one yet); without one, a pod's end state stays
+//! unknown.
 //!
 //! The authenticated port (10250) takes the pod's service-account token as a bearer token
 //! (its RBAC needs `get` on `nodes/proxy`, or `nodes/pods` where the kubelet's fine-grained
