@@ -41,6 +41,12 @@ pub(crate) mod fixtures {
         repo(&format!("amd/{name}"))
     }
 
+    /// A Kubernetes Pod from public test data (`tests/fixtures/kubernetes/`, sources in its
+    /// SOURCES.md).
+    pub fn kubernetes(name: &str) -> String {
+        repo(&format!("kubernetes/{name}"))
+    }
+
     pub fn read(path: &str) -> String {
         let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../shared/fixtures")

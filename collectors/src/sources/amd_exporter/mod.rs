@@ -202,7 +202,9 @@ impl AmdExporterSource {
             }
         }
         let jobs: Vec<Job> = if self.config.pods {
-            self.state.pods.observe(pods, self.config.pod_kind, now)
+            self.state
+                .pods
+                .observe(pods, None, self.config.pod_kind, now)
         } else {
             Vec::new()
         };

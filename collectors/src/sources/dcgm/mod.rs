@@ -203,7 +203,7 @@ impl DcgmSource {
                 e.devices.insert(meter.clone(), None);
             }
         }
-        self.pods.observe(seen, self.config.pod_kind, now)
+        self.pods.observe(seen, None, self.config.pod_kind, now)
     }
 }
 

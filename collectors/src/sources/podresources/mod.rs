@@ -6,16 +6,18 @@
 //! time-sliced device (`<uuid>::<n>` replicas) is shared by the pods holding its replicas.
 //!
 //! gRPC here is one unary call over HTTP/2 (hyper); the messages are decoded by
-//! `parse`.
+//! `parse`. With a `kubelet` table, the kubelet's `/pods` says how each pod ended
+//! (`super::kubelet`).
 
 pub mod parse;
 
 use super::http::error_chain;
+use super::kubelet::{Kubelet, KubeletConfig};
 use super::{
     saved, BoxFuture, BuildError, Collected, Source, SourceConfig, SourceContext, SourceError,
     StateError,
 };
-use crate::pods::{PodUse, Pods};
+use crate::pods::{by_job_key, job_key, PodStatuses, PodUse, Pods};
 use crate::records::Batch;
 use chrono::{DateTime, Utc};
 use http_body_util::{BodyExt, Full};
@@ -45,6 +47,9 @@ pub struct PodResourcesConfig {
     /// The job kind of pods.
     #[serde(default = "default_kind")]
     pub kind: JobKind,
+    /// The kubelet's `/pods`, for each pod's end state, restarts and checkpoint; without
+    /// it a pod's end state is unknown.
+    pub kubelet: Option<KubeletConfig>,
 }
 
 fn default_socket() -> PathBuf {
@@ -72,30 +77,35 @@ impl SourceConfig for PodResourcesConfig {
     }
 
     fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
-        Ok(Box::new(PodResourcesSource::new(self.clone())))
+        let kubelet = self.kubelet.clone().map(Kubelet::new).transpose()?;
+        Ok(Box::new(PodResourcesSource::new(self.clone(), kubelet)))
     }
 }
 
 pub struct PodResourcesSource {
     config: PodResourcesConfig,
+    kubelet: Option<Kubelet>,
     pods: Pods,
     warned: BTreeSet<String>,
 }
 
 impl PodResourcesSource {
-    pub fn new(config: PodResourcesConfig) -> Self {
+    pub fn new(config: PodResourcesConfig, kubelet: Option<Kubelet>) -> Self {
         PodResourcesSource {
             config,
+            kubelet,
             pods: Pods::default(),
             warned: BTreeSet::new(),
         }
     }
 
-    /// One observation of the kubelet to jobs: pods on UUID-named GPU devices.
+    /// One observation of the kubelet to jobs: pods on UUID-named GPU devices, with the
+    /// kubelet's pod statuses where it was asked.
     fn records(
         &mut self,
         pods: &[parse::PodDevices],
         offered: &[Device],
+        statuses: Option<&PodStatuses>,
         now: DateTime<Utc>,
     ) -> Collected {
         let prefix = &self.config.resource_prefix;
@@ -117,10 +127,10 @@ impl PodResourcesSource {
                     .get(&ns)
                     .cloned()
                     .unwrap_or_else(|| ns.clone());
-                (format!("k8s:{ns}/{pod}"), PodUse { tenant, devices })
+                (job_key(&ns, &pod), PodUse { tenant, devices })
             })
             .collect();
-        let jobs = self.pods.observe(seen, self.config.kind, now);
+        let jobs = self.pods.observe(seen, statuses, self.config.kind, now);
         let state = serde_json::to_value(&self.pods).expect("pods serialize");
         Collected::new([Batch::Jobs(jobs)], Some(state))
     }
@@ -227,7 +237,18 @@ impl Source for PodResourcesSource {
                     Vec::new()
                 }
             };
-            Ok(self.records(&pods, &offered, now))
+            let statuses = match &self.kubelet {
+                Some(k) => match k.pods().await {
+                    Ok(p) => Some(by_job_key(p)),
+                    // The devices still say which pods run; only how they ended waits.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "kubelet pods unavailable: pods that end now are closed without their end state");
+                        None
+                    }
+                },
+                None => None,
+            };
+            Ok(self.records(&pods, &offered, statuses.as_ref(), now))
         })
     }
 }
@@ -370,7 +391,7 @@ mod tests {
             socket.display()
         ))
         .unwrap();
-        let mut s = PodResourcesSource::new(config.clone());
+        let mut s = PodResourcesSource::new(config.clone(), None);
         let first = jobs(s.collect(at(0)).await.unwrap());
         let keys: Vec<&str> = first.iter().map(|j| j.key.as_str()).collect();
         assert_eq!(
@@ -394,7 +415,7 @@ mod tests {
 
         // The agent restarts from its spooled state; meanwhile train-0 finished.
         let state = serde_json::to_value(&s.pods).unwrap();
-        let mut s = PodResourcesSource::new(config);
+        let mut s = PodResourcesSource::new(config, None);
         s.restore(state).unwrap();
         *answer.lock().unwrap() = list(&[pod(
             "serving",
@@ -431,7 +452,7 @@ mod tests {
     async fn no_socket_is_unavailable_once() {
         let config: PodResourcesConfig =
             toml::from_str("socket = \"/nonexistent/kubelet.sock\"").unwrap();
-        let mut s = PodResourcesSource::new(config);
+        let mut s = PodResourcesSource::new(config, None);
         assert!(matches!(
             s.collect(at(0)).await,
             Err(SourceError::Unavailable(_))

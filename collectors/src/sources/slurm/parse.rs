@@ -208,7 +208,7 @@ fn job(index: usize, j: &Value) -> Result<SlurmJob, SlurmError> {
 }
 
 /// The last checkpoint a job wrote in its comment, as `checkpoint=<time>` among other
-/// words: RFC 3339 or unix seconds. A job sets it with
+/// words: RFC 3339 or unix seconds ([`crate::sources::checkpoint`]). A job sets it with
 /// `scontrol update job=$SLURM_JOB_ID comment=checkpoint=$(date +%s)` after each save. A
 /// value that is not a time is ignored (the job keeps no checkpoint), never guessed.
 pub fn checkpoint_in_comment(comment: &str) -> Option<DateTime<Utc>> {
@@ -216,11 +216,7 @@ pub fn checkpoint_in_comment(comment: &str) -> Option<DateTime<Utc>> {
         .split(|c: char| c.is_whitespace() || c == ',' || c == ';')
         .filter_map(|word| word.strip_prefix("checkpoint="))
         .next_back()?;
-    if let Ok(t) = DateTime::parse_from_rfc3339(value) {
-        return Some(t.with_timezone(&Utc));
-    }
-    let secs: i64 = value.parse().ok()?;
-    DateTime::from_timestamp(secs, 0).filter(|t| wattledger_domain::input::time(*t).is_ok())
+    crate::sources::checkpoint::checkpoint_time(value)
 }
 
 /// `gres/gpu:4` or `gres/gpu:h100:4` → 4.
