@@ -261,9 +261,8 @@ pub fn hour_amounts(
         grid_share: cfe::grid_share(grid, site_mj_by_step, &rates.carbon_free),
         contract_mj: cfe::delivered(&rates.clean_energy, grid.start_ms, hour_end),
     });
-    if !matched.known() && matched.load_mj > 0 {
-        flags.push("carbon_free_missing");
-    }
+    // Unknown is NULL, and the score's coverage says how much: no flag, since a site with no
+    // carbon-free feed is not a fault in the figures a row states.
     let carbon_free = matched
         .known()
         .then(|| split_by_energy(matched.carbon_free_mj(), row_mj));
@@ -434,12 +433,7 @@ mod tests {
         );
         assert_eq!(
             none.flags,
-            [
-                "price_missing",
-                "carbon_missing",
-                "carbon_marginal_missing",
-                "carbon_free_missing"
-            ]
+            ["price_missing", "carbon_missing", "carbon_marginal_missing"]
         );
         assert_eq!(none.rows[0].carbon_free_mj, None);
         assert_eq!(none.rows[0].cost, None);
