@@ -329,7 +329,7 @@ mod tests {
         t.records(RecordKind::Allocations, RecordOutcome::Duplicate, 2);
         t.decided(Verdict::Defer, Duration::from_micros(30));
         let counts = t.record_counts();
-        assert_eq!(counts.len(), 40);
+        assert_eq!(counts.len(), RecordKind::ALL.len() * 4);
         let get = |k, o| counts.iter().find(|c| c.0 == k && c.1 == o).unwrap().2;
         assert_eq!(get(RecordKind::Jobs, RecordOutcome::Written), 3);
         assert_eq!(get(RecordKind::Allocations, RecordOutcome::Duplicate), 2);
