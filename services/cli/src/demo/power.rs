@@ -198,33 +198,45 @@ async fn ask(client: &Client, pool: &PgPool, envelope_w: i64) -> anyhow::Result<
             .as_str()
             .map_or(String::new(), |t| format!("to {t}"))
     );
-    // A fine-tune tonight, once the replicas have ended, on the fewest GPUs that overrun the
-    // room at full power but fit it capped: sized by asking admission what-if (its own view
-    // of the room, not this process's reading of the meters a moment apart), so that what it
-    // shows does not depend on the hour the demo runs.
-    let start = Utc::now() + chrono::Duration::hours(7);
-    let training = |gpus: i64| {
-        json!({"tenant": "orbit-labs", "job_name": "orbit-vision-8b-finetune",
-            "model": "orbit-vision-8b", "kind": "training", "gpus": gpus,
-            "power_per_gpu_w": TRAINING_W, "duration_s": 8 * 3600, "earliest_start": start,
-            "sites": [SITE], "source": "demo"})
-    };
-    let gpus = match fits_only_capped(client, &training).await? {
-        Ok(gpus) => gpus,
-        Err(Value::Null) => {
-            println!("  admission, orbit-labs training: every size up to {MAX_TRAINING_GPUS} GPUs fits site {SITE}'s room in full");
-            return Ok(());
+    // A fine-tune from tonight, once the replicas have ended, on the fewest GPUs that overrun
+    // the room at full power but fit it capped: sized by asking admission what-if (its own
+    // view of the room, not this process's reading of the meters a moment apart). The room
+    // ahead depends on the hour the demo runs (which runs are active, what admission has
+    // reserved), so the first start, every two hours from 7 h ahead, where some size fits only
+    // capped is shown: a single fixed hour had none when the demo ran at 23:00 UTC.
+    let ask_at = |start: DateTime<Utc>| {
+        move |gpus: i64| {
+            json!({"tenant": "orbit-labs", "job_name": "orbit-vision-8b-finetune",
+                "model": "orbit-vision-8b", "kind": "training", "gpus": gpus,
+                "power_per_gpu_w": TRAINING_W, "duration_s": 8 * 3600, "earliest_start": start,
+                "sites": [SITE], "source": "demo"})
         }
-        Err(last) => {
-            println!(
+    };
+    let mut found = None;
+    let mut missed = Value::Null;
+    for hours in (7..=23).step_by(2) {
+        let start = Utc::now() + chrono::Duration::hours(hours);
+        match fits_only_capped(client, &ask_at(start)).await? {
+            Ok(gpus) => {
+                found = Some((start, gpus));
+                break;
+            }
+            Err(last) => missed = last,
+        }
+    }
+    let Some((start, gpus)) = found else {
+        match missed {
+            Value::Null => println!("  admission, orbit-labs training: every size up to {MAX_TRAINING_GPUS} GPUs fits site {SITE}'s room in full"),
+            last => println!(
                 "  admission, orbit-labs training: no size fits site {SITE}'s room only capped (at {} GPUs: {} {})",
                 last["gpus"],
                 last["decision"].as_str().unwrap_or("?"),
                 reasons(&last)
-            );
-            return Ok(());
+            ),
         }
+        return Ok(());
     };
+    let training = ask_at(start);
     let t = client
         .post(&client.scheduler, "/v1/admission", training(gpus))
         .await?;
