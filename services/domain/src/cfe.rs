@@ -142,14 +142,21 @@ impl Score {
         })
     }
 
-    /// Σ carbon-free / Σ load, to 4 places (basis points of a percent); `None` without load.
+    /// Σ carbon-free / Σ load: [`score`].
     pub fn fraction(&self) -> Option<Decimal> {
-        (self.load_mj > 0).then(|| {
-            (Decimal::from(self.carbon_free_mj) / Decimal::from(self.load_mj))
-                .round_dp_with_strategy(4, RoundingStrategy::MidpointNearestEven)
-                .normalize()
-        })
+        score(self.carbon_free_mj, self.load_mj)
     }
+}
+
+/// A CFE score: carbon-free energy over the energy of the hours whose figure is known, to 4
+/// places (basis points of a percent); `None` without such energy. Every figure that shows a
+/// score (usage rows, sites, statements, pages) computes it here.
+pub fn score(carbon_free_mj: i64, load_mj: i64) -> Option<Decimal> {
+    (load_mj > 0).then(|| {
+        (Decimal::from(carbon_free_mj) / Decimal::from(load_mj))
+            .round_dp_with_strategy(4, RoundingStrategy::MidpointNearestEven)
+            .normalize()
+    })
 }
 
 /// The hour's carbon-free energy split over its tenants by their energy (largest

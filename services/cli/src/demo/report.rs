@@ -204,14 +204,9 @@ pub async fn summary(
                 .unwrap_or_else(|| "-".into())
         };
         // Hour by hour: contracted clean energy first, then the grid's carbon-free share.
-        let cfe = wattledger_domain::cfe::Score {
-            load_mj: s.cfe_mj,
-            carbon_free_mj: s.carbon_free_mj,
-            ..Default::default()
-        }
-        .fraction()
-        .map(|f| format!("{}%", (f * rust_decimal::Decimal::ONE_HUNDRED).round_dp(1)))
-        .unwrap_or_else(|| "-".into());
+        let cfe = wattledger_domain::cfe::score(s.carbon_free_mj, s.cfe_mj)
+            .map(|f| format!("{}%", (f * rust_decimal::Decimal::ONE_HUNDRED).round_dp(1)))
+            .unwrap_or_else(|| "-".into());
         println!(
             "  {:<8} {:>12} {:>8} {:>8} {:>8} {:>7.1}% {:>9.1}% {:>9}",
             s.site,

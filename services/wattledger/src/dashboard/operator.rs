@@ -407,14 +407,8 @@ async fn load(
 /// The site's hourly CFE score: its hours matched by contracted clean energy first, then
 /// by the grid's carbon-free share (`domain::cfe`).
 fn carbon_free_of(t: &usage::SiteTotals) -> CarbonFree {
-    let score = cfe::Score {
-        load_mj: t.cfe_mj,
-        carbon_free_mj: t.carbon_free_mj,
-        ..cfe::Score::default()
-    };
     CarbonFree {
-        score: score
-            .fraction()
+        score: cfe::score(t.carbon_free_mj, t.cfe_mj)
             .map_or_else(|| "–".into(), |f| pct(f, Decimal::ONE)),
         note: format!(
             "{} of {} hours not wholly carbon-free ({} short){}{}",

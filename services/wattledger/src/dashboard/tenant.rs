@@ -559,15 +559,9 @@ fn headline(t: &UsageRow, serving: &Serving) -> Vec<Figure> {
 /// The hourly carbon-free share of the tenant's energy: each hour's energy times that hour's
 /// carbon-free share (contracted clean energy first, then the grid's), as `cfe_score`.
 fn carbon_free_figure(t: &UsageRow) -> Figure {
-    let score = cfe::Score {
-        load_mj: t.cfe_mj,
-        carbon_free_mj: t.carbon_free_mj,
-        ..cfe::Score::default()
-    };
     Figure {
         label: "Carbon-free, hour by hour".into(),
-        value: score
-            .fraction()
+        value: cfe::score(t.carbon_free_mj, t.cfe_mj)
             .map_or_else(|| "–".into(), |f| pct(f, Decimal::ONE)),
         note: if t.cfe_mj == 0 {
             "no carbon-free share known for these hours".into()

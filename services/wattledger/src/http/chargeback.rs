@@ -217,12 +217,7 @@ fn kg(g: Decimal) -> Decimal {
 
 /// The amounts' hourly carbon-free score.
 fn cfe_score(a: &wattledger_domain::chargeback::Amounts) -> Option<Decimal> {
-    wattledger_domain::cfe::Score {
-        load_mj: a.cfe_mj,
-        carbon_free_mj: a.carbon_free_mj,
-        ..Default::default()
-    }
-    .fraction()
+    wattledger_domain::cfe::score(a.carbon_free_mj, a.cfe_mj)
 }
 
 fn line_view(month: Month, currency: &str, l: &Line) -> LineView {

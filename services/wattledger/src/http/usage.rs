@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::breakdown::EnergyBreakdown;
-use wattledger_domain::cfe::Score;
+use wattledger_domain::cfe;
 use wattledger_domain::input;
 use wattledger_domain::metrics::{self, efficiency};
 use wattledger_domain::split::round_nested;
@@ -165,12 +165,7 @@ impl CarbonFree {
     fn of(r: &usage::UsageRow) -> CarbonFree {
         CarbonFree {
             carbon_free_kwh: kwh(r.carbon_free_mj).round_dp(6).normalize(),
-            cfe_score: Score {
-                load_mj: r.cfe_mj,
-                carbon_free_mj: r.carbon_free_mj,
-                ..Score::default()
-            }
-            .fraction(),
+            cfe_score: cfe::score(r.carbon_free_mj, r.cfe_mj),
             not_carbon_free_kwh: kwh(r.cfe_mj - r.carbon_free_mj).round_dp(6).normalize(),
             cfe_fraction: ratio(r.cfe_mj, r.energy.total_mj()),
         }

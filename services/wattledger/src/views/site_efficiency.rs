@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::Serialize;
 use utoipa::ToSchema;
-use wattledger_domain::cfe::Score;
+use wattledger_domain::cfe;
 use wattledger_domain::metrics::effectiveness;
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::usage::SiteTotals;
@@ -78,12 +78,7 @@ impl SiteEfficiency {
             allocated_gpu_fraction: ratio(s.allocated_gpu_ms, s.capacity_gpu_ms),
             hours: s.hours,
             carbon_free: SiteCarbonFree {
-                cfe_score: Score {
-                    load_mj: s.cfe_mj,
-                    carbon_free_mj: s.carbon_free_mj,
-                    ..Score::default()
-                }
-                .fraction(),
+                cfe_score: cfe::score(s.carbon_free_mj, s.cfe_mj),
                 hours_not_carbon_free: s.hours_not_carbon_free,
                 hours_cfe_unknown: s.hours_cfe_unknown,
                 not_carbon_free_kwh: energy(s.cfe_mj - s.carbon_free_mj),

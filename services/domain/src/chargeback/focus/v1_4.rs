@@ -34,7 +34,7 @@
 //! hourly carbon-free energy (`crate::badput`, `crate::cfe`) are `x_` columns too.
 
 use super::{description, service, time};
-use crate::cfe::Score;
+use crate::cfe;
 use crate::chargeback::csv::{fixed, row, text};
 use crate::chargeback::statement::minor_units;
 use crate::chargeback::{Close, Line, LineClass, Statement};
@@ -160,12 +160,8 @@ pub const COLUMNS: [(&str, Cell); 49] = [
     }),
     ("x_CarbonFreeEnergyScore", |c| {
         c.energy(|l| {
-            let score = Score {
-                load_mj: l.amounts.cfe_mj,
-                carbon_free_mj: l.amounts.carbon_free_mj,
-                ..Score::default()
-            };
-            score.fraction().map_or_else(String::new, |f| fixed(f, 4))
+            cfe::score(l.amounts.carbon_free_mj, l.amounts.cfe_mj)
+                .map_or_else(String::new, |f| fixed(f, 4))
         })
     }),
 ];
