@@ -9,6 +9,7 @@ use wattledger_domain::attribution::{
     attribute, Allocation, Gpu, IdlePolicy, Job, Node, SiteHour, SitePolicy, Tokens,
 };
 use wattledger_domain::energy::{MeterSteps, StepGrid};
+use wattledger_domain::phase::Phase;
 use wattledger_domain::quality::Quality;
 use wattledger_domain::units::PPM;
 
@@ -87,6 +88,7 @@ fn site_hour() -> SiteHour {
             gpus.push(Gpu {
                 embodied_ng_per_ms: 0,
                 time_price_pico_per_ms: 0,
+                device: None,
                 energy: steps(id, 30_000_000),
                 allocations,
             });
@@ -103,6 +105,7 @@ fn site_hour() -> SiteHour {
             prefill_weight_ppm: 1_000_000,
             decode_weight_ppm: 4_000_000,
             lost_from_ms: i64::MAX,
+            phase: Phase::Both,
         });
     }
     let tokens = (4..20)

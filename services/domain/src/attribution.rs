@@ -9,6 +9,7 @@
 use crate::badput::lost_in_step;
 use crate::breakdown::EnergyBreakdown;
 use crate::energy::{MeterSteps, StepGrid};
+use crate::phase::Phase;
 use crate::quality::Quality;
 use crate::split::{split, split_into};
 use crate::units::{energy_at_power_mj, PPM};
@@ -17,6 +18,8 @@ use rust_decimal::Decimal;
 
 pub type TenantId = i64;
 pub type ModelId = i64;
+/// A device model, as an index into the caller's list of them.
+pub type DeviceId = u32;
 
 crate::names::names! {
     /// What the site's policy does with energy no job used. The names are the API's and the
@@ -61,6 +64,8 @@ pub struct Gpu {
     /// The device's fully loaded GPU-time price per ms, in 1e-12 of the site's currency (a
     /// GPU-hour rate / 3.6e6); 0 when none is set.
     pub time_price_pico_per_ms: i64,
+    /// The device's model, for efficiency by GPU generation; `None` when not reported.
+    pub device: Option<DeviceId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +85,9 @@ pub struct Job {
     /// The instant (ms since the epoch, as allocations' times) from which the job's energy is
     /// badput ([`crate::badput::lost_from`]); `i64::MAX` when none of it is.
     pub lost_from_ms: i64,
+    /// The serving phase the job's GPUs run: which of its tokens count
+    /// ([`Phase::processed`]). `Both` for any job not in a disaggregated deployment.
+    pub phase: Phase,
 }
 
 /// Tokens a job served to one tenant in the hour.
@@ -160,6 +168,9 @@ pub struct HourTotals {
 pub struct Attributed {
     pub rows: Vec<Row>,
     pub totals: HourTotals,
+    /// The model-serving rows' energy and tokens split over the device models they ran on
+    /// ([`devices::by_device`]), for efficiency by GPU generation.
+    pub devices: Vec<DeviceRow>,
 }
 
 /// Per-job running sums of one hour, before tenant splitting and idle policy.
@@ -216,6 +227,8 @@ struct Hour<'a> {
     input: &'a SiteHour,
     /// Per job, and for energy no job used.
     acc: Vec<Acc>,
+    /// Per job: its GPU energy per device model (a short list: a job spans one or two).
+    device_mj: Vec<Vec<(DeviceId, i64)>>,
     idle: Acc,
     totals: HourTotals,
     s: Scratch,
@@ -251,6 +264,7 @@ impl<'a> Hour<'a> {
         Hour {
             input,
             acc: vec![Acc::default(); jobs],
+            device_mj: vec![Vec::new(); jobs],
             idle: Acc::default(),
             totals: HourTotals {
                 site_mj_by_step: Vec::with_capacity(input.grid.steps),
@@ -294,6 +308,7 @@ impl<'a> Hour<'a> {
     fn gpus(&mut self, node: &Node, step: &mut Step) -> NodeGpus {
         let grid = self.input.grid;
         let (acc, idle, totals, s) = (&mut self.acc, &mut self.idle, &mut self.totals, &mut self.s);
+        let device_mj = &mut self.device_mj;
         s.node_jobs.clear();
         hold_estimates_to_node(node, step.index, &mut s.gpu_e);
         let mut out = NodeGpus {
@@ -364,6 +379,9 @@ impl<'a> Hour<'a> {
                 s.step_gpu[j] += part;
                 s.step_it[j] += part;
                 acc[j].energy.gpu_mj += part;
+                if let Some(d) = gpu.device.filter(|_| part != 0) {
+                    devices::add(&mut device_mj[j], d, part);
+                }
                 if q.is_estimated() {
                     acc[j].energy.estimated_mj += part;
                     s.step_est[j] = true;
@@ -515,6 +533,7 @@ impl<'a> Hour<'a> {
         let Hour {
             input,
             acc,
+            device_mj,
             idle,
             mut totals,
             ..
@@ -532,7 +551,12 @@ impl<'a> Hour<'a> {
             rows.is_empty()
                 || rows.iter().map(|r| r.embodied_ng).sum::<i64>() == totals.embodied_ng
         );
-        Attributed { rows, totals }
+        let devices = devices::by_device(&rows, &device_mj);
+        Attributed {
+            rows,
+            totals,
+            devices,
+        }
     }
 }
 
@@ -667,12 +691,13 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
     // Merge token records per tenant, ordered by tenant id for a stable tie-break.
     let mut by_tenant: Vec<(TenantId, i64, i64)> = Vec::new();
     for t in tokens {
+        let (prompt, generated) = job.phase.processed(t.prompt, t.generated);
         match by_tenant.iter_mut().find(|(id, _, _)| *id == t.tenant) {
             Some(e) => {
-                e.1 += t.prompt;
-                e.2 += t.generated;
+                e.1 += prompt;
+                e.2 += generated;
             }
-            None => by_tenant.push((t.tenant, t.prompt, t.generated)),
+            None => by_tenant.push((t.tenant, prompt, generated)),
         }
     }
     by_tenant.sort_by_key(|e| e.0);
@@ -713,6 +738,9 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
         });
     }
 }
+
+mod devices;
+pub use devices::DeviceRow;
 
 #[cfg(test)]
 mod tests;

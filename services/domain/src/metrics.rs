@@ -53,12 +53,17 @@ pub fn efficiency(t: EnergyTotals) -> Efficiency {
         kwh: kwh(t.total_mj).round_dp(6).normalize(),
         tokens_per_kwh: tokens_per_kwh(t.tokens, t.total_mj),
         tokens_per_kwh_it: tokens_per_kwh(t.tokens, t.it_mj),
-        joules_per_token: ratio(t.total_mj, t.tokens.saturating_mul(MJ_PER_J)),
+        joules_per_token: joules_per_token(t.total_mj, t.tokens),
         idle_fraction: ratio(t.idle_mj, t.total_mj),
         g_co2e_per_1k_tokens: g_co2e_per_1k_tokens(t.carbon_g, t.tokens),
         sci_g_per_token: sci_g_per_token(t.carbon_g, t.embodied_carbon_g, t.tokens),
         sci_g_per_1k_tokens: sci_g_per_1k_tokens(t.carbon_g, t.embodied_carbon_g, t.tokens),
     }
+}
+
+/// Joules of `mj` per token, 6 places; `None` without tokens.
+pub fn joules_per_token(mj: i64, tokens: i64) -> Option<Decimal> {
+    ratio(mj, tokens.saturating_mul(MJ_PER_J))
 }
 
 /// Tokens per kWh of `mj`, 3 places; `None` when either is zero.

@@ -41,6 +41,7 @@ fn job(tenant: TenantId) -> Job {
         prefill_weight_ppm: 1_000_000,
         decode_weight_ppm: 4_000_000,
         lost_from_ms: i64::MAX,
+        phase: Phase::Both,
     }
 }
 
@@ -74,12 +75,14 @@ fn shared_node_scenario(idle_policy: IdlePolicy) -> SiteHour {
                 Gpu {
                     embodied_ng_per_ms: 0,
                     time_price_pico_per_ms: 0,
+                    device: None,
                     energy: constant(42_000_000, steps),
                     allocations: vec![whole(0)],
                 },
                 Gpu {
                     embodied_ng_per_ms: 0,
                     time_price_pico_per_ms: 0,
+                    device: None,
                     energy: constant(18_000_000, steps),
                     allocations: vec![Allocation {
                         share_ppm: PPM / 2,
@@ -89,6 +92,7 @@ fn shared_node_scenario(idle_policy: IdlePolicy) -> SiteHour {
                 Gpu {
                     embodied_ng_per_ms: 0,
                     time_price_pico_per_ms: 0,
+                    device: None,
                     energy: constant(24_000_000, steps),
                     allocations: vec![whole(2)],
                 },
@@ -300,6 +304,7 @@ fn known_answer_mig_sevenths_hold_the_whole_gpu() {
             gpus: vec![Gpu {
                 embodied_ng_per_ms: 1000,
                 time_price_pico_per_ms: 700,
+                device: None,
                 energy: constant(42_000_000, 60),
                 allocations: vec![slice(0, 428_571), slice(1, 571_429)],
             }],
@@ -438,6 +443,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                             // (Σ rows = site total) is exercised on random hours.
                             embodied_ng_per_ms: ((n * gpus + g) % 3) as i64 * 950,
                             time_price_pico_per_ms: 0,
+                            device: None,
                             energy: MeterSteps {
                                 mj: e
                                     .iter()
@@ -615,7 +621,7 @@ proptest! {
                 gpus: vec![Gpu {
                     // One nanogram a ms: the idle row's embodied carbon is the unheld ms.
                     embodied_ng_per_ms: 1,
-                    time_price_pico_per_ms: 0,
+                    time_price_pico_per_ms: 0, device: None,
                     energy: constant(7_000_000, steps),
                     allocations: allocations.clone(),
                 }],
@@ -662,7 +668,7 @@ proptest! {
                 energy: Some(constant(10_000_000, 60)),
                 gpus: vec![Gpu {
                     embodied_ng_per_ms: 1,
-                    time_price_pico_per_ms: 0,
+                    time_price_pico_per_ms: 0, device: None,
                     energy: constant(7_000_000, 60),
                     allocations: allocations.clone(),
                 }],
@@ -691,9 +697,9 @@ proptest! {
                 energy: Some(MeterSteps { mj: node, quality: vec![Quality::EMPTY; 60] }),
                 gpus: vec![
                     Gpu { embodied_ng_per_ms: 0,
- time_price_pico_per_ms: 0, energy: MeterSteps { mj: gpu.clone(), quality: vec![Quality::EMPTY; 60] }, allocations: vec![whole(0)] },
+ time_price_pico_per_ms: 0, device: None, energy: MeterSteps { mj: gpu.clone(), quality: vec![Quality::EMPTY; 60] }, allocations: vec![whole(0)] },
                     Gpu { embodied_ng_per_ms: 0,
- time_price_pico_per_ms: 0, energy: MeterSteps { mj: idle_gpu, quality: vec![Quality::EMPTY; 60] }, allocations: vec![] },
+ time_price_pico_per_ms: 0, device: None, energy: MeterSteps { mj: idle_gpu, quality: vec![Quality::EMPTY; 60] }, allocations: vec![] },
                 ],
             }],
             jobs: vec![job(A)],
@@ -769,4 +775,175 @@ fn a_reset_estimate_cannot_claim_more_than_its_node_measured() {
     hour.nodes[0].gpus[0].energy.mj[5] = 95_000_000;
     let out = attribute(&hour);
     assert!(out.totals.quality.contains(Quality::NEGATIVE_OVERHEAD));
+}
+
+/// A disaggregated deployment of model 7, run by the platform team for tenants A and B. Its
+/// prefill pool is one H100 (device 0) at 600 W; its decode pool an H200 (device 1) at 500 W
+/// and an H100 at 300 W. No node meter or overhead; static PUE 1.25.
+///
+/// Each server counts every request it sees: the prefill pool generated one token a request
+/// (A 100, B 50) and the decode pool was handed the prompts again (A 90,000, B 45,000).
+///
+/// Prefill: 36 MJ/min × 60 × 1.25 = 2.7 GJ, split by prompt tokens 90,000 : 45,000 → A 1.8,
+/// B 0.9 GJ; 20 J per prompt token either way. Decode: 48 MJ/min → 3.6 GJ, split by
+/// generated tokens 30,000 : 90,000 → A 0.9, B 2.7 GJ; 30 J per generated token. The decode
+/// rows run 30 : 18 = 5 : 3 on the H200 and the H100.
+fn disaggregated(phases: [Phase; 2]) -> SiteHour {
+    let gpu = |w: i64, device: DeviceId, job: usize| Gpu {
+        embodied_ng_per_ms: 0,
+        time_price_pico_per_ms: 0,
+        device: Some(device),
+        energy: constant(w * 60_000, 60),
+        allocations: vec![whole(job)],
+    };
+    let pool = |phase| Job {
+        model: Some(7),
+        phase,
+        ..job(PLATFORM)
+    };
+    let tokens = |job, tenant, prompt, generated| Tokens {
+        job,
+        tenant,
+        prompt,
+        generated,
+    };
+    SiteHour {
+        policy: policy(IdlePolicy::Platform),
+        grid: hour_grid(),
+        facility: None,
+        nodes: vec![Node {
+            energy: None,
+            gpus: vec![gpu(600, 0, 0), gpu(500, 1, 1), gpu(300, 0, 1)],
+        }],
+        jobs: vec![pool(phases[0]), pool(phases[1])],
+        tokens: vec![
+            tokens(0, A, 90_000, 100),
+            tokens(0, B, 45_000, 50),
+            tokens(1, A, 90_000, 30_000),
+            tokens(1, B, 45_000, 90_000),
+        ],
+    }
+}
+
+#[test]
+fn known_answer_prefill_and_decode_pools() {
+    let out = attribute(&disaggregated([Phase::Prefill, Phase::Decode]));
+    let row = |job: usize, tenant: TenantId| {
+        let r = out
+            .rows
+            .iter()
+            .find(|r| r.job == Some(job) && r.tenant == tenant)
+            .unwrap();
+        (r.energy.total_mj(), r.prompt_tokens, r.generated_tokens)
+    };
+    assert_eq!(row(0, A), (1_800_000_000, 90_000, 0));
+    assert_eq!(row(0, B), (900_000_000, 45_000, 0));
+    assert_eq!(row(1, A), (900_000_000, 0, 30_000));
+    assert_eq!(row(1, B), (2_700_000_000, 0, 90_000));
+    assert_eq!(out.totals.site_mj, 6_300_000_000);
+
+    // J per token of each phase, per tenant and over the deployment.
+    let jpt = |job, tenant| {
+        let (mj, p, g) = row(job, tenant);
+        [Phase::Prefill, Phase::Decode][job].joules_per_token(mj, p, g)
+    };
+    let j = |n: i64| Some(Decimal::from(n));
+    assert_eq!(jpt(0, A), (j(20), None));
+    assert_eq!(jpt(0, B), (j(20), None));
+    assert_eq!(jpt(1, A), (None, j(30)));
+    assert_eq!(jpt(1, B), (None, j(30)));
+    assert_eq!(
+        crate::metrics::joules_per_token(6_300_000_000, 255_000),
+        Some(Decimal::new(24_705_882, 6))
+    );
+
+    // Efficiency by device: the decode rows split 5 : 3 by GPU energy.
+    let part = |job: usize, tenant: TenantId, device: DeviceId| {
+        let d = out
+            .devices
+            .iter()
+            .find(|d| {
+                out.rows[d.row].job == Some(job)
+                    && out.rows[d.row].tenant == tenant
+                    && d.device == device
+            })
+            .unwrap();
+        (d.total_mj, d.prompt_tokens, d.generated_tokens)
+    };
+    assert_eq!(part(0, A, 0), (1_800_000_000, 90_000, 0));
+    assert_eq!(part(1, A, 1), (562_500_000, 0, 18_750));
+    assert_eq!(part(1, A, 0), (337_500_000, 0, 11_250));
+    assert_eq!(part(1, B, 1), (1_687_500_000, 0, 56_250));
+    assert_eq!(part(1, B, 0), (1_012_500_000, 0, 33_750));
+    assert_eq!(out.devices.len(), 6);
+    let on = |device: DeviceId| -> (i64, i64) {
+        out.devices
+            .iter()
+            .filter(|d| d.device == device)
+            .fold((0, 0), |(mj, t), d| {
+                (mj + d.total_mj, t + d.prompt_tokens + d.generated_tokens)
+            })
+    };
+    // The generation table: 22.5 J a token on the H100s, 30 on the H200.
+    assert_eq!(on(0), (4_050_000_000, 180_000));
+    assert_eq!(on(1), (2_250_000_000, 75_000));
+}
+
+#[test]
+fn a_pool_without_its_phase_counts_every_token_its_server_saw() {
+    let out = attribute(&disaggregated([Phase::Both, Phase::Both]));
+    let decode_a = out
+        .rows
+        .iter()
+        .find(|r| r.job == Some(1) && r.tenant == A)
+        .unwrap();
+    // A weighs 90,000 + 4 × 30,000 against B's 45,000 + 4 × 90,000: 210 : 405.
+    assert_eq!(decode_a.energy.total_mj(), 1_229_268_293);
+    assert_eq!(
+        (decode_a.prompt_tokens, decode_a.generated_tokens),
+        (90_000, 30_000)
+    );
+}
+
+proptest! {
+    /// Whatever the devices, a row's parts add up to the row, energy and tokens alike.
+    #[test]
+    fn device_parts_add_up_to_their_rows(
+        w in proptest::collection::vec(0i64..800, 1..6),
+        devices in proptest::collection::vec(0u32..3, 6),
+        prompt in 0i64..1_000_000,
+        generated in 0i64..1_000_000,
+    ) {
+        let gpus = w
+            .iter()
+            .zip(&devices)
+            .map(|(&w, &d)| Gpu {
+                embodied_ng_per_ms: 0,
+                time_price_pico_per_ms: 0,
+                device: Some(d),
+                energy: constant(w * 60_000 + 7, 60),
+                allocations: vec![whole(0)],
+            })
+            .collect();
+        let input = SiteHour {
+            policy: policy(IdlePolicy::Proportional),
+            grid: hour_grid(),
+            facility: None,
+            nodes: vec![Node { energy: None, gpus }],
+            jobs: vec![Job { model: Some(1), ..job(A) }],
+            tokens: vec![
+                Tokens { job: 0, tenant: A, prompt, generated },
+                Tokens { job: 0, tenant: B, prompt: generated, generated: prompt },
+            ],
+        };
+        let out = attribute(&input);
+        for (i, r) in out.rows.iter().enumerate() {
+            let parts: Vec<&DeviceRow> = out.devices.iter().filter(|d| d.row == i).collect();
+            prop_assert!(!parts.is_empty());
+            prop_assert_eq!(parts.iter().map(|d| d.total_mj).sum::<i64>(), r.energy.total_mj());
+            prop_assert_eq!(parts.iter().map(|d| d.gpu_mj).sum::<i64>(), r.energy.gpu_mj);
+            prop_assert_eq!(parts.iter().map(|d| d.prompt_tokens).sum::<i64>(), r.prompt_tokens);
+            prop_assert_eq!(parts.iter().map(|d| d.generated_tokens).sum::<i64>(), r.generated_tokens);
+        }
+    }
 }
