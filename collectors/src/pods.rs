@@ -193,6 +193,7 @@ fn job(key: &str, pod: &OpenPod, kind: JobKind, end_at: Option<DateTime<Utc>>) -
         // The pod's GPUs say where it runs.
         site: None,
         model: None,
+        phase: None,
         kind,
         priority: None,
         submit_at: None,

@@ -44,6 +44,7 @@ SELECT create_distributed_table('usage_days', 'site_id', colocate_with => 'jobs'
 SELECT create_distributed_table('allocations', 'site_id', colocate_with => 'jobs');
 SELECT create_distributed_table('token_records', 'site_id', colocate_with => 'jobs');
 SELECT create_distributed_table('site_clean_energy', 'site_id', colocate_with => 'jobs');
+SELECT create_distributed_table('ledger_devices', 'site_id', colocate_with => 'jobs');
 
 -- Local to the coordinator (in Citus's metadata, so that they may refer to reference tables).
 SELECT citus_add_local_table_to_metadata('admission_decisions');

@@ -12,7 +12,7 @@ use rust_decimal::Decimal;
 use sqlx::{PgConnection, PgPool};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use wattledger_domain::attribution::{
-    Allocation, Attributed, Gpu, IdlePolicy, Job, Node, SiteHour, SitePolicy, Tokens,
+    Allocation, Attributed, DeviceId, Gpu, IdlePolicy, Job, Node, SiteHour, SitePolicy, Tokens,
 };
 use wattledger_domain::badput::{self, EndState};
 use wattledger_domain::costing::HourAmounts;
@@ -22,6 +22,7 @@ use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::load_shape;
 use wattledger_domain::meter_kind::MeterKind;
 use wattledger_domain::peaks;
+use wattledger_domain::phase::Phase;
 use wattledger_domain::tokens::{tokens_in_hour, HOUR_MS};
 use wattledger_domain::units::{share_ppm, PPM};
 
@@ -86,6 +87,15 @@ pub struct Window {
     /// GPU meter id → (embodied carbon in ng per ms of its life, GPU-time price in 1e-12
     /// currency per ms), for known device models only.
     embodied: HashMap<i64, (i64, i64)>,
+    devices: Devices,
+}
+
+/// The device models a site's GPU meters report, for efficiency by GPU generation.
+#[derive(Default)]
+struct Devices {
+    /// A [`DeviceId`] is an index into this.
+    models: Vec<String>,
+    of_meter: HashMap<i64, DeviceId>,
 }
 
 /// A token record of a job in the window, job as an index into `Window::jobs`.
@@ -126,6 +136,7 @@ struct JobWeightsRow {
     start_at: DateTime<Utc>,
     end_state: Option<EndState>,
     last_checkpoint_at: Option<DateTime<Utc>>,
+    phase: Option<Phase>,
 }
 
 struct TokenRecordRow {
@@ -204,6 +215,7 @@ pub async fn load(
         job_ids: jobs.ids,
         tokens,
         embodied,
+        devices: tree.devices,
     })
 }
 
@@ -237,6 +249,7 @@ struct MeterTree {
     /// The meters that report samples (every kind but MIG instances).
     metered: Vec<i64>,
     gpus: Vec<i64>,
+    devices: Devices,
 }
 
 impl MeterTree {
@@ -258,7 +271,8 @@ impl MeterTree {
 
 async fn meter_tree(pool: &PgPool, site_id: i64) -> StoreResult<MeterTree> {
     let meters = sqlx::query!(
-        r#"SELECT id, kind AS "kind: MeterKind", parent_id FROM meters WHERE site_id = $1 ORDER BY id"#,
+        r#"SELECT id, kind AS "kind: MeterKind", parent_id, device_model
+           FROM meters WHERE site_id = $1 ORDER BY id"#,
         site_id,
     )
     .fetch_all(pool)
@@ -276,7 +290,18 @@ async fn meter_tree(pool: &PgPool, site_id: i64) -> StoreResult<MeterTree> {
         .collect();
     let node_index: HashMap<i64, usize> = nodes.iter().enumerate().map(|(i, n)| (n.0, i)).collect();
     let mut mig_parent: HashMap<i64, i64> = HashMap::new();
+    let mut devices = Devices::default();
     for m in &meters {
+        if let (MeterKind::Gpu, Some(model)) = (m.kind, &m.device_model) {
+            let id = match devices.models.iter().position(|d| d == model) {
+                Some(i) => i,
+                None => {
+                    devices.models.push(model.clone());
+                    devices.models.len() - 1
+                }
+            };
+            devices.of_meter.insert(m.id, id as DeviceId);
+        }
         match (m.kind, m.parent_id) {
             (MeterKind::Gpu, Some(p)) => {
                 if let Some(&i) = node_index.get(&p) {
@@ -299,6 +324,7 @@ async fn meter_tree(pool: &PgPool, site_id: i64) -> StoreResult<MeterTree> {
             .map(|m| m.id)
             .collect(),
         gpus: of_kind(MeterKind::Gpu),
+        devices,
     })
 }
 
@@ -426,7 +452,8 @@ async fn jobs(
         JobWeightsRow,
         r#"SELECT j.id, j.tenant_id, j.model_id, j.kind AS "kind: JobKind", m.prefill_weight AS "prefill_weight?",
                   m.decode_weight AS "decode_weight?", j.start_at,
-                  j.end_state AS "end_state: EndState", j.last_checkpoint_at
+                  j.end_state AS "end_state: EndState", j.last_checkpoint_at,
+                  j.phase AS "phase: Phase"
            FROM jobs j LEFT JOIN models m ON m.id = j.model_id WHERE j.id = ANY($1)"#,
         &job_ids,
     )
@@ -443,6 +470,7 @@ async fn jobs(
             prefill_weight_ppm: u64::from(PPM),
             decode_weight_ppm: 4 * u64::from(PPM),
             lost_from_ms: i64::MAX,
+            phase: Phase::Both,
         };
         job_ids.len()
     ];
@@ -456,6 +484,7 @@ async fn jobs(
             decode_weight_ppm: ppm(r.decode_weight, 4 * u64::from(PPM)),
             lost_from_ms: badput::lost_from(r.kind, r.end_state, r.last_checkpoint_at, r.start_at)
                 .map_or(i64::MAX, |t| t.timestamp_millis()),
+            phase: r.phase.unwrap_or(Phase::Both),
         };
     }
     let mut allocations: HashMap<i64, Vec<Allocation>> = HashMap::new();
@@ -647,6 +676,7 @@ impl Window {
                         allocations: self.allocations.get(g).cloned().unwrap_or_default(),
                         embodied_ng_per_ms: self.embodied.get(g).map_or(0, |r| r.0),
                         time_price_pico_per_ms: self.embodied.get(g).map_or(0, |r| r.1),
+                        device: self.devices.of_meter.get(g).copied(),
                     })
                     .collect(),
             })
@@ -758,10 +788,84 @@ pub async fn replace_ledger(
     )
     .execute(&mut *conn)
     .await?;
+    replace_devices(conn, site_id, hours, window, results).await?;
     let mut tenants = c.tenant.clone();
     tenants.sort_unstable();
     tenants.dedup();
     Ok((c.hour.len() as u64, tenants))
+}
+
+/// Replaces the device parts of the ledger rows of `hours` (migration 0035) with `results`'.
+async fn replace_devices(
+    conn: &mut PgConnection,
+    site_id: i64,
+    hours: &[DateTime<Utc>],
+    window: &Window,
+    results: &[HourResult],
+) -> StoreResult<()> {
+    sqlx::query!(
+        "DELETE FROM ledger_devices WHERE site_id = $1 AND hour = ANY($2)",
+        site_id,
+        hours,
+    )
+    .execute(&mut *conn)
+    .await?;
+    let mut c = DeviceColumns::default();
+    for r in results {
+        for d in &r.attributed.devices {
+            let row = &r.attributed.rows[d.row];
+            let (Some(job), Some(model)) = (row.job, row.model) else {
+                continue;
+            };
+            c.hour.push(r.hour);
+            c.tenant.push(row.tenant);
+            c.job.push(window.job_ids[job]);
+            c.model.push(model);
+            c.device
+                .push(window.devices.models[d.device as usize].clone());
+            c.gpu.push(d.gpu_mj);
+            c.total.push(d.total_mj);
+            c.prompt.push(d.prompt_tokens);
+            c.generated.push(d.generated_tokens);
+        }
+    }
+    if c.hour.is_empty() {
+        return Ok(());
+    }
+    sqlx::query!(
+        "INSERT INTO ledger_devices (site_id, hour, tenant_id, job_id, model_id, device_model,
+                                     gpu_mj, total_mj, prompt_tokens, generated_tokens)
+         SELECT $1, * FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[],
+                                  $6::text[], $7::bigint[], $8::bigint[], $9::bigint[],
+                                  $10::bigint[])",
+        site_id,
+        &c.hour,
+        &c.tenant,
+        &c.job,
+        &c.model,
+        &c.device,
+        &c.gpu,
+        &c.total,
+        &c.prompt,
+        &c.generated,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The device parts of an attribution run, as columns for one UNNEST insert.
+#[derive(Default)]
+struct DeviceColumns {
+    hour: Vec<DateTime<Utc>>,
+    tenant: Vec<i64>,
+    job: Vec<i64>,
+    model: Vec<i64>,
+    device: Vec<String>,
+    gpu: Vec<i64>,
+    total: Vec<i64>,
+    prompt: Vec<i64>,
+    generated: Vec<i64>,
 }
 
 /// Rebuilds the tenant-day rollups of the days `hours` fall in from the ledger rows written,

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use wattledger_domain::badput::EndState;
 use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::phase::Phase;
 use wattledger_domain::priority::Priority;
 
 #[derive(Debug, Clone)]
@@ -23,6 +24,8 @@ pub struct JobRecord {
     pub name: String,
     pub tenant_id: i64,
     pub model_id: Option<i64>,
+    /// The serving phase of a disaggregated deployment's pool (`domain::phase`).
+    pub phase: Option<Phase>,
     pub kind: JobKind,
     pub priority: Priority,
     pub submit_at: Option<DateTime<Utc>>,
@@ -58,27 +61,29 @@ pub async fn lock_keys(conn: &mut PgConnection, keys: &[String]) -> StoreResult<
 }
 
 /// Inserts the jobs, or updates those whose fields differ; the ids of those inserted or
-/// changed. A job's end state and checkpoint are among its fields: a change re-attributes its
-/// hours (badput). The attempt a job repeats is named by key, and resolved at the job's site
+/// changed. A job's end state, checkpoint and phase are among its fields: a change
+/// re-attributes its hours (badput, which of its tokens count). The attempt a job repeats is named by key, and resolved at the job's site
 /// once the whole batch is written, so the original may come earlier in the same batch.
 pub async fn write_jobs(conn: &mut PgConnection, records: &[JobRecord]) -> StoreResult<Vec<i64>> {
     let changed = sqlx::query_scalar!(
         "INSERT INTO jobs (key, site_id, name, tenant_id, model_id, kind, priority, submit_at,
-                           start_at, end_at, end_state, last_checkpoint_at, restarts)
+                           start_at, end_at, end_state, last_checkpoint_at, restarts, phase)
          SELECT * FROM UNNEST($1::text[], $10::bigint[], $2::text[], $3::bigint[], $4::bigint[],
                               $5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[],
-                              $9::timestamptz[], $11::text[], $12::timestamptz[], $13::int[])
+                              $9::timestamptz[], $11::text[], $12::timestamptz[], $13::int[],
+                              $14::text[])
          ON CONFLICT (site_id, key) DO UPDATE SET name = excluded.name, tenant_id = excluded.tenant_id,
             model_id = excluded.model_id, kind = excluded.kind, priority = excluded.priority,
             submit_at = excluded.submit_at, start_at = excluded.start_at, end_at = excluded.end_at,
             end_state = excluded.end_state, last_checkpoint_at = excluded.last_checkpoint_at,
-            restarts = excluded.restarts, updated_at = now()
+            restarts = excluded.restarts, phase = excluded.phase, updated_at = now()
          WHERE (jobs.name, jobs.tenant_id, jobs.model_id, jobs.kind, jobs.priority,
                 jobs.submit_at, jobs.start_at, jobs.end_at, jobs.end_state,
-                jobs.last_checkpoint_at, jobs.restarts)
+                jobs.last_checkpoint_at, jobs.restarts, jobs.phase)
                IS DISTINCT FROM (excluded.name, excluded.tenant_id, excluded.model_id, excluded.kind,
                 excluded.priority, excluded.submit_at, excluded.start_at, excluded.end_at,
-                excluded.end_state, excluded.last_checkpoint_at, excluded.restarts)
+                excluded.end_state, excluded.last_checkpoint_at, excluded.restarts,
+                excluded.phase)
          RETURNING id",
         &records.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
         &records.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
@@ -93,6 +98,7 @@ pub async fn write_jobs(conn: &mut PgConnection, records: &[JobRecord]) -> Store
         &records.iter().map(|r| r.end_state.map(|e| e.as_str())).collect::<Vec<_>>() as &[Option<&str>],
         &records.iter().map(|r| r.last_checkpoint_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
         &records.iter().map(|r| r.restarts).collect::<Vec<_>>(),
+        &records.iter().map(|r| r.phase.map(|p| p.as_str())).collect::<Vec<_>>() as &[Option<&str>],
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -262,6 +268,8 @@ pub struct JobRow {
     pub name: String,
     pub tenant: String,
     pub model: Option<String>,
+    /// The serving phase of a disaggregated deployment's pool; absent for any other job.
+    pub phase: Option<Phase>,
     pub kind: JobKind,
     pub priority: Priority,
     pub submit_at: Option<DateTime<Utc>>,
@@ -291,7 +299,7 @@ pub struct JobRow {
 /// A job with its ledger rows summed: only the scope's tenant's rows for a tenant scope.
 fn job_select() -> String {
     format!(
-        "SELECT j.id, j.key, j.name, t.key AS tenant, m.key AS model, j.kind, j.priority,
+        "SELECT j.id, j.key, j.name, t.key AS tenant, m.key AS model, j.phase, j.kind, j.priority,
                 j.submit_at, j.start_at, j.end_at, j.end_state, j.last_checkpoint_at,
                 o.key AS requeue_of, j.restarts,
                 coalesce(sum(l.total_mj), 0)::bigint AS total_mj, {ENERGY_SUMS},

@@ -14,6 +14,7 @@ pub mod chargeback;
 pub mod clean_energy;
 pub mod compaction;
 pub mod databases;
+pub mod devices;
 pub mod dirty;
 pub mod error;
 pub mod grid_events;

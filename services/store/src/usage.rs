@@ -19,6 +19,9 @@ pub enum GroupBy {
     /// not said (still running, or a scheduler that does not report it), `idle` for energy
     /// of no job.
     EndState,
+    /// The serving phase of the row's job (`domain::phase::Phase`): `none` for a job that is
+    /// not a pool of a disaggregated deployment, `idle` for energy of no job.
+    Phase,
 }
 
 impl GroupBy {
@@ -31,6 +34,7 @@ impl GroupBy {
             "day" => GroupBy::Day,
             "hour" => GroupBy::Hour,
             "end_state" => GroupBy::EndState,
+            "phase" => GroupBy::Phase,
             _ => return None,
         })
     }
@@ -46,6 +50,9 @@ impl GroupBy {
             GroupBy::Hour => "l.hour",
             GroupBy::EndState => {
                 "CASE WHEN l.job_id IS NULL THEN 'idle' ELSE coalesce(j.end_state, 'unknown') END"
+            }
+            GroupBy::Phase => {
+                "CASE WHEN l.job_id IS NULL THEN 'idle' ELSE coalesce(j.phase, 'none') END"
             }
         }
     }
@@ -138,6 +145,7 @@ impl Source {
         let reads_ledger = group_by.contains(&GroupBy::Hour)
             || group_by.contains(&GroupBy::Job)
             || group_by.contains(&GroupBy::EndState)
+            || group_by.contains(&GroupBy::Phase)
             || filter.job_id.is_some()
             || filter.top_jobs.is_some();
         if reads_ledger {
@@ -201,6 +209,7 @@ pub struct UsageRow {
     pub site: Option<String>,
     pub period: Option<DateTime<Utc>>,
     pub end_state: Option<String>,
+    pub phase: Option<String>,
     #[sqlx(flatten)]
     pub energy: EnergyBreakdown,
     pub prompt_tokens: i64,
@@ -283,13 +292,13 @@ pub async fn usage(
     let source = ledger_source(Source::of(group_by, filter));
     let (from, to) = bounds(filter);
     let order = match filter.top_jobs {
-        // Column 7 is total_mj, selected only to order by (the row's total is its breakdown's).
-        Some(_) => "ORDER BY 7 DESC, 1, 2, 3, 4, 5, 6",
-        None => "ORDER BY 1, 2, 3, 4, 5, 6",
+        // Column 8 is total_mj, selected only to order by (the row's total is its breakdown's).
+        Some(_) => "ORDER BY 8 DESC, 1, 2, 3, 4, 5, 6, 7",
+        None => "ORDER BY 1, 2, 3, 4, 5, 6, 7",
     };
     let sql = format!(
         "WITH g AS (
-             SELECT {}, {}, {}, {}, {period}, {}, s.currency::text AS currency,
+             SELECT {}, {}, {}, {}, {period}, {}, {}, s.currency::text AS currency,
                     sum(l.total_mj) AS total_mj, {ENERGY_SUMS},
                     sum(l.prompt_tokens) AS prompt_tokens,
                     sum(l.generated_tokens) AS generated_tokens, sum(l.gpu_ms) AS gpu_ms,
@@ -311,7 +320,7 @@ pub async fn usage(
                AND ($6::bigint IS NULL OR l.model_id = $6)
              GROUP BY {inner_group}
          )
-         SELECT tenant, job, model, site, period, end_state,
+         SELECT tenant, job, model, site, period, end_state, phase,
                 coalesce(sum(total_mj), 0)::bigint AS total_mj,
                 coalesce(sum(gpu_mj), 0)::bigint AS gpu_mj,
                 coalesce(sum(node_overhead_mj), 0)::bigint AS node_overhead_mj,
@@ -342,13 +351,14 @@ pub async fn usage(
                 coalesce(sum(carbon_free_mj), 0)::bigint AS carbon_free_mj,
                 coalesce(sum(cfe_mj), 0)::bigint AS cfe_mj
          FROM g
-         GROUP BY 1, 2, 3, 4, 5, 6
+         GROUP BY 1, 2, 3, 4, 5, 6, 7
          {order}",
         key(GroupBy::Tenant, "tenant", "::text"),
         key(GroupBy::Job, "job", "::text"),
         key(GroupBy::Model, "model", "::text"),
         key(GroupBy::Site, "site", "::text"),
         key(GroupBy::EndState, "end_state", "::text"),
+        key(GroupBy::Phase, "phase", "::text"),
     );
     Ok(sqlx::query_as(&sql)
         .bind(scope.tenant())

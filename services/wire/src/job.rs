@@ -6,6 +6,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use wattledger_domain::badput::EndState;
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::phase::Phase;
 use wattledger_domain::priority::Priority;
 use wattledger_domain::{input, units};
 
@@ -31,6 +32,11 @@ wattledger_domain::record! {
         /// The model's key, for a job that serves or trains one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub model: Option<String>,
+        /// For a serving pool of a disaggregated deployment (prompt processing and generation
+        /// on separate GPUs), the phase it runs; needs `model`. Its tokens count only in its
+        /// phase: prompt tokens in a `prefill` pool, generated tokens in a `decode` pool.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub phase: Option<Phase> => None,
         pub kind: JobKind => JobKind::Batch,
         /// The scheduler's priority or QoS name; `normal` when absent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,6 +104,9 @@ impl Job {
         }
         if let Some(model) = &self.model {
             p.key("model", model);
+        }
+        if self.phase.is_some() && self.model.is_none() {
+            p.add("phase", "needs the model the pool serves");
         }
         if let Some(t) = self.submit_at {
             p.time("submit_at", t, latest);
@@ -181,6 +190,7 @@ mod tests {
             tenant: "acme".into(),
             site: None,
             model: None,
+            phase: None,
             kind: JobKind::Training,
             priority: None,
             submit_at: Some(t(9)),

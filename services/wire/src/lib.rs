@@ -68,6 +68,7 @@ mod readers_agree {
                 tenant: "a".into(),
                 site: None,
                 model: Some("m".into()),
+                phase: Some(wattledger_domain::phase::Phase::ALL[kind % 3]),
                 kind: JobKind::ALL[kind],
                 priority: priority.map(|p| Priority::parse(&p).unwrap()),
                 submit_at: Some(time(start - 1000)),

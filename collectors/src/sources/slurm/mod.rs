@@ -255,6 +255,7 @@ impl SlurmSource {
                     .unwrap_or_else(|| j.account.clone()),
                 site: Some(self.site.clone()),
                 model: None,
+                phase: None,
                 kind: self
                     .config
                     .partition_kinds

@@ -3,6 +3,10 @@
 //! fractions, the carbon and cost intensity the site actually ran at, and tokens per second
 //! per MW of its peak draw and of its envelope.
 //!
+//! With `group_by` (any of `model`, `device`, `site`), the figures are per served model and
+//! GPU device model instead, from the ledger of production serving, not a lab benchmark:
+//! which GPU generation serves a model most efficiently.
+//!
 //! Site-wide figures reveal every tenant's use together, so this is for operators and
 //! finance; tenants see their own efficiency in `/v1/usage`.
 
@@ -18,9 +22,11 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use utoipa::{IntoParams, ToSchema};
+use wattledger_domain::device_model;
 use wattledger_domain::input;
 use wattledger_domain::metrics::{self, efficiency, EnergyTotals};
-use wattledger_domain::units::watts;
+use wattledger_domain::units::{kwh, watts};
+use wattledger_store::devices::{self, DeviceGrouping, DeviceUsage};
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
 use wattledger_store::Scope;
 
@@ -37,6 +43,9 @@ pub struct EfficiencyParams {
     pub site: Option<String>,
     /// `hour` (default) or `day`.
     pub per: Option<String>,
+    /// Comma-separated: any of `model`, `device`, `site`. Given, the answer is `groups`
+    /// (energy and tokens per served model and GPU device model) instead of site `rows`.
+    pub group_by: Option<String>,
 }
 
 /// A site's period: its energy and effectiveness, and what the energy yielded.
@@ -70,12 +79,45 @@ pub struct EfficiencyRow {
     pub tokens_per_s_per_mw_envelope: Option<Decimal>,
 }
 
+/// A served model on one GPU device model (and site): the energy of the rows that served
+/// it there and the tokens they processed, a job spanning device models split by GPU energy.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeviceEfficiency {
+    pub model: Option<String>,
+    /// The device model as the GPU meters report it.
+    pub device: Option<String>,
+    /// Its generation, short (`H100`, `MI300X`).
+    pub generation: Option<String>,
+    pub site: Option<String>,
+    /// Energy with its facility and idle shares, as the ledger bills it.
+    #[schema(value_type = String)]
+    pub kwh: Decimal,
+    #[schema(value_type = String)]
+    pub gpu_kwh: Decimal,
+    pub prompt_tokens: i64,
+    pub generated_tokens: i64,
+    pub tokens: i64,
+    #[schema(value_type = Option<String>)]
+    pub tokens_per_kwh: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub joules_per_token: Option<Decimal>,
+    /// Tokens per kWh of GPU energy alone: the device's own efficiency, before the site's.
+    #[schema(value_type = Option<String>)]
+    pub tokens_per_gpu_kwh: Option<Decimal>,
+    pub jobs: i64,
+    pub tenants: i64,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EfficiencyResponse {
     pub from: DateTime<Utc>,
     pub to: DateTime<Utc>,
     pub per: String,
+    /// Per site and period; empty when grouped.
     pub rows: Vec<EfficiencyRow>,
+    /// Per model and device model, when `group_by` is given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<DeviceEfficiency>>,
 }
 
 #[utoipa::path(get, path = "/v1/metrics/efficiency", tag = "query", params(EfficiencyParams),
@@ -100,6 +142,17 @@ pub async fn get_efficiency(
     };
     let (from, to) = super::extract::span_of(p.from, p.to, Duration::hours(24))?;
     let site_id = super::extract::site_filter(&state.pool, p.site.as_ref()).await?;
+    if let Some(by) = p.group_by.as_deref() {
+        let by = parse_group_by(by)?;
+        let groups = devices::usage(&state.pool, by, from, to, site_id).await?;
+        return Ok(Json(EfficiencyResponse {
+            from,
+            to,
+            per: per.into(),
+            rows: Vec::new(),
+            groups: Some(groups.into_iter().map(device_efficiency).collect()),
+        }));
+    }
     let filter = UsageFilter {
         from: Some(from),
         to: Some(to),
@@ -166,5 +219,48 @@ pub async fn get_efficiency(
         to,
         per: per.into(),
         rows,
+        groups: None,
     }))
+}
+
+fn parse_group_by(s: &str) -> ApiResult<DeviceGrouping> {
+    let mut by = DeviceGrouping::default();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part {
+            "model" => by.model = true,
+            "device" => by.device = true,
+            "site" => by.site = true,
+            other => {
+                return Err(ApiError::InvalidQuery(format!(
+                    "group_by: unknown '{other}'; use any of model, device, site"
+                )))
+            }
+        }
+    }
+    if by == DeviceGrouping::default() {
+        return Err(ApiError::InvalidQuery(
+            "group_by: name at least one of model, device, site".into(),
+        ));
+    }
+    Ok(by)
+}
+
+fn device_efficiency(d: DeviceUsage) -> DeviceEfficiency {
+    let tokens = d.prompt_tokens + d.generated_tokens;
+    DeviceEfficiency {
+        generation: d.device_model.as_deref().map(device_model::generation),
+        model: d.model,
+        device: d.device_model,
+        site: d.site,
+        kwh: kwh(d.total_mj).round_dp(6).normalize(),
+        gpu_kwh: kwh(d.gpu_mj).round_dp(6).normalize(),
+        prompt_tokens: d.prompt_tokens,
+        generated_tokens: d.generated_tokens,
+        tokens,
+        tokens_per_kwh: metrics::tokens_per_kwh(tokens, d.total_mj),
+        joules_per_token: metrics::joules_per_token(d.total_mj, tokens),
+        tokens_per_gpu_kwh: metrics::tokens_per_kwh(tokens, d.gpu_mj),
+        jobs: d.jobs,
+        tenants: d.tenants,
+    }
 }

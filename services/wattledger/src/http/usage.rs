@@ -17,6 +17,7 @@ use wattledger_domain::breakdown::EnergyBreakdown;
 use wattledger_domain::cfe;
 use wattledger_domain::input;
 use wattledger_domain::metrics::{self, efficiency};
+use wattledger_domain::phase::Phase;
 use wattledger_domain::split::round_nested;
 use wattledger_domain::units::{kwh, ratio};
 use wattledger_store::inventory::{self, KeyedTable};
@@ -45,7 +46,8 @@ pub struct UsageParams {
     pub to: Option<DateTime<Utc>>,
     /// Comma-separated: any of `tenant`, `job`, `model`, `site`, `day`, `hour`, `end_state`
     /// (how the job ended: the names of `EndState`, `unknown` for a job that has not said,
-    /// `idle` for energy of no job).
+    /// `idle` for energy of no job), `phase` (the serving phase of a disaggregated
+    /// deployment's pool: `prefill`, `decode`, `both`; `none` for any other job, `idle`).
     pub group_by: Option<String>,
     /// Site key.
     pub site: Option<String>,
@@ -76,6 +78,8 @@ pub struct UsageRowOut {
     pub period: Option<DateTime<Utc>>,
     /// How the row's jobs ended, when grouped by `end_state`.
     pub end_state: Option<String>,
+    /// The serving phase of the row's jobs, when grouped by `phase`.
+    pub phase: Option<String>,
     #[schema(value_type = String)]
     pub kwh: Decimal,
     /// The four parts of `energy`, summed.
@@ -96,6 +100,13 @@ pub struct UsageRowOut {
     pub tokens_per_kwh_it: Option<Decimal>,
     #[schema(value_type = Option<String>)]
     pub joules_per_token: Option<Decimal>,
+    /// J per prompt token of a `prefill` row (grouped by `phase`): its energy over the prompt
+    /// tokens its pools processed.
+    #[schema(value_type = Option<String>)]
+    pub joules_per_prompt_token: Option<Decimal>,
+    /// J per generated token of a `decode` row (grouped by `phase`).
+    #[schema(value_type = Option<String>)]
+    pub joules_per_generated_token: Option<Decimal>,
     #[schema(value_type = Option<String>)]
     pub idle_fraction: Option<Decimal>,
     /// GPU-hours held (share-weighted), to 4 places, rounded together with the other rows
@@ -290,7 +301,7 @@ fn parse_group_by(s: Option<&str>) -> ApiResult<Vec<GroupBy>> {
     {
         let g = GroupBy::parse(part).ok_or_else(|| {
             ApiError::InvalidQuery(format!(
-                "group_by: unknown '{part}'; use any of tenant, job, model, site, day, hour, end_state"
+                "group_by: unknown '{part}'; use any of tenant, job, model, site, day, hour, end_state, phase"
             ))
         })?;
         if !out.contains(&g) {
@@ -402,6 +413,13 @@ fn row_out(r: usage::UsageRow, gpu_hours: Decimal) -> UsageRowOut {
     let tokens = r.tokens();
     let cost = costs(&r);
     let e = efficiency(r.totals());
+    let (joules_per_prompt_token, joules_per_generated_token) = r
+        .phase
+        .as_deref()
+        .and_then(Phase::parse)
+        .map_or((None, None), |p| {
+            p.joules_per_token(r.energy.total_mj(), r.prompt_tokens, r.generated_tokens)
+        });
     UsageRowOut {
         kwh: e.kwh,
         total_mj: r.energy.total_mj(),
@@ -413,6 +431,8 @@ fn row_out(r: usage::UsageRow, gpu_hours: Decimal) -> UsageRowOut {
         tokens_per_kwh: e.tokens_per_kwh,
         tokens_per_kwh_it: e.tokens_per_kwh_it,
         joules_per_token: e.joules_per_token,
+        joules_per_prompt_token,
+        joules_per_generated_token,
         idle_fraction: e.idle_fraction,
         gpu_hours,
         gpu_ms: r.gpu_ms,
@@ -436,6 +456,7 @@ fn row_out(r: usage::UsageRow, gpu_hours: Decimal) -> UsageRowOut {
         site: r.site,
         period: r.period,
         end_state: r.end_state,
+        phase: r.phase,
     }
 }
 
@@ -493,6 +514,7 @@ fn shown_gpu_hours(rows: &[usage::UsageRow], group_by: &[GroupBy]) -> Vec<Decima
                     GroupBy::Model => (r.model.as_deref(), None),
                     GroupBy::Site => (r.site.as_deref(), None),
                     GroupBy::EndState => (r.end_state.as_deref(), None),
+                    GroupBy::Phase => (r.phase.as_deref(), None),
                     GroupBy::Hour => (None, r.period),
                     // A row's period is its hour where the query groups by hour too.
                     GroupBy::Day => (

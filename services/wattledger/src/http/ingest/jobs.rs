@@ -105,6 +105,7 @@ pub async fn jobs_batch(
             name: job.name.unwrap_or_default(),
             tenant_id: tenant?,
             model_id: model,
+            phase: job.phase,
             kind: job.kind,
             priority: job.priority.unwrap_or_default(),
             submit_at: job.submit_at,
