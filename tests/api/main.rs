@@ -22,6 +22,7 @@ mod quality;
 mod retention;
 mod scenario;
 mod security;
+mod serving;
 mod signals;
 mod slurm_admission;
 mod tls;

@@ -18,6 +18,7 @@ mod job;
 pub mod login;
 mod operator;
 mod range;
+mod serving;
 mod table;
 mod tenant;
 mod users;

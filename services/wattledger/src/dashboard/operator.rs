@@ -7,6 +7,7 @@ use super::badput::BadputView;
 use super::chart::{self, Stacked};
 use super::format::{energy, f64_of, grouped, kwh_of_mj, pct};
 use super::range::Range;
+use super::serving::{generation_rows, phase_rows, GenerationRow, PhaseRow};
 use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
 use crate::auth::Role;
@@ -24,6 +25,7 @@ use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::load_shape::{DayLoad, LoadShape};
 use wattledger_domain::meter_kind::MeterKind;
 use wattledger_domain::metrics;
+use wattledger_store::devices::{self, DeviceGrouping};
 use wattledger_store::inventory;
 use wattledger_store::operations::{self, MeterHealth, SiteDay};
 use wattledger_store::usage::{self, GroupBy, UsageFilter};
@@ -181,6 +183,10 @@ struct OperatorPage {
     days_open: bool,
     meters_open: bool,
     sites: Vec<SiteView>,
+    /// Fleet-wide: models served by prefill and decode pools, and each model's efficiency
+    /// per GPU device model.
+    phases: Vec<PhaseRow>,
+    generations: Vec<GenerationRow>,
 }
 
 #[derive(serde::Deserialize)]
@@ -285,6 +291,7 @@ pub async fn page(
         &format!("the last {DAYS} days"),
     )?;
     let (sites, mut loaded) = load(&state, &range, now).await?;
+    let (phases, generations) = serving(&state, &range).await?;
     let day_sort = Sort::parse("dsort", view.dsort.as_deref(), &DAY_COLUMNS, 0);
     let meter_sort = meter_sort(view.msort.as_deref());
     let sites = sites
@@ -300,6 +307,8 @@ pub async fn page(
             meters_open: view.msort.is_some(),
             range,
             sites,
+            phases,
+            generations,
         }
         .render(),
     ))
@@ -425,6 +434,32 @@ fn carbon_free_of(t: &usage::SiteTotals) -> CarbonFree {
             }
         ),
     }
+}
+
+/// Every tenant's serving over the range: by model and phase, and by model and device model.
+async fn serving(
+    state: &AppState,
+    range: &Range,
+) -> Result<(Vec<PhaseRow>, Vec<GenerationRow>), PageError> {
+    let filter = UsageFilter {
+        from: Some(range.from),
+        to: Some(range.to),
+        ..Default::default()
+    };
+    let phases = usage::usage(
+        &state.pool,
+        &Scope::All,
+        &[GroupBy::Model, GroupBy::Phase],
+        &filter,
+    )
+    .await?;
+    let by = DeviceGrouping {
+        model: true,
+        device: true,
+        site: false,
+    };
+    let devices = devices::usage(&state.pool, by, range.from, range.to, None).await?;
+    Ok((phase_rows(&phases), generation_rows(&devices)))
 }
 
 /// A site's goodput and badput over the range, every tenant's.

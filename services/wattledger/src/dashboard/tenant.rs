@@ -8,6 +8,7 @@ use super::chart::{self, Stacked};
 use super::deferred::{self, DeferredView, EventShare};
 use super::format::{carbon_kg, count, energy, f64_of, grouped, kwh_of_mj, money, pct};
 use super::range::Range;
+use super::serving::{phase_rows, PhaseRow};
 use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
 use crate::state::AppState;
@@ -222,6 +223,8 @@ struct OverviewPage {
     jobs: Vec<JobRow>,
     alerts: Vec<AlertRow>,
     badput: BadputView,
+    /// The tenant's models served by prefill and decode pools.
+    phases: Vec<PhaseRow>,
     deferred: DeferredView,
     empty: bool,
 }
@@ -239,6 +242,8 @@ struct Loaded {
     /// The range's energy by how its jobs ended, and the jobs that lost the most.
     by_state: Vec<UsageRow>,
     losses: Vec<badput::Loss>,
+    /// The range's energy and tokens by model and serving phase.
+    by_model_phase: Vec<UsageRow>,
     /// The jobs admission deferred, by reason, and the tenant's share of each grid event
     /// among them.
     deferred: (Vec<Deferred>, BTreeMap<String, EventShare>),
@@ -281,6 +286,8 @@ async fn load(
         serving: usage::serving(pool, scope, &filter).await?,
         by_state: usage::usage(pool, scope, &[GroupBy::EndState], &filter).await?,
         losses: badput::losses(pool, scope, None, range.from, range.to, 10).await?,
+        by_model_phase: usage::usage(pool, scope, &[GroupBy::Model, GroupBy::Phase], &filter)
+            .await?,
         deferred: deferred::load(pool, scope, tenant, range.from, range.to, now).await?,
         budgets: with_alerts,
     })
@@ -320,6 +327,7 @@ fn page(
         serving,
         by_state,
         losses,
+        by_model_phase,
         deferred: (deferrals, event_shares),
         budgets: budgets_now,
     } = loaded;
@@ -353,6 +361,7 @@ fn page(
         jobs: sorted(by_job.iter().map(job_row).collect(), &job_sort),
         alerts: alert_rows(budgets_now),
         badput: BadputView::of(total.as_ref(), by_state, losses),
+        phases: phase_rows(by_model_phase),
         deferred: deferred::view(deferrals, event_shares),
         empty: total.as_ref().is_none_or(|t| t.energy.total_mj() == 0),
         tenant: key,
