@@ -3,7 +3,8 @@
 //! Two sites in different grids (Frankfurt with a facility meter and PDU kWh counters;
 //! Oregon with static PUE and BMC power readings), 20 nodes × 8 H100-class GPUs (700 W TDP,
 //! ~70–95 W idle), seven tenants, training jobs with synchronous swings and checkpoint dips,
-//! shared inference endpoints with bursty, uncorrelated load and per-tenant token counters,
+//! shared inference endpoints with bursty, uncorrelated load and per-tenant token counters
+//! (one of them disaggregated: its prompts on prefill GPUs, its generation on decode GPUs),
 //! batch lanes with idle gaps, a notebook on a MIG half, one GPU counter reset (driver
 //! reload), an agent outage (counter gap) and a BMC outage (power-only gap).
 //!
@@ -26,6 +27,7 @@ pub mod signals;
 use serde_json::{json, Value};
 use wattledger_domain::badput::EndState;
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::phase::Phase;
 use wattledger_domain::steps;
 
 const MINUTE: i64 = 60_000;
@@ -94,6 +96,8 @@ struct Job {
     checkpoint: Option<i64>,
     /// The key of the run this one resumes after a preemption.
     requeue_of: Option<String>,
+    /// The pool's phase, for a disaggregated deployment's pools.
+    phase: Option<Phase>,
 }
 
 /// A shared inference endpoint: who it serves and how its load moves.
@@ -329,37 +333,45 @@ impl Simulation {
                     state: o.state,
                     checkpoint: o.checkpoint,
                     requeue_of,
+                    phase: None,
                 });
                 t = o.end + gap;
                 k += 1;
             }
         }
-        // Inference deployments: pods that live for days, then roll to a new pod.
-        let serving: [(&str, &str, usize, std::ops::Range<usize>, usize); 3] = [
-            ("nimbus-ai", "llama-3.1-70b", 6, 0..8, 0),
-            ("nimbus-ai", "mistral-7b", 12, 0..2, 1),
-            ("nimbus-ai", "qwen2.5-32b", 12, 2..6, 2),
+        // Inference deployments: pods that live for days, then roll to a new pod. Llama is
+        // served disaggregated (llm-d style): 3 prefill GPUs and 5 decode GPUs, rolled together.
+        type Pool = (Option<Phase>, std::ops::Range<usize>);
+        let llama: &[Pool] = &[(Some(Phase::Prefill), 0..3), (Some(Phase::Decode), 3..8)];
+        let serving: [(&str, &str, usize, &[Pool], usize); 3] = [
+            ("nimbus-ai", "llama-3.1-70b", 6, llama, 0),
+            ("nimbus-ai", "mistral-7b", 12, &[(None, 0..2)], 1),
+            ("nimbus-ai", "qwen2.5-32b", 12, &[(None, 2..6)], 2),
         ];
-        for (si, (tenant, model, node, range, dep)) in serving.iter().enumerate() {
+        for (si, (tenant, model, node, pools, dep)) in serving.iter().enumerate() {
             let mut t = from - DAY;
             let mut k = 0u64;
             while t < to {
                 let len = rng::int(seed, 20, si as u64, k, 5, 12) * DAY;
                 let uid = rng::hash(seed, 21, si as u64, k);
-                jobs.push(Job {
-                    key: format!("k8s:serving/{model}-{:016x}", uid),
-                    name: format!("{model}-serving"),
-                    tenant,
-                    model: Some(model),
-                    kind: JobKind::Inference,
-                    start: t,
-                    end: t + len,
-                    gpus: self.node_gpus(*node, range.clone()),
-                    workload: Workload::Inference(*dep),
-                    state: EndState::Completed,
-                    checkpoint: None,
-                    requeue_of: None,
-                });
+                for (phase, range) in pools.iter() {
+                    let pool = phase.map_or(String::new(), |p| format!("{p}-"));
+                    jobs.push(Job {
+                        key: format!("k8s:serving/{model}-{pool}{uid:016x}"),
+                        name: format!("{model}-serving"),
+                        tenant,
+                        model: Some(model),
+                        kind: JobKind::Inference,
+                        start: t,
+                        end: t + len,
+                        gpus: self.node_gpus(*node, range.clone()),
+                        workload: Workload::Inference(*dep),
+                        state: EndState::Completed,
+                        checkpoint: None,
+                        requeue_of: None,
+                        phase: *phase,
+                    });
+                }
                 // Rolling restart: a few minutes with no pod.
                 t += len + 4 * MINUTE;
                 k += 1;
@@ -388,6 +400,7 @@ impl Simulation {
                     state: EndState::Completed,
                     checkpoint: None,
                     requeue_of: None,
+                    phase: None,
                 });
             }
             day += DAY;
@@ -446,6 +459,7 @@ impl Simulation {
                         state: o.state,
                         checkpoint: o.checkpoint,
                         requeue_of: None,
+                        phase: None,
                     });
                     t = o.end + gap;
                     k += 1;
@@ -613,6 +627,7 @@ impl Simulation {
                     "end_state": ended.then_some(j.state),
                     "last_checkpoint_at": j.checkpoint.filter(|_| ended).map(iso),
                     "requeue_of": j.requeue_of,
+                    "phase": j.phase,
                     "allocations": allocations,
                 })
             })
@@ -674,7 +689,14 @@ impl Simulation {
             Workload::Inference(dep) => {
                 // Bursty and uncorrelated across GPUs: each GPU gets its own burst factor.
                 let burst = rng::range(s, 56, gpu as u64, k, 0.55, 1.35);
-                (120.0 + 520.0 * self.load(dep, mid) * burst).min(700.0)
+                let (base, span) = match job.phase {
+                    // Prefill is compute-bound: near TDP while it works, between bursts idle.
+                    Some(Phase::Prefill) => (110.0, 600.0),
+                    // Decode is memory-bound: steadier, well under TDP.
+                    Some(Phase::Decode) => (150.0, 380.0),
+                    _ => (120.0, 520.0),
+                };
+                (base + span * self.load(dep, mid) * burst).min(700.0)
             }
             Workload::Batch(level) => level + rng::range(s, 57, gpu as u64, k, -30.0, 30.0),
             // A MIG half in use: the other half idles.
@@ -789,15 +811,28 @@ impl Simulation {
                 let d = &self.deployments[dep];
                 let generated =
                     d.tokens_per_s * self.load(dep, mid) * (self.interval_ms / 1000) as f64;
+                // A disaggregated deployment's pools see the same requests: their wobble is
+                // the deployment's, not the pool's.
+                let stream = match job.phase {
+                    Some(_) => 1000 + dep,
+                    None => j,
+                };
                 for (ti, (tenant, share)) in d.tenants.iter().enumerate() {
-                    let wobble = rng::range(self.seed, 80, (j * 8 + ti) as u64, k as u64, 0.7, 1.3);
+                    let key = (stream * 8 + ti) as u64;
+                    let wobble = rng::range(self.seed, 80, key, k as u64, 0.7, 1.3);
                     let gen = (generated * share * wobble).round() as i64;
                     // Prompts are longer than answers; retrieval-heavy tenants more so.
                     let ratio = if *tenant == "lumen-search" { 6.0 } else { 2.5 };
-                    let prompt = (gen as f64
-                        * ratio
-                        * rng::range(self.seed, 81, (j * 8 + ti) as u64, k as u64, 0.8, 1.2))
-                    .round() as i64;
+                    let prompt =
+                        (gen as f64 * ratio * rng::range(self.seed, 81, key, k as u64, 0.8, 1.2))
+                            .round() as i64;
+                    // Each server counts what it saw: the prefill pool generates one token a
+                    // request (about 250 generated tokens each), the decode pool is handed
+                    // the prompts with their KV cache.
+                    let gen = match job.phase {
+                        Some(Phase::Prefill) => (gen + 125) / 250,
+                        _ => gen,
+                    };
                     out.push(json!({"job": job.key, "tenant": tenant, "start_at": iso(t),
                         "end_at": iso(t + self.interval_ms), "prompt_tokens": prompt, "generated_tokens": gen}));
                 }
@@ -888,6 +923,11 @@ mod tests {
         assert!(s.jobs.iter().any(|j| j.kind == JobKind::Training));
         assert!(s.jobs.iter().any(|j| j.kind == JobKind::Inference));
         assert!(s.jobs.iter().any(|j| j.kind == JobKind::Batch));
+        // The disaggregated deployment's pools run side by side on their own GPUs.
+        for phase in [Phase::Prefill, Phase::Decode] {
+            let pool = s.jobs.iter().find(|j| j.phase == Some(phase)).unwrap();
+            assert_eq!(pool.model, Some("llama-3.1-70b"));
+        }
         for g in 0..s.gpus.len() {
             for k in 0..50 {
                 let p = s.gpu_power(g, s.from_ms + k * s.interval_ms);
