@@ -90,7 +90,9 @@ pub fn run(
     while h < end {
         let next = h + Duration::hours(1);
         let (a, b) = (start.max(h), end.min(next));
-        let secs = (b - a).num_seconds();
+        // In whole seconds, as the forecast integrates (a sub-second start would otherwise
+        // divide a second more of signal by a second less of run).
+        let secs = b.timestamp() - a.timestamp();
         if secs > 0 {
             let load_mj = (w * Decimal::from(secs) * Decimal::ONE_THOUSAND)
                 .round_dp_with_strategy(0, RoundingStrategy::MidpointNearestEven)
