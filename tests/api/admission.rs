@@ -462,3 +462,87 @@ async fn the_measured_draw_is_the_step_peaks_not_the_means() {
     // 2,100 W × the site's PUE of 1.25; from the means it would be 2,000 W.
     assert_eq!(draw.values().copied().collect::<Vec<_>>(), [2_625]);
 }
+
+/// The carbon-free share as a third signal: a tenant policy that weighs it alone defers a job
+/// from a grid 20 % carbon-free to the hours forecast 90 % carbon-free, and the answer shows
+/// both shares; carbon, flat, would not have moved it, and with the weight back at 0 it does
+/// not move. The policy is checked like the others' numbers (422, each field named).
+#[tokio::test]
+async fn a_policy_weighing_the_carbon_free_share_defers_to_the_clean_hours() {
+    let app = setup().await;
+    let h = hour_now();
+    let share = |from: i64, to: i64, value: &str| {
+        json!({"region": "DE", "signal": "carbon_free", "status": "forecast",
+               "source": "electricitymaps", "start_at": h + Duration::hours(from),
+               "end_at": h + Duration::hours(to), "value": value})
+    };
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Collector),
+            "signals",
+            json!([
+                marginal(h, 5, "400"),
+                share(0, 2, "0.2"),
+                share(2, 5, "0.9")
+            ]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    let admin = app.token(Role::Admin);
+    let path = "/v1/admission/policies/a";
+    for (bad, field) in [
+        ("1.5", "cfe_weight"),
+        ("0.1234", "cfe_weight"),
+        ("-1", "cfe_weight"),
+    ] {
+        let (status, v) = app.put(&admin, path, json!({"cfe_weight": bad})).await;
+        assert_eq!(status, 422, "{bad}: {v}");
+        assert_eq!(v["error"]["code"], "validation_failed");
+        assert_eq!(v["error"]["errors"][0]["field"], field, "{v}");
+    }
+    let (status, _) = app
+        .put(
+            &app.token(Role::Scheduler),
+            path,
+            json!({"cfe_weight": "1"}),
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, v) = app.put(&admin, path, json!({"cfe_weight": "1"})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["cfe_weight"].as_str(), v["carbon_weight"].as_str()),
+        (Some("1"), Some("1"))
+    );
+    let (status, v) = app.get(Some(&app.token(Role::Scheduler)), path).await;
+    assert_eq!(
+        (status, v["configured"].as_bool()),
+        (200, Some(true)),
+        "{v}"
+    );
+
+    // 4 GPUs × 500 W × PUE 1.25 for an hour, by h + 4 h.
+    let q = json!({"tenant": "a", "gpus": 4, "duration_s": 3600, "power_per_gpu_w": 500,
+        "deadline": h + Duration::hours(4)});
+    let answer = ask_until(&app, q.clone(), |a| a["decision"] == "defer").await;
+    let start: DateTime<Utc> = answer["start_at"].as_str().unwrap().parse().unwrap();
+    assert_eq!(start, h + Duration::hours(2), "{answer}");
+    assert_eq!(answer["estimate_now"]["cfe_share"], "0.2", "{answer}");
+    assert_eq!(answer["estimate_at_start"]["cfe_share"], "0.9", "{answer}");
+    // 80 % of its energy fossil now, 10 % then: 87.5 % of it avoided.
+    assert!(
+        answer["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("saves 87.5% (carbon-free share)"),
+        "{answer}"
+    );
+
+    let (status, _) = app.put(&admin, path, json!({"cfe_weight": 0})).await;
+    assert_eq!(status, 200);
+    let mut dry = q;
+    dry["dry_run"] = json!(true);
+    let answer = ask_until(&app, dry, |a| a["decision"] == "admit").await;
+    assert_eq!(answer["estimate_now"]["cfe_share"], "0.2", "{answer}");
+}

@@ -669,6 +669,105 @@ async fn the_demo_months_focus_export_passes_the_focus_validator() {
     }
 }
 
+/// The FOCUS 1.4 file beside 1.2: in the folder the demo's close writes (and its
+/// `SHA256SUMS`), and from `wattledger chargeback export`, whose `--format focus-1.4` writes it
+/// alone and whose default (`all`) writes it with the others. Each is the 1.4 rendering of the
+/// stored close: a 1.4 header (`ServiceProviderName`, no `ProviderName`), the same bytes
+/// whoever writes it.
+#[tokio::test]
+async fn the_demo_folder_and_the_cli_export_write_focus_1_4_beside_1_2() {
+    let demo = crate::demo::demo().await;
+    let month = wattledger_domain::chargeback::Month::of(chrono::Utc::now()).prev();
+    let folder = demo.dir.join("exports").join(month.to_string()).join("v1");
+    let name_12 = format!("wattledger-{month}-v1-focus-1.2.csv");
+    let name_14 = format!("wattledger-{month}-v1-focus-1.4.csv");
+    let demo_14 = std::fs::read(folder.join(&name_14)).unwrap_or_else(|e| {
+        panic!(
+            "no FOCUS 1.4 in the demo's folder {}: {e}",
+            folder.display()
+        )
+    });
+    let text = String::from_utf8(demo_14.clone()).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    assert_eq!(header, focus::Version::V1_4.columns());
+    assert!(header.contains(&"ServiceProviderName"), "{header:?}");
+    assert!(!header.contains(&"ProviderName"), "{header:?}");
+    // The 1.2 file is still there, with its own header, and both are checksummed.
+    let text_12 = std::fs::read_to_string(folder.join(&name_12)).unwrap();
+    assert!(text_12
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .any(|c| c == "ProviderName"));
+    assert_eq!(text.lines().count(), text_12.lines().count());
+    let sums = std::fs::read_to_string(folder.join("SHA256SUMS")).unwrap();
+    let listed: Vec<&str> = sums
+        .lines()
+        .filter_map(|l| l.split_once("  "))
+        .map(|x| x.1)
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            format!("wattledger-{month}-v1-statements.csv"),
+            name_12.clone(),
+            name_14.clone(),
+            format!("wattledger-{month}-v1.json"),
+        ]
+    );
+    let pool = wattledger_store::connect(&demo.db_url, 2).await.unwrap();
+    let close = wattledger_store::chargeback::load(&pool, month, &wattledger_store::Scope::All)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        demo_14,
+        focus::render(&close, focus::Version::V1_4).into_bytes()
+    );
+
+    let export = |format: Option<&str>, out: &Path| {
+        let mut cmd = Command::new(crate::agent::binary("wattledger"));
+        cmd.args(["--database-url", &demo.db_url])
+            .args(["chargeback", "export", &month.to_string(), "--out"])
+            .arg(out)
+            .env("RUST_LOG", "warn");
+        if let Some(f) = format {
+            cmd.args(["--format", f]);
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let base = demo.dir.join("cli-exports");
+    let only = base.join("only-1.4");
+    let printed = export(Some("focus-1.4"), &only);
+    let got = only.join(month.to_string()).join("v1");
+    assert!(printed.contains(&name_14), "{printed}");
+    assert_eq!(std::fs::read(got.join(&name_14)).unwrap(), demo_14);
+    assert!(!got.join(&name_12).exists());
+    // `--format focus` stays 1.2.
+    let v12 = base.join("focus");
+    export(Some("focus"), &v12);
+    let got = v12.join(month.to_string()).join("v1");
+    assert_eq!(
+        std::fs::read_to_string(got.join(&name_12)).unwrap(),
+        text_12
+    );
+    assert!(!got.join(&name_14).exists());
+    // All: the demo's folder again, file for file, SHA256SUMS included.
+    let all = base.join("all");
+    export(None, &all);
+    let got = all.join(month.to_string()).join("v1");
+    for name in listed.iter().copied().chain(["SHA256SUMS"]) {
+        assert_eq!(
+            std::fs::read(got.join(name)).unwrap(),
+            std::fs::read(folder.join(name)).unwrap(),
+            "{name}"
+        );
+    }
+}
+
 /// FOCUS 1.4's rule model: `model-1.4.json`, the release asset of FOCUS_Spec v1.4 that the
 /// validator downloads from the releases (which this machine cannot reach), kept as this
 /// repository's fixture (`tests/fixtures/focus/`, with its source in `SOURCES.md`;

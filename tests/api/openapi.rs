@@ -75,6 +75,8 @@ async fn every_documented_operation_is_routed_and_every_route_is_documented() {
         "POST /v1/admission",
         "GET /v1/admission/decisions",
         "POST /v1/admission/kubernetes",
+        "GET /v1/admission/policies/{tenant}",
+        "PUT /v1/admission/policies/{tenant}",
         "GET /v1/jobs",
         "GET /v1/jobs/{key}",
         "GET /v1/sites",

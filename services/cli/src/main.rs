@@ -17,7 +17,7 @@ use wattledger::auth::Role;
 use wattledger::config::Config;
 use wattledger::progress::Progress;
 use wattledger::{startup, worker};
-use wattledger_domain::chargeback::{Export, Month};
+use wattledger_domain::chargeback::{focus, Export, Month};
 use wattledger_store::chargeback as store;
 
 #[derive(Parser)]
@@ -118,7 +118,8 @@ enum ChargebackCommand {
         #[arg(long, default_value = "cli")]
         actor: String,
     },
-    /// Write a closed month's exports, byte for byte as frozen, with SHA256SUMS.
+    /// Write a closed month's exports, byte for byte as frozen (FOCUS 1.4 rendered from the
+    /// frozen close), with SHA256SUMS.
     Export {
         month: Month,
         #[arg(long, value_enum, default_value = "all")]
@@ -160,11 +161,20 @@ fn role_names() -> impl clap::builder::TypedValueParser<Value = Role> {
         .try_map(|name: String| Role::parse(&name).ok_or("not a role"))
 }
 
+/// `chargeback export`'s name for FOCUS 1.4 (the stored exports are named by format alone).
+const FOCUS_1_4: &str = "focus-1.4";
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum ExportFormat {
+    /// The statement lines (CSV).
     Csv,
+    /// FOCUS 1.2, the file frozen with the close.
     Focus,
+    /// FOCUS 1.4, rendered from the frozen close.
+    #[value(name = "focus-1.4")]
+    Focus14,
     Json,
+    /// csv, focus, focus-1.4 and json.
     All,
 }
 
@@ -334,19 +344,26 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
             let formats: &[&str] = match format {
                 ExportFormat::Csv => &["csv"],
                 ExportFormat::Focus => &["focus"],
+                ExportFormat::Focus14 => &[FOCUS_1_4],
                 ExportFormat::Json => &["json"],
-                ExportFormat::All => &["csv", "focus", "json"],
+                ExportFormat::All => &["csv", "focus", FOCUS_1_4, "json"],
             };
+            let not_closed =
+                || format!("{month} is not closed: `wattledger chargeback close {month}` first");
+            let all = wattledger_store::Scope::All;
             let mut exports: Vec<Export> = Vec::new();
             let mut version = 1;
             for f in formats {
-                let (v, e) = store::export(&pool, &wattledger_store::Scope::All, month, f)
-                    .await?
-                    .with_context(|| {
-                        format!(
-                            "{month} is not closed: `wattledger chargeback close {month}` first"
-                        )
-                    })?;
+                let (v, e) = if *f == FOCUS_1_4 {
+                    let close = store::load(&pool, month, &all)
+                        .await?
+                        .with_context(not_closed)?;
+                    (close.version, focus::export(&close, focus::Version::V1_4))
+                } else {
+                    store::export(&pool, &all, month, f)
+                        .await?
+                        .with_context(not_closed)?
+                };
                 version = v;
                 exports.push(e);
             }

@@ -75,6 +75,8 @@ fn site(key: &str, phase: i64, busy: bool) -> Site {
         carbon_average: hourly(300_000, 250_000, phase),
         carbon_marginal: hourly(520_000, 400_000, phase),
         price: hourly(90, 150, phase + 3),
+        carbon_free: Default::default(),
+        clean_supply: Default::default(),
     }
 }
 

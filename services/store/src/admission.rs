@@ -1,6 +1,7 @@
 //! Admission's reads and writes: what the in-memory admission state is loaded from (sites,
-//! their draw, forecasts, reservations, budgets with what they used, policies, learned job
-//! draw) and the decisions it writes and lists.
+//! their draw, forecasts, contracted clean energy, reservations, budgets with what they used,
+//! policies, learned job draw), the tenants' policies as they are replaced, and the decisions
+//! it writes and lists.
 
 use crate::{signals, Scope, StoreResult};
 use chrono::{DateTime, Utc};
@@ -10,6 +11,7 @@ use sqlx::PgPool;
 use std::collections::HashMap;
 use uuid::Uuid;
 use wattledger_domain::admission::Verdict;
+use wattledger_domain::cfe::Delivery;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::meter_kind::MeterKind;
 use wattledger_domain::priority::Priority;
@@ -186,6 +188,8 @@ pub struct PolicyRow {
     pub tenant_id: i64,
     pub threshold_pct: Decimal,
     pub carbon_weight: Decimal,
+    /// Weight of the run's carbon-free share against carbon and price (migration 0033).
+    pub cfe_weight: Decimal,
     pub basis: Basis,
     pub bypass_priorities: Vec<Priority>,
     pub budget_bypass_priorities: Vec<Priority>,
@@ -194,7 +198,7 @@ pub struct PolicyRow {
 pub async fn policies(pool: &PgPool, scope: &Scope) -> StoreResult<Vec<PolicyRow>> {
     Ok(sqlx::query_as!(
         PolicyRow,
-        r#"SELECT tenant_id, threshold_pct, carbon_weight, basis AS "basis: Basis",
+        r#"SELECT tenant_id, threshold_pct, carbon_weight, cfe_weight, basis AS "basis: Basis",
                 bypass_priorities AS "bypass_priorities: Vec<Priority>",
                 budget_bypass_priorities AS "budget_bypass_priorities: Vec<Priority>"
          FROM admission_policies
@@ -203,6 +207,59 @@ pub async fn policies(pool: &PgPool, scope: &Scope) -> StoreResult<Vec<PolicyRow
     )
     .fetch_all(pool)
     .await?)
+}
+
+/// Replaces a tenant's policy (`tenant_id` names it); the row as stored.
+pub async fn put_policy(pool: &PgPool, p: &PolicyRow) -> StoreResult<PolicyRow> {
+    let names = |ps: &[Priority]| ps.iter().map(|p| p.as_str().to_owned()).collect::<Vec<_>>();
+    Ok(sqlx::query_as!(
+        PolicyRow,
+        r#"INSERT INTO admission_policies (tenant_id, threshold_pct, carbon_weight, cfe_weight,
+               basis, bypass_priorities, budget_bypass_priorities, updated_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+           ON CONFLICT (tenant_id) DO UPDATE SET threshold_pct = excluded.threshold_pct,
+               carbon_weight = excluded.carbon_weight, cfe_weight = excluded.cfe_weight,
+               basis = excluded.basis, bypass_priorities = excluded.bypass_priorities,
+               budget_bypass_priorities = excluded.budget_bypass_priorities, updated_at = now()
+           RETURNING tenant_id, threshold_pct, carbon_weight, cfe_weight, basis AS "basis: Basis",
+               bypass_priorities AS "bypass_priorities: Vec<Priority>",
+               budget_bypass_priorities AS "budget_bypass_priorities: Vec<Priority>""#,
+        p.tenant_id,
+        p.threshold_pct,
+        p.carbon_weight,
+        p.cfe_weight,
+        p.basis.as_str(),
+        &names(&p.bypass_priorities),
+        &names(&p.budget_bypass_priorities),
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Each site's contracted clean energy delivered over `[from, to)` (deliveries that overlap
+/// it, whole), by site id: what admission weighs a run's carbon-free share with.
+pub async fn clean_energy(
+    pool: &PgPool,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<HashMap<i64, Vec<Delivery>>> {
+    let rows = sqlx::query!(
+        "SELECT site_id, start_at, end_at, energy_mj FROM site_clean_energy
+         WHERE start_at < $2 AND end_at > $1 ORDER BY site_id, start_at, source",
+        from,
+        to,
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut by_site: HashMap<i64, Vec<Delivery>> = HashMap::new();
+    for r in rows {
+        by_site.entry(r.site_id).or_default().push(Delivery {
+            from_ms: r.start_at.timestamp_millis(),
+            to_ms: r.end_at.timestamp_millis(),
+            mj: r.energy_mj,
+        });
+    }
+    Ok(by_site)
 }
 
 /// Tenants by key.

@@ -397,13 +397,11 @@ async fn close_months(pool: &sqlx::PgPool, config: &Config, target: Month) -> an
         print!("{}", close_summary(&closed.close));
         if let Some(dir) = &config.export_dir {
             println!(
-                "  exports (statement CSV, FOCUS 1.2, JSON, SHA256SUMS): {}",
+                "  exports (statement CSV, FOCUS 1.2 and 1.4, JSON, SHA256SUMS): {}",
                 dir.join(month.to_string())
                     .join(format!("v{}", closed.close.version))
                     .display()
             );
-            // FOCUS 1.4 is rendered from the frozen close when asked for, not written here.
-            println!("  FOCUS 1.4: the month's finance page, or /v1/chargeback/months/{month}/exports/focus?version=1.4");
         }
     }
     Ok(())

@@ -1,7 +1,8 @@
 //! One decision, rule by rule, in the order the module's documentation gives them: the
 //! budgets ([`budgets`]), the deadline ([`latest_start`]), the priority bypass ([`bypass`]),
 //! then every start each site allows ([`Candidates::site`]: the envelope, grid events, a power
-//! cap), the choice among them on carbon and price ([`choose`]), and the answer ([`answer`]).
+//! cap), the choice among them on carbon, price and carbon-free share ([`choose`]), and the
+//! answer ([`answer`]).
 
 use super::envelope::Envelope;
 use super::*;
@@ -188,7 +189,7 @@ impl<'s> Candidates<'s> {
         } else {
             Vec::new()
         };
-        let mut fits = fitting_starts(job, site, &env, draw, &events, start0, latest);
+        let mut fits = fitting_starts(job, site, &env, draw, &events, start0, latest, policy);
         // Blocked now: until the first fit, or past the last start allowed.
         let until = match fits.first() {
             None => Some(latest),
@@ -306,6 +307,7 @@ impl<'s> Candidates<'s> {
 /// The starts at which the job fits the site's envelope, in order. A job without a deadline
 /// takes its first window: the candidates in order, until one fits. Only a flexible one
 /// shops, over every candidate.
+#[allow(clippy::too_many_arguments)]
 fn fitting_starts(
     job: &Job,
     site: &Site,
@@ -314,6 +316,7 @@ fn fitting_starts(
     events: &[&GridWindow],
     start0: DateTime<Utc>,
     latest: DateTime<Utc>,
+    policy: &Policy,
 ) -> Vec<DateTime<Utc>> {
     if job.deadline.is_none() {
         let releases = env
@@ -328,10 +331,19 @@ fn fitting_starts(
     starts.extend(env.releases_within(start0, latest));
     starts.extend(events.iter().map(|e| e.end));
     // A start at a change, or that ends at one: from `start0` to `latest`.
+    let until = latest + job.duration;
+    let mut changes: Vec<DateTime<Utc>> = Vec::new();
     for signal in [&site.carbon_average, &site.carbon_marginal, &site.price] {
-        for b in signal.changes(start0, latest + job.duration) {
-            starts.extend([b, b - job.duration]);
-        }
+        changes.extend(signal.changes(start0, until));
+    }
+    // The carbon-free share changes where its signal does and at the hours the contract
+    // delivers in; only a policy that weighs it looks there.
+    if policy.cfe_weight > Decimal::ZERO {
+        changes.extend(site.carbon_free.changes(start0, until));
+        changes.extend(site.clean_supply.changes(start0, until));
+    }
+    for b in changes {
+        starts.extend([b, b - job.duration]);
     }
     starts.retain(|s| *s >= start0 && *s <= latest);
     starts.sort_unstable();
@@ -340,8 +352,9 @@ fn fitting_starts(
 }
 
 /// The earliest option (ties: the caller's site order) is the baseline; a flexible job, or
-/// one with several sites, takes the option that saves the most on carbon and price when it
-/// saves more than the threshold. Says why, and returns the index of the option taken.
+/// one with several sites, takes the option that saves the most on carbon, price and the
+/// carbon-free share as the policy weighs them ([`saving_pct`]) when it saves more than the
+/// threshold. Says why, and returns the index of the option taken.
 fn choose(
     candidates: &mut Candidates,
     job: &Job,
@@ -392,8 +405,13 @@ fn choose(
             0
         }
         None => {
+            let signals = if policy.cfe_weight > Decimal::ZERO {
+                "carbon, price or carbon-free"
+            } else {
+                "carbon or price"
+            };
             reasons.push(format!(
-                "no carbon or price forecast covers {} to {} on site {}: nothing to compare, started as early as possible",
+                "no {signals} forecast covers {} to {} on site {}: nothing to compare, started as early as possible",
                 iso(base.start),
                 iso(base.start + job.duration),
                 sites[base.site].key

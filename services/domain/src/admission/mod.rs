@@ -8,22 +8,26 @@
 //!    budget; a soft one admits with a warning;
 //! 2. power envelope: the job must fit under the site's envelope for its whole run, else it
 //!    waits for the first window with headroom (rejected if none before its deadline);
-//! 3. carbon and price: a flexible job (one with a deadline) may start at any instant up to
-//!    deadline − duration; the best slot on forecast intensity (marginal by default) and
-//!    price wins if it saves more than the tenant's threshold;
+//! 3. carbon, price and carbon-free share: a flexible job (one with a deadline) may start at
+//!    any instant up to deadline − duration; the best slot on forecast intensity (marginal by
+//!    default), price and, where the tenant weighs it, the carbon-free share of the run's
+//!    energy ([`carbon_free`]) wins if it saves more than the tenant's threshold;
 //! 4. priority classes named in the policy skip 2–3 (and 1 only if named for that too).
 
 pub mod budget;
+pub mod carbon_free;
 mod decide;
 pub use decide::decide;
 pub mod envelope;
 pub mod forecast;
 pub mod oversubscription;
 
+use crate::cfe;
 use crate::demand_response;
 use crate::job_kind::JobKind;
 use crate::priority::Priority;
 use budget::{Budget, JobAmounts, Remaining};
+use carbon_free::CleanSupply;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use envelope::{Reservation, Reserved};
 use forecast::Forecast;
@@ -80,6 +84,10 @@ pub struct Site {
     pub carbon_marginal: Arc<Forecast>,
     /// Currency per kWh.
     pub price: Arc<Forecast>,
+    /// The grid's carbon-free share, 0 to 1 (signal `carbon_free`, on the grid region).
+    pub carbon_free: Arc<Forecast>,
+    /// The site's contracted clean energy per hour.
+    pub clean_supply: Arc<CleanSupply>,
 }
 
 /// A grid event's window at a site (demand response).
@@ -105,6 +113,9 @@ pub struct Policy {
     pub threshold_pct: Decimal,
     /// Weight of carbon against price in the saving, 0..=1.
     pub carbon_weight: Decimal,
+    /// Weight of the run's carbon-free share against carbon and price together, 0..=1
+    /// (0: carbon and price alone, as [`saving_pct`] combines them).
+    pub cfe_weight: Decimal,
     /// Decide on marginal intensity (the default), else average.
     pub marginal: bool,
     /// Priority classes that skip the envelope and the carbon/price window.
@@ -120,6 +131,7 @@ impl Default for Policy {
         Policy {
             threshold_pct: Decimal::from(10),
             carbon_weight: Decimal::ONE,
+            cfe_weight: Decimal::ZERO,
             marginal: true,
             bypass: Vec::new(),
             bypass_budget: Vec::new(),
@@ -138,6 +150,10 @@ pub struct Estimate {
     pub cost: Option<Decimal>,
     pub carbon_average_kg: Option<Decimal>,
     pub carbon_marginal_kg: Option<Decimal>,
+    /// The expected carbon-free fraction of its energy, 0 to 1 (the grid's carbon-free share
+    /// and the site's contracted clean energy, hour by hour: [`carbon_free::run`]); `None`
+    /// where an hour of the run is not known.
+    pub cfe_share: Option<Decimal>,
     /// Expected run time, s: as asked, or longer at a power cap.
     pub run_s: i64,
 }
@@ -206,6 +222,7 @@ impl Job {
             cost: weighed(&site.price, None),
             carbon_average_kg: weighed(&site.carbon_average, kg),
             carbon_marginal_kg: weighed(&site.carbon_marginal, kg),
+            cfe_share: self.carbon_free(site, w, start).and_then(|s| s.fraction()),
             run_s: self.duration.num_seconds(),
         }
     }
@@ -230,8 +247,26 @@ impl Job {
                 average()
             },
             cost: weighed(w, &site.price, start, end, None),
+            // Only a policy that weighs it pays for it: a question prices every start.
+            cfe: if policy.cfe_weight > Decimal::ZERO {
+                self.carbon_free(site, w, start)
+            } else {
+                None
+            },
             currency: &site.currency,
         }
+    }
+
+    /// The run from `start` drawing `w` at the site, matched hour by hour against the grid's
+    /// carbon-free share and the site's contracted supply.
+    fn carbon_free(&self, site: &Site, w: Decimal, start: DateTime<Utc>) -> Option<cfe::Score> {
+        carbon_free::run(
+            w,
+            &site.carbon_free,
+            &site.clean_supply,
+            start,
+            self.duration,
+        )
     }
 }
 
@@ -249,11 +284,13 @@ fn weighed(
     Some(micro(per.map_or(v, |per| v / per)))
 }
 
-/// A candidate start's carbon on the policy's basis and its cost.
+/// A candidate start's carbon on the policy's basis, its cost and, where the policy weighs
+/// it, its carbon-free energy.
 #[derive(Debug, Clone, Copy)]
 struct Priced<'s> {
     carbon: Option<Decimal>,
     cost: Option<Decimal>,
+    cfe: Option<cfe::Score>,
     currency: &'s str,
 }
 
@@ -267,9 +304,34 @@ impl Estimate {
     }
 }
 
-/// Percent saved by `b` over `a`, weighting carbon and price; `None` where neither can be
-/// compared.
+/// Percent saved by `b` over `a`: each signal's percent saving (carbon, cost, fossil energy
+/// for the carbon-free share), weighted. The weights nest: `cfe_weight` w_f is the carbon-free
+/// share's against carbon and price together, and `carbon_weight` w_c splits the rest, so
+/// carbon weighs (1 − w_f)·w_c, price (1 − w_f)·(1 − w_c), and the three add up to 1. A signal
+/// that cannot be compared for this pair leaves the others' weights to share its weight (a
+/// weighted mean of those that can). With w_f = 0 this is the two-signal saving, unchanged.
+/// `None` where no signal with weight can be compared.
 fn saving_pct(a: &Priced, b: &Priced, policy: &Policy) -> Option<Decimal> {
+    let f = policy.cfe_weight.clamp(Decimal::ZERO, Decimal::ONE);
+    let rest = carbon_price_pct(a, b, policy);
+    if f.is_zero() {
+        return rest;
+    }
+    let cfe = match (&a.cfe, &b.cfe) {
+        (Some(x), Some(y)) => carbon_free::saving_pct(x, y),
+        _ => None,
+    };
+    match (cfe, rest) {
+        (Some(c), Some(r)) => Some(f * c + (Decimal::ONE - f) * r),
+        (Some(c), None) => Some(c),
+        (None, Some(r)) if f < Decimal::ONE => Some(r),
+        _ => None,
+    }
+}
+
+/// Percent saved by `b` over `a` on carbon and price, weighted by `carbon_weight`; `None`
+/// where neither can be compared.
+fn carbon_price_pct(a: &Priced, b: &Priced, policy: &Policy) -> Option<Decimal> {
     let pct =
         |x: Decimal, y: Decimal| (x > Decimal::ZERO).then(|| (x - y) / x * Decimal::ONE_HUNDRED);
     let carbon = match (a.carbon, b.carbon) {
@@ -319,6 +381,20 @@ fn reservation(start: DateTime<Utc>, duration: Duration, draw_w: i64) -> Reserva
 }
 
 fn basis_label(policy: &Policy) -> String {
+    let rest = carbon_price_label(policy);
+    if policy.cfe_weight >= Decimal::ONE {
+        "carbon-free share".into()
+    } else if policy.cfe_weight <= Decimal::ZERO {
+        rest
+    } else {
+        format!(
+            "{} × carbon-free share + {rest}",
+            policy.cfe_weight.normalize()
+        )
+    }
+}
+
+fn carbon_price_label(policy: &Policy) -> String {
     let carbon = if policy.marginal {
         "marginal carbon"
     } else {

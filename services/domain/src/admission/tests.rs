@@ -51,6 +51,8 @@ fn site(key: &str, marginal: &[i64]) -> Site {
         carbon_average: Arc::new(hourly(&marginal.iter().map(|v| v / 2).collect::<Vec<_>>())),
         carbon_marginal: Arc::new(hourly(marginal)),
         price: Arc::default(),
+        carbon_free: Arc::default(),
+        clean_supply: Arc::default(),
     }
 }
 /// 8 GPUs × 500 W × PUE 1.25 = 5 kW at the facility.
@@ -426,4 +428,157 @@ fn flexible_work_keeps_out_of_a_grid_event_and_says_what_it_moved() {
     // Work that is not flexible is not moved.
     let d3 = decide(&job(120, None), &[&s], &[], &Policy::default(), t(0));
     assert_eq!((d3.verdict, d3.moved), (Verdict::Admit, None));
+}
+
+/// A site whose grid is 30 % carbon-free all day, with carbon flat at 400 g/kWh, and a solar
+/// PPA delivering 10 kWh an hour from 10:00 to 14:00 (more than the job's 5 kW).
+fn sunny(key: &str) -> Site {
+    let mut s = site(key, &[400; 24]);
+    s.carbon_free = Arc::new(Forecast::new(
+        (0..24)
+            .map(|h| Point {
+                start: t(60 * h),
+                end: t(60 * (h + 1)),
+                value: d("0.3"),
+            })
+            .collect(),
+    ));
+    let kwh = 3_600_000_000;
+    s.clean_supply = Arc::new(carbon_free::CleanSupply::new(
+        &(10..14)
+            .map(|h| crate::cfe::Delivery {
+                from_ms: t(60 * h).timestamp_millis(),
+                to_ms: t(60 * (h + 1)).timestamp_millis(),
+                mj: 10 * kwh,
+            })
+            .collect::<Vec<_>>(),
+    ));
+    s
+}
+
+#[test]
+fn with_the_carbon_free_share_weighed_a_job_waits_for_the_sunny_window() {
+    let s = sunny("fra1");
+    // Asked at 06:00 for two hours, done by 18:00.
+    let j = Job {
+        earliest_start: t(6 * 60),
+        ..job(120, Some(18 * 60))
+    };
+    let cfe = Policy {
+        cfe_weight: Decimal::ONE,
+        ..Policy::default()
+    };
+    let d1 = decide(&j, &[&s], &[], &cfe, t(6 * 60));
+    assert_eq!(d1.verdict, Verdict::Defer, "{:?}", d1.reasons);
+    // The first start whose whole run the PPA covers; later ones only tie.
+    assert_eq!(d1.start_at, Some(t(10 * 60)));
+    assert_eq!(d1.now.as_ref().unwrap().cfe_share, Some(d("0.3")));
+    assert_eq!(d1.at_start.as_ref().unwrap().cfe_share, Some(d("1")));
+    // All of the 70 % fossil energy avoided.
+    assert!(
+        d1.reasons[0].contains("saves 100% (carbon-free share)"),
+        "{:?}",
+        d1.reasons
+    );
+    // Unweighed, the flat carbon has nothing to gain by waiting: it starts now, and still
+    // shows its share.
+    let d0 = decide(&j, &[&s], &[], &Policy::default(), t(6 * 60));
+    assert_eq!(d0.verdict, Verdict::Admit, "{:?}", d0.reasons);
+    assert_eq!(d0.start_at, Some(t(6 * 60)));
+    assert_eq!(d0.now.unwrap().cfe_share, Some(d("0.3")));
+}
+
+#[test]
+fn the_three_weights_nest_and_a_worse_carbon_can_outweigh_the_share() {
+    let mut s = sunny("fra1");
+    // Carbon is 60 % higher in the window (a marginal gas plant follows the solar ramp).
+    let mut values = [400; 24];
+    values[10..14].fill(640);
+    s.carbon_marginal = Arc::new(hourly(&values));
+    let j = Job {
+        earliest_start: t(6 * 60),
+        ..job(120, Some(18 * 60))
+    };
+    let policy = |w: &str| Policy {
+        cfe_weight: d(w),
+        ..Policy::default()
+    };
+    // Half and half: 0.5 × 100 % + 0.5 × (−60 %) = 20 % > 10 %: it waits.
+    let half = decide(&j, &[&s], &[], &policy("0.5"), t(6 * 60));
+    assert_eq!(half.start_at, Some(t(10 * 60)));
+    assert!(
+        half.reasons[0].contains("saves 20% (0.5 × carbon-free share + marginal carbon)"),
+        "{:?}",
+        half.reasons
+    );
+    // 0.3 on the share: 0.3 × 100 % + 0.7 × (−60 %) = −12 %: it starts now.
+    let third = decide(&j, &[&s], &[], &policy("0.3"), t(6 * 60));
+    assert_eq!(third.verdict, Verdict::Admit, "{:?}", third.reasons);
+}
+
+#[test]
+fn without_a_carbon_free_forecast_the_other_signals_decide() {
+    // The share is weighed but not known after 12:00: slots reaching past it cannot be
+    // compared on it, and carbon alone (flat) finds nothing.
+    let mut s = site("fra1", &[400; 24]);
+    s.carbon_free = Arc::new(Forecast::new(vec![Point {
+        start: t(0),
+        end: t(12 * 60),
+        value: d("0.3"),
+    }]));
+    let policy = Policy {
+        cfe_weight: d("0.5"),
+        ..Policy::default()
+    };
+    let j = Job {
+        earliest_start: t(6 * 60),
+        ..job(120, Some(18 * 60))
+    };
+    let d0 = decide(&j, &[&s], &[], &policy, t(6 * 60));
+    assert_eq!(d0.verdict, Verdict::Admit, "{:?}", d0.reasons);
+    assert_eq!(d0.at_start.unwrap().cfe_share, Some(d("0.3")));
+    let late = decide(
+        &Job {
+            earliest_start: t(13 * 60),
+            ..j
+        },
+        &[&s],
+        &[],
+        &policy,
+        t(13 * 60),
+    );
+    assert_eq!(late.now.unwrap().cfe_share, None);
+}
+
+proptest! {
+    /// With no weight on it, the carbon-free share changes no decision: the same verdict,
+    /// start, site and reasons as at a site without the signal or a contract.
+    #[test]
+    fn an_unweighed_carbon_free_share_changes_nothing(
+        values in proptest::collection::vec(0i64..1000, 1..24),
+        shares in proptest::collection::vec(0u32..=100, 1..24),
+        contract in proptest::collection::vec(0i64..40_000_000_000, 0..24),
+        duration in 15i64..240,
+        slack in 0i64..600,
+        carbon_weight in 0u32..=1000,
+    ) {
+        let bare = site("fra1", &values);
+        let mut with = bare.clone();
+        with.carbon_free = Arc::new(Forecast::new(shares.iter().enumerate().map(|(i, v)| Point {
+            start: t(60 * i as i64),
+            end: t(60 * (i as i64 + 1)),
+            value: Decimal::new(i64::from(*v), 2),
+        }).collect()));
+        with.clean_supply = Arc::new(carbon_free::CleanSupply::new(
+            &contract.iter().enumerate().map(|(i, mj)| crate::cfe::Delivery {
+                from_ms: t(60 * i as i64).timestamp_millis(),
+                to_ms: t(60 * (i as i64 + 1)).timestamp_millis(),
+                mj: *mj,
+            }).collect::<Vec<_>>(),
+        ));
+        let policy = Policy { carbon_weight: Decimal::new(carbon_weight.into(), 3), ..Policy::default() };
+        let j = job(duration, Some(duration + slack));
+        let (a, b) = (decide(&j, &[&bare], &[], &policy, t(0)), decide(&j, &[&with], &[], &policy, t(0)));
+        prop_assert_eq!((a.verdict, a.start_at, a.site, a.reasons), (b.verdict, b.start_at, b.site, b.reasons));
+    }
 }

@@ -103,7 +103,7 @@ pub struct Answer {
     pub site: Option<String>,
     pub reasons: Vec<String>,
     /// Started as early as it may (kWh, cost in the site's currency, kg CO2e average and
-    /// marginal).
+    /// marginal, `cfe_share`: the expected carbon-free fraction of its energy, 0 to 1).
     #[schema(value_type = Option<Object>)]
     pub estimate_now: Option<Estimate>,
     #[schema(value_type = Option<Object>)]

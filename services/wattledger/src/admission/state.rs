@@ -1,7 +1,8 @@
-//! The admission state held in memory: sites with their envelopes, reservations and
-//! forecasts, tenants with their policies and budgets, learned draw. Built from what
-//! [`load_slow`] reads and the stored reservations; changed only by [`Hot::apply`] (this
-//! replica's decisions) and [`Hot::count`] (stored ones).
+//! The admission state held in memory: sites with their envelopes, reservations, forecasts
+//! (carbon, price, carbon-free share) and contracted clean energy, tenants with their
+//! policies and budgets, learned draw. Built from what [`load_slow`] reads and the stored
+//! reservations; changed only by [`Hot::apply`] (this replica's decisions) and
+//! [`Hot::count`] (stored ones).
 
 use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
@@ -11,10 +12,12 @@ use std::sync::Arc;
 use std::time::Instant;
 use uuid::Uuid;
 use wattledger_domain::admission::budget::{Budget, JobAmounts, Metric};
+use wattledger_domain::admission::carbon_free::CleanSupply;
 use wattledger_domain::admission::envelope::{Reservation, Reserved, MEASURED_OVER};
 use wattledger_domain::admission::forecast::{Forecast, Point};
 use wattledger_domain::admission::oversubscription::Factors;
 use wattledger_domain::admission::{GridWindow, Policy, Site};
+use wattledger_domain::cfe::Delivery;
 use wattledger_domain::job_kind::JobKind;
 use wattledger_domain::signals::{Basis, Signal};
 use wattledger_store::admission as store;
@@ -91,6 +94,8 @@ pub(super) struct Slow {
     pub(super) power: HashMap<i64, (SitePolicy, Factors)>,
     /// Grid events from an hour ago to the horizon, per site.
     pub(super) grid_events: HashMap<i64, Vec<GridWindow>>,
+    /// Contracted clean energy from an hour ago to the horizon, per site.
+    pub(super) clean_energy: HashMap<i64, Vec<Delivery>>,
 }
 
 impl Hot {
@@ -174,6 +179,12 @@ pub(super) async fn load_slow(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<
     }
     Ok(Slow {
         grid_events,
+        clean_energy: store::clean_energy(
+            pool,
+            now - Duration::hours(1),
+            now + Duration::days(HORIZON_DAYS),
+        )
+        .await?,
         power: policies
             .into_iter()
             .map(|p| {
@@ -260,6 +271,10 @@ pub(super) fn build(
                         currency: s.currency.clone(),
                     },
                 ),
+                carbon_free: forecast(&s.grid_region, Signal::CarbonFree),
+                clean_supply: Arc::new(CleanSupply::new(
+                    slow.clean_energy.get(&s.id).map_or(&[][..], Vec::as_slice),
+                )),
             },
         });
     }
@@ -270,6 +285,7 @@ pub(super) fn build(
             .map(|p| Policy {
                 threshold_pct: p.threshold_pct,
                 carbon_weight: p.carbon_weight,
+                cfe_weight: p.cfe_weight,
                 marginal: p.basis == Basis::Marginal,
                 bypass: p.bypass_priorities.clone(),
                 bypass_budget: p.budget_bypass_priorities.clone(),

@@ -7,7 +7,8 @@
 //! adjustments of closed months, the reconciliation to the meters, the exports, and a
 //! `chargeback.closed` webhook per statement. Late data arriving in between only leaves the
 //! close to try again. The exports go to `WATTLEDGER_EXPORT_DIR` when one is configured,
-//! beside a `SHA256SUMS` file.
+//! with FOCUS 1.4 rendered from the same close beside them ([`folder_exports`]) and a
+//! `SHA256SUMS` file.
 
 use crate::app::attribution::RunStats;
 use crate::config::Config;
@@ -102,7 +103,8 @@ pub async fn close(
                     "month closed"
                 );
                 if let Some(dir) = &config.export_dir {
-                    let written = write_exports(dir, month, closed.close.version, &closed.exports)
+                    let files = folder_exports(&closed.close, &closed.exports);
+                    let written = write_exports(dir, month, closed.close.version, &files)
                         .map_err(|e| {
                             // The close stands (the files are in the database); say so.
                             tracing::error!(error = %e, dir = %dir.display(), "writing the exports failed; `wattledger chargeback export` writes them again");
@@ -117,6 +119,23 @@ pub async fn close(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The files of a close's export folder: the exports frozen with it (statement CSV, FOCUS 1.2,
+/// JSON) and FOCUS 1.4 after the 1.2 file. 1.4 is not frozen with the close but rendered from
+/// it, and the close is immutable, so the file is the same whenever it is written; a reader
+/// of the folder gets both versions (their names carry it) and `SHA256SUMS` covers both.
+pub fn folder_exports(close: &Close, frozen: &[Export]) -> Vec<Export> {
+    let mut files = frozen.to_vec();
+    let after_focus = files
+        .iter()
+        .position(|e| e.format == "focus")
+        .map_or(files.len(), |i| i + 1);
+    files.insert(
+        after_focus,
+        chargeback::focus::export(close, chargeback::focus::Version::V1_4),
+    );
+    files
 }
 
 /// Writes exports into `dir/<month>/v<version>/` with a `SHA256SUMS` file (`sha256sum -c`

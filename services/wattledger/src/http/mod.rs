@@ -2,6 +2,7 @@
 //! beside the dashboard and puts the layers every request passes through around both.
 
 pub mod admission;
+pub mod admission_policy;
 pub mod budgets;
 pub mod chargeback;
 pub mod efficiency;
@@ -50,6 +51,10 @@ pub fn router() -> Router<AppState> {
         .route(
             "/v1/power/policies/{site}",
             axum::routing::put(power_policy::put_policy),
+        )
+        .route(
+            "/v1/admission/policies/{tenant}",
+            get(admission_policy::get_policy).put(admission_policy::put_policy),
         )
 }
 

@@ -1,8 +1,8 @@
 //! The OpenAPI 3 document, generated from the handlers' types and `#[utoipa::path]`s.
 
 use super::{
-    admission, budgets, chargeback, efficiency, error, grid_events, ingest, power, power_policy,
-    prometheus, tokens, usage, webhooks,
+    admission, admission_policy, budgets, chargeback, efficiency, error, grid_events, ingest,
+    power, power_policy, prometheus, tokens, usage, webhooks,
 };
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -20,6 +20,7 @@ use utoipa::{Modify, OpenApi};
         power_policy::list_policies, power_policy::put_policy,
         grid_events::record_event, grid_events::list_events, grid_events::show_event,
         admission::ask, admission::decisions, admission::kubernetes,
+        admission_policy::get_policy, admission_policy::put_policy,
         webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
         webhooks::rotate, webhooks::test, webhooks::messages, webhooks::redeliver,
         budgets::list, budgets::show, budgets::put, budgets::remove,
