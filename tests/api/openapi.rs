@@ -234,7 +234,7 @@ async fn the_documented_ingest_records_are_the_agents_own() {
                 tenant: "a".into(),
                 site: Some("s".into()),
                 model: Some("m".into()),
-                phase: None,
+                phase: Some(wattledger_domain::phase::Phase::Prefill),
                 kind: wattledger_domain::job_kind::JobKind::Batch,
                 priority: Some(wattledger_domain::priority::Priority::parse("high").unwrap()),
                 submit_at: Some(t),

@@ -29,7 +29,7 @@ const MAX_PRIORITIES: usize = 32;
 
 /// A tenant's admission policy as admission applies it.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct PolicyView {
+pub struct AdmissionPolicyView {
     pub tenant: String,
     /// Whether the tenant has its own policy (else the defaults apply).
     pub configured: bool,
@@ -56,8 +56,8 @@ pub struct PolicyView {
     pub budget_bypass_priorities: Vec<Priority>,
 }
 
-impl PolicyView {
-    fn of(tenant: &str, row: Option<PolicyRow>) -> PolicyView {
+impl AdmissionPolicyView {
+    fn of(tenant: &str, row: Option<PolicyRow>) -> AdmissionPolicyView {
         let d = Policy::default();
         let configured = row.is_some();
         let row = row.unwrap_or(PolicyRow {
@@ -73,7 +73,7 @@ impl PolicyView {
             bypass_priorities: d.bypass,
             budget_bypass_priorities: d.bypass_budget,
         });
-        PolicyView {
+        AdmissionPolicyView {
             tenant: tenant.to_owned(),
             configured,
             threshold_pct: row.threshold_pct.normalize(),
@@ -91,7 +91,7 @@ wattledger_domain::record! {
     /// is left out keeps its default.
     #[derive(Debug, Deserialize, ToSchema)]
     #[serde(deny_unknown_fields)]
-    pub struct PolicyIn {
+    pub struct AdmissionPolicyIn {
         /// Percent a slot must save to defer a job: 0 to 100, up to 3 places (default 10).
         #[schema(value_type = Option<String>, example = "10")]
         #[serde(default)]
@@ -120,7 +120,7 @@ wattledger_domain::record! {
     }
 }
 
-impl PolicyIn {
+impl AdmissionPolicyIn {
     /// Everything wrong with the policy: each number fits its column and range (a finer
     /// value would be rounded by the database, and could round to one its checks refuse).
     fn check(&self) -> Vec<Problem> {
@@ -182,19 +182,19 @@ fn dedup(list: Vec<Priority>) -> Vec<Priority> {
 #[utoipa::path(get, path = "/v1/admission/policies/{tenant}", tag = "admission",
     params(("tenant" = String, Path, description = "Tenant key")),
     security(("bearer" = [])),
-    responses((status = 200, body = PolicyView), (status = 401, body = ErrorBody),
+    responses((status = 200, body = AdmissionPolicyView), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_policy(
     State(state): State<AppState>,
     caller: Caller,
     Path(tenant): Path<String>,
-) -> ApiResult<Json<PolicyView>> {
+) -> ApiResult<Json<AdmissionPolicyView>> {
     caller.require(&[Role::Scheduler, Role::Operator])?;
     let id = state.tenant_id(&tenant).await?.ok_or(ApiError::NotFound)?;
     let row = store::policies(&state.pool, &Scope::Tenant(id))
         .await?
         .pop();
-    Ok(Json(PolicyView::of(&tenant, row)))
+    Ok(Json(AdmissionPolicyView::of(&tenant, row)))
 }
 
 /// Replaces a tenant's admission policy: `threshold_pct` (10), `carbon_weight` (1),
@@ -202,9 +202,9 @@ pub async fn get_policy(
 /// `budget_bypass_priorities` (none). Admission applies it at once.
 #[utoipa::path(put, path = "/v1/admission/policies/{tenant}", tag = "admission",
     params(("tenant" = String, Path, description = "Tenant key")),
-    request_body = PolicyIn,
+    request_body = AdmissionPolicyIn,
     security(("bearer" = [])),
-    responses((status = 200, body = PolicyView), (status = 400, body = ErrorBody),
+    responses((status = 200, body = AdmissionPolicyView), (status = 400, body = ErrorBody),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
               (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
               (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -213,22 +213,22 @@ pub async fn put_policy(
     caller: Caller,
     Path(tenant): Path<String>,
     RawBatch(body): RawBatch,
-) -> ApiResult<Json<PolicyView>> {
+) -> ApiResult<Json<AdmissionPolicyView>> {
     caller.require(&[Role::Admin])?;
     let id = state.tenant_id(&tenant).await?.ok_or(ApiError::NotFound)?;
     let value: Value = super::json::parse(&body)?;
-    let (policy, mut f) = validate::read::<PolicyIn>(0, &value);
+    let (policy, mut f) = validate::read::<AdmissionPolicyIn>(0, &value);
     if let Some(p) = &policy {
         f.problems(p.check());
     }
     let row = f
-        .finish(policy, PolicyIn::FIELDS)
+        .finish(policy, AdmissionPolicyIn::FIELDS)
         .map_err(ApiError::Validation)?
         .row(id);
     let stored = store::put_policy(&state.pool, &row).await?;
     state.admission.poke();
     tracing::info!(tenant = %tenant, "tenant admission policy replaced");
-    Ok(Json(PolicyView::of(&tenant, Some(stored))))
+    Ok(Json(AdmissionPolicyView::of(&tenant, Some(stored))))
 }
 
 #[cfg(test)]
@@ -236,12 +236,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn read(v: Value) -> Result<PolicyIn, Vec<(String, String)>> {
-        let (p, mut f) = validate::read::<PolicyIn>(0, &v);
+    fn read(v: Value) -> Result<AdmissionPolicyIn, Vec<(String, String)>> {
+        let (p, mut f) = validate::read::<AdmissionPolicyIn>(0, &v);
         if let Some(p) = &p {
             f.problems(p.check());
         }
-        f.finish(p, PolicyIn::FIELDS)
+        f.finish(p, AdmissionPolicyIn::FIELDS)
             .map_err(|e| e.into_iter().map(|e| (e.field, e.reason)).collect())
     }
 
