@@ -13,6 +13,7 @@ pub mod cfe;
 pub mod chargeback;
 pub mod costing;
 pub mod demand_response;
+pub mod device_model;
 pub mod energy;
 pub mod headroom;
 pub mod input;
