@@ -80,7 +80,10 @@ fn mig_slices(profile: &str) -> Option<u32> {
     let (g, memory) = profile.trim().split_once("g.")?;
     let slices: u32 = g.parse().ok()?;
     let memory_digits = memory.chars().take_while(char::is_ascii_digit).count();
-    let is_mig = memory_digits > 0 && memory[memory_digits..].to_ascii_lowercase().starts_with("gb");
+    let is_mig = memory_digits > 0
+        && memory[memory_digits..]
+            .to_ascii_lowercase()
+            .starts_with("gb");
     (is_mig && (1..=MIG_SLICES).contains(&slices)).then_some(slices)
 }
 
