@@ -79,6 +79,7 @@ impl Feeds {
                     power_w: power,
                     peak_w: None,
                     step_s: None,
+                    counter_estimated: false,
                 });
             }
         }

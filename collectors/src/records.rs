@@ -138,6 +138,7 @@ mod tests {
             power_w: None,
             peak_w: None,
             step_s: None,
+            counter_estimated: false,
         }]);
         assert_eq!(
             serde_json::to_string(&b).unwrap(),

@@ -51,6 +51,10 @@ struct MeterState {
     /// A power-only meter: `last.raw_mj` is the reducer's running trapezoid of its readings.
     #[serde(default)]
     integrated: bool,
+    /// The counter's rise since the last boundary counts an estimate from power (the source
+    /// flagged a reading, or a reset was made up from the trapezoid): the next record says so.
+    #[serde(default)]
+    estimated: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +169,7 @@ impl Reducer {
                         raw_mj,
                         PowerStats::default(),
                         step_s,
+                        s.counter_estimated,
                     ));
                 }
                 let mut power = PowerStats::default();
@@ -176,6 +181,7 @@ impl Reducer {
                         step_start_ms,
                         power,
                         integrated,
+                        estimated: false,
                     },
                 );
                 continue;
@@ -186,6 +192,7 @@ impl Reducer {
             }
             let dt = ts_ms - l.ts_ms;
             let within = dt <= self.gap_limit_ms;
+            let mut estimated = s.counter_estimated;
             let counted = if raw_mj >= l.raw_mj {
                 raw_mj - l.raw_mj
             } else {
@@ -195,6 +202,7 @@ impl Reducer {
                     (Some(a), Some(b)) if within => energy_from_power_mj(a, b, dt),
                     _ => 0,
                 };
+                estimated |= trapezoid > raw_mj;
                 raw_mj.max(trapezoid)
             };
             let r = Reading {
@@ -204,8 +212,10 @@ impl Reducer {
                 power_mw,
             };
             // Every boundary in (l, r]: the step ending there is the one `l` fell in, or a
-            // step with no readings at all.
+            // step with no readings at all. An estimated interval (l, r] reaches every step it
+            // spans: the first with what came before it in its step, the rest on its own.
             let mut b = m.step_start_ms + self.step_ms;
+            let mut pending = m.estimated || estimated;
             while b <= ts_ms {
                 if within {
                     let at = interpolate(l.ts_ms, l.sent_mj, ts_ms, r.sent_mj, b);
@@ -214,10 +224,13 @@ impl Reducer {
                     } else {
                         PowerStats::default()
                     };
-                    out.push(record(&s.meter, b, at, power, step_s));
+                    out.push(record(&s.meter, b, at, power, step_s, pending));
                 }
+                // Past a boundary at r itself, nothing of the interval is left for the next.
+                pending = estimated && b < ts_ms;
                 b += self.step_ms;
             }
+            m.estimated = pending;
             if step_start_ms != m.step_start_ms {
                 m.step_start_ms = step_start_ms;
                 m.power = PowerStats::default();
@@ -235,6 +248,7 @@ fn record(
     counter_mj: i64,
     power: PowerStats,
     step_s: Option<u32>,
+    counter_estimated: bool,
 ) -> Sample {
     let (mean, peak) = power.watts();
     Sample {
@@ -244,6 +258,7 @@ fn record(
         power_w: mean,
         peak_w: peak,
         step_s,
+        counter_estimated,
     }
 }
 
@@ -274,6 +289,7 @@ mod tests {
             power_w: Some(power_w),
             peak_w: None,
             step_s: None,
+            counter_estimated: false,
         }
     }
 
@@ -312,6 +328,45 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_reading_the_source_estimated_flags_the_steps_its_interval_reaches() {
+        let mut r = Reducer::new(60_000, 600_000);
+        let estimated = |ms, counter| Sample {
+            counter_estimated: true,
+            ..reading(ms, counter, 100.0)
+        };
+        let out = r.push([
+            reading(0, 0, 100.0),
+            reading(50_000, 5_000_000, 100.0),
+            // (50 s, 70 s] was estimated: it reaches the first and the second step.
+            estimated(70_000, 7_000_000),
+            reading(120_000, 12_000_000, 100.0),
+            reading(150_000, 15_000_000, 100.0),
+            // (150 s, 180 s] was estimated and ends on a boundary: the fourth step is clean.
+            estimated(180_000, 18_000_000),
+            reading(240_000, 24_000_000, 100.0),
+        ]);
+        let flags: Vec<(i64, bool)> = out
+            .iter()
+            .map(|s| {
+                (
+                    s.ts.timestamp_millis() - at(0).timestamp_millis(),
+                    s.counter_estimated,
+                )
+            })
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                (0, false),
+                (60_000, true),
+                (120_000, true),
+                (180_000, true),
+                (240_000, false)
+            ]
+        );
+    }
+
     fn round_mw(w: f64) -> f64 {
         (w * 1000.0).round() / 1000.0
     }
@@ -332,6 +387,11 @@ mod tests {
         assert_eq!(out[1].ts, at(60_000));
         // 3,000,000 before the reset + 1,000,000 across it + 2,000,000 after.
         assert_eq!(out[1].counter_mj, Some(7_000_000));
+        // The 1,000,000 across the reset came from the power readings: the step says so.
+        assert_eq!(
+            (out[0].counter_estimated, out[1].counter_estimated),
+            (false, true)
+        );
     }
 
     #[test]
@@ -358,6 +418,7 @@ mod tests {
             power_w: Some(w),
             peak_w: None,
             step_s: None,
+            counter_estimated: false,
         }
     }
 
@@ -379,7 +440,7 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                record("g0", T0, 10, PowerStats::default(), Some(60)),
+                record("g0", T0, 10, PowerStats::default(), Some(60), false),
                 blank,
                 uncounted
             ]

@@ -20,6 +20,7 @@ SELECT create_reference_table('tenants');
 SELECT create_reference_table('sites');
 SELECT create_reference_table('models');
 SELECT create_reference_table('device_models');
+SELECT create_reference_table('device_model_aliases');
 SELECT create_reference_table('meters');
 SELECT create_reference_table('admission_policies');
 SELECT create_reference_table('budgets');

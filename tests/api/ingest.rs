@@ -441,6 +441,7 @@ async fn batches_committed_together_keep_their_own_outcomes() {
         power_mw: None,
         peak_mw: None,
         raw: false,
+        counter_estimated: false,
     };
     let written = |o: &wattledger_store::StoreResult<wattledger_store::samples::InsertOutcome>| {
         let o = o.as_ref().unwrap();

@@ -2,6 +2,7 @@
 
 mod admission;
 mod agent;
+mod amd;
 mod auth;
 mod badput;
 mod browser;

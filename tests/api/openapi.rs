@@ -213,6 +213,7 @@ async fn the_documented_ingest_records_are_the_agents_own() {
                 power_w: Some(1.0),
                 peak_w: Some(1.0),
                 step_s: Some(60),
+                counter_estimated: true,
             })
             .unwrap(),
             &["meter", "ts"],

@@ -426,6 +426,7 @@ mod tests {
                 power_w: None,
                 peak_w: None,
                 step_s: None,
+                counter_estimated: false,
             }]),
             state: None,
         }

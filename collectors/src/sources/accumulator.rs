@@ -23,8 +23,9 @@
 //!   (the server's own rule for power), and when the value moves again, the part of its jump
 //!   the estimate already counted is not counted twice.
 //!
-//! Each of these is returned as an [`Event`] for the source to log: the ingest records carry
-//! no quality flag of their own (the server flags what it can see: a reset, a gap).
+//! Each of these is returned as an [`Event`] for the source to log. A reading whose counter
+//! counts an estimate from power ([`Event::estimated`]) is sent with `counter_estimated`, so
+//! the server counts that energy as estimated; a reset and a gap the server flags itself.
 
 use serde::{Deserialize, Serialize};
 use wattledger_domain::units::energy_from_power_mj;
@@ -92,6 +93,23 @@ pub enum Event {
 }
 
 impl Event {
+    /// Whether the counter sent for the interval counts energy estimated from the power
+    /// readings rather than the accumulator's own movement: a stuck interval, or the one it
+    /// resumed in where its jump was neither all new (it resumed where it stuck) nor the
+    /// stuck minutes caught up (then the estimate was left out in full). The sample carries
+    /// the flag, and the server counts the step as estimated energy.
+    pub fn estimated(self) -> bool {
+        match self {
+            Event::Stuck { .. } => true,
+            Event::Resumed {
+                estimated_mj,
+                repaid_mj,
+                ..
+            } => 0 < repaid_mj && repaid_mj < estimated_mj,
+            Event::Wrapped { .. } | Event::Reset { .. } => false,
+        }
+    }
+
     /// Says what happened to `meter`'s counter in the log: a wrap at debug, a reset and the
     /// start of a stuck episode as warnings, the end of one with what was estimated.
     pub fn log(self, source: &str, meter: &str) {
@@ -391,6 +409,10 @@ mod tests {
                 estimated_mj: 2_900_000
             })
         );
+        assert!(
+            event.is_some_and(Event::estimated),
+            "a stuck interval is an estimate"
+        );
         let (sent, event) = c.read(WIDE, at(20, stuck, 290));
         assert_eq!(sent, stuck + 5_800_000);
         assert!(matches!(event, Some(Event::Stuck { began: false, .. })));
@@ -405,6 +427,7 @@ mod tests {
                 repaid_mj: 5_800_000
             })
         );
+        assert!(!event.is_some_and(Event::estimated), "caught up: measured");
         // Then counts on as read, the estimate paid back in full.
         assert_eq!(
             c.read(WIDE, at(31, stuck + 8_990_000, 290)).0,
@@ -421,6 +444,73 @@ mod tests {
         let (sent, event) = c.read(WIDE, at(20, 4_000_000, 300));
         assert_eq!(sent, 1_000_000 + 3_000_000 + 3_000_000);
         assert!(matches!(event, Some(Event::Resumed { repaid_mj: 0, .. })));
+        assert!(
+            !event.is_some_and(Event::estimated),
+            "its own movement: measured"
+        );
+    }
+
+    /// What the AMD sources send: the counter and whether it was estimated, as readings the
+    /// step reducer turns into the step records the server counts.
+    #[test]
+    fn a_stuck_counter_reaches_the_server_as_estimated_steps() {
+        use crate::records::Sample;
+        use crate::steps::Reducer;
+        let mut c = Counter::default();
+        let mut reducer = Reducer::new(60_000, 600_000);
+        let mut records = Vec::new();
+        // 300 W throughout; the accumulator stops moving from 60 s to 120 s.
+        for t in (0..=180).step_by(10) {
+            let energy = 1_000_000 + 300_000 * t.min(60);
+            let energy = if t > 120 {
+                energy + 300_000 * (t - 120)
+            } else {
+                energy
+            };
+            let (sent, event) = c.read(WIDE, at(t, energy, 300));
+            records.extend(reducer.push([Sample {
+                meter: "n1-socket0".into(),
+                ts: chrono::DateTime::from_timestamp(t, 0).unwrap(),
+                counter_mj: Some(sent),
+                power_w: Some(300.0),
+                peak_w: None,
+                step_s: None,
+                counter_estimated: event.is_some_and(Event::estimated),
+            }]));
+        }
+        let steps: Vec<(i64, Option<i64>, bool)> = records
+            .iter()
+            .map(|s| (s.ts.timestamp(), s.counter_mj, s.counter_estimated))
+            .collect();
+        // Every step counts its 18 kJ; the stuck one's come from power and say so.
+        assert_eq!(
+            steps,
+            [
+                (0, Some(1_000_000), false),
+                (60, Some(19_000_000), false),
+                (120, Some(37_000_000), true),
+                (180, Some(55_000_000), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_partial_catch_up_counts_the_power_and_is_estimated() {
+        let mut c = Counter::default();
+        c.read(WIDE, at(0, 1_000_000, 300));
+        c.read(WIDE, at(10, 1_000_000, 300));
+        // It jumps 4.5 kJ: more than the 3 kJ of its own 10 s, less than the 6 kJ since it
+        // stuck. The interval counts its power readings, 3 kJ: an estimate.
+        let (sent, event) = c.read(WIDE, at(20, 5_500_000, 300));
+        assert_eq!(sent, 1_000_000 + 3_000_000 + 3_000_000);
+        assert!(matches!(
+            event,
+            Some(Event::Resumed {
+                repaid_mj: 1_500_000,
+                ..
+            })
+        ));
+        assert!(event.is_some_and(Event::estimated));
     }
 
     #[test]

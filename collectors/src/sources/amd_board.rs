@@ -91,8 +91,12 @@ impl Board {
     /// Its meters: the board under the node, then its partitions under the board.
     pub fn meters(&self, site: &str, k: Keys) -> Vec<Meter> {
         let key = self.key(k);
+        // A UUID names the logical GPU a scheduler allocates: on a partitioned board that is
+        // partition 0, which carries it; the board's meter carries none (one UUID, one meter).
         let mut out = vec![Meter {
-            gpu_uuid: self.primary.uuid.clone(),
+            gpu_uuid: (self.partitions.is_empty())
+                .then(|| self.primary.uuid.clone())
+                .flatten(),
             device_model: self.primary.model.clone(),
             ..Meter::new(&key, site, MeterKind::Gpu, Some(k.node))
         }];
@@ -187,7 +191,10 @@ mod tests {
     fn a_partitioned_board_is_one_meter_with_its_partitions_under_it() {
         let mut logical = vec![gpu(0, Some("0000:0c"), Some(0), "spx")];
         for p in (0..8).rev() {
-            logical.push(gpu(1 + p, Some("0000:22"), Some(p), "cpx"));
+            logical.push(Logical {
+                uuid: Some(format!("uuid-{p}")),
+                ..gpu(1 + p, Some("0000:22"), Some(p), "cpx")
+            });
         }
         let b = boards(&logical);
         assert_eq!(b.len(), 2);
@@ -206,6 +213,12 @@ mod tests {
             ("n1-gpu8", MeterKind::Mig, Some("n1-socket1"))
         );
         assert_eq!(m[8].mig_profile.as_deref(), Some("cpx"));
+        // Each UUID on one meter: partition 0's on partition 0, none on the board.
+        assert_eq!(m[0].gpu_uuid, None);
+        assert_eq!(
+            (m[1].key.as_str(), m[1].gpu_uuid.as_deref()),
+            ("n1-gpu1", Some("uuid-0"))
+        );
         assert_eq!(b[1].partition_share(), Some(Decimal::new(125_000, 6)));
         assert_eq!(b[0].partition_share(), None);
     }

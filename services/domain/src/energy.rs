@@ -17,6 +17,10 @@ pub struct Sample {
     pub counter_mj: Option<i64>,
     /// Instantaneous power in mW, if the meter reports it.
     pub power_mw: Option<i64>,
+    /// The agent estimated part of the counter's rise up to this sample from power readings
+    /// (the counter stuck or was reset): the interval ending here is flagged
+    /// `COUNTER_ESTIMATED`.
+    pub counter_estimated: bool,
 }
 
 /// A window of equal steps, aligned so that `start_ms` is a multiple of `step_ms`.
@@ -126,6 +130,9 @@ fn interval_energy(a: Sample, b: Sample, gap_limit_ms: i64) -> Option<(i64, Qual
         } else {
             (cb, Quality::RESET)
         };
+        if b.counter_estimated {
+            quality |= Quality::COUNTER_ESTIMATED;
+        }
         if gap {
             quality |= Quality::GAP;
         }
@@ -216,6 +223,7 @@ mod tests {
             ts_ms,
             counter_mj: Some(mj),
             power_mw: None,
+            counter_estimated: false,
         }
     }
 
@@ -224,6 +232,7 @@ mod tests {
             ts_ms,
             counter_mj: None,
             power_mw: Some(mw),
+            counter_estimated: false,
         }
     }
 
@@ -293,6 +302,7 @@ mod tests {
             ts_ms: ts,
             counter_mj: Some(c),
             power_mw: Some(w),
+            counter_estimated: false,
         };
         // 500 W → 700 W over a minute: 36 kJ, though the counter after the reset says 10 kJ.
         let s = [both(0, 90_000_000, 500_000), both(MIN, 10_000_000, 700_000)];
@@ -312,6 +322,28 @@ mod tests {
         let s = [counter(0, 5_000), counter(MIN, 300)];
         let m = meter_steps(&s, grid(1), 5 * MIN);
         assert_eq!((m.mj[0], m.quality[0].is_estimated()), (300, false));
+    }
+
+    #[test]
+    fn a_counter_the_agent_estimated_flags_the_steps_it_reaches() {
+        let estimated = |ts_ms, mj| Sample {
+            counter_estimated: true,
+            ..counter(ts_ms, mj)
+        };
+        // The counter stuck in the second minute; the agent counted the power readings.
+        let s = [
+            counter(0, 0),
+            counter(MIN, 1_000),
+            estimated(2 * MIN, 2_000),
+            counter(3 * MIN, 3_000),
+        ];
+        let m = meter_steps(&s, grid(3), 5 * MIN);
+        assert_eq!(m.mj, vec![1_000; 3]);
+        assert_eq!(
+            m.quality,
+            vec![Quality::EMPTY, Quality::COUNTER_ESTIMATED, Quality::EMPTY]
+        );
+        assert!(m.quality[1].is_estimated());
     }
 
     #[test]

@@ -30,8 +30,12 @@ impl Quality {
     /// estimated reading (a gap or reset on a GPU it shares the node with): its own readings
     /// were fine, the split of the overhead was not measured.
     pub const OVERHEAD_ESTIMATED: Quality = Quality(1 << 7);
+    /// The agent estimated part of the counter's rise from the meter's power readings: the
+    /// GPU's energy counter stuck (an AMD accumulator that stops moving under load) or was
+    /// reset, and the agent counted the power readings' trapezoid instead.
+    pub const COUNTER_ESTIMATED: Quality = Quality(1 << 8);
 
-    const NAMES: [(Quality, &'static str); 8] = [
+    const NAMES: [(Quality, &'static str); 9] = [
         (Quality::RESET, "counter_reset"),
         (Quality::GAP, "gap"),
         (Quality::MISSING, "missing"),
@@ -40,6 +44,7 @@ impl Quality {
         (Quality::NODE_MODEL, "node_model"),
         (Quality::RESET_ESTIMATED, "reset_estimated"),
         (Quality::OVERHEAD_ESTIMATED, "overhead_estimated"),
+        (Quality::COUNTER_ESTIMATED, "counter_estimated"),
     ];
 
     pub fn contains(self, other: Quality) -> bool {
@@ -56,7 +61,8 @@ impl Quality {
             | Quality::FACILITY_FALLBACK.0
             | Quality::NODE_MODEL.0
             | Quality::RESET_ESTIMATED.0
-            | Quality::OVERHEAD_ESTIMATED.0;
+            | Quality::OVERHEAD_ESTIMATED.0
+            | Quality::COUNTER_ESTIMATED.0;
         self.0 & ESTIMATED != 0
     }
 
@@ -114,5 +120,18 @@ mod tests {
         assert_eq!(Quality::from_names(q.names()), q);
         assert!(q.is_estimated());
         assert!(!Quality::RESET.is_estimated());
+    }
+
+    #[test]
+    fn a_counter_the_agent_estimated_is_estimated_energy() {
+        assert!(Quality::COUNTER_ESTIMATED.is_estimated());
+        assert_eq!(
+            Quality::COUNTER_ESTIMATED.names(),
+            vec!["counter_estimated"]
+        );
+        assert_eq!(
+            Quality::from_names(["counter_estimated"]),
+            Quality::COUNTER_ESTIMATED
+        );
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! Two sites in different grids (Frankfurt with a facility meter and PDU kWh counters;
 //! Oregon with static PUE and BMC power readings), 20 nodes × 8 H100-class GPUs (700 W TDP,
-//! ~70–95 W idle), seven tenants, training jobs with synchronous swings and checkpoint dips,
-//! shared inference endpoints with bursty, uncorrelated load and per-tenant token counters
-//! (one of them disaggregated: its prompts on prefill GPUs, its generation on decode GPUs),
+//! ~70–95 W idle) and in Oregon a rack of 4 nodes × 8 MI300X-class GPUs (750 W TDP,
+//! ~130–155 W idle) with a training run and two inference endpoints, seven tenants, training
+//! jobs with synchronous swings and checkpoint dips, shared inference endpoints with bursty,
+//! uncorrelated load and per-tenant token counters (one of them disaggregated: its prompts on
+//! prefill GPUs, its generation on decode GPUs),
 //! batch lanes with idle gaps, a notebook on a MIG half, one GPU counter reset (driver
 //! reload), an agent outage (counter gap) and a BMC outage (power-only gap).
 //!
@@ -62,10 +64,19 @@ struct Node {
     gpus: Vec<usize>,
 }
 
+/// The GPUs' device models, as their collectors report them.
+const H100: &str = "NVIDIA H100 80GB HBM3";
+const MI300X: &str = "AMD Instinct MI300X";
+
+/// Nodes of MI300X-class GPUs appended to Oregon's H100 nodes (node indices 20–23).
+const AMD_NODES: usize = 4;
+
 #[derive(Debug, Clone)]
 struct GpuDev {
     key: String,
     uuid: String,
+    /// Its device model (`H100` or `MI300X`).
+    model: &'static str,
     /// MIG instance meter keys, for GPUs partitioned in halves.
     mig: Vec<String>,
 }
@@ -184,8 +195,14 @@ impl Simulation {
         let to_ms = to_ms - to_ms.rem_euclid(interval_ms);
         let mut nodes = Vec::new();
         let mut gpus = Vec::new();
-        for (site_idx, site, count) in [(0usize, "fra1", 12usize), (1, "ore1", 8)] {
-            for n in 0..count {
+        // (site, its key, first node number, nodes, device model)
+        let racks = [
+            (0usize, "fra1", 0usize, 12usize, H100),
+            (1, "ore1", 0, 8, H100),
+            (1, "ore1", 8, AMD_NODES, MI300X),
+        ];
+        for (site_idx, site, first, count, model) in racks {
+            for n in first..first + count {
                 let node = nodes.len();
                 let mut list = Vec::new();
                 for g in 0..8 {
@@ -210,6 +227,7 @@ impl Simulation {
                     gpus.push(GpuDev {
                         key: format!("{site}-n{n:02}-gpu{g}"),
                         uuid,
+                        model,
                         mig,
                     });
                 }
@@ -243,6 +261,12 @@ impl Simulation {
                 ],
                 tokens_per_s: 1900.0,
                 peak_hour_utc: 20.0,
+            },
+            // Served from Oregon's MI300X rack.
+            Deployment {
+                tenants: &[("lumen-search", 0.6), ("quanta-fin", 0.4)],
+                tokens_per_s: 3400.0,
+                peak_hour_utc: 18.0,
             },
         ];
         let span = to_ms - from_ms;
@@ -466,6 +490,7 @@ impl Simulation {
                 }
             }
         }
+        self.schedule_amd_rack(&mut jobs, &mut slurm_id);
         // Keep jobs that overlap the window, clipped to it for what we report.
         jobs.retain(|j| j.end > from && j.start < to);
         // A run resumed from one that ended before the window names nothing sent.
@@ -493,6 +518,74 @@ impl Simulation {
         self.moved = moved;
     }
 
+    /// Oregon's MI300X rack (nodes 20–23), scheduled after everything else so the H100
+    /// fleet's jobs stay as they were: a training run on nodes 20 and 21 with maintenance
+    /// gaps, Llama 3.1 70B served on node 22 and Mistral 7B on half of node 23 (the other
+    /// half idles), both for the rack's own shared endpoint.
+    fn schedule_amd_rack(&self, jobs: &mut Vec<Job>, slurm_id: &mut u64) {
+        let seed = self.seed;
+        let (from, to) = (self.from_ms, self.to_ms);
+        let first = self.nodes.len() - AMD_NODES;
+        let mut t = from - rng::int(seed, 10, 3, 0, 0, 24) * HOUR;
+        let mut k = 0u64;
+        while t < to {
+            let len = rng::int(seed, 11, 3, k, 12, 48) * HOUR;
+            let gap = rng::int(seed, 12, 3, k, 20, 240) * MINUTE;
+            *slurm_id += 1;
+            let o = outcome::training(seed, *slurm_id, t, len);
+            jobs.push(Job {
+                key: format!("slurm:ore1:{slurm_id}"),
+                name: format!("acme-llm-34b-finetune-r{k}"),
+                tenant: "acme-research",
+                model: Some("acme-llm-34b"),
+                kind: JobKind::Training,
+                start: t,
+                end: o.end,
+                gpus: (first..first + 2)
+                    .flat_map(|n| self.node_gpus(n, 0..8))
+                    .collect(),
+                workload: Workload::Training,
+                state: o.state,
+                checkpoint: o.checkpoint,
+                // A preempted run starts afresh here: its next run is a new fine-tune.
+                requeue_of: None,
+                phase: None,
+            });
+            t = o.end + gap;
+            k += 1;
+        }
+        let serving = [
+            ("llama-3.1-70b", first + 2, 0..8),
+            ("mistral-7b", first + 3, 0..4),
+        ];
+        for (si, (model, node, range)) in serving.into_iter().enumerate() {
+            let si = 3 + si as u64;
+            let mut t = from - DAY;
+            let mut k = 0u64;
+            while t < to {
+                let len = rng::int(seed, 20, si, k, 5, 12) * DAY;
+                let uid = rng::hash(seed, 21, si, k);
+                jobs.push(Job {
+                    key: format!("k8s:serving/{model}-{:016x}", uid),
+                    name: format!("{model}-serving-mi300x"),
+                    tenant: "lumen-search",
+                    model: Some(model),
+                    kind: JobKind::Inference,
+                    start: t,
+                    end: t + len,
+                    gpus: self.node_gpus(node, range.clone()),
+                    workload: Workload::Inference(3),
+                    state: EndState::Completed,
+                    checkpoint: None,
+                    requeue_of: None,
+                    phase: None,
+                });
+                t += len + 4 * MINUTE;
+                k += 1;
+            }
+        }
+    }
+
     pub fn tenant_records(&self) -> Value {
         json!({ "records": TENANTS.iter().map(|(k, n)| json!({"key": k, "name": n})).collect::<Vec<_>>() })
     }
@@ -503,12 +596,20 @@ impl Simulation {
         })).collect::<Vec<_>>() })
     }
 
-    /// The simulated GPUs' embodied carbon, for SCI's M. The figure is illustrative (the
-    /// order of magnitude published LCAs give for an H100 board), not a vendor's PCF.
+    /// The simulated GPUs' embodied carbon, for SCI's M. The figures are illustrative (the
+    /// order of magnitude published LCAs give for an H100 board; more for an MI300X, whose
+    /// package carries eight HBM3 stacks), not a vendor's PCF. The MI300X carries a GPU-hour
+    /// rate in Oregon's currency, and the names its AMD collectors report it by (the device
+    /// metrics exporter's part number and PCI device id) as aliases.
     pub fn device_model_records(&self) -> Value {
         json!({ "records": [{
-            "key": "NVIDIA H100 80GB HBM3", "embodied_kg": "164", "lifetime_hours": 43800,
+            "key": H100, "embodied_kg": "164", "lifetime_hours": 43800,
             "typical_power_w": 650,
+            "source": "illustrative figure for the demo; use the vendor's product carbon footprint"
+        }, {
+            "key": MI300X, "embodied_kg": "215", "lifetime_hours": 43800,
+            "typical_power_w": 700, "gpu_hour_rate": "1.85", "currency": "USD",
+            "aliases": ["102-G30211-00", "0x74a1"],
             "source": "illustrative figure for the demo; use the vendor's product carbon footprint"
         }]})
     }
@@ -590,7 +691,7 @@ impl Simulation {
                 let gpu = &self.gpus[g];
                 records.push(
                     json!({"key": gpu.key, "site": site.key, "kind": "gpu", "parent": n.key,
-                    "gpu_uuid": gpu.uuid, "device_model": "NVIDIA H100 80GB HBM3"}),
+                    "gpu_uuid": gpu.uuid, "device_model": gpu.model}),
                 );
                 for m in &gpu.mig {
                     records.push(
@@ -661,11 +762,18 @@ impl Simulation {
         (0.55 + 0.4 * phase).clamp(0.15, 1.0)
     }
 
-    /// Average power of a GPU over the interval starting at `t`, in W.
+    /// Average power of a GPU over the interval starting at `t`, in W: an H100's up to its
+    /// 700 W TDP, idling at 72–90 W; an MI300X's up to 750 W, idling at 130–150 W (its
+    /// HBM3 and Infinity Fabric hold a higher floor), its load scaled by 750/700.
     fn gpu_power(&self, gpu: usize, t: i64) -> f64 {
         let s = self.seed;
         let k = (t / self.interval_ms) as u64;
-        let idle = 72.0
+        let (idle_w, tdp, scale) = if self.gpus[gpu].model == MI300X {
+            (130.0, 750.0, 750.0 / 700.0)
+        } else {
+            (72.0, 700.0, 1.0)
+        };
+        let idle = idle_w
             + 18.0 * rng::unit(s, 50, gpu as u64, 0)
             + rng::range(s, 51, gpu as u64, k, -3.0, 3.0);
         let mid = t + self.interval_ms / 2;
@@ -678,13 +786,14 @@ impl Simulation {
                 let since = mid - job.start;
                 // Checkpoint every 45 minutes: all GPUs of the job drop together.
                 if since % (45 * MINUTE) < self.interval_ms {
-                    return 240.0 + rng::range(s, 53, gpu as u64, k, -10.0, 10.0);
+                    return (240.0 + rng::range(s, 53, gpu as u64, k, -10.0, 10.0)) * scale;
                 }
                 // Synchronous swing (collective phases) shared by the job, small per-GPU spread.
                 let swing =
                     40.0 * ((since as f64 / (17.0 * MINUTE as f64)) * std::f64::consts::TAU).sin();
                 let spread = 12.0 * (rng::unit(s, 54, gpu as u64, 0) - 0.5);
-                (648.0 + swing + spread + rng::range(job_seed, 55, 0, k, -8.0, 8.0)).min(700.0)
+                ((648.0 + swing + spread + rng::range(job_seed, 55, 0, k, -8.0, 8.0)) * scale)
+                    .min(tdp)
             }
             Workload::Inference(dep) => {
                 // Bursty and uncorrelated across GPUs: each GPU gets its own burst factor.
@@ -696,7 +805,7 @@ impl Simulation {
                     Some(Phase::Decode) => (150.0, 380.0),
                     _ => (120.0, 520.0),
                 };
-                (base + span * self.load(dep, mid) * burst).min(700.0)
+                ((base + span * self.load(dep, mid) * burst) * scale).min(tdp)
             }
             Workload::Batch(level) => level + rng::range(s, 57, gpu as u64, k, -30.0, 30.0),
             // A MIG half in use: the other half idles.
@@ -916,10 +1025,39 @@ mod tests {
     }
 
     #[test]
+    fn oregon_has_a_rack_of_mi300x_at_work() {
+        let s = sim();
+        let amd: Vec<usize> = (0..s.gpus.len())
+            .filter(|&g| s.gpus[g].model == MI300X)
+            .collect();
+        assert_eq!(amd.len(), 8 * AMD_NODES);
+        assert!(amd.iter().all(|&g| s.gpus[g].key.starts_with("ore1-n")));
+        let on_rack = |kind| {
+            s.jobs
+                .iter()
+                .any(|j| j.kind == kind && j.gpus.iter().all(|(g, _)| s.gpus[*g].model == MI300X))
+        };
+        assert!(on_rack(JobKind::Training) && on_rack(JobKind::Inference));
+        // Idle at ~140 W, at work up to its 750 W TDP.
+        let idle = s.gpu_power(amd[8 * 3 + 6], s.from_ms);
+        assert!((120.0..160.0).contains(&idle), "{idle}");
+        let meters = s.meter_records();
+        let models: std::collections::BTreeSet<&str> = meters["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["device_model"].as_str())
+            .collect();
+        assert_eq!(models, [MI300X, H100].into());
+        let devices = s.device_model_records();
+        assert_eq!(devices["records"][1]["key"], MI300X);
+    }
+
+    #[test]
     fn a_cluster_a_user_can_believe() {
         let s = sim();
-        assert_eq!(s.nodes.len(), 20);
-        assert_eq!(s.gpus.len(), 160);
+        assert_eq!(s.nodes.len(), 24);
+        assert_eq!(s.gpus.len(), 192);
         assert!(s.jobs.iter().any(|j| j.kind == JobKind::Training));
         assert!(s.jobs.iter().any(|j| j.kind == JobKind::Inference));
         assert!(s.jobs.iter().any(|j| j.kind == JobKind::Batch));
@@ -931,7 +1069,12 @@ mod tests {
         for g in 0..s.gpus.len() {
             for k in 0..50 {
                 let p = s.gpu_power(g, s.from_ms + k * s.interval_ms);
-                assert!((60.0..=700.0).contains(&p), "GPU {g} at {p} W");
+                let (idle, tdp) = if s.gpus[g].model == MI300X {
+                    (120.0, 750.0)
+                } else {
+                    (60.0, 700.0)
+                };
+                assert!((idle..=tdp).contains(&p), "GPU {g} at {p} W");
             }
         }
     }

@@ -304,15 +304,17 @@ pub async fn learned_draw(
     .await?)
 }
 
-/// Device models' typical draw, W.
+/// Device models' typical draw, W, under every name of each: its key and its aliases (a
+/// request may name the model as its collectors report it).
 pub async fn typical_draw(pool: &PgPool) -> StoreResult<HashMap<String, i64>> {
     let rows = sqlx::query!(
-        r#"SELECT key, typical_power_w AS "w!" FROM device_models
-           WHERE typical_power_w IS NOT NULL"#,
+        r#"SELECT n.name AS "name!", d.typical_power_w AS "w!"
+           FROM device_model_names n JOIN device_models d ON d.key = n.device_model
+           WHERE d.typical_power_w IS NOT NULL"#,
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.key, i64::from(r.w))).collect())
+    Ok(rows.into_iter().map(|r| (r.name, i64::from(r.w))).collect())
 }
 
 #[derive(Debug, Clone)]

@@ -85,7 +85,7 @@ pub struct Window {
     job_ids: Vec<i64>,
     tokens: Vec<TokenSpan>,
     /// GPU meter id → (embodied carbon in ng per ms of its life, GPU-time price in 1e-12
-    /// currency per ms), for known device models only.
+    /// currency per ms), for known device models only (named by key or alias).
     embodied: HashMap<i64, (i64, i64)>,
     devices: Devices,
 }
@@ -115,6 +115,7 @@ struct RawSample {
     power_mw: Option<i64>,
     peak_mw: Option<i64>,
     raw: bool,
+    counter_estimated: bool,
 }
 
 struct AllocationRow {
@@ -271,8 +272,11 @@ impl MeterTree {
 
 async fn meter_tree(pool: &PgPool, site_id: i64) -> StoreResult<MeterTree> {
     let meters = sqlx::query!(
-        r#"SELECT id, kind AS "kind: MeterKind", parent_id, device_model
-           FROM meters WHERE site_id = $1 ORDER BY id"#,
+        // A model reported under an alias (an exporter's part number) is its device model's.
+        r#"SELECT m.id, m.kind AS "kind: MeterKind", m.parent_id,
+                  coalesce(n.device_model, m.device_model) AS device_model
+           FROM meters m LEFT JOIN device_model_names n ON n.name = m.device_model
+           WHERE m.site_id = $1 ORDER BY m.id"#,
         site_id,
     )
     .fetch_all(pool)
@@ -335,7 +339,8 @@ async fn embodied(pool: &PgPool, site_id: i64) -> StoreResult<HashMap<i64, (i64,
     Ok(sqlx::query!(
         "SELECT m.id, d.embodied_kg, d.lifetime_hours,
                 CASE WHEN d.rate_currency = s.currency THEN d.gpu_hour_rate END AS rate
-         FROM meters m JOIN device_models d ON d.key = m.device_model
+         FROM meters m JOIN device_model_names n ON n.name = m.device_model
+         JOIN device_models d ON d.key = n.device_model
          JOIN sites s ON s.id = m.site_id
          WHERE m.site_id = $1 AND m.kind = 'gpu'",
         site_id,
@@ -371,16 +376,16 @@ async fn samples(
     let mut rows = sqlx::query_as!(
         RawSample,
         r#"SELECT meter_id AS "meter_id!", ts AS "ts!", counter_mj, power_mw, peak_mw,
-                raw AS "raw!" FROM samples
+                raw AS "raw!", counter_estimated AS "counter_estimated!" FROM samples
          WHERE site_id = $4 AND meter_id = ANY($1) AND ts >= $2 AND ts < $3
          UNION ALL
-         SELECT m.id, p.ts, p.counter_mj, p.power_mw, p.peak_mw, p.raw FROM unnest($1::bigint[]) AS m(id)
-         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw FROM samples s
+         SELECT m.id, p.ts, p.counter_mj, p.power_mw, p.peak_mw, p.raw, p.counter_estimated FROM unnest($1::bigint[]) AS m(id)
+         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw, counter_estimated FROM samples s
                              WHERE s.site_id = $4 AND s.meter_id = m.id AND s.ts < $2
                              ORDER BY ts DESC LIMIT 2) p
          UNION ALL
-         SELECT m.id, n.ts, n.counter_mj, n.power_mw, n.peak_mw, n.raw FROM unnest($1::bigint[]) AS m(id)
-         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw FROM samples s
+         SELECT m.id, n.ts, n.counter_mj, n.power_mw, n.peak_mw, n.raw, n.counter_estimated FROM unnest($1::bigint[]) AS m(id)
+         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw, counter_estimated FROM samples s
                              WHERE s.site_id = $4 AND s.meter_id = m.id AND s.ts >= $3
                              ORDER BY ts LIMIT 2) n"#,
         metered,
@@ -403,6 +408,7 @@ fn by_meter(mut rows: Vec<RawSample>) -> HashMap<i64, Vec<Sample>> {
             ts_ms: r.ts.timestamp_millis(),
             counter_mj: r.counter_mj,
             power_mw: r.power_mw,
+            counter_estimated: r.counter_estimated,
         });
     }
     samples

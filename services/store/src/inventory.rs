@@ -171,13 +171,15 @@ pub struct DeviceModelRecord {
     pub gpu_hour_rate: Option<(Decimal, String)>,
     /// Typical draw under load, W, for admission estimates.
     pub typical_power_w: Option<i32>,
+    /// Every other name collectors report it by, replacing those stored; `None` keeps them.
+    pub aliases: Option<Vec<String>>,
 }
 
 /// Device models apply to hours attributed from now on; `wattledger attribute --from --to`
 /// recomputes history with a revised figure.
 #[tracing::instrument(skip_all, fields(n = records.len()))]
 pub async fn upsert_device_models(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     records: &[DeviceModelRecord],
 ) -> StoreResult<u64> {
     let done = sqlx::query!(
@@ -211,15 +213,77 @@ pub async fn upsert_device_models(
             .map(|r| r.typical_power_w)
             .collect::<Vec<_>>() as &[Option<i32>],
     )
-    .execute(pool)
+    .execute(&mut *conn)
     .await?;
-    Ok(done.rows_affected())
+    let listed: Vec<&DeviceModelRecord> = records.iter().filter(|r| r.aliases.is_some()).collect();
+    let (mut alias, mut model) = (Vec::new(), Vec::new());
+    for r in &listed {
+        for a in r.aliases.iter().flatten() {
+            alias.push(a.clone());
+            model.push(r.key.clone());
+        }
+    }
+    let dropped = sqlx::query!(
+        "DELETE FROM device_model_aliases WHERE device_model = ANY($1) AND alias <> ALL($2)",
+        &listed.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+        &alias,
+    )
+    .execute(&mut *conn)
+    .await?;
+    let set = sqlx::query!(
+        "INSERT INTO device_model_aliases (alias, device_model)
+         SELECT * FROM UNNEST($1::text[], $2::text[])
+         ON CONFLICT (alias) DO UPDATE SET device_model = excluded.device_model
+         WHERE device_model_aliases.device_model <> excluded.device_model",
+        &alias,
+        &model,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() + dropped.rows_affected() + set.rows_affected())
+}
+
+/// The device model each of these names resolves to: a model's key to itself, an alias to
+/// its model; unknown names are absent.
+pub async fn device_model_names<'e>(
+    db: impl PgExecutor<'e>,
+    names: &[String],
+) -> StoreResult<HashMap<String, String>> {
+    let rows = sqlx::query!(
+        r#"SELECT name AS "name!", device_model AS "device_model!" FROM device_model_names
+           WHERE name = ANY($1)"#,
+        names,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.name, r.device_model)).collect())
 }
 
 /// Upserts meters in order, so a batch may name a parent defined earlier in the same batch.
+///
+/// A GPU UUID names one device: a record that gives a UUID another meter of its site holds
+/// takes it from that meter (an older AMD agent gave a board meter its partition 0's UUID).
+/// An AMD board switched from SPX to CPX comes back as a board meter (`gpu`) with its
+/// partition 0, once the whole GPU, now a `mig` meter under it; switched back, the partition
+/// is the whole GPU again. A meter's kind and parent change with its record (the handler
+/// checks the tree stays whole).
 #[tracing::instrument(skip_all, fields(n = records.len()))]
 pub async fn upsert_meters(conn: &mut PgConnection, records: &[MeterRecord]) -> StoreResult<u64> {
-    let mut changed = 0;
+    let with_uuid: Vec<&MeterRecord> = records.iter().filter(|r| r.gpu_uuid.is_some()).collect();
+    let released = sqlx::query!(
+        "UPDATE meters m SET gpu_uuid = NULL, updated_at = now()
+         FROM UNNEST($1::text[], $2::bigint[], $3::text[]) AS r(key, site_id, gpu_uuid)
+         WHERE m.gpu_uuid = r.gpu_uuid AND m.key <> r.key AND m.site_id = r.site_id",
+        &with_uuid.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+        &with_uuid.iter().map(|r| r.site_id).collect::<Vec<_>>(),
+        &with_uuid
+            .iter()
+            .map(|r| r.gpu_uuid.clone())
+            .collect::<Vec<_>>() as &[Option<String>],
+    )
+    .execute(&mut *conn)
+    .await?;
+    let mut changed = released.rows_affected();
     // Parents first (kinds sort outermost first). Within a kind the batch order is kept.
     let mut ordered: Vec<&MeterRecord> = records.iter().collect();
     ordered.sort_by_key(|r| r.kind);
@@ -342,6 +406,77 @@ pub async fn meters_by_key_or_uuid<'e>(
     }
     by_uuid.extend(by_key);
     Ok(by_uuid)
+}
+
+/// Each partition (MIG-kind meter) among `meter_ids`: its profile, and how many partitions
+/// of that profile its GPU has (the layout it is part of: an AMD board's partitions in one
+/// mode share the mode as their profile, and those of a mode it left keep the old one).
+pub async fn partitions_of<'e>(
+    db: impl PgExecutor<'e>,
+    meter_ids: &[i64],
+) -> StoreResult<HashMap<i64, (Option<String>, i64)>> {
+    let rows = sqlx::query!(
+        r#"SELECT m.id, m.mig_profile,
+                  (SELECT count(*) FROM meters s
+                   WHERE s.parent_id = m.parent_id AND s.kind = 'mig'
+                     AND s.mig_profile IS NOT DISTINCT FROM m.mig_profile) AS "partitions!"
+           FROM meters m WHERE m.id = ANY($1) AND m.kind = 'mig'"#,
+        meter_ids,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.id, (r.mig_profile, r.partitions)))
+        .collect())
+}
+
+/// The meters holding these GPU UUIDs, by UUID.
+pub async fn uuid_holders<'e>(
+    db: impl PgExecutor<'e>,
+    uuids: &[String],
+) -> StoreResult<HashMap<String, MeterRef>> {
+    let rows = sqlx::query!(
+        r#"SELECT gpu_uuid AS "gpu_uuid!", id, site_id, kind AS "kind: MeterKind", parent_id
+           FROM meters WHERE gpu_uuid = ANY($1)"#,
+        uuids,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let m = MeterRef {
+                id: r.id,
+                site_id: r.site_id,
+                kind: r.kind,
+                parent_id: r.parent_id,
+            };
+            (r.gpu_uuid, m)
+        })
+        .collect())
+}
+
+/// The stored children of these meters: parent id → (key, kind) of each, in key order.
+pub async fn children_of<'e>(
+    db: impl PgExecutor<'e>,
+    parent_ids: &[i64],
+) -> StoreResult<HashMap<i64, Vec<(String, MeterKind)>>> {
+    let rows = sqlx::query!(
+        r#"SELECT parent_id AS "parent_id!", key, kind AS "kind: MeterKind" FROM meters
+           WHERE parent_id = ANY($1) ORDER BY key"#,
+        parent_ids,
+    )
+    .fetch_all(db)
+    .await?;
+    let mut children: HashMap<i64, Vec<(String, MeterKind)>> = HashMap::new();
+    for r in rows {
+        children
+            .entry(r.parent_id)
+            .or_default()
+            .push((r.key, r.kind));
+    }
+    Ok(children)
 }
 
 /// A site, as the sites API lists it.

@@ -23,6 +23,9 @@ pub struct SampleRow {
     pub peak_mw: Option<i64>,
     /// A raw reading (kept for the raw retention), not a step record.
     pub raw: bool,
+    /// The agent estimated part of the counter's rise up to this sample from power readings
+    /// (the counter stuck or was reset): counted as estimated energy.
+    pub counter_estimated: bool,
 }
 
 /// A sent sample whose (meter, ts) was already stored with other values.
@@ -86,17 +89,21 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     let powers: Vec<Option<i64>> = rows.iter().map(|r| r.power_mw).collect();
     let peaks: Vec<Option<i64>> = rows.iter().map(|r| r.peak_mw).collect();
     let raws: Vec<bool> = rows.iter().map(|r| r.raw).collect();
+    let estimated: Vec<bool> = rows.iter().map(|r| r.counter_estimated).collect();
 
     // The CTE's snapshot does not see its own inserts, so the join finds exactly the rows
     // that were there before: duplicates and conflicts.
     let existing = sqlx::query!(
         r#"WITH input AS (
              SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[],
-                                  $5::bigint[], $6::bigint[], $7::boolean[])
-                 WITH ORDINALITY AS t(site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw, idx)
+                                  $5::bigint[], $6::bigint[], $7::boolean[], $8::boolean[])
+                 WITH ORDINALITY AS t(site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw,
+                                      counter_estimated, idx)
          ), ins AS (
-             INSERT INTO samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw)
-             SELECT site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw FROM input
+             INSERT INTO samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw,
+                                  counter_estimated)
+             SELECT site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw, counter_estimated
+             FROM input
              ON CONFLICT (site_id, meter_id, ts, raw) DO NOTHING
          )
          SELECT (i.idx - 1)::int AS "idx!", s.counter_mj, s.power_mw, s.peak_mw,
@@ -112,6 +119,7 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
         &powers as &[Option<i64>],
         &peaks as &[Option<i64>],
         &raws,
+        &estimated,
     )
     .fetch_all(&mut *tx)
     .await?;
@@ -242,7 +250,8 @@ fn spans_of(rows: &[SampleRow]) -> Vec<partitions::Span> {
 async fn copy(tx: &mut Transaction<'_, Postgres>, rows: &[SampleRow]) -> Result<(), sqlx::Error> {
     let mut copy = tx
         .copy_in_raw(
-            "COPY samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw) FROM STDIN (FORMAT binary)",
+            "COPY samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw, counter_estimated)
+             FROM STDIN (FORMAT binary)",
         )
         .await?;
     copy.send(binary_copy(rows)).await?;
@@ -256,7 +265,7 @@ const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 /// The binary COPY stream: signature, flags and header extension, then per row a field
 /// count and each field as (length, big-endian value) or length -1 for NULL, then -1.
 fn binary_copy(rows: &[SampleRow]) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(19 + rows.len() * 75 + 2);
+    let mut buf = Vec::with_capacity(19 + rows.len() * 80 + 2);
     buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
     buf.extend_from_slice(&0i32.to_be_bytes());
     buf.extend_from_slice(&0i32.to_be_bytes());
@@ -268,7 +277,7 @@ fn binary_copy(rows: &[SampleRow]) -> Vec<u8> {
         None => buf.extend_from_slice(&(-1i32).to_be_bytes()),
     };
     for r in rows {
-        buf.extend_from_slice(&7i16.to_be_bytes());
+        buf.extend_from_slice(&8i16.to_be_bytes());
         int8(&mut buf, Some(r.site_id));
         int8(&mut buf, Some(r.meter_id));
         int8(&mut buf, Some(r.ts.timestamp_micros() - PG_EPOCH_OFFSET_US));
@@ -277,6 +286,8 @@ fn binary_copy(rows: &[SampleRow]) -> Vec<u8> {
         int8(&mut buf, r.peak_mw);
         buf.extend_from_slice(&1i32.to_be_bytes());
         buf.push(u8::from(r.raw));
+        buf.extend_from_slice(&1i32.to_be_bytes());
+        buf.push(u8::from(r.counter_estimated));
     }
     buf.extend_from_slice(&(-1i16).to_be_bytes());
     buf
@@ -298,10 +309,11 @@ mod tests {
             power_mw: Some(5),
             peak_mw: None,
             raw: true,
+            counter_estimated: true,
         }]);
         assert_eq!(&buf[..11], b"PGCOPY\n\xff\r\n\0");
         let row = &buf[19..];
-        assert_eq!(&row[..2], &7i16.to_be_bytes());
+        assert_eq!(&row[..2], &8i16.to_be_bytes());
         assert_eq!(&row[6..14], &3i64.to_be_bytes());
         assert_eq!(&row[18..26], &7i64.to_be_bytes());
         // One second after PostgreSQL's epoch.
@@ -309,6 +321,8 @@ mod tests {
         assert_eq!(&row[38..42], &(-1i32).to_be_bytes());
         // After the power (12 bytes) and a NULL peak, raw: a one-byte boolean.
         assert_eq!(&row[58..63], &[0, 0, 0, 1, 1]);
+        // Then whether the agent estimated the counter: another one-byte boolean.
+        assert_eq!(&row[63..68], &[0, 0, 0, 1, 1]);
         assert_eq!(&buf[buf.len() - 2..], &(-1i16).to_be_bytes());
     }
 }

@@ -77,8 +77,10 @@ wattledger_domain::record! {
     pub struct Allocation {
         /// The GPU's or MIG instance's meter key, or a GPU's UUID.
         pub meter: String,
-        /// 0 < share ≤ 1 in steps of 0.000001; 1 (a whole GPU) when absent. Decimal text
-        /// (`"0.5"`) on the wire, so shares stay exact; a JSON number is read exactly too.
+        /// 0 < share ≤ 1 of the GPU in steps of 0.000001. When absent: 1 (the whole GPU) for
+        /// a GPU, and for a partition its part of its GPU (a MIG profile `3g.40gb`: 3/7; an
+        /// AMD compute partition: 1/N of its board's N partitions). Decimal text (`"0.5"`) on
+        /// the wire, so shares stay exact; a JSON number is read exactly too.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "0.5"))]
         pub share: Option<Decimal>,
@@ -166,11 +168,6 @@ impl Allocation {
             p.add("end_at", "must be after start_at");
         }
         p.done()
-    }
-
-    /// The share as given, 1 when absent.
-    pub fn share_or_whole(&self) -> Decimal {
-        self.share.unwrap_or(Decimal::ONE)
     }
 }
 

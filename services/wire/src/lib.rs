@@ -103,6 +103,7 @@ mod readers_agree {
                 power_w: power,
                 peak_w: power.map(|p| p * 1.5),
                 step_s: step,
+                counter_estimated: false,
             });
         }
 

@@ -34,6 +34,12 @@ wattledger_domain::record! {
         /// Absent for a raw reading: the server keeps the two apart, raw readings expire sooner.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub step_s: Option<u32>,
+        /// The agent estimated part of the counter's rise since the meter's previous reading
+        /// from its power readings: the GPU's energy counter stuck (an AMD accumulator that
+        /// stops moving under load) or was reset. Counted as estimated energy
+        /// (`counter_estimated` in the data quality). Only with `counter_mj`; false when absent.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub counter_estimated: bool = false,
     }
 }
 
@@ -51,6 +57,9 @@ impl Sample {
         let peak_mw = watts(&mut p, "peak_w", self.peak_w);
         if peak_mw.is_some() && peak_mw < power_mw {
             p.add("peak_w", "is below power_w, the step's mean");
+        }
+        if self.counter_estimated && self.counter_mj.is_none() {
+            p.add("counter_estimated", "is only for a sample with counter_mj");
         }
         if self.counter_mj.is_none() && self.power_w.is_none() && p.is_empty() {
             p.add("counter_mj", "a sample needs counter_mj or power_w");
@@ -116,6 +125,7 @@ mod tests {
             power_w: Some(300.0),
             peak_w: Some(410.5),
             step_s: None,
+            counter_estimated: false,
         }
     }
 
@@ -149,6 +159,7 @@ mod tests {
         let step = Sample {
             ts: at(60),
             step_s: Some(60),
+            counter_estimated: false,
             ..sample()
         };
         assert!(step.check(at(60)).is_empty());

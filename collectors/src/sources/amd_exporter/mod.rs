@@ -8,7 +8,7 @@
 
 pub mod parse;
 
-use super::accumulator::{Accumulator, Counter, Reading};
+use super::accumulator::{Accumulator, Counter, Event, Reading};
 use super::amd_board::{boards, Board, Keys, Logical};
 use super::amdsmi::check_amd;
 use super::gpu_meter::{default_gpu_meter, default_socket_meter};
@@ -187,17 +187,18 @@ impl AmdExporterSource {
                 if let Some(e) = event {
                     e.log(&source, &key);
                 }
-                sent
+                (sent, event.is_some_and(Event::estimated))
             });
             let power_w = r.power_mw.map(|mw| mw as f64 / 1000.0);
             if counter_mj.is_some() || power_w.is_some() {
                 samples.push(Sample {
                     meter: key,
                     ts: now,
-                    counter_mj,
+                    counter_mj: counter_mj.map(|(sent, _)| sent),
                     power_w,
                     peak_w: None,
                     step_s: None,
+                    counter_estimated: counter_mj.is_some_and(|(_, estimated)| estimated),
                 });
             }
         }

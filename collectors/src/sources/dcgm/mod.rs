@@ -158,6 +158,7 @@ impl DcgmSource {
                     power_w: r.power_w,
                     peak_w: None,
                     step_s: None,
+                    counter_estimated: false,
                 });
             }
         }

@@ -57,6 +57,7 @@ pub fn samples(
             power_w: None,
             peak_w: None,
             step_s: None,
+            counter_estimated: false,
         });
         if u.is_energy() {
             sample.counter_mj = u.millijoules(s.value);

@@ -80,6 +80,7 @@ pub fn records(
                 power_w,
                 peak_w: None,
                 step_s: None,
+                counter_estimated: false,
             });
         }
     }

@@ -237,7 +237,7 @@ async fn seed_and_summarise(
         args.sample_interval_s * 1000,
     ));
     eprintln!(
-        "Simulating {} to {}: 2 sites, 20 nodes, 160 GPUs, 7 tenants, {} jobs",
+        "Simulating {} to {}: 2 sites, 24 nodes, 192 GPUs (160 H100, 32 MI300X), 7 tenants, {} jobs",
         from.format("%Y-%m-%d %H:%M"),
         to.format("%Y-%m-%d %H:%M UTC"),
         sim.job_count()

@@ -246,12 +246,13 @@ impl Goodput {
 pub struct DataQuality {
     /// Data-quality flags of any ledger row summed here, sorted: meters (`counter_reset`,
     /// `reset_estimated`, `gap`, `missing`, `negative_overhead`, `node_model`,
-    /// `facility_fallback`, `overhead_estimated`) and signals (`price_fallback`,
+    /// `facility_fallback`, `overhead_estimated`, `counter_estimated`) and signals (`price_fallback`,
     /// `price_missing`, `price_estimated`, `carbon_fallback`, `carbon_missing`,
     /// `carbon_estimated`, `carbon_marginal_missing`, `carbon_marginal_estimated`).
     pub flags: Vec<String>,
     /// Share of the energy that was estimated rather than read (gaps, counter resets, the
-    /// static node model, the facility fallback, an overhead split on an estimate).
+    /// static node model, the facility fallback, an overhead split on an estimate, a stuck
+    /// counter the agent counted from power).
     #[schema(value_type = Option<String>)]
     pub estimated_fraction: Option<Decimal>,
     /// Share of the energy the cost covers (the rest had no price at all, `price_missing`),

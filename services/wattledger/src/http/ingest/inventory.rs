@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::Json;
 use rust_decimal::Decimal;
 use serde::Deserialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use utoipa::ToSchema;
 use wattledger_domain::attribution::IdlePolicy;
 use wattledger_domain::meter_kind::MeterKind;
@@ -271,6 +271,11 @@ wattledger_domain::record! {
         /// Typical draw under load, 1 to 10000 W: admission's estimate for a job with no
         /// history.
         typical_power_w: Option<i64>,
+        /// Other names collectors report the model by, up to 32 (the AMD device metrics
+        /// exporter's `card_model` part number, e.g. `102-G30211-00`): a meter carrying one
+        /// is priced and given embodied carbon as this model. Replaces the aliases stored;
+        /// absent keeps them. An alias is no device model's key and no other model's alias.
+        aliases: Option<Vec<String>>,
     }
 }
 
@@ -311,6 +316,20 @@ impl DeviceModelIn {
         if let Some(w) = self.typical_power_w {
             p.within("typical_power_w", w, 1..=10_000);
         }
+        let aliases = self.aliases.as_deref().unwrap_or_default();
+        if aliases.len() > 32 {
+            p.add("aliases", "at most 32");
+        }
+        for (i, a) in aliases.iter().enumerate() {
+            let field = format!("aliases[{i}]");
+            // The same bound a meter's device_model has: an alias names what meters carry.
+            p.text(&field, a, 64);
+            if a.trim().is_empty() {
+                p.add(&field, "must not be empty");
+            } else if *a == self.key {
+                p.add(&field, "is the model's own key");
+            }
+        }
         p.done()
     }
 }
@@ -325,8 +344,43 @@ pub async fn device_models(
     Batch(batch): Batch,
 ) -> ApiResult<Json<IngestOutcome>> {
     caller.require(&[Role::Operator])?;
-    let records = accept_all(ReadBatch::of(&batch), |d: DeviceModelIn, r| {
+    let read = ReadBatch::<DeviceModelIn>::of(&batch);
+    // What the batch's keys and aliases name now, and what the batch itself lists.
+    let mut names: Vec<String> = read.records().map(|d| d.key.clone()).collect();
+    names.extend(
+        read.records()
+            .flat_map(|d| d.aliases.clone().unwrap_or_default()),
+    );
+    let stored = inventory::device_model_names(&state.pool, &names).await?;
+    let listing: HashMap<String, Vec<String>> = read
+        .records()
+        .filter_map(|d| Some((d.key.clone(), d.aliases.clone()?)))
+        .collect();
+    let keys: HashSet<String> = read.records().map(|d| d.key.clone()).collect();
+    let mut seen: HashSet<String> = HashSet::new();
+    let records = accept_all(read, |d: DeviceModelIn, r| {
         r.problems(d.check());
+        if let Some(model) = stored.get(&d.key).filter(|m| **m != d.key) {
+            r.error("key", format!("is an alias of device model {model}"));
+        }
+        for (i, a) in d.aliases.iter().flatten().enumerate() {
+            let field = format!("aliases[{i}]");
+            match stored.get(a) {
+                // Its own key: `check` said so.
+                _ if *a == d.key => {}
+                _ if !seen.insert(a.clone()) => r.error(&field, "appears twice in this batch"),
+                _ if keys.contains(a) => r.error(&field, "is a device model's key"),
+                Some(model) if model == a => r.error(&field, "is a device model's key"),
+                // Another model's alias moves only where this batch drops it from that one.
+                Some(model)
+                    if *model != d.key
+                        && listing.get(model).is_none_or(|kept| kept.contains(a)) =>
+                {
+                    r.error(&field, format!("is an alias of device model {model}"))
+                }
+                _ => {}
+            }
+        }
         Some(DeviceModelRecord {
             key: d.key,
             embodied_kg: d.embodied_kg,
@@ -334,10 +388,11 @@ pub async fn device_models(
             source: d.source,
             gpu_hour_rate: d.gpu_hour_rate.zip(d.currency),
             typical_power_w: d.typical_power_w.map(|w| w as i32),
+            aliases: d.aliases,
         })
     })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
-    let written = inventory::upsert_device_models(&state.pool, &records).await?;
+    let written = crate::app::ingest::device_models::write(&state.pool, &records).await?;
     state.admission.poke();
     Ok(Json(IngestOutcome::upserted(records.len(), written)))
 }
@@ -363,6 +418,15 @@ pub async fn meters(
         .cloned()
         .collect();
     let stored = inventory::meters_by_key(&state.pool, &keys).await?;
+    let uuids: Vec<String> = read.records().filter_map(|m| m.gpu_uuid.clone()).collect();
+    let uuid_holders = inventory::uuid_holders(&state.pool, &uuids).await?;
+    // The stored children of meters whose kind changes: the tree must stay whole.
+    let changing: Vec<i64> = read
+        .records()
+        .filter_map(|m| stored.get(&m.key).filter(|s| s.kind != m.kind))
+        .map(|s| s.id)
+        .collect();
+    let children = inventory::children_of(&state.pool, &changing).await?;
     // Parents may be defined in the same batch.
     let in_batch: HashMap<String, (MeterKind, String)> = read
         .records()
@@ -388,6 +452,32 @@ pub async fn meters(
                     "site",
                     format!("the meter is registered at site {at}; a meter's site cannot change (register it under a new key)"),
                 );
+            }
+        }
+        // A UUID another meter of this site holds moves to this one (the upsert takes it);
+        // one held at another site names a device that site has.
+        if let (Some(uuid), Some(site)) = (&m.gpu_uuid, site_id) {
+            let own = stored.get(&m.key).map(|s| s.id);
+            if let Some(holder) = uuid_holders.get(uuid) {
+                if Some(holder.id) != own && holder.site_id != site {
+                    r.error(
+                        "gpu_uuid",
+                        "the GPU UUID is registered to a meter at another site",
+                    );
+                }
+            }
+        }
+        // A meter that changes kind (an AMD board switched between SPX and CPX) keeps only
+        // children that may sit under its new kind, unless this batch moves them.
+        if let Some(was) = stored.get(&m.key).filter(|s| s.kind != m.kind) {
+            for (child, child_kind) in children.get(&was.id).into_iter().flatten() {
+                let moved = in_batch.contains_key(child);
+                if !moved && child_kind.parent() != Some(m.kind) {
+                    r.error(
+                        "kind",
+                        format!("the meter was a {} with the {child_kind} meter {child} under it, which a {} meter cannot hold: send {child} under its new parent in the same batch", was.kind, m.kind),
+                    );
+                }
             }
         }
         // The parent's kind and site, from this batch or from what is stored.

@@ -12,7 +12,10 @@ use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
 use chrono::Utc;
+use rust_decimal::Decimal;
 use std::collections::{HashMap, HashSet};
+use wattledger_domain::device_model;
+use wattledger_domain::meter_kind::MeterKind;
 use wattledger_store::inventory::{self, ids_by_key, KeyedTable};
 use wattledger_store::jobs::{self, AllocationRecord, JobRecord};
 use wattledger_wire::Job;
@@ -44,6 +47,11 @@ pub async fn jobs_batch(
         .flat_map(|j| j.allocations.iter().map(|a| a.meter.clone()))
         .collect();
     let meters = inventory::meters_by_key_or_uuid(&state.pool, &meter_keys).await?;
+    let partition_ids: Vec<i64> = (meters.values())
+        .filter(|m| m.kind == MeterKind::Mig)
+        .map(|m| m.id)
+        .collect();
+    let partitions = inventory::partitions_of(&state.pool, &partition_ids).await?;
     let latest = latest(&state);
     let records = accept_all(read, |job, r| {
         r.problems(job.check(latest));
@@ -77,7 +85,9 @@ pub async fn jobs_batch(
             }
             allocations.push(AllocationRecord {
                 meter_id,
-                share: a.share_or_whole(),
+                share: a
+                    .share
+                    .unwrap_or_else(|| default_share(partitions.get(&meter_id))),
                 start_at,
                 end_at: a.end_at.or(job.end_at),
             });
@@ -135,6 +145,23 @@ pub async fn jobs_batch(
         allocations: Some(Counts::of(allocations, written.allocations)),
         ..IngestOutcome::upserted(records.len(), written.jobs)
     }))
+}
+
+/// The share an allocation holds when the scheduler gave none: a whole GPU, or a
+/// partition's part of its GPU (`device_model::partition_share_ppm`). A lone job on one of an
+/// MI300X's eight CPX partitions holds an eighth of the board, not all of it.
+fn default_share(partition: Option<&(Option<String>, i64)>) -> Decimal {
+    match partition {
+        None => Decimal::ONE,
+        Some((profile, n)) => {
+            let n = u32::try_from(*n).unwrap_or(u32::MAX);
+            Decimal::new(
+                i64::from(device_model::partition_share_ppm(profile.as_deref(), n)),
+                6,
+            )
+            .normalize()
+        }
+    }
 }
 
 /// The site a job runs at: its GPUs' (which must be one site), the one its record names

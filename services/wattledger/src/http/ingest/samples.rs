@@ -84,6 +84,7 @@ fn row(s: &Sample, meter: &MeterRef) -> SampleRow {
         power_mw: s.power_mw(),
         peak_mw: s.peak_mw(),
         raw: s.is_raw(),
+        counter_estimated: s.counter_estimated,
     }
 }
 
