@@ -590,12 +590,20 @@ pub(crate) fn validate(file: &Path) -> (bool, Vec<String>) {
 /// `../shared/tools/focus-validate FILE ARGS…` (extra arguments go to focus-validator after
 /// its own, so a later `--validate-version` wins): whether it passed, and all it printed.
 fn run_validator(file: &Path, args: &[&str]) -> (bool, String) {
+    // The tool builds its venv on first use: two tests doing so at once on a fresh machine
+    // collide ("File exists"). The first run holds the others back until it is built.
+    static BUILT: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let first = if *built { None } else { Some(built) };
     let tool = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/focus-validate");
     let out = Command::new(tool)
         .arg(file)
         .args(args)
         .output()
         .expect("run ../shared/tools/focus-validate");
+    if let Some(mut built) = first {
+        *built = true;
+    }
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
