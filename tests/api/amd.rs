@@ -1,6 +1,7 @@
 //! AMD GPUs on the server (issue 33): a partitioned MI300X's energy split over its
 //! partitions' allocations, a counter the agent estimated counted as estimated energy,
-//! device models named by aliases, and a board switched between SPX and CPX re-registered.
+//! device models named by aliases, a board switched between SPX and CPX re-registered, and the
+//! default share of a MIG slice by its GPU's slices (an A30 has four).
 
 use crate::scenario::{self, HOUR, NEXT_HOUR};
 use serde_json::{json, Value};
@@ -152,6 +153,54 @@ async fn a_mig_slice_without_a_share_holds_its_sevenths_and_a_share_given_stands
     };
     assert_eq!(share("job-mig"), 0.428571, "3 of an H100's 7 slices");
     assert_eq!(share("job-train"), 1.0);
+}
+
+#[tokio::test]
+async fn a_slice_of_an_a30_holds_quarters_by_its_gpus_model() {
+    let app = TestApp::start().await;
+    let base = scenario::batches();
+    let admin = app.token(Role::Admin);
+    // The A30's MIG instances report no model of their own: their GPU's holds.
+    let mut meters = vec![
+        json!({"key": "n1", "site": "s1", "kind": "node"}),
+        json!({"key": "n1-gpu0", "site": "s1", "kind": "gpu", "parent": "n1",
+               "device_model": "NVIDIA A30"}),
+        json!({"key": "n1-mig0", "site": "s1", "kind": "mig", "parent": "n1-gpu0",
+               "mig_profile": "2g.12gb"}),
+    ];
+    for i in 1..3 {
+        meters.push(
+            json!({"key": format!("n1-mig{i}"), "site": "s1", "kind": "mig",
+                           "parent": "n1-gpu0", "mig_profile": "1g.6gb"}),
+        );
+    }
+    for (what, records) in [
+        ("tenants", base.tenants),
+        ("sites", base.sites),
+        ("meters", Value::Array(meters)),
+    ] {
+        let (status, body) = app.ingest(&admin, what, records).await;
+        assert_eq!(status, 200, "{what}: {body}");
+    }
+    let jobs: Vec<Value> = (0..2)
+        .map(|i| {
+            json!({"key": format!("job-mig{i}"), "tenant": "a", "kind": "interactive",
+                   "start_at": HOUR, "allocations": [{"meter": format!("n1-mig{i}")}]})
+        })
+        .collect();
+    let (status, body) = app
+        .ingest(&app.token(Role::Scheduler), "jobs", json!(jobs))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let shares: Vec<(String,)> = sqlx::query_as(
+        "SELECT a.share::text FROM allocations a JOIN jobs j ON j.id = a.job_id ORDER BY j.key",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let shares: Vec<f64> = shares.iter().map(|s| s.0.parse().unwrap()).collect();
+    // 2 and 1 of the A30's four slices, not of an H100's seven (0.285714, 0.142857).
+    assert_eq!(shares, [0.5, 0.25]);
 }
 
 #[tokio::test]

@@ -23,7 +23,7 @@ const FAMILY_WORDS: [&str; 3] = ["rtx", "quadro", "gaudi"];
 /// The short generation name of a device model, for grouping and display:
 /// 'NVIDIA H100 80GB HBM3' → 'H100', 'NVIDIA A100-SXM4-80GB' → 'A100',
 /// 'AMD Instinct MI300X' → 'MI300X', 'NVIDIA B200' → 'B200', 'NVIDIA RTX 6000 Ada
-/// Generation' → 'RTX 6000'.
+/// Generation' → 'RTX 6000', 'NVIDIA RTX PRO 6000 Blackwell Server Edition' → 'RTX PRO 6000'.
 ///
 /// The vendor and brand words are dropped and the first remaining word is kept, cut at its
 /// first '-' (NVML names SXM variants 'A100-SXM4-80GB'). A name with nothing left after that
@@ -39,6 +39,12 @@ pub fn generation(model: &str) -> String {
         .collect();
     let name = match rest.as_slice() {
         [] => words.join(" "),
+        // 'RTX PRO 6000 Blackwell': PRO is part of the family, the number names the model.
+        [family, pro, next, ..]
+            if family.eq_ignore_ascii_case("rtx") && pro.eq_ignore_ascii_case("pro") =>
+        {
+            format!("{family} {pro} {}", first_part(next))
+        }
         [family, next, ..] if FAMILY_WORDS.contains(&family.to_ascii_lowercase().as_str()) => {
             format!("{family} {}", first_part(next))
         }
@@ -55,28 +61,39 @@ fn first_part(word: &str) -> &str {
     }
 }
 
-/// The compute slices of an NVIDIA GPU that MIG divides (A100, H100, H200, B200: seven
+/// The compute slices MIG divides most NVIDIA GPUs into (A100, H100, H200, B200: seven
 /// GPCs); a profile `<g>g.<memory>gb` holds `g` of them.
 pub const MIG_SLICES: u32 = 7;
 
+/// The compute slices MIG divides a GPU of `model` into, by its generation: an A30 and an
+/// RTX PRO 6000 Blackwell have four, an RTX PRO 5000 or 4500 two, the others (and a model
+/// not known) seven. From NVIDIA's MIG user guide, "Supported GPUs".
+pub fn mig_slices_of(model: Option<&str>) -> u32 {
+    match model.map(|m| generation(m).to_ascii_uppercase()).as_deref() {
+        Some("A30" | "RTX PRO 6000") => 4,
+        Some("RTX PRO 5000" | "RTX PRO 4500") => 2,
+        _ => MIG_SLICES,
+    }
+}
+
 /// The share of its GPU, in millionths, that an allocation of a whole partition holds when
 /// the scheduler gave none: an NVIDIA MIG profile `<g>g.<memory>gb` (`3g.40gb`, `1g.10gb+me`)
-/// holds g of the GPU's seven slices; any other partition (an AMD compute partition in CPX,
-/// DPX or QPX mode, whose profile names the mode, not a size) holds an equal part of its GPU,
-/// 1 / `partitions`, the number of partitions its GPU has. Rounded down, so the partitions
-/// of one GPU never hold more than it; never below one millionth.
-///
-/// The seven slices are A100/H100/H200/B200's: an A30 has four, and its MIG allocations need
-/// shares from the scheduler to be exact.
-pub fn partition_share_ppm(profile: Option<&str>, partitions: u32) -> u32 {
-    if let Some(slices) = profile.and_then(mig_slices) {
-        return (slices * PPM / MIG_SLICES).max(1);
+/// holds g of its GPU's slices (seven on an H100, four on an A30: [`mig_slices_of`] the GPU's
+/// `model`); any other partition (an AMD compute partition in CPX, DPX or QPX mode, whose
+/// profile names the mode, not a size) holds an equal part of its GPU, 1 / `partitions`, the
+/// number of partitions its GPU has. Rounded down, so the partitions of one GPU never hold
+/// more than it; never below one millionth.
+pub fn partition_share_ppm(model: Option<&str>, profile: Option<&str>, partitions: u32) -> u32 {
+    let gpu_slices = mig_slices_of(model);
+    if let Some(slices) = profile.and_then(|p| mig_slices(p, gpu_slices)) {
+        return (slices * PPM / gpu_slices).max(1);
     }
     (PPM / partitions.max(1)).max(1)
 }
 
-/// The compute slices of an NVIDIA MIG profile (`3g.40gb` → 3), if it is one.
-fn mig_slices(profile: &str) -> Option<u32> {
+/// The compute slices of an NVIDIA MIG profile (`3g.40gb` → 3), if it is one a GPU of
+/// `gpu_slices` can hold.
+fn mig_slices(profile: &str, gpu_slices: u32) -> Option<u32> {
     let (g, memory) = profile.trim().split_once("g.")?;
     let slices: u32 = g.parse().ok()?;
     let memory_digits = memory.chars().take_while(char::is_ascii_digit).count();
@@ -84,7 +101,7 @@ fn mig_slices(profile: &str) -> Option<u32> {
         && memory[memory_digits..]
             .to_ascii_lowercase()
             .starts_with("gb");
-    (is_mig && (1..=MIG_SLICES).contains(&slices)).then_some(slices)
+    (is_mig && (1..=gpu_slices).contains(&slices)).then_some(slices)
 }
 
 #[cfg(test)]
@@ -104,6 +121,11 @@ mod tests {
             ("Tesla V100-SXM2-16GB", "V100"),
             ("NVIDIA L40S", "L40S"),
             ("NVIDIA RTX 6000 Ada Generation", "RTX 6000"),
+            (
+                "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                "RTX PRO 6000",
+            ),
+            ("NVIDIA A30", "A30"),
             ("AMD Instinct MI300X", "MI300X"),
             ("AMD Instinct MI300X OAM", "MI300X"),
             ("AMD Radeon Instinct MI50", "MI50"),
@@ -132,28 +154,52 @@ mod tests {
 
     #[test]
     fn mig_profiles_hold_their_slices_and_amd_partitions_an_equal_part() {
-        assert_eq!(partition_share_ppm(Some("3g.40gb"), 2), 428_571);
-        assert_eq!(partition_share_ppm(Some("4g.40gb"), 2), 571_428);
-        assert_eq!(partition_share_ppm(Some("1g.10gb+me"), 1), 142_857);
-        assert_eq!(partition_share_ppm(Some("7g.80gb"), 1), PPM);
+        let h100 = Some("NVIDIA H100 80GB HBM3");
+        assert_eq!(partition_share_ppm(h100, Some("3g.40gb"), 2), 428_571);
+        assert_eq!(partition_share_ppm(h100, Some("4g.40gb"), 2), 571_428);
+        assert_eq!(partition_share_ppm(h100, Some("1g.10gb+me"), 1), 142_857);
+        assert_eq!(partition_share_ppm(h100, Some("7g.80gb"), 1), PPM);
+        // A GPU whose model is not known is taken to have seven slices.
+        assert_eq!(partition_share_ppm(None, Some("3g.40gb"), 2), 428_571);
         // An MI300X in CPX mode: eight partitions, an eighth each, whatever the profile says.
-        assert_eq!(partition_share_ppm(Some("cpx"), 8), 125_000);
-        assert_eq!(partition_share_ppm(Some("dpx"), 2), 500_000);
-        assert_eq!(partition_share_ppm(None, 3), 333_333);
+        let mi300x = Some("AMD Instinct MI300X");
+        assert_eq!(partition_share_ppm(mi300x, Some("cpx"), 8), 125_000);
+        assert_eq!(partition_share_ppm(mi300x, Some("dpx"), 2), 500_000);
+        assert_eq!(partition_share_ppm(mi300x, None, 3), 333_333);
         // Not MIG profiles: counted as equal parts.
-        assert_eq!(partition_share_ppm(Some("8g.80gb"), 4), 250_000);
-        assert_eq!(partition_share_ppm(Some("3g."), 4), 250_000);
-        assert_eq!(partition_share_ppm(Some("3g.40"), 4), 250_000);
+        assert_eq!(partition_share_ppm(h100, Some("8g.80gb"), 4), 250_000);
+        assert_eq!(partition_share_ppm(h100, Some("3g."), 4), 250_000);
+        assert_eq!(partition_share_ppm(h100, Some("3g.40"), 4), 250_000);
         // A partition whose GPU lists none (a partition count not known) is the whole GPU.
-        assert_eq!(partition_share_ppm(None, 0), PPM);
+        assert_eq!(partition_share_ppm(None, None, 0), PPM);
+    }
+
+    #[test]
+    fn an_a30_and_an_rtx_pro_have_fewer_slices() {
+        // The A30's profiles: 1g.6gb is a quarter of it, 4g.24gb all of it.
+        let a30 = Some("NVIDIA A30");
+        assert_eq!(partition_share_ppm(a30, Some("1g.6gb"), 4), 250_000);
+        assert_eq!(partition_share_ppm(a30, Some("2g.12gb+me"), 1), 500_000);
+        assert_eq!(partition_share_ppm(a30, Some("4g.24gb"), 1), PPM);
+        // A profile larger than the GPU has slices is not one of its MIG profiles.
+        assert_eq!(partition_share_ppm(a30, Some("7g.80gb"), 2), 500_000);
+        let rtx = "NVIDIA RTX PRO 6000 Blackwell Server Edition";
+        assert_eq!(generation(rtx), "RTX PRO 6000");
+        assert_eq!(partition_share_ppm(Some(rtx), Some("1g.24gb"), 4), 250_000);
+        assert_eq!(mig_slices_of(Some("NVIDIA RTX PRO 5000 Blackwell")), 2);
+        assert_eq!(mig_slices_of(Some("NVIDIA B200")), MIG_SLICES);
     }
 
     proptest! {
         #[test]
-        fn partitions_never_hold_more_than_their_gpu(n in 1u32..10_000, profile in ".{0,12}") {
-            let share = partition_share_ppm(Some(&profile), n);
+        fn partitions_never_hold_more_than_their_gpu(
+            n in 1u32..10_000,
+            profile in ".{0,12}",
+            model in proptest::option::of(".{0,24}"),
+        ) {
+            let share = partition_share_ppm(model.as_deref(), Some(&profile), n);
             prop_assert!((1..=PPM).contains(&share));
-            if mig_slices(&profile).is_none() {
+            if mig_slices(&profile, mig_slices_of(model.as_deref())).is_none() {
                 prop_assert!(u64::from(share) * u64::from(n) <= u64::from(PPM));
             }
         }

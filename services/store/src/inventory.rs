@@ -408,26 +408,44 @@ pub async fn meters_by_key_or_uuid<'e>(
     Ok(by_uuid)
 }
 
-/// Each partition (MIG-kind meter) among `meter_ids`: its profile, and how many partitions
-/// of that profile its GPU has (the layout it is part of: an AMD board's partitions in one
-/// mode share the mode as their profile, and those of a mode it left keep the old one).
+/// A partition (MIG-kind meter) as its default share is worked out from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    /// Its GPU's device model (the partition's own where it reports one), as reported.
+    pub device_model: Option<String>,
+    pub profile: Option<String>,
+    /// How many partitions of its profile its GPU has (the layout it is part of: an AMD
+    /// board's partitions in one mode share the mode as their profile, and those of a mode it
+    /// left keep the old one).
+    pub partitions: i64,
+}
+
+/// Each partition (MIG-kind meter) among `meter_ids`, by id.
 pub async fn partitions_of<'e>(
     db: impl PgExecutor<'e>,
     meter_ids: &[i64],
-) -> StoreResult<HashMap<i64, (Option<String>, i64)>> {
+) -> StoreResult<HashMap<i64, Partition>> {
     let rows = sqlx::query!(
-        r#"SELECT m.id, m.mig_profile,
+        r#"SELECT m.id, m.mig_profile, COALESCE(m.device_model, g.device_model) AS device_model,
                   (SELECT count(*) FROM meters s
                    WHERE s.parent_id = m.parent_id AND s.kind = 'mig'
                      AND s.mig_profile IS NOT DISTINCT FROM m.mig_profile) AS "partitions!"
-           FROM meters m WHERE m.id = ANY($1) AND m.kind = 'mig'"#,
+           FROM meters m LEFT JOIN meters g ON g.id = m.parent_id
+           WHERE m.id = ANY($1) AND m.kind = 'mig'"#,
         meter_ids,
     )
     .fetch_all(db)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|r| (r.id, (r.mig_profile, r.partitions)))
+        .map(|r| {
+            let p = Partition {
+                device_model: r.device_model,
+                profile: r.mig_profile,
+                partitions: r.partitions,
+            };
+            (r.id, p)
+        })
         .collect())
 }
 

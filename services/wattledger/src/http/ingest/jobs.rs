@@ -16,7 +16,7 @@ use rust_decimal::Decimal;
 use std::collections::{HashMap, HashSet};
 use wattledger_domain::device_model;
 use wattledger_domain::meter_kind::MeterKind;
-use wattledger_store::inventory::{self, ids_by_key, KeyedTable};
+use wattledger_store::inventory::{self, ids_by_key, KeyedTable, Partition};
 use wattledger_store::jobs::{self, AllocationRecord, JobRecord};
 use wattledger_wire::Job;
 
@@ -149,17 +149,19 @@ pub async fn jobs_batch(
 
 /// The share an allocation holds when the scheduler gave none: a whole GPU, or a
 /// partition's part of its GPU (`device_model::partition_share_ppm`). A lone job on one of an
-/// MI300X's eight CPX partitions holds an eighth of the board, not all of it.
-fn default_share(partition: Option<&(Option<String>, i64)>) -> Decimal {
+/// MI300X's eight CPX partitions holds an eighth of the board, not all of it; one on an A30's
+/// `1g.6gb` a quarter.
+fn default_share(partition: Option<&Partition>) -> Decimal {
     match partition {
         None => Decimal::ONE,
-        Some((profile, n)) => {
-            let n = u32::try_from(*n).unwrap_or(u32::MAX);
-            Decimal::new(
-                i64::from(device_model::partition_share_ppm(profile.as_deref(), n)),
-                6,
-            )
-            .normalize()
+        Some(p) => {
+            let n = u32::try_from(p.partitions).unwrap_or(u32::MAX);
+            let ppm = device_model::partition_share_ppm(
+                p.device_model.as_deref(),
+                p.profile.as_deref(),
+                n,
+            );
+            Decimal::new(i64::from(ppm), 6).normalize()
         }
     }
 }
