@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 use wattledger_domain::admission::Policy;
-use wattledger_domain::input::record::{Problem, Problems, Record as _};
+use wattledger_domain::input::record::{Problem, Problems};
 use wattledger_domain::priority::Priority;
 use wattledger_domain::signals::Basis;
 use wattledger_store::admission::{self as store, PolicyRow};
@@ -217,12 +217,7 @@ pub async fn put_policy(
     caller.require(&[Role::Admin])?;
     let id = state.tenant_id(&tenant).await?.ok_or(ApiError::NotFound)?;
     let value: Value = super::json::parse(&body)?;
-    let (policy, mut f) = validate::read::<AdmissionPolicyIn>(0, &value);
-    if let Some(p) = &policy {
-        f.problems(p.check());
-    }
-    let row = f
-        .finish(policy, AdmissionPolicyIn::FIELDS)
+    let row = validate::checked(&value, |p: &AdmissionPolicyIn, _| p.check())
         .map_err(ApiError::Validation)?
         .row(id);
     let stored = store::put_policy(&state.pool, &row).await?;
@@ -237,11 +232,7 @@ mod tests {
     use serde_json::json;
 
     fn read(v: Value) -> Result<AdmissionPolicyIn, Vec<(String, String)>> {
-        let (p, mut f) = validate::read::<AdmissionPolicyIn>(0, &v);
-        if let Some(p) = &p {
-            f.problems(p.check());
-        }
-        f.finish(p, AdmissionPolicyIn::FIELDS)
+        validate::checked(&v, |p: &AdmissionPolicyIn, _| p.check())
             .map_err(|e| e.into_iter().map(|e| (e.field, e.reason)).collect())
     }
 

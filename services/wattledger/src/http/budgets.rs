@@ -452,12 +452,7 @@ mod tests {
     /// What the reading and the check find wrong with `v` (the lookups aside), as
     /// `(field, reason)`; the budget when nothing is.
     fn read(v: Value) -> Result<BudgetIn, Vec<(String, String)>> {
-        let (b, mut f) = validate::read::<BudgetIn>(0, &v);
-        if let Some(b) = &b {
-            let problems = b.check(|field| f.refused(field), now());
-            f.problems(problems);
-        }
-        f.finish(b, BudgetIn::FIELDS)
+        validate::checked(&v, |b: &BudgetIn, refused| b.check(refused, now()))
             .map_err(|e| e.into_iter().map(|e| (e.field, e.reason)).collect())
     }
 

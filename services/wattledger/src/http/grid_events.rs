@@ -404,13 +404,8 @@ mod tests {
     /// What the reading and the check find wrong with `v` (the site's lookup aside), by
     /// field; the event when nothing is.
     fn read(v: Value) -> Result<GridEventIn, Vec<String>> {
-        let (e, mut f) = validate::read::<GridEventIn>(0, &v);
-        if let Some(e) = &e {
-            let now = "2026-11-18T12:00:00Z".parse().unwrap();
-            let problems = e.check(|field| f.refused(field), now);
-            f.problems(problems);
-        }
-        f.finish(e, GridEventIn::FIELDS)
+        let now = "2026-11-18T12:00:00Z".parse().unwrap();
+        validate::checked(&v, |e: &GridEventIn, refused| e.check(refused, now))
             .map_err(|e| e.into_iter().map(|e| e.field).collect())
     }
 

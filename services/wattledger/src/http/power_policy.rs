@@ -20,7 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::admission::oversubscription::{Factors, PowerPolicy, Setting};
 use wattledger_domain::input;
 use wattledger_domain::input::field::{self, Field};
-use wattledger_domain::input::record::{Problem, Problems, Record as _};
+use wattledger_domain::input::record::{Problem, Problems};
 use wattledger_domain::job_kind::JobKind;
 use wattledger_store::power_policy::{self as store, SitePolicy};
 
@@ -307,12 +307,7 @@ pub async fn put_policy(
         .await?
         .ok_or(ApiError::NotFound)?;
     let value: Value = super::json::parse(&body)?;
-    let (policy, mut f) = validate::read::<PolicyIn>(0, &value);
-    if let Some(p) = &policy {
-        f.problems(p.check());
-    }
-    let policy = f
-        .finish(policy, PolicyIn::FIELDS)
+    let policy = validate::checked(&value, |p: &PolicyIn, _| p.check())
         .map_err(ApiError::Validation)?
         .policy();
     store::put(&state.pool, site_id, &policy).await?;
@@ -331,11 +326,7 @@ mod tests {
     use serde_json::json;
 
     fn read(v: Value) -> Result<PolicyIn, Vec<(String, String)>> {
-        let (p, mut f) = validate::read::<PolicyIn>(0, &v);
-        if let Some(p) = &p {
-            f.problems(p.check());
-        }
-        f.finish(p, PolicyIn::FIELDS)
+        validate::checked(&v, |p: &PolicyIn, _| p.check())
             .map_err(|e| e.into_iter().map(|e| (e.field, e.reason)).collect())
     }
 

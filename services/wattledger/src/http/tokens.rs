@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
-use wattledger_domain::input::record::{Problem, Problems, Record as _};
+use wattledger_domain::input::record::{Problem, Problems};
 use wattledger_domain::role::TokenState;
 use wattledger_store::api_tokens::{self as store, ApiToken};
 use wattledger_store::StoreError;
@@ -164,13 +164,7 @@ pub async fn mint(
     caller.require(&[])?;
     let value: Value = super::json::parse(&body)?;
     let max = state.keys.max_ttl_s();
-    let (asked, mut f) = validate::read::<MintRequest>(0, &value);
-    if let Some(a) = &asked {
-        let problems = a.check(|field| f.refused(field), max);
-        f.problems(problems);
-    }
-    let asked = f
-        .finish(asked, MintRequest::FIELDS)
+    let asked = validate::checked(&value, |a: &MintRequest, refused| a.check(refused, max))
         .map_err(ApiError::Validation)?;
     let role = asked.role;
     let request = issue::Request {
@@ -241,12 +235,7 @@ mod tests {
 
     /// The fields the reading and the check refuse in `v`, a day being the longest lifetime.
     fn refused(v: Value) -> Vec<String> {
-        let (a, mut f) = validate::read::<MintRequest>(0, &v);
-        if let Some(a) = &a {
-            let problems = a.check(|field| f.refused(field), 86_400);
-            f.problems(problems);
-        }
-        match f.finish(a, MintRequest::FIELDS) {
+        match validate::checked(&v, |a: &MintRequest, refused| a.check(refused, 86_400)) {
             Ok(_) => vec![],
             Err(e) => e.into_iter().map(|e| e.field).collect(),
         }

@@ -112,6 +112,20 @@ pub fn read<T: Declared>(index: usize, v: &Value) -> (Option<T>, Findings) {
     (record, Findings::new(index, problems))
 }
 
+/// A request's one record (a policy, a token request) read as a `T` and checked: `check`
+/// is told which fields the reading refused, so it judges only those that read.
+pub fn checked<T: Declared>(
+    v: &Value,
+    check: impl FnOnce(&T, &dyn Fn(&str) -> bool) -> Vec<Problem>,
+) -> Result<T, Vec<FieldError>> {
+    let (record, mut findings) = read::<T>(0, v);
+    if let Some(r) = &record {
+        let problems = check(r, &|field| findings.refused(field));
+        findings.problems(problems);
+    }
+    findings.finish(record, T::FIELDS)
+}
+
 /// A batch, each record read as a `T`: first, so the lookups a batch needs (its tenants, its
 /// meters) are gathered from typed records, then each record is accepted or refused.
 pub struct ReadBatch<T> {
