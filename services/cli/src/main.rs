@@ -180,16 +180,22 @@ enum ExportFormat {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // The demo seeds two months in bulk beside its own attribution, where a statement over
+    // sqlx's one second is expected, not news: its warnings (each with the whole statement)
+    // would bury the progress bars. A server keeps them.
+    let default_filter = match cli.command {
+        Command::Demo(_) => "warn,wattledger=info,sqlx::query=error",
+        _ => "warn,wattledger=info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("warn,wattledger=info")),
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         // Colour codes only for a person at a terminal, not in journald or a log file.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
     let _stop = StopEmbedded;
     run(cli).await
 }

@@ -202,7 +202,8 @@ pub async fn apply(
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        tracing::info!(partition = %span.name, "retention dropped a partition");
+        // The caller reports the whole pass (the worker logs it, the CLI prints it).
+        tracing::debug!(partition = %span.name, "retention dropped a partition");
         dropped.push(span.clone());
     }
     Ok(dropped)
