@@ -140,6 +140,16 @@ async fn a_failed_job_loses_what_it_spent_after_its_last_checkpoint() {
         (Some("a"), Some(1_187_550_000))
     );
     assert_eq!(a["badput_carbon_g"], "131.95");
+    // Prometheus sees the same loss in the site's latest hour, in joules.
+    let text = crate::prometheus::scrape(&app).await;
+    let badput = |tenant: &str| {
+        crate::prometheus::value(
+            &text,
+            &format!("wattledger_tenant_badput_energy_joules{{tenant=\"{tenant}\",site=\"s1\"}}"),
+        )
+    };
+    assert_eq!(badput("a").as_deref(), Some("1187550"), "{text}");
+    assert_eq!(badput("b").as_deref(), Some("0"));
 
     // The tenant's page and the operator's show the share kept and the loss.
     for (user, role, tenant, path) in [

@@ -65,6 +65,14 @@ async fn an_hour_is_matched_by_the_contract_first_then_the_grids_carbon_free_sha
     assert_eq!(status, 200, "{body}");
     let site = &body["rows"][0];
     assert_eq!(site["cfe_score"], "0.5125", "{site}");
+    // The hour is the site's latest: Prometheus gets the same score.
+    let text = crate::prometheus::scrape(&app).await;
+    assert_eq!(
+        crate::prometheus::value(&text, "wattledger_site_carbon_free_ratio{site=\"s1\"}")
+            .as_deref(),
+        Some("0.5125"),
+        "{text}"
+    );
     assert_eq!(site["hours_not_carbon_free"], 1);
     assert_eq!(site["hours_cfe_unknown"], 0);
     assert_eq!(site["not_carbon_free_kwh"], "0.975");
@@ -195,6 +203,16 @@ async fn without_a_share_the_hour_is_unknown_not_fossil() {
     assert_eq!(site["cfe_score"], Value::Null, "{site}");
     assert_eq!(site["hours_cfe_unknown"], 1);
     assert_eq!(site["hours_not_carbon_free"], 0);
+    // Not known is no sample, not a zero.
+    let text = crate::prometheus::scrape(&app).await;
+    assert!(
+        text.contains("wattledger_site_pue_ratio{site=\"s1\"}"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("wattledger_site_carbon_free_ratio"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

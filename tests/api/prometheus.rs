@@ -114,7 +114,7 @@ async fn promtool_check(text: &str) {
     );
 }
 
-async fn scrape(app: &TestApp) -> String {
+pub(crate) async fn scrape(app: &TestApp) -> String {
     let resp = app
         .http
         .get(format!("{}/metrics", app.base))
@@ -127,7 +127,7 @@ async fn scrape(app: &TestApp) -> String {
 }
 
 /// The value of the sample `series` (name and labels exactly as written) in `text`.
-fn value(text: &str, series: &str) -> Option<String> {
+pub(crate) fn value(text: &str, series: &str) -> Option<String> {
     text.lines()
         .find_map(|l| Some(l.strip_prefix(series)?.strip_prefix(' ')?.to_owned()))
 }

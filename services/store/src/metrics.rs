@@ -57,6 +57,8 @@ pub struct TenantHour {
     pub total_mj: i64,
     pub cost: Option<Decimal>,
     pub carbon_g: Option<Decimal>,
+    /// The energy of work thrown away (`domain::badput`).
+    pub badput_mj: i64,
 }
 
 /// Per site, its latest complete attributed hour (the hour `usage::latest_hours` reports),
@@ -73,7 +75,7 @@ pub async fn latest_hour_tenants(pool: &PgPool) -> StoreResult<Vec<TenantHour>> 
            )
            SELECT t.key AS tenant, s.key AS site, s.currency::text AS "currency!",
                   sum(g.total_mj)::bigint AS "total_mj!", sum(g.cost) AS cost,
-                  sum(g.carbon_g) AS carbon_g
+                  sum(g.carbon_g) AS carbon_g, sum(g.badput_mj)::bigint AS "badput_mj!"
            FROM latest l
            JOIN ledger g ON g.site_id = l.site_id AND g.hour = l.hour
            JOIN tenants t ON t.id = g.tenant_id

@@ -451,6 +451,8 @@ pub struct LatestHour {
     pub tokens: i64,
     pub carbon_g: Option<Decimal>,
     pub carbon_mj: i64,
+    /// The hour's carbon-free energy (`domain::cfe`); `None` where it is not known.
+    pub carbon_free_mj: Option<i64>,
     /// The hour's highest one-minute site draw, and the site's envelope and static PUE.
     pub site_peak_mw: Option<i64>,
     pub envelope_w: i64,
@@ -465,7 +467,7 @@ pub async fn latest_hours(pool: &PgPool) -> StoreResult<Vec<LatestHour>> {
         LatestHour,
         r#"WITH latest AS (
              SELECT DISTINCT ON (site_id) site_id, hour, site_mj, it_mj, gpu_mj, idle_mj,
-                    allocated_gpu_ms, capacity_gpu_ms, site_peak_mw
+                    allocated_gpu_ms, capacity_gpu_ms, site_peak_mw, carbon_free_mj
              FROM site_hours
              -- The hour in progress is partial: its mean power and ratios would mislead.
              WHERE hour < date_trunc('hour', now())
@@ -483,7 +485,7 @@ pub async fn latest_hours(pool: &PgPool) -> StoreResult<Vec<LatestHour>> {
                     AS "carbon_mj!",
                 (SELECT sum(site_mj) FROM site_hours h WHERE h.site_id = l.site_id)::bigint
                     AS "energy_mj_total!",
-                l.site_peak_mw, s.power_envelope_w AS envelope_w, s.static_pue
+                l.carbon_free_mj, l.site_peak_mw, s.power_envelope_w AS envelope_w, s.static_pue
          FROM latest l JOIN sites s ON s.id = l.site_id
          ORDER BY s.key"#,
     )

@@ -408,6 +408,12 @@ fn site_figures(sites: &[LatestHour], envelopes: &[Envelope]) -> Vec<Family> {
             "Operational carbon per kWh the site ran at (location-based, average intensity).",
             &|s| metrics::g_co2e_per_kwh(s.carbon_g, s.carbon_mj).map(num),
         ),
+        family(
+            "wattledger_site_carbon_free_ratio",
+            "gauge",
+            "Hourly carbon-free energy score of the latest attributed hour: the share of the site's energy matched by its contracted clean energy, then by the grid's carbon-free share (absent where neither is known).",
+            &|s| ratio(s.carbon_free_mj?, s.site_mj).map(num),
+        ),
     ]
 }
 
@@ -496,6 +502,12 @@ fn tenant_figures(rows: &[TenantHour]) -> Vec<Family> {
             "A tenant's operational carbon at a site (g CO2e, location-based) in the site's latest attributed hour.",
             rows.iter().filter_map(|r| Some((labels(r), num(r.carbon_g?)))),
         ),
+        Family::new(
+            "wattledger_tenant_badput_energy_joules",
+            "gauge",
+            "The part of a tenant's energy at a site spent on work thrown away (by a training or batch job that did not complete, after its last checkpoint) in the site's latest attributed hour.",
+            rows.iter().map(|r| (labels(r), joules(r.badput_mj))),
+        ),
     ]
 }
 
@@ -576,6 +588,7 @@ mod tests {
             tokens: 3750,
             carbon_g: None,
             carbon_mj: 0,
+            carbon_free_mj: None,
             energy_mj_total: 7_200_000_000,
             site_peak_mw: Some(2_000_000),
             envelope_w: 100_000,
@@ -604,6 +617,7 @@ mod tests {
                 total_mj: 3_600_000_000,
                 cost: Some(Decimal::new(2500, 4)),
                 carbon_g: None,
+                badput_mj: 0,
             }],
             models: vec![
                 ModelHour {
