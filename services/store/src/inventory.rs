@@ -411,7 +411,8 @@ pub async fn meters_by_key_or_uuid<'e>(
 /// A partition (MIG-kind meter) as its default share is worked out from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partition {
-    /// Its GPU's device model (the partition's own where it reports one), as reported.
+    /// Its GPU's device model (the partition's own where it reports one), an alias resolved
+    /// to its model as attribution resolves it.
     pub device_model: Option<String>,
     pub profile: Option<String>,
     /// How many partitions of its profile its GPU has (the layout it is part of: an AMD
@@ -426,11 +427,13 @@ pub async fn partitions_of<'e>(
     meter_ids: &[i64],
 ) -> StoreResult<HashMap<i64, Partition>> {
     let rows = sqlx::query!(
-        r#"SELECT m.id, m.mig_profile, COALESCE(m.device_model, g.device_model) AS device_model,
+        r#"SELECT m.id, m.mig_profile,
+                  coalesce(n.device_model, m.device_model, g.device_model) AS device_model,
                   (SELECT count(*) FROM meters s
                    WHERE s.parent_id = m.parent_id AND s.kind = 'mig'
                      AND s.mig_profile IS NOT DISTINCT FROM m.mig_profile) AS "partitions!"
            FROM meters m LEFT JOIN meters g ON g.id = m.parent_id
+                LEFT JOIN device_model_names n ON n.name = coalesce(m.device_model, g.device_model)
            WHERE m.id = ANY($1) AND m.kind = 'mig'"#,
         meter_ids,
     )
