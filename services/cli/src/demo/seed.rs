@@ -168,29 +168,26 @@ pub(super) async fn push_tokens(client: &Client, sim: &Simulation) -> anyhow::Re
     let mut p = Progress::new("tokens", intervals as u64);
     let mut total = 0;
     let mut requests = tokio::task::JoinSet::new();
-    let mut k = 0;
-    while k < intervals || !requests.is_empty() {
-        if k < intervals && requests.len() < IN_FLIGHT {
-            let end = (k + CHUNK).min(intervals);
-            let records = sim.token_records(k, end);
-            let intervals_sent = (end - k) as u64;
-            k = end;
-            total += records.len() as u64;
-            if records.is_empty() {
-                p.add(intervals_sent);
-                continue;
+    for k in (0..intervals).step_by(CHUNK as usize) {
+        if requests.len() == IN_FLIGHT {
+            if let Some(done) = requests.join_next().await {
+                p.add(done??);
             }
-            let c = client.clone();
-            requests.spawn(async move {
+        }
+        let end = (k + CHUNK).min(intervals);
+        let records = sim.token_records(k, end);
+        total += records.len() as u64;
+        let c = client.clone();
+        requests.spawn(async move {
+            if !records.is_empty() {
                 let body = serde_json::json!({ "records": records });
                 c.post(&c.collector, "/v1/ingest/tokens", body).await?;
-                Ok::<_, anyhow::Error>(intervals_sent)
-            });
-            continue;
-        }
-        if let Some(done) = requests.join_next().await {
-            p.add(done??);
-        }
+            }
+            Ok::<_, anyhow::Error>((end - k) as u64)
+        });
+    }
+    while let Some(done) = requests.join_next().await {
+        p.add(done??);
     }
     p.finish();
     Ok(total)
