@@ -27,24 +27,15 @@ pub(crate) mod fixtures {
 
     use std::path::PathBuf;
 
-    /// A real payload kept in this repository (`tests/fixtures/<path>`, sources in each
-    /// folder's SOURCES.md): what `shared/` does not hold.
-    pub fn repo(path: &str) -> String {
-        let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures")
-            .join(path);
-        std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("fixture {}: {e}", full.display()))
-    }
-
-    /// The AMD outputs of `tests/fixtures/amd`.
+    /// The AMD outputs of `shared/fixtures/amd` (sources in its SOURCES.md).
     pub fn amd(name: &str) -> String {
-        repo(&format!("amd/{name}"))
+        read(&format!("amd/{name}"))
     }
 
-    /// A Kubernetes Pod from public test data (`tests/fixtures/kubernetes/`, sources in its
-    /// SOURCES.md).
+    /// A Kubernetes Pod from public test data (`shared/fixtures/kubernetes/pods/`, sources in
+    /// its SOURCES.md).
     pub fn kubernetes(name: &str) -> String {
-        repo(&format!("kubernetes/{name}"))
+        read(&format!("kubernetes/pods/{name}"))
     }
 
     pub fn read(path: &str) -> String {

@@ -777,8 +777,8 @@ async fn the_demo_folder_and_the_cli_export_write_focus_1_4_beside_1_2() {
 }
 
 /// FOCUS 1.4's rule model: `model-1.4.json`, the release asset of FOCUS_Spec v1.4 that the
-/// validator downloads from the releases (which this machine cannot reach), kept as this
-/// repository's fixture (`tests/fixtures/focus/`, with its source in `SOURCES.md`;
+/// validator downloads from the releases (which this machine cannot reach), read from
+/// `../shared/fixtures/focus/1.4/` beside the checkout (its source in `SOURCES.md` there;
 /// `WATTLEDGER_FOCUS_1_4_MODEL` overrides the path). Pinned by its SHA-256.
 const MODEL_1_4_SHA256: &str = "3dd2c0c6fcc2c3d1792060fcbebba4ae074cd4dade8cde72958bd37a9a8b183f";
 
@@ -817,29 +817,27 @@ const VALIDATOR_DEFECTS_1_4: [&str; 14] = [
     "CAU-ChargeCategory-C-000-M",
 ];
 
-fn model_1_4() -> Option<Value> {
+fn model_1_4() -> Value {
     let path = std::env::var_os("WATTLEDGER_FOCUS_1_4_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/focus/model-1.4.json")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/fixtures/focus/1.4/model-1.4.json")
         });
-    let bytes = std::fs::read(&path).ok();
-    let how = format!(
-        "put FOCUS_Spec v1.4's model-1.4.json (SHA-256 {MODEL_1_4_SHA256}) at {}: \
-         tests/fixtures/focus/SOURCES.md says where to get it",
-        path.display()
-    );
-    if !wattledger_tests::peers::ready(bytes.is_some(), "FOCUS 1.4's rule model is missing", &how) {
-        return None;
-    }
-    let bytes = bytes.unwrap();
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "FOCUS 1.4's rule model {} (shared/ beside the checkout, or \
+             WATTLEDGER_FOCUS_1_4_MODEL): {e}",
+            path.display()
+        )
+    });
     assert_eq!(
         wattledger_domain::chargeback::sha256_hex(&bytes),
         MODEL_1_4_SHA256,
         "{} is not FOCUS 1.4's published model",
         path.display()
     );
-    Some(serde_json::from_slice(&bytes).unwrap())
+    serde_json::from_slice(&bytes).unwrap()
 }
 
 /// The published model with FOCUS_Spec's erratum for its one dependency cycle (FOCUS_Spec
@@ -878,9 +876,7 @@ fn rule_set(dir: &Path, name: &str, model: &Value) -> String {
 /// check the data: the same file with `ServiceProviderName` emptied fails its rule.
 #[tokio::test]
 async fn the_demo_months_focus_1_4_export_passes_focus_1_4s_rules() {
-    let Some(model) = model_1_4() else {
-        return;
-    };
+    let model = model_1_4();
     let demo = crate::demo::demo().await;
     let month = wattledger_domain::chargeback::Month::of(chrono::Utc::now()).prev();
     let pool = sqlx::PgPool::connect(&demo.db_url).await.unwrap();

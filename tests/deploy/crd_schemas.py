@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""JSON Schemas from the vendored CustomResourceDefinitions, and validation of rendered
+"""JSON Schemas from the projects' CustomResourceDefinitions, and validation of rendered
 manifests against them.
 
-The CRDs under tests/fixtures/crds/ are the projects' own files (see SOURCES.md there).
+The CRDs are the projects' own files, read from ../shared/fixtures/crds/ beside the checkout
+(SOURCES.md there says which release of each). This repository keeps only the script's own
+good/bad cases, in tests/fixtures/crds/selftest/.
 Core kinds (Deployment, DaemonSet, ...) are not handled here: kubernetes-validate checks
 them. This script covers the custom resources it cannot: prometheus-operator, cert-manager
 and Kueue objects.
@@ -16,7 +18,7 @@ Usage:
   crd_schemas.py validate [FILE|-]     validate a rendered multi-document YAML stream
                                        (CRDs found in the stream are used as well)
   crd_schemas.py selftest              run tests/fixtures/crds/selftest/{good,bad}-*.yaml
-All modes take --crds DIR to read CRDs from elsewhere.
+All modes take --crds DIR to read CRDs from elsewhere than ../shared/fixtures/crds.
 
 Exit status: 0 valid, 1 invalid documents or a failed self-test, 2 bad usage or input.
 
@@ -46,8 +48,9 @@ from typing import Any
 
 import yaml
 
-DEFAULT_CRD_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "crds"
-SELFTEST_DIR_NAME = "selftest"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CRD_DIR = REPO_ROOT.parent / "shared" / "fixtures" / "crds"
+SELFTEST_DIR = REPO_ROOT / "tests" / "fixtures" / "crds" / "selftest"
 JSON_SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 MAX_MESSAGE_CHARS = 300
 
@@ -241,11 +244,15 @@ def schemas_of_crds(docs: list[Any], source: str) -> list[VersionSchema]:
 
 
 def load_schemas(crd_dir: Path) -> list[VersionSchema]:
-    """Every served version of every CRD under crd_dir (the selftest folder excluded)."""
+    """Every served version of every CRD under crd_dir."""
+    if not crd_dir.is_dir():
+        raise InputError(
+            f"{crd_dir} is missing: the CRDs are read from shared/fixtures/crds beside the "
+            "checkout (or pass --crds DIR)"
+        )
     schemas = []
     for path in sorted(crd_dir.rglob("*.yaml")):
-        if SELFTEST_DIR_NAME not in path.relative_to(crd_dir).parts:
-            schemas.extend(schemas_of_crds(parse_stream(read_file(path), str(path)), str(path)))
+        schemas.extend(schemas_of_crds(parse_stream(read_file(path), str(path)), str(path)))
     if not schemas:
         raise InputError(f"no CustomResourceDefinition found under {crd_dir}")
     return schemas
@@ -356,9 +363,9 @@ def print_report(report: Report) -> None:
 
 
 def validate(crd_dir: Path, source: str) -> int:
-    """Validate a stream against the vendored CRDs and against any CRD the stream itself
+    """Validate a stream against the projects' CRDs and against any CRD the stream itself
     installs (the project's own CRDs ship in the same kustomization as their objects); a
-    CRD in the stream wins over a vendored one of the same group, version and kind."""
+    CRD in the stream wins over a shared one of the same group, version and kind."""
     text = sys.stdin.read() if source == "-" else read_file(Path(source))
     docs = parse_stream(text, source)
     schemas = load_schemas(crd_dir) + schemas_of_crds(docs, source)
@@ -415,9 +422,9 @@ def selftest(crd_dir: Path) -> int:
     import jsonschema
 
     schemas = load_schemas(crd_dir)
-    cases = sorted((crd_dir / SELFTEST_DIR_NAME).glob("*.yaml"))
+    cases = sorted(SELFTEST_DIR.glob("*.yaml"))
     if not cases:
-        raise InputError(f"no self-test cases under {crd_dir / SELFTEST_DIR_NAME}")
+        raise InputError(f"no self-test cases under {SELFTEST_DIR}")
     failed = 0
     for entry in schemas:
         # A generated schema that is not itself valid JSON Schema would check nothing.
@@ -438,7 +445,7 @@ def selftest(crd_dir: Path) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(
-        description="JSON Schemas from the vendored CRDs, and manifest validation against them."
+        description="JSON Schemas from the projects' CRDs, and manifest validation against them."
     )
     parser.add_argument(
         "--crds", type=Path, default=DEFAULT_CRD_DIR, help="folder of CRD YAML files"

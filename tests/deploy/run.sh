@@ -39,7 +39,7 @@ for v in "${K8S_VERSIONS[@]}"; do
   echo "   Kubernetes $v: ${#rendered[@]} files valid"
 done
 
-echo "== deploy: custom resources against their CRDs (tests/fixtures/crds)"
+echo "== deploy: custom resources against their CRDs (../shared/fixtures/crds)"
 "$py" tests/deploy/crd_schemas.py selftest >/dev/null
 : > "$out/crd-report.txt"
 for f in "${rendered[@]}"; do

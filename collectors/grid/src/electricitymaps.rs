@@ -178,8 +178,8 @@ mod tests {
 
     #[test]
     fn power_breakdown_history_gives_each_hours_carbon_free_share() {
-        let s = parse_power_breakdown(&crate::tests::repo_fixture(
-            "grid/electricitymaps-power-breakdown-history-DE.json",
+        let s = parse_power_breakdown(&crate::tests::fixture(
+            "grid/cfe/electricitymaps-power-breakdown-history-DE.json",
         ))
         .unwrap();
         assert_eq!(
@@ -193,8 +193,8 @@ mod tests {
         assert!(!first.estimated);
         // The last two hours are nowcasts the service revises.
         assert!(s.points[22].estimated && s.points[23].estimated);
-        let latest = parse_power_breakdown(&crate::tests::repo_fixture(
-            "grid/electricitymaps-power-breakdown-latest-DE.json",
+        let latest = parse_power_breakdown(&crate::tests::fixture(
+            "grid/cfe/electricitymaps-power-breakdown-latest-DE.json",
         ))
         .unwrap();
         assert_eq!(latest.points.len(), 1);

@@ -90,14 +90,6 @@ pub(crate) mod tests {
         })
     }
 
-    /// Payloads this repository found and keeps (`tests/fixtures/`, with their SOURCES.md).
-    pub fn repo_fixture(path: &str) -> String {
-        let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tests/fixtures")
-            .join(path);
-        std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("fixture {}: {e}", full.display()))
-    }
-
     #[test]
     fn pounds_per_mwh_to_grams_per_kwh_exactly() {
         assert_eq!(

@@ -236,8 +236,8 @@ mod tests {
 
     #[test]
     fn the_generation_mix_gives_the_carbon_free_share_of_what_was_published() {
-        let s = parse_generation(&crate::tests::repo_fixture(
-            "grid/ukci-generation-docs-example.json",
+        let s = parse_generation(&crate::tests::fixture(
+            "grid/cfe/ukci-generation-docs-example.json",
         ))
         .unwrap();
         assert_eq!(

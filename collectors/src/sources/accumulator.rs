@@ -297,7 +297,7 @@ mod tests {
     }
 
     /// Real `amd-smi metric -E -w 1 --csv` readings of an MI210 a second apart
-    /// (tests/fixtures/amd/amdsmi-issue38-mi210-energy-watch.csv): a counter that moves
+    /// (shared/fixtures/amd/amdsmi-issue38-mi210-energy-watch.csv): a counter that moves
     /// ~43 J a second passes through unchanged.
     #[test]
     fn a_live_counter_passes_through() {
@@ -393,7 +393,7 @@ mod tests {
     }
 
     /// The MI100 of AMDResearch/hpcfund#21: `amdsmi_get_energy_count` returned 8152136
-    /// counts twice under full load (tests/fixtures/amd/SOURCES.md). The power beside it is
+    /// counts twice under full load (shared/fixtures/amd/SOURCES.md). The power beside it is
     /// hand-made: 290 W.
     #[test]
     fn a_stuck_value_counts_the_power_and_a_catch_up_is_not_counted_twice() {

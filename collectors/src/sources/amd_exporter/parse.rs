@@ -1,6 +1,6 @@
 //! AMD device metrics exporter scrapes (`:5000/metrics`) to per-GPU readings.
 //!
-//! Facts this relies on (tests/fixtures/amd/SOURCES.md, ROCm/device-metrics-exporter):
+//! Facts this relies on (shared/fixtures/amd/SOURCES.md, ROCm/device-metrics-exporter):
 //! - `gpu_energy_consumed` is the accumulator in µJ ("Accumulated energy consumed by the GPU
 //!   in uJ"), exported as a gauge though it is a running total; `gpu_package_power` is the
 //!   current socket power in W (MI3xx), `gpu_power_usage` and `gpu_average_package_power`

@@ -2,7 +2,7 @@
 //! energy counter and socket power) and `list` (which logical GPUs are partitions of one
 //! board). `process --json` is read by `process.rs`.
 //!
-//! What this relies on (tests/fixtures/amd/SOURCES.md):
+//! What this relies on (shared/fixtures/amd/SOURCES.md):
 //! - the output is a list of GPU objects keyed by `gpu` (the logical index), or, in newer
 //!   versions, that list under `{"gpu_data": [...]}` beside `cpu_data` (amd_smi_logger.py's
 //!   `combine_arrays_to_json`; seen on ROCm 7.0.2, ROCm/amdsmi#134);

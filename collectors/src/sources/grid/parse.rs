@@ -65,7 +65,7 @@ mod tests {
         let em = config("provider = \"electricitymaps\"\nurl = \"https://api.electricitymaps.com/v3/power-breakdown/history?zone=DE\"\ntoken_file = \"/k\"\nregion = \"DE-LU\"\n");
         let s = parse(
             &em,
-            &fixtures::repo("grid/electricitymaps-power-breakdown-history-DE.json"),
+            &fixtures::read("grid/cfe/electricitymaps-power-breakdown-history-DE.json"),
         )
         .unwrap();
         let p = points(&s, em.region.as_deref());
@@ -79,7 +79,7 @@ mod tests {
         let p = points(
             &parse(
                 &uk,
-                &fixtures::repo("grid/ukci-generation-docs-example.json"),
+                &fixtures::read("grid/cfe/ukci-generation-docs-example.json"),
             )
             .unwrap(),
             None,

@@ -278,7 +278,7 @@ pub(crate) mod tests {
     }
 
     /// A failed pod built by hand (no captured one with these fields was found; see
-    /// tests/fixtures/kubernetes/SOURCES.md) from the fields the kubelet and controllers
+    /// shared/fixtures/kubernetes/pods/SOURCES.md) from the fields the kubelet and controllers
     /// write.
     pub(crate) fn failed_pod(reason: &str, disruption: &str, container_reason: &str) -> Value {
         let mut status = json!({
