@@ -3,6 +3,11 @@
 //! With `DATABASE_URL` set (CI), it names a server and a database to connect to for
 //! creating test databases; otherwise a private cluster is started (and reused) under the
 //! system temp directory from the installed PostgreSQL binaries.
+//!
+//! With `WATTLEDGER_TEST_CITUS` set, it names a Citus coordinator instead (a database there
+//! whose workers are registered, as `../shared/tools/citus-cluster up` prints it), and every
+//! test runs on the cluster: each test database is made on the coordinator and on every
+//! worker, from a template that `wattledger_store::migrate` distributed once.
 
 pub mod peers;
 pub mod process;
@@ -18,9 +23,21 @@ use wattledger::config::Config;
 
 pub const SECRET: &str = "test-secret-test-secret-test-secret!";
 
+/// The Citus coordinator the suite runs on, if one is given.
+pub fn citus() -> Option<&'static str> {
+    static URL: OnceLock<Option<String>> = OnceLock::new();
+    URL.get_or_init(|| {
+        std::env::var("WATTLEDGER_TEST_CITUS")
+            .ok()
+            .filter(|u| !u.is_empty())
+    })
+    .as_deref()
+}
+
 fn admin_url() -> &'static str {
     static URL: OnceLock<String> = OnceLock::new();
     URL.get_or_init(|| match std::env::var("DATABASE_URL") {
+        _ if citus().is_some() => citus().unwrap().to_owned(),
         Ok(url) => url,
         Err(_) => {
             let dir = std::env::temp_dir().join("wattledger-test-pg");
@@ -56,7 +73,9 @@ pub async fn fresh_db() -> (PgPool, String) {
             .as_nanos()
             % 1_000_000_000_000
     );
-    create_database(&admin, &format!("{name} TEMPLATE {template}")).await;
+    for node in nodes(&admin).await {
+        create_database(&node, &format!("{name} TEMPLATE {template}")).await;
+    }
     let url = database_url(&admin, &name);
     let pool = wattledger_store::connect(&url, 5).await.expect("connect");
     // A no-op on the copy (the template holds every migration): kept so a test database is
@@ -73,15 +92,126 @@ async fn template(admin: &str) -> &'static str {
     TEMPLATE
         .get_or_init(|| async {
             let name = format!("wl_test_{}_template", std::process::id());
-            create_database(admin, &name).await;
+            let nodes = nodes(admin).await;
+            for node in &nodes {
+                create_database(node, &name).await;
+            }
+            if citus().is_some() {
+                join_cluster(admin, &nodes, &name).await;
+            }
             let url = database_url(admin, &name);
             let pool = wattledger_store::connect(&url, 1).await.expect("connect");
             wattledger_store::migrate(&pool).await.expect("migrate");
             // A template with a session open cannot be copied.
             pool.close().await;
+            if citus().is_some() {
+                seal(&nodes, &name).await;
+            }
             name
         })
         .await
+}
+
+/// The admin URLs of the servers a test database lives on: the one server, or a Citus
+/// cluster's workers and then its coordinator (read from the coordinator's node list).
+async fn nodes(admin: &str) -> Vec<String> {
+    use sqlx::Connection;
+    if citus().is_none() {
+        return vec![admin.to_owned()];
+    }
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .expect("connect to the Citus coordinator");
+    let workers: Vec<(String, i32)> = sqlx::query_as(
+        "SELECT nodename::text, nodeport FROM pg_dist_node
+         WHERE groupid <> 0 AND noderole = 'primary' AND isactive ORDER BY nodeid",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("the coordinator's workers (pg_dist_node)");
+    assert!(
+        !workers.is_empty(),
+        "WATTLEDGER_TEST_CITUS names a database without workers: citus-cluster up prints one with them"
+    );
+    let mut out: Vec<String> = workers
+        .iter()
+        .map(|(host, port)| node_url(admin, host, *port))
+        .collect();
+    out.push(admin.to_owned());
+    out
+}
+
+/// `admin` with its host and port replaced.
+fn node_url(admin: &str, host: &str, port: i32) -> String {
+    let (scheme, rest) = admin.split_once("://").expect("a postgres:// URL");
+    let (user, rest) = rest.rsplit_once('@').map_or(("", rest), |(u, r)| (u, r));
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    let at = if user.is_empty() { "" } else { "@" };
+    format!("{scheme}://{user}{at}{host}:{port}{path}")
+}
+
+/// Makes the new database `name` (on every node) one Citus database: the extension on each
+/// node, the coordinator told its own address and its workers'.
+async fn join_cluster(admin: &str, nodes: &[String], name: &str) {
+    use sqlx::Connection;
+    for node in nodes {
+        let mut conn = sqlx::PgConnection::connect(&database_url(node, name))
+            .await
+            .expect("connect to a new database on a Citus node");
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
+            .execute(&mut conn)
+            .await
+            .expect("CREATE EXTENSION citus");
+    }
+    let host_port = |url: &str| -> (String, i32) {
+        let rest = url.split_once("://").unwrap().1;
+        let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+        let hp = rest.split('/').next().unwrap();
+        let (h, p) = hp.rsplit_once(':').unwrap_or((hp, "5432"));
+        (h.to_owned(), p.parse().expect("a port"))
+    };
+    let mut conn = sqlx::PgConnection::connect(&database_url(admin, name))
+        .await
+        .expect("connect to the coordinator's new database");
+    let (host, port) = host_port(admin);
+    sqlx::query("SELECT citus_set_coordinator_host($1, $2)")
+        .bind(&host)
+        .bind(port)
+        .execute(&mut conn)
+        .await
+        .expect("citus_set_coordinator_host");
+    for worker in &nodes[..nodes.len() - 1] {
+        let (host, port) = host_port(worker);
+        sqlx::query("SELECT citus_add_node($1, $2)")
+            .bind(&host)
+            .bind(port)
+            .execute(&mut conn)
+            .await
+            .expect("citus_add_node");
+    }
+}
+
+/// Closes the template to new sessions on every node and ends Citus's own (its maintenance
+/// daemon and the coordinator's connections to the workers), so that it can be copied.
+async fn seal(nodes: &[String], name: &str) {
+    use sqlx::Connection;
+    for node in nodes {
+        let mut conn = sqlx::PgConnection::connect(node)
+            .await
+            .expect("connect to a Citus node");
+        sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
+            .execute(&mut conn)
+            .await
+            .expect("ALTER DATABASE … ALLOW_CONNECTIONS false");
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = $1 AND pid <> pg_backend_pid()",
+        )
+        .bind(name)
+        .execute(&mut conn)
+        .await
+        .expect("end the template's sessions");
+    }
 }
 
 /// `CREATE DATABASE {spec}`, retried while its template is being copied by another session
@@ -116,23 +246,26 @@ fn database_url(admin: &str, name: &str) -> String {
 /// process): without this the test server's disk grows with every run.
 async fn sweep_left_over(admin: &str) {
     use sqlx::Connection;
-    let Ok(mut conn) = sqlx::PgConnection::connect(admin).await else {
-        return;
-    };
-    let names: Vec<String> =
-        sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'wl\\_test\\_%'")
-            .fetch_all(&mut conn)
-            .await
-            .unwrap_or_default();
-    let me = std::process::id();
-    for name in names {
-        let pid = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
-        let gone =
-            pid.is_some_and(|p| p != me && !std::path::Path::new(&format!("/proc/{p}")).exists());
-        if gone {
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .execute(&mut conn)
-                .await;
+    for node in nodes(admin).await {
+        let Ok(mut conn) = sqlx::PgConnection::connect(&node).await else {
+            continue;
+        };
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'wl\\_test\\_%'",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap_or_default();
+        let me = std::process::id();
+        for name in names {
+            let pid = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
+            let gone = pid
+                .is_some_and(|p| p != me && !std::path::Path::new(&format!("/proc/{p}")).exists());
+            if gone {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut conn)
+                    .await;
+            }
         }
     }
 }

@@ -12,6 +12,10 @@ pub enum StoreError {
     /// A database name that is not letters, digits and `_` (it cannot be bound).
     #[error("invalid database name {0:?}")]
     DatabaseName(String),
+    /// A table of the schema that `distribution::TABLES` does not place (a migration added it
+    /// without saying where it lives on a distributed PostgreSQL).
+    #[error("table {0} is not classified in store::distribution::TABLES")]
+    Unclassified(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

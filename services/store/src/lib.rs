@@ -16,6 +16,7 @@ pub mod compaction;
 pub mod databases;
 pub mod devices;
 pub mod dirty;
+pub mod distribution;
 pub mod error;
 pub mod grid_events;
 pub mod inventory;
@@ -59,13 +60,25 @@ pub async fn connect(url: &str, max_connections: u32) -> StoreResult<PgPool> {
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
+        .after_connect(|conn, _| Box::pin(distribution::on_connect(conn)))
         .connect_with(options)
         .await?;
     Ok(pool)
 }
 
-/// Applies pending migrations (forward only).
+/// Applies pending migrations (forward only), then, on a Citus coordinator, places every
+/// table they added on the cluster (`distribution`).
 pub async fn migrate(pool: &PgPool) -> StoreResult<()> {
     MIGRATOR.run(pool).await?;
+    if distribution::is_citus(pool).await? {
+        let placed = distribution::place(pool).await?;
+        if !placed.tables.is_empty() {
+            tracing::info!(
+                tables = placed.tables.len(),
+                foreign_keys = placed.foreign_keys,
+                "placed the new tables on the Citus cluster"
+            );
+        }
+    }
     Ok(())
 }

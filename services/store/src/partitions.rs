@@ -1,12 +1,12 @@
-//! The time partitions of `samples` (migration 0019): monthly for step records, daily for
-//! raw readings. Created ahead of time by the worker ([`ensure_ahead`]) and, as a fallback,
+//! The partitions of `samples` (migration 0036), one level by (raw, ts): monthly for step
+//! records, daily for raw readings. Created ahead of time by the worker ([`ensure_ahead`]) and, as a fallback,
 //! before a write that reaches past them ([`ensure`]); dropped whole by `crate::retention`.
 
 use crate::StoreResult;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
 
-/// Which sub-table of `samples`: step records or raw readings.
+/// Which kind of partition of `samples`: step records or raw readings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     Steps,
@@ -24,13 +24,6 @@ impl Kind {
 
     pub fn is_raw(self) -> bool {
         self == Kind::Raw
-    }
-
-    fn parent(self) -> &'static str {
-        match self {
-            Kind::Steps => "samples_steps",
-            Kind::Raw => "samples_raw",
-        }
     }
 }
 
@@ -138,10 +131,11 @@ pub async fn ensure(tx: &mut Transaction<'_, Postgres>, spans: &[Span]) -> Store
         .await?;
     for s in &missing {
         // Identifiers cannot be bound; the name and bounds are built from integers only.
+        let raw = s.kind.is_raw();
         let sql = format!(
-            "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} FOR VALUES FROM ('{}') TO ('{}')",
+            "CREATE TABLE IF NOT EXISTS {} PARTITION OF samples \
+             FOR VALUES FROM ({raw}, '{}') TO ({raw}, '{}')",
             s.name,
-            s.kind.parent(),
             s.start.format("%Y-%m-%d"),
             s.end.format("%Y-%m-%d")
         );
@@ -154,7 +148,7 @@ pub async fn ensure(tx: &mut Transaction<'_, Postgres>, spans: &[Span]) -> Store
 pub async fn existing(pool: &PgPool) -> StoreResult<Vec<Span>> {
     let names: Vec<String> = sqlx::query_scalar!(
         r#"SELECT c.relname::text AS "name!" FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-         WHERE i.inhparent IN ('samples_steps'::regclass, 'samples_raw'::regclass)
+         WHERE i.inhparent = 'samples'::regclass
          ORDER BY 1"#,
     )
     .fetch_all(pool)

@@ -279,7 +279,7 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
         .fetch_one(&api.pool)
         .await?;
     sqlx::query("VACUUM ANALYZE").execute(&api.pool).await?;
-    (fig.steps_bytes, fig.steps_index_bytes) = sizes(&api.pool, "samples_steps").await?;
+    (fig.steps_bytes, fig.steps_index_bytes) = sizes(&api.pool, "samples_steps_").await?;
     let t = Instant::now();
     let packed = wattledger_store::compaction::run(&api.pool, chrono::Utc::now()).await?;
     println!(
@@ -287,7 +287,7 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
         packed.len(),
         t.elapsed().as_secs_f64()
     );
-    fig.steps_index_packed = sizes(&api.pool, "samples_steps").await?.1;
+    fig.steps_index_packed = sizes(&api.pool, "samples_steps_").await?.1;
     // The writes above leave gigabytes of dirty buffers behind: flushed now, not spread
     // over the queries' timings by the checkpointer.
     sqlx::query("CHECKPOINT").execute(&api.pool).await?;
@@ -456,17 +456,21 @@ async fn copy_steps(
     Ok((steps.len(), t.elapsed().as_secs_f64()))
 }
 
-/// A table's (heap, indexes) bytes, over all its partitions if it has any.
+/// A table's (heap, indexes) bytes, over all its partitions if it has any; for a name ending
+/// in `_` (`samples_steps_`), over the partitions of `samples` named so (migration 0036).
 async fn sizes(pool: &sqlx::PgPool, table: &str) -> anyhow::Result<(i64, i64)> {
-    Ok(sqlx::query_as(
-        "WITH leaves AS (
-             SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf
-             UNION SELECT $1::regclass WHERE NOT EXISTS (SELECT FROM pg_partition_tree($1::regclass))
-         )
+    let leaves = if table.ends_with('_') {
+        "SELECT relid FROM pg_partition_tree('samples') WHERE isleaf AND starts_with(relid::text, $1)"
+    } else {
+        "SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf
+         UNION SELECT $1::regclass WHERE NOT EXISTS (SELECT FROM pg_partition_tree($1::regclass))"
+    };
+    Ok(sqlx::query_as(&format!(
+        "WITH leaves AS ({leaves})
          SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint,
                 coalesce(sum(pg_indexes_size(relid)), 0)::bigint
-         FROM leaves",
-    )
+         FROM leaves"
+    ))
     .bind(table)
     .fetch_one(pool)
     .await?)
