@@ -89,7 +89,7 @@ async fn cpx_hour(partitions: &[usize]) -> TestApp {
 /// Each job's GPU energy in the hour, and the GPU energy no job held (idle), mJ.
 async fn gpu_energy(app: &TestApp) -> (Vec<(String, i64)>, i64) {
     let jobs: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT j.key, l.gpu_mj FROM ledger l JOIN jobs j ON j.id = l.job_id ORDER BY j.key",
+        "SELECT j.key, l.gpu_mj FROM ledger l JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id ORDER BY j.key",
     )
     .fetch_all(&app.pool)
     .await
@@ -137,7 +137,7 @@ async fn a_mig_slice_without_a_share_holds_its_sevenths_and_a_share_given_stands
         .remove("share");
     scenario::push(&app, &b).await;
     let shares: Vec<(String, String)> = sqlx::query_as(
-        "SELECT j.key, a.share::text FROM allocations a JOIN jobs j ON j.id = a.job_id ORDER BY j.key",
+        "SELECT j.key, a.share::text FROM allocations a JOIN jobs j ON j.site_id = a.site_id AND j.id = a.job_id ORDER BY j.key",
     )
     .fetch_all(&app.pool)
     .await
@@ -205,7 +205,7 @@ async fn a_slice_of_an_a30_holds_quarters_by_its_gpus_model() {
         .await;
     assert_eq!(status, 200, "{body}");
     let shares: Vec<(String,)> = sqlx::query_as(
-        "SELECT a.share::text FROM allocations a JOIN jobs j ON j.id = a.job_id ORDER BY j.key",
+        "SELECT a.share::text FROM allocations a JOIN jobs j ON j.site_id = a.site_id AND j.id = a.job_id ORDER BY j.key",
     )
     .fetch_all(&app.pool)
     .await
@@ -242,7 +242,7 @@ async fn a_counter_the_agent_estimated_counts_as_estimated_energy() {
     assert!(flags.contains(&"counter_estimated"), "{job}");
     // Ten of g0's minutes, 42 kJ each, at least: the GPU energy the agent estimated.
     let (estimated,): (i64,) =
-        sqlx::query_as("SELECT estimated_mj FROM ledger l JOIN jobs j ON j.id = l.job_id WHERE j.key = 'job-train'")
+        sqlx::query_as("SELECT estimated_mj FROM ledger l JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id WHERE j.key = 'job-train'")
             .fetch_one(&app.pool)
             .await
             .unwrap();
@@ -313,7 +313,7 @@ async fn a_board_named_by_its_part_number_is_priced_as_its_model() {
     };
     let (embodied, gpu_time_cost): (Option<String>, Option<String>) = sqlx::query_as(
         "SELECT l.embodied_carbon_g::text, l.gpu_time_cost::text FROM ledger l
-         JOIN jobs j ON j.id = l.job_id WHERE j.key = 'job-p0'",
+         JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id WHERE j.key = 'job-p0'",
     )
     .fetch_one(&app.pool)
     .await

@@ -484,7 +484,8 @@ async fn batches_committed_together_keep_their_own_outcomes() {
     // batch would leave them.
     let heads: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM meter_heads h JOIN meters m ON m.id = h.meter_id
-         WHERE h.last_ts = (SELECT max(ts) FROM samples s WHERE s.meter_id = h.meter_id)",
+         WHERE h.last_ts = (SELECT max(ts) FROM samples s
+                            WHERE s.site_id = h.site_id AND s.meter_id = h.meter_id)",
     )
     .fetch_one(&app.pool)
     .await

@@ -172,7 +172,7 @@ async fn a_counter_reset_is_estimated_from_its_neighbours_and_flagged() {
     // job keeps the minute it held the GPU (52,500 J with its facility share went to the
     // platform before), the site its meters' energy, and the row says why.
     let (gpu_mj, estimated_mj, flags): (i64, i64, Vec<String>) =
-        sqlx::query_as("SELECT gpu_mj, estimated_mj, flags FROM ledger l JOIN jobs j ON j.id = l.job_id WHERE j.key = 'job-train' AND hour = $1")
+        sqlx::query_as("SELECT gpu_mj, estimated_mj, flags FROM ledger l JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id WHERE j.key = 'job-train' AND hour = $1")
             .bind(DateTime::parse_from_rfc3339(HOUR).unwrap().to_utc())
             .fetch_one(&app.pool)
             .await
@@ -570,13 +570,15 @@ async fn a_sample_batch_marks_the_hours_between_its_second_neighbours() {
         }
     };
     let dirty = || async {
-        let hours: Vec<String> = sqlx::query_scalar(
-            "DELETE FROM dirty_hours RETURNING to_char(hour AT TIME ZONE 'UTC', 'MM-DD HH24')",
-        )
-        .fetch_all(&app.pool)
-        .await
-        .unwrap();
-        let mut hours = hours;
+        let hours: Vec<chrono::DateTime<chrono::Utc>> =
+            sqlx::query_scalar("DELETE FROM dirty_hours RETURNING hour")
+                .fetch_all(&app.pool)
+                .await
+                .unwrap();
+        let mut hours: Vec<String> = hours
+            .iter()
+            .map(|h| h.format("%m-%d %H").to_string())
+            .collect();
         hours.sort();
         hours
     };

@@ -129,7 +129,7 @@ async fn ledger_of(app: &TestApp) -> Vec<String> {
                           l.facility_overhead_mj, l.total_mj, l.estimated_mj, l.cost, l.carbon_g,
                           l.embodied_carbon_g)
          FROM ledger l JOIN sites s ON s.id = l.site_id JOIN tenants t ON t.id = l.tenant_id
-         LEFT JOIN jobs j ON j.id = l.job_id
+         LEFT JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id
          UNION ALL
          SELECT concat_ws(' ', 'hour', s.key, h.hour, h.site_mj, h.it_peak_mw)
          FROM site_hours h JOIN sites s ON s.id = h.site_id

@@ -51,9 +51,13 @@ pub async fn site_draw(pool: &PgPool, at: DateTime<Utc>) -> StoreResult<HashMap<
     let rows = sqlx::query!(
         r#"WITH recent AS (
              SELECT meter_id, ts, counter_mj, power_mw,
-                    max(peak_mw) OVER (PARTITION BY meter_id) AS peak_mw,
-                    row_number() OVER (PARTITION BY meter_id ORDER BY ts DESC) AS n
-             FROM samples WHERE ts > $1::timestamptz - interval '10 minutes' AND ts <= $1
+                    max(peak_mw) OVER (PARTITION BY site_id, meter_id) AS peak_mw,
+                    row_number() OVER (PARTITION BY site_id, meter_id ORDER BY ts DESC) AS n
+             FROM (SELECT * FROM samples
+                   WHERE NOT raw AND ts > $1::timestamptz - interval '10 minutes' AND ts <= $1
+                   UNION ALL
+                   SELECT * FROM samples
+                   WHERE raw AND ts > $1::timestamptz - interval '10 minutes' AND ts <= $1) s
          ), per_meter AS (
              SELECT a.meter_id, coalesce(a.peak_mw, a.power_mw,
                  CASE WHEN b.ts IS NOT NULL AND a.counter_mj >= b.counter_mj
@@ -220,7 +224,7 @@ pub async fn put_policy(pool: &PgPool, p: &PolicyRow) -> StoreResult<PolicyRow> 
            ON CONFLICT (tenant_id) DO UPDATE SET threshold_pct = excluded.threshold_pct,
                carbon_weight = excluded.carbon_weight, cfe_weight = excluded.cfe_weight,
                basis = excluded.basis, bypass_priorities = excluded.bypass_priorities,
-               budget_bypass_priorities = excluded.budget_bypass_priorities, updated_at = now()
+               budget_bypass_priorities = excluded.budget_bypass_priorities, updated_at = excluded.updated_at
            RETURNING tenant_id, threshold_pct, carbon_weight, cfe_weight, basis AS "basis: Basis",
                bypass_priorities AS "bypass_priorities: Vec<Priority>",
                budget_bypass_priorities AS "budget_bypass_priorities: Vec<Priority>""#,
@@ -290,13 +294,21 @@ pub async fn learned_draw(
 ) -> StoreResult<Vec<LearnedDraw>> {
     Ok(sqlx::query_as!(
         LearnedDraw,
-        r#"SELECT l.tenant_id AS "tenant_id!", m.key AS "model?", j.kind AS "kind!: JobKind",
-                (sum(l.gpu_mj + l.node_overhead_mj) * 1000 / sum(l.gpu_ms))::bigint
-                    AS "gpu_draw_w!"
-         FROM ledger l JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id LEFT JOIN models m ON m.id = l.model_id
-         WHERE l.hour >= $1 AND ($2::bigint IS NULL OR l.tenant_id = $2)
-         GROUP BY GROUPING SETS ((l.tenant_id, m.key, j.kind), (l.tenant_id, j.kind))
-         HAVING sum(l.gpu_ms) > 0"#,
+        // The sums per tenant, model and kind first (each shard's own on a distributed
+        // PostgreSQL, which runs no GROUPING SETS over its tables), then the sets over those.
+        r#"WITH per AS MATERIALIZED (
+             SELECT l.tenant_id, m.key AS model, j.kind,
+                    sum(l.gpu_mj + l.node_overhead_mj) AS mj, sum(l.gpu_ms) AS ms
+             FROM ledger l JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id
+             LEFT JOIN models m ON m.id = l.model_id
+             WHERE l.hour >= $1 AND ($2::bigint IS NULL OR l.tenant_id = $2)
+             GROUP BY l.tenant_id, m.key, j.kind
+         )
+         SELECT tenant_id AS "tenant_id!", model AS "model?", kind AS "kind!: JobKind",
+                (sum(mj) * 1000 / sum(ms))::bigint AS "gpu_draw_w!"
+         FROM per
+         GROUP BY GROUPING SETS ((tenant_id, model, kind), (tenant_id, kind))
+         HAVING sum(ms) > 0"#,
         since,
         scope.tenant(),
     )
@@ -434,31 +446,59 @@ pub async fn dead_letters(pool: &PgPool) -> StoreResult<i64> {
 /// submission (Kubernetes), else (Slurm, which numbers a job only after its submit plugin
 /// ran) the tenant's job of the same name submitted within 10 s of the decision, nearest
 /// first, each job joined once.
+///
+/// Each join is found by a read of the open decisions against the jobs, then written to the
+/// decisions alone: on a distributed PostgreSQL the decisions stay on the coordinator and
+/// the jobs are sharded, and a statement may read both but write only where it reads alone.
 pub async fn join_decisions(pool: &PgPool) -> StoreResult<u64> {
     let by_key = sqlx::query!(
-        "UPDATE admission_decisions d SET job_id = j.id FROM jobs j
-         WHERE d.job_id IS NULL AND d.decision <> 'reject' AND d.job_key IS NOT NULL
-           AND j.key = d.job_key",
+        r#"WITH d AS MATERIALIZED (
+             SELECT id, job_key FROM admission_decisions
+             WHERE job_id IS NULL AND decision <> 'reject' AND job_key IS NOT NULL
+         )
+         SELECT d.id AS "decision_id!", j.id AS "job_id!" FROM d JOIN jobs j ON j.key = d.job_key"#,
+    )
+    .fetch_all(pool)
+    .await?;
+    let by_key = sqlx::query!(
+        "UPDATE admission_decisions d SET job_id = u.job_id
+         FROM UNNEST($1::uuid[], $2::bigint[]) AS u(id, job_id)
+         WHERE d.id = u.id AND d.job_id IS NULL",
+        &by_key.iter().map(|r| r.decision_id).collect::<Vec<_>>(),
+        &by_key.iter().map(|r| r.job_id).collect::<Vec<_>>(),
     )
     .execute(pool)
     .await?
     .rows_affected();
+    let near = sqlx::query!(
+        r#"WITH d AS MATERIALIZED (
+             SELECT id, tenant_id, job_name, decided_at FROM admission_decisions
+             WHERE job_id IS NULL AND decision <> 'reject' AND job_key IS NULL
+               AND decided_at > now() - interval '30 days'
+         )
+         SELECT j.id AS "job_id!", d.id AS "decision_id!",
+                abs(extract(epoch FROM j.submit_at - d.decided_at) * 1000000)::bigint AS "gap_us!"
+         FROM d JOIN jobs j ON j.tenant_id = d.tenant_id AND j.name = d.job_name
+              AND j.submit_at BETWEEN d.decided_at - interval '10 seconds'
+                                  AND d.decided_at + interval '10 seconds'"#,
+    )
+    .fetch_all(pool)
+    .await?;
     let by_submission = sqlx::query!(
         "WITH c AS (
-             SELECT DISTINCT ON (j.id) j.id AS job_id, d.id AS decision_id
-             FROM admission_decisions d
-             JOIN jobs j ON j.tenant_id = d.tenant_id AND j.name = d.job_name
-                  AND j.submit_at BETWEEN d.decided_at - interval '10 seconds'
-                                      AND d.decided_at + interval '10 seconds'
-             WHERE d.job_id IS NULL AND d.decision <> 'reject' AND d.job_key IS NULL
-               AND d.decided_at > now() - interval '30 days'
-               AND NOT EXISTS (SELECT 1 FROM admission_decisions o WHERE o.job_id = j.id)
-             ORDER BY j.id, abs(extract(epoch FROM j.submit_at - d.decided_at))
+             SELECT * FROM UNNEST($1::bigint[], $2::uuid[], $3::bigint[]) AS c(job_id, decision_id, gap_us)
+             WHERE NOT EXISTS (SELECT 1 FROM admission_decisions o WHERE o.job_id = c.job_id)
+         ), nearest AS (
+             SELECT DISTINCT ON (job_id) job_id, decision_id FROM c ORDER BY job_id, gap_us
          ), one AS (
-             SELECT DISTINCT ON (decision_id) decision_id, job_id FROM c ORDER BY decision_id, job_id
+             SELECT DISTINCT ON (decision_id) decision_id, job_id FROM nearest
+             ORDER BY decision_id, job_id
          )
          UPDATE admission_decisions d SET job_id = one.job_id FROM one
-         WHERE d.id = one.decision_id",
+         WHERE d.id = one.decision_id AND d.job_id IS NULL",
+        &near.iter().map(|r| r.job_id).collect::<Vec<_>>(),
+        &near.iter().map(|r| r.decision_id).collect::<Vec<_>>(),
+        &near.iter().map(|r| r.gap_us).collect::<Vec<_>>(),
     )
     .execute(pool)
     .await?
@@ -513,26 +553,38 @@ pub async fn list_decisions(
     let (before_at, before_id) = filter.before.unzip();
     Ok(sqlx::query_as!(
         DecisionRow,
-        r#"SELECT d.id, d.decided_at, t.key AS tenant, d.source, d.job_name,
-                d.decision AS "decision: Verdict",
-                s.key AS "site?", d.start_at, d.answer, j.key AS "job_key?",
+        // The page of decisions first (they stay on the coordinator), then their jobs and
+        // what those used, looked up by id among the sharded jobs and ledger.
+        r#"WITH page AS MATERIALIZED (
+             SELECT d.* FROM admission_decisions d
+             WHERE ($1::bigint IS NULL OR d.tenant_id = $1)
+               AND ($2::text IS NULL OR d.decision = $2)
+               AND ($3::timestamptz IS NULL OR d.decided_at >= $3)
+               AND ($4::timestamptz IS NULL OR d.decided_at < $4)
+               AND ($5::timestamptz IS NULL OR (d.decided_at, d.id) < ($5, $6))
+             ORDER BY d.decided_at DESC, d.id DESC
+             LIMIT $7
+         ), their_jobs AS MATERIALIZED (
+             SELECT j.site_id, j.id, j.key FROM jobs j
+             WHERE j.id IN (SELECT job_id FROM page WHERE job_id IS NOT NULL)
+         ), used AS MATERIALIZED (
+             SELECT l.job_id, sum(l.total_mj) AS mj, sum(l.cost) AS cost, sum(l.carbon_g) AS carbon_g
+             FROM ledger l
+             WHERE (l.site_id, l.job_id) IN (SELECT site_id, id FROM their_jobs)
+             GROUP BY l.job_id
+         )
+         SELECT d.id AS "id!", d.decided_at AS "decided_at!", t.key AS tenant,
+                d.source AS "source!", d.job_name AS "job_name!",
+                d.decision AS "decision!: Verdict",
+                s.key AS "site?", d.start_at, d.answer AS "answer!", j.key AS "job_key?",
                 a.mj::numeric / 3600000000 AS actual_kwh, a.cost AS actual_cost,
                 a.carbon_g / 1000 AS actual_carbon_kg
-         FROM admission_decisions d
+         FROM page d
          JOIN tenants t ON t.id = d.tenant_id
          LEFT JOIN sites s ON s.id = d.site_id
-         LEFT JOIN jobs j ON j.id = d.job_id
-         LEFT JOIN LATERAL (
-             SELECT sum(total_mj) AS mj, sum(cost) AS cost, sum(carbon_g) AS carbon_g
-             FROM ledger WHERE job_id = d.job_id
-         ) a ON d.job_id IS NOT NULL
-         WHERE ($1::bigint IS NULL OR d.tenant_id = $1)
-           AND ($2::text IS NULL OR d.decision = $2)
-           AND ($3::timestamptz IS NULL OR d.decided_at >= $3)
-           AND ($4::timestamptz IS NULL OR d.decided_at < $4)
-           AND ($5::timestamptz IS NULL OR (d.decided_at, d.id) < ($5, $6))
-         ORDER BY d.decided_at DESC, d.id DESC
-         LIMIT $7"#,
+         LEFT JOIN their_jobs j ON j.id = d.job_id
+         LEFT JOIN used a ON a.job_id = d.job_id
+         ORDER BY d.decided_at DESC, d.id DESC"#,
         scope.tenant(),
         filter.decision.map(Verdict::as_str),
         filter.from,

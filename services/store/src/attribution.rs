@@ -37,23 +37,37 @@ pub struct Claim {
 
 /// Claims up to `max_hours` dirty hours of one site within one day, oldest first, for ten
 /// minutes: a worker that dies holding them lets them go to another after that.
+///
+/// Two statements: the oldest claimable hour is found across all sites without a lock, then
+/// that site's hours are locked and claimed by a statement that names the site, so that on a
+/// distributed PostgreSQL the lock is taken on one shard (Citus refuses row locks across
+/// shards). Another worker may claim the same hours in between: then nothing is claimed this
+/// time, as when two workers raced for them in one statement.
 pub async fn claim(pool: &PgPool, max_hours: i64) -> StoreResult<Option<Claim>> {
+    let Some(first) = sqlx::query!(
+        r#"SELECT site_id, hour FROM dirty_hours
+         WHERE claimed_until IS NULL OR claimed_until < now()
+         ORDER BY hour, site_id LIMIT 1"#
+    )
+    .fetch_optional(pool)
+    .await?
+    else {
+        return Ok(None);
+    };
     let rows = sqlx::query!(
-        "WITH first AS (
-             SELECT site_id, hour FROM dirty_hours
-             WHERE claimed_until IS NULL OR claimed_until < now()
-             ORDER BY hour, site_id LIMIT 1
-         ), pick AS (
-             SELECT d.site_id, d.hour FROM dirty_hours d, first f
-             WHERE d.site_id = f.site_id AND d.hour >= f.hour AND d.hour < f.hour + interval '1 day'
+        "WITH pick AS (
+             SELECT d.site_id, d.hour FROM dirty_hours d
+             WHERE d.site_id = $2 AND d.hour >= $3 AND d.hour < $3 + interval '1 day'
                AND (d.claimed_until IS NULL OR d.claimed_until < now())
              ORDER BY d.hour LIMIT $1
              FOR UPDATE OF d SKIP LOCKED
          )
          UPDATE dirty_hours d SET claimed_until = now() + interval '10 minutes'
-         FROM pick WHERE d.site_id = pick.site_id AND d.hour = pick.hour
+         FROM pick WHERE d.site_id = $2 AND d.hour = pick.hour
          RETURNING d.site_id, d.hour, d.marked_at",
         max_hours,
+        first.site_id,
+        first.hour,
     )
     .fetch_all(pool)
     .await?;
@@ -365,7 +379,9 @@ async fn embodied(pool: &PgPool, site_id: i64) -> StoreResult<HashMap<i64, (i64,
 
 /// The metered meters' samples in `[from, to)` and the two on either side of it, in time
 /// order; where a meter has a step record and a raw reading at the same instant (it switched
-/// from one to the other), the step record first (raw = false sorts first).
+/// from one to the other), the step record first (raw = false sorts first). Step records and
+/// raw readings are read apart: `samples` is partitioned by (raw, ts), and only a condition
+/// on `raw` lets the time range pick the partitions.
 async fn samples(
     pool: &PgPool,
     site_id: i64,
@@ -377,7 +393,10 @@ async fn samples(
         RawSample,
         r#"SELECT meter_id AS "meter_id!", ts AS "ts!", counter_mj, power_mw, peak_mw,
                 raw AS "raw!", counter_estimated AS "counter_estimated!" FROM samples
-         WHERE site_id = $4 AND meter_id = ANY($1) AND ts >= $2 AND ts < $3
+         WHERE site_id = $4 AND meter_id = ANY($1) AND NOT raw AND ts >= $2 AND ts < $3
+         UNION ALL
+         SELECT meter_id, ts, counter_mj, power_mw, peak_mw, raw, counter_estimated FROM samples
+         WHERE site_id = $4 AND meter_id = ANY($1) AND raw AND ts >= $2 AND ts < $3
          UNION ALL
          SELECT m.id, p.ts, p.counter_mj, p.power_mw, p.peak_mw, p.raw, p.counter_estimated FROM unnest($1::bigint[]) AS m(id)
          CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw, counter_estimated FROM samples s
@@ -875,31 +894,68 @@ struct DeviceColumns {
 }
 
 /// Rebuilds the tenant-day rollups of the days `hours` fall in from the ledger rows written,
-/// so a reader of either sees the same sums (migration 0018).
+/// so a reader of either sees the same sums (migration 0018). Called after
+/// [`replace_site_hours`] has written those hours' rows in the same transaction.
 pub async fn rebuild_days(
     conn: &mut PgConnection,
     site_id: i64,
     hours: &[DateTime<Utc>],
 ) -> StoreResult<()> {
-    let mut days: Vec<DateTime<Utc>> = hours.iter().map(|h| day_of(*h)).collect();
+    let mut days: Vec<(DateTime<Utc>, DateTime<Utc>)> =
+        hours.iter().map(|h| (day_of(*h), *h)).collect();
     days.sort_unstable();
-    days.dedup();
+    days.dedup_by_key(|(day, _)| *day);
     // Two workers may hold different hours of one site-day (another replica's claim): one
     // rebuilds the day at a time, so the second, once the first has committed, sums both
     // claims' ledger rows (each statement reads what is committed by then). Taken in day
-    // order, so two claims spanning midnight cannot deadlock.
-    for day in &days {
+    // order, so two claims spanning midnight cannot deadlock. The lock is taken by a
+    // statement on one of this claim's site-hours: on a distributed PostgreSQL it is held on
+    // the node of the site's shard, and released only once this transaction's rows there are
+    // committed (a lock on the coordinator would be released first, and the second claim
+    // could read the shard before the first's rows are visible on it).
+    for (day, hour) in &days {
         sqlx::query!(
-            "SELECT pg_advisory_xact_lock($1::int4, $2::int4)",
+            "SELECT pg_advisory_xact_lock($1::int4, $2::int4)::text FROM site_hours
+             WHERE site_id = $3 AND hour = $4",
             site_id as i32,
             (day.timestamp() / 86_400) as i32,
+            site_id,
+            hour,
         )
-        .execute(&mut *conn)
+        .fetch_all(&mut *conn)
         .await?;
     }
-    sqlx::query!("SELECT usage_days_rebuild($1, $2)", site_id, &days)
-        .execute(&mut *conn)
-        .await?;
+    let days: Vec<DateTime<Utc>> = days.into_iter().map(|(day, _)| day).collect();
+    // Plain statements naming the site rather than a SQL function: a distributed PostgreSQL
+    // plans neither a SQL function over its tables with parameters nor its statements as
+    // one shard's, and these run on the site's shard.
+    sqlx::query!(
+        "DELETE FROM usage_days WHERE site_id = $1 AND day = ANY($2)",
+        site_id,
+        &days
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        "INSERT INTO usage_days
+         SELECT d.day, l.site_id, l.tenant_id, l.model_id, count(*),
+                sum(l.gpu_mj), sum(l.node_overhead_mj), sum(l.idle_mj), sum(l.facility_overhead_mj),
+                sum(l.total_mj), sum(l.estimated_mj), sum(l.prompt_tokens), sum(l.generated_tokens),
+                sum(l.gpu_ms), sum(l.priced_mj), sum(l.price_fallback_mj), sum(l.carbon_mj),
+                sum(l.carbon_fallback_mj), sum(l.marginal_mj), sum(l.cost), sum(l.gpu_time_cost),
+                sum(l.carbon_g), sum(l.carbon_marginal_g), sum(l.embodied_carbon_g),
+                flags_union_agg(l.flags), sum(l.badput_mj), sum(l.badput_cost),
+                sum(l.badput_carbon_g), sum(l.carbon_free_mj), sum(l.cfe_mj)
+         FROM unnest($2::timestamptz[]) AS d(day)
+         JOIN ledger_rows l ON l.site_id = $1 AND l.hour >= d.day
+                           AND l.hour < d.day + interval '1 day'
+         WHERE l.site_id = $1
+         GROUP BY d.day, l.site_id, l.tenant_id, l.model_id",
+        site_id,
+        &days
+    )
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 
@@ -1053,7 +1109,9 @@ pub async fn finish_run(
     rows: u64,
 ) -> StoreResult<()> {
     sqlx::query!(
-        "UPDATE attribution_runs SET finished_at = clock_timestamp(), hours = $2, rows = $3 WHERE id = $1",
+        // statement_timestamp(), not clock_timestamp(): the same instant here, and a
+        // distributed PostgreSQL refuses a VOLATILE function in an UPDATE of its tables.
+        "UPDATE attribution_runs SET finished_at = statement_timestamp(), hours = $2, rows = $3 WHERE id = $1",
         run_id,
         hours as i32,
         rows as i32,

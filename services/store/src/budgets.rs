@@ -37,7 +37,7 @@ pub async fn upsert(pool: &PgPool, b: &BudgetSpec) -> StoreResult<bool> {
              starts_at = EXCLUDED.starts_at, ends_at = EXCLUDED.ends_at,
              limit_kwh = EXCLUDED.limit_kwh, limit_cost = EXCLUDED.limit_cost,
              currency = EXCLUDED.currency, limit_carbon_kg = EXCLUDED.limit_carbon_kg,
-             hard = EXCLUDED.hard, thresholds_pct = EXCLUDED.thresholds_pct, updated_at = now()
+             hard = EXCLUDED.hard, thresholds_pct = EXCLUDED.thresholds_pct, updated_at = excluded.updated_at
          RETURNING (xmax = 0) AS "new!""#,
         &b.key,
         b.tenant_id,
@@ -144,35 +144,61 @@ impl BudgetState {
 
 /// Budgets with their use: `periods` is a CTE `b` of budget rows with `p_start` and
 /// `p_end`; parameter `$recent` is where the burn rate's window starts. Both sums read the
-/// tenant-day rollup for whole days (`ledger_span`), so a month's budget costs its days'
-/// rollup rows, not its job-hours.
+/// tenant-day rollup for whole days and the ledger for the hours at either end (as
+/// [`crate::usage::span_rows`] does), so a month's budget costs its days' rollup rows, not
+/// its job-hours.
+///
+/// Written as joins of the budgets' spans with the rollup and the ledger, not as a lateral
+/// subquery per budget: a distributed PostgreSQL joins a small result with its sharded
+/// tables on any column, but runs a correlated subquery only when it names the shard key.
 pub(crate) fn with_use(periods: &str, recent: usize) -> String {
+    let d0 =
+        "(CASE WHEN date_bin('1 day', sp.p_from, timestamptz 'epoch') = sp.p_from THEN sp.p_from
+                    ELSE date_bin('1 day', sp.p_from, timestamptz 'epoch') + interval '1 day' END)";
+    let d1 = "date_bin('1 day', sp.p_to, timestamptz 'epoch')";
+    let of = "l.tenant_id = sp.tenant_id AND (sp.model_id IS NULL OR l.model_id = sp.model_id)";
     format!(
-        "WITH {periods}
+        "WITH {periods}, bn AS (
+             SELECT row_number() OVER () AS n, b.* FROM b
+         ), sp AS (
+             SELECT bn.n, w.which, bn.tenant_id, bn.model_id, bn.currency, w.p_from,
+                    bn.p_end AS p_to
+             FROM bn CROSS JOIN LATERAL (VALUES ('used', bn.p_start),
+                                               ('recent', greatest(${recent}, bn.p_start))) w(which, p_from)
+         ), spans AS (
+             SELECT sp.*, {d0} AS d0, {d1} AS d1 FROM sp
+         ), span_rows AS (
+             SELECT sp.n, sp.which, sp.currency, l.site_id, l.total_mj, l.cost, l.carbon_g
+             FROM spans sp JOIN usage_days l ON {of} AND l.day >= sp.d0 AND l.day < sp.d1
+             UNION ALL
+             SELECT sp.n, sp.which, sp.currency, l.site_id, l.total_mj, l.cost, l.carbon_g
+             FROM spans sp JOIN ledger l ON {of}
+                  AND l.hour >= sp.p_from AND l.hour < least(sp.d0, sp.p_to)
+             UNION ALL
+             SELECT sp.n, sp.which, sp.currency, l.site_id, l.total_mj, l.cost, l.carbon_g
+             FROM spans sp JOIN ledger l ON {of}
+                  AND l.hour >= greatest(sp.d0, sp.d1) AND l.hour < sp.p_to
+         ), totals AS (
+             SELECT r.n, r.which, sum(r.total_mj) AS mj,
+                    sum(r.cost) FILTER (WHERE s.currency = r.currency) AS cost,
+                    sum(r.carbon_g) AS carbon_g
+             FROM span_rows r JOIN sites s ON s.id = r.site_id
+             GROUP BY r.n, r.which
+         )
          SELECT b.id, b.key, b.tenant_id, t.key AS tenant, m.key AS model, b.period,
                 b.p_start AS period_start, b.p_end AS period_end, b.limit_kwh, b.limit_cost,
                 b.currency::text AS currency, b.limit_carbon_kg, b.hard, b.thresholds_pct,
-                u.used_kwh, u.used_cost, u.used_carbon_kg, r.recent_kwh, r.recent_cost,
-                r.recent_carbon_kg
-         FROM b
+                coalesce(u.mj, 0)::numeric / 3600000000 AS used_kwh,
+                coalesce(u.cost, 0) AS used_cost,
+                coalesce(u.carbon_g, 0) / 1000 AS used_carbon_kg,
+                coalesce(r.mj, 0)::numeric / 3600000000 AS recent_kwh,
+                coalesce(r.cost, 0) AS recent_cost,
+                coalesce(r.carbon_g, 0) / 1000 AS recent_carbon_kg
+         FROM bn b
          JOIN tenants t ON t.id = b.tenant_id
          LEFT JOIN models m ON m.id = b.model_id
-         CROSS JOIN LATERAL (
-             SELECT coalesce(sum(l.total_mj), 0)::numeric / 3600000000 AS used_kwh,
-                    coalesce(sum(l.cost) FILTER (WHERE s.currency = b.currency), 0) AS used_cost,
-                    coalesce(sum(l.carbon_g), 0) / 1000 AS used_carbon_kg
-             FROM ledger_span(b.tenant_id, b.p_start, b.p_end) l
-             JOIN sites s ON s.id = l.site_id
-             WHERE b.model_id IS NULL OR l.model_id = b.model_id
-         ) u
-         CROSS JOIN LATERAL (
-             SELECT coalesce(sum(l.total_mj), 0)::numeric / 3600000000 AS recent_kwh,
-                    coalesce(sum(l.cost) FILTER (WHERE s.currency = b.currency), 0) AS recent_cost,
-                    coalesce(sum(l.carbon_g), 0) / 1000 AS recent_carbon_kg
-             FROM ledger_span(b.tenant_id, greatest(${recent}, b.p_start), b.p_end) l
-             JOIN sites s ON s.id = l.site_id
-             WHERE b.model_id IS NULL OR l.model_id = b.model_id
-         ) r
+         LEFT JOIN totals u ON u.n = b.n AND u.which = 'used'
+         LEFT JOIN totals r ON r.n = b.n AND r.which = 'recent'
          ORDER BY t.key, b.key, b.p_start"
     )
 }

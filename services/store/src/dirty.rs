@@ -25,11 +25,34 @@ pub async fn mark_for_samples(
     meter_ids: &[i64],
     ts: &[DateTime<Utc>],
 ) -> StoreResult<()> {
+    // One site at a time, each statement naming it: on a distributed PostgreSQL each runs on
+    // its site's shard alone. A batch is one agent's, so almost always one site.
+    let mut sites: Vec<i64> = site_ids.to_vec();
+    sites.sort_unstable();
+    sites.dedup();
+    for site in sites {
+        let (meters, times): (Vec<i64>, Vec<DateTime<Utc>>) = site_ids
+            .iter()
+            .zip(meter_ids.iter().zip(ts))
+            .filter(|(s, _)| **s == site)
+            .map(|(_, (m, t))| (*m, *t))
+            .unzip();
+        mark_site_samples(tx, site, &meters, &times).await?;
+    }
+    Ok(())
+}
+
+async fn mark_site_samples(
+    tx: &mut Transaction<'_, Postgres>,
+    site_id: i64,
+    meter_ids: &[i64],
+    ts: &[DateTime<Utc>],
+) -> StoreResult<()> {
     sqlx::query!(
         "WITH batch AS (
-             SELECT site_id, meter_id, min(ts) AS lo, max(ts) AS hi
-             FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[]) AS t(site_id, meter_id, ts)
-             GROUP BY site_id, meter_id
+             SELECT $1::bigint AS site_id, meter_id, min(ts) AS lo, max(ts) AS hi
+             FROM UNNEST($2::bigint[], $3::timestamptz[]) AS t(meter_id, ts)
+             GROUP BY meter_id
          ), appending AS (
              SELECT b.site_id,
                     CASE WHEN h.last_ts IS NULL THEN b.lo
@@ -37,7 +60,7 @@ pub async fn mark_for_samples(
                     END AS lo,
                     b.hi
              FROM batch b
-             LEFT JOIN meter_heads h ON h.site_id = b.site_id AND h.meter_id = b.meter_id
+             LEFT JOIN meter_heads h ON h.site_id = $1 AND h.meter_id = b.meter_id
              WHERE h.last_ts IS NULL OR h.last_ts < b.lo
          ), late AS (
              -- The samples before are looked for within the 45 days that bound the span, so
@@ -45,22 +68,22 @@ pub async fn mark_for_samples(
              -- whether any sample exists matters: the span is clamped there).
              SELECT b.site_id,
                     CASE WHEN p.n = 2 THEN p.ts
-                         WHEN EXISTS (SELECT FROM samples s WHERE s.site_id = b.site_id
+                         WHEN EXISTS (SELECT FROM samples s WHERE s.site_id = $1
                                         AND s.meter_id = b.meter_id
                                         AND s.ts < b.lo - interval '45 days')
                          THEN b.lo - interval '45 days'
                          ELSE coalesce(p.ts, b.lo) END AS lo,
                     least(coalesce(n.ts, b.hi), b.hi + interval '45 days') AS hi
              FROM batch b
-             JOIN meter_heads h ON h.site_id = b.site_id AND h.meter_id = b.meter_id
+             JOIN meter_heads h ON h.site_id = $1 AND h.meter_id = b.meter_id
                                 AND h.last_ts >= b.lo
              CROSS JOIN LATERAL (SELECT count(*) AS n, min(ts) AS ts FROM (
-                                    SELECT ts FROM samples s WHERE s.site_id = b.site_id
+                                    SELECT ts FROM samples s WHERE s.site_id = $1
                                       AND s.meter_id = b.meter_id AND s.ts < b.lo
                                       AND s.ts >= b.lo - interval '45 days'
                                     ORDER BY ts DESC LIMIT 2) x) p
              CROSS JOIN LATERAL (SELECT max(ts) AS ts FROM (
-                                    SELECT ts FROM samples s WHERE s.site_id = b.site_id
+                                    SELECT ts FROM samples s WHERE s.site_id = $1
                                       AND s.meter_id = b.meter_id AND s.ts > b.hi
                                     ORDER BY ts LIMIT 2) x) n
          ), hours AS (
@@ -69,8 +92,8 @@ pub async fn mark_for_samples(
                  generate_series(date_trunc('hour', lo), date_trunc('hour', hi), interval '1 hour') h
          )
          INSERT INTO dirty_hours (site_id, hour) SELECT site_id, hour FROM hours ORDER BY 1, 2
-         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
-        site_ids,
+         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = excluded.marked_at",
+        site_id,
         meter_ids,
         ts,
     )
@@ -81,17 +104,17 @@ pub async fn mark_for_samples(
     // newest two of a union do not depend on which batch comes first.
     sqlx::query!(
         "INSERT INTO meter_heads AS h (site_id, meter_id, last_ts, prev_ts)
-         SELECT site_id, meter_id, top[1], top[2] FROM (
-             SELECT site_id, meter_id, (array_agg(DISTINCT ts ORDER BY ts DESC))[1:2] AS top
-             FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[]) AS t(site_id, meter_id, ts)
-             GROUP BY site_id, meter_id
-         ) b ORDER BY site_id, meter_id
+         SELECT $1::bigint, meter_id, top[1], top[2] FROM (
+             SELECT meter_id, (array_agg(DISTINCT ts ORDER BY ts DESC))[1:2] AS top
+             FROM UNNEST($2::bigint[], $3::timestamptz[]) AS t(meter_id, ts)
+             GROUP BY meter_id
+         ) b ORDER BY meter_id
          ON CONFLICT (site_id, meter_id) DO UPDATE SET (last_ts, prev_ts) = (
              SELECT t[1], t[2] FROM (
                  SELECT array_agg(DISTINCT x ORDER BY x DESC) AS t
                  FROM unnest(ARRAY[h.last_ts, h.prev_ts, EXCLUDED.last_ts, EXCLUDED.prev_ts]) x
                  WHERE x IS NOT NULL) newest)",
-        site_ids,
+        site_id,
         meter_ids,
         ts,
     )
@@ -113,7 +136,7 @@ pub async fn mark_site_spans(
          FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS t(site_id, lo, hi),
          generate_series(date_trunc('hour', t.lo), date_trunc('hour', t.hi), interval '1 hour') h
          ORDER BY 1, 2
-         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = excluded.marked_at",
         site_ids,
         from,
         to,
@@ -140,7 +163,7 @@ pub async fn mark_for_intervals(
                  generate_series(date_trunc('hour', lo), date_trunc('hour', hi), interval '1 hour') h
          )
          INSERT INTO dirty_hours (site_id, hour) SELECT site_id, hour FROM hours ORDER BY 1, 2
-         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = excluded.marked_at",
         meter_ids,
         from,
         to,
@@ -161,7 +184,7 @@ pub async fn mark_range(
          SELECT s.id, h FROM sites s,
              generate_series(date_trunc('hour', $1::timestamptz), $2::timestamptz - interval '1 microsecond', interval '1 hour') h
          ORDER BY 1, 2
-         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = excluded.marked_at",
         from,
         to,
     )
@@ -204,7 +227,7 @@ pub async fn mark_regions(conn: &mut PgConnection, changed: &[Changed]) -> Store
              JOIN site_hours sh ON sh.site_id = s.id
                   AND sh.hour >= date_trunc('hour', c.lo) AND sh.hour < c.hi
              ORDER BY 1, 2
-             ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = clock_timestamp()",
+             ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = excluded.marked_at",
         &changed.iter().map(|c| c.region.clone()).collect::<Vec<_>>(),
         &changed.iter().map(|c| c.signal.as_str()).collect::<Vec<_>>() as &[&str],
         &changed.iter().map(|c| c.start_at).collect::<Vec<_>>(),

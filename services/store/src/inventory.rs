@@ -67,7 +67,7 @@ pub async fn upsert_tenants(pool: &PgPool, records: &[TenantRecord]) -> StoreRes
     let names: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
     let done = sqlx::query!(
         "INSERT INTO tenants (key, name) SELECT * FROM UNNEST($1::text[], $2::text[])
-         ON CONFLICT (key) DO UPDATE SET name = excluded.name, updated_at = now()
+         ON CONFLICT (key) DO UPDATE SET name = excluded.name, updated_at = excluded.updated_at
          WHERE tenants.name IS DISTINCT FROM excluded.name",
         &keys as &[&str],
         &names as &[&str],
@@ -94,7 +94,7 @@ pub async fn upsert_sites(pool: &PgPool, records: &[SiteRecord]) -> StoreResult<
             node_static_overhead_w = excluded.node_static_overhead_w,
             gap_limit_s = excluded.gap_limit_s, price_region = excluded.price_region,
             fallback_price = excluded.fallback_price,
-            fallback_intensity_g = excluded.fallback_intensity_g, updated_at = now()
+            fallback_intensity_g = excluded.fallback_intensity_g, updated_at = excluded.updated_at
          WHERE (sites.name, sites.grid_region, sites.currency, sites.power_envelope_w,
                 sites.static_pue, sites.idle_policy, sites.platform_tenant_id,
                 sites.node_static_overhead_w, sites.gap_limit_s, sites.price_region,
@@ -148,7 +148,7 @@ pub async fn upsert_models(pool: &PgPool, records: &[ModelRecord]) -> StoreResul
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::numeric[], $4::numeric[])
          ON CONFLICT (key) DO UPDATE SET name = excluded.name,
             prefill_weight = excluded.prefill_weight, decode_weight = excluded.decode_weight,
-            updated_at = now()
+            updated_at = excluded.updated_at
          WHERE (models.name, models.prefill_weight, models.decode_weight)
                IS DISTINCT FROM (excluded.name, excluded.prefill_weight, excluded.decode_weight)",
         &records.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
@@ -190,7 +190,7 @@ pub async fn upsert_device_models(
          ON CONFLICT (key) DO UPDATE SET embodied_kg = excluded.embodied_kg,
             lifetime_hours = excluded.lifetime_hours, source = excluded.source,
             gpu_hour_rate = excluded.gpu_hour_rate, rate_currency = excluded.rate_currency,
-            typical_power_w = excluded.typical_power_w, updated_at = now()
+            typical_power_w = excluded.typical_power_w, updated_at = excluded.updated_at
          WHERE (device_models.embodied_kg, device_models.lifetime_hours, device_models.source,
                 device_models.gpu_hour_rate, device_models.rate_currency,
                 device_models.typical_power_w)
@@ -297,7 +297,7 @@ pub async fn upsert_meters(conn: &mut PgConnection, records: &[MeterRecord]) -> 
              ON CONFLICT (key) DO UPDATE SET kind = excluded.kind,
                 parent_id = excluded.parent_id, gpu_uuid = excluded.gpu_uuid,
                 device_model = excluded.device_model, mig_profile = excluded.mig_profile,
-                updated_at = now()
+                updated_at = excluded.updated_at
              WHERE (meters.kind, meters.parent_id, meters.gpu_uuid,
                     meters.device_model, meters.mig_profile)
                    IS DISTINCT FROM (excluded.kind, excluded.parent_id,

@@ -76,7 +76,7 @@ pub async fn write_jobs(conn: &mut PgConnection, records: &[JobRecord]) -> Store
             model_id = excluded.model_id, kind = excluded.kind, priority = excluded.priority,
             submit_at = excluded.submit_at, start_at = excluded.start_at, end_at = excluded.end_at,
             end_state = excluded.end_state, last_checkpoint_at = excluded.last_checkpoint_at,
-            restarts = excluded.restarts, phase = excluded.phase, updated_at = now()
+            restarts = excluded.restarts, phase = excluded.phase, updated_at = excluded.updated_at
          WHERE (jobs.name, jobs.tenant_id, jobs.model_id, jobs.kind, jobs.priority,
                 jobs.submit_at, jobs.start_at, jobs.end_at, jobs.end_state,
                 jobs.last_checkpoint_at, jobs.restarts, jobs.phase)
@@ -153,25 +153,32 @@ pub async fn write_allocations(
             a_end.push(a.end_at.or(r.end_at));
         }
     }
-    let rows = sqlx::query!(
-        r#"WITH input AS (
-             SELECT * FROM UNNEST($6::bigint[], $1::bigint[], $2::bigint[], $3::numeric[],
-                                  $4::timestamptz[], $5::timestamptz[])
-                 AS t(site_id, job_id, meter_id, share, start_at, end_at)
-         ), old AS (
-             SELECT a.site_id, a.job_id, a.meter_id, a.start_at, a.end_at FROM allocations a
-             JOIN input i USING (site_id, job_id, meter_id, start_at)
-         ), up AS (
-             INSERT INTO allocations (site_id, job_id, meter_id, share, start_at, end_at)
-             SELECT * FROM input
-             ON CONFLICT (site_id, job_id, meter_id, start_at) DO UPDATE SET share = excluded.share,
-                end_at = excluded.end_at, updated_at = now()
-             WHERE (allocations.share, allocations.end_at) IS DISTINCT FROM (excluded.share, excluded.end_at)
-             RETURNING site_id, job_id, meter_id, start_at, end_at
-         )
-         SELECT up.meter_id AS "meter_id!", up.start_at AS "start_at!", up.end_at,
-                old.job_id IS NOT NULL AS "existed!", old.end_at AS old_end
-         FROM up LEFT JOIN old USING (site_id, job_id, meter_id, start_at)"#,
+    // What was stored is read before the upsert, in a statement of its own: a distributed
+    // PostgreSQL runs a writing CTE before the rest of its statement.
+    let old = sqlx::query!(
+        r#"SELECT a.site_id, a.job_id, a.meter_id, a.start_at, a.end_at FROM allocations a
+         JOIN UNNEST($4::bigint[], $1::bigint[], $2::bigint[], $3::timestamptz[])
+              AS i(site_id, job_id, meter_id, start_at) USING (site_id, job_id, meter_id, start_at)"#,
+        &a_job,
+        &a_meter,
+        &a_start,
+        &a_site,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    // (site, job, meter, start) → the stored end.
+    let old: std::collections::HashMap<AllocationKey, Option<DateTime<Utc>>> = old
+        .into_iter()
+        .map(|o| ((o.site_id, o.job_id, o.meter_id, o.start_at), o.end_at))
+        .collect();
+    let up = sqlx::query!(
+        "INSERT INTO allocations (site_id, job_id, meter_id, share, start_at, end_at)
+         SELECT * FROM UNNEST($6::bigint[], $1::bigint[], $2::bigint[], $3::numeric[],
+                              $4::timestamptz[], $5::timestamptz[])
+         ON CONFLICT (site_id, job_id, meter_id, start_at) DO UPDATE SET share = excluded.share,
+            end_at = excluded.end_at, updated_at = excluded.updated_at
+         WHERE (allocations.share, allocations.end_at) IS DISTINCT FROM (excluded.share, excluded.end_at)
+         RETURNING site_id, job_id, meter_id, start_at, end_at",
         &a_job,
         &a_meter,
         &a_share,
@@ -179,18 +186,23 @@ pub async fn write_allocations(
         &a_end as &[Option<DateTime<Utc>>],
         &a_site,
     )
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(rows
+    Ok(up
         .into_iter()
         .map(|r| ChangedAllocation {
             meter_id: r.meter_id,
             start_at: r.start_at,
             end_at: r.end_at,
-            old_end_at: r.existed.then_some(r.old_end),
+            old_end_at: old
+                .get(&(r.site_id, r.job_id, r.meter_id, r.start_at))
+                .copied(),
         })
         .collect())
 }
+
+/// An allocation's key: site, job, meter and start.
+type AllocationKey = (i64, i64, i64, DateTime<Utc>);
 
 /// A GPU's span held by a job: `[start_at, end_at)`, open while the job runs.
 #[derive(Debug, Clone)]
@@ -319,7 +331,7 @@ fn job_select() -> String {
 pub async fn get(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<JobRow> {
     let sql = format!(
         "{} WHERE j.key = $2 AND ($1::bigint IS NULL OR j.tenant_id = $1
-            OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))
+            OR EXISTS (SELECT 1 FROM ledger x WHERE x.site_id = j.site_id AND x.job_id = j.id AND x.tenant_id = $1))
          GROUP BY j.site_id, j.id, t.key, m.key, o.key",
         job_select()
     );
@@ -336,7 +348,7 @@ pub async fn get(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<JobRow>
 pub async fn visible_id(pool: &PgPool, scope: &Scope, key: &str) -> StoreResult<Option<i64>> {
     Ok(sqlx::query_scalar!(
         "SELECT j.id FROM jobs j WHERE j.key = $2 AND ($1::bigint IS NULL OR j.tenant_id = $1
-             OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))",
+             OR EXISTS (SELECT 1 FROM ledger x WHERE x.site_id = j.site_id AND x.job_id = j.id AND x.tenant_id = $1))",
         scope.tenant(),
         key,
     )
@@ -355,7 +367,7 @@ pub async fn list(
     let sql = format!(
         "{} WHERE j.start_at < $3 AND (j.end_at IS NULL OR j.end_at >= $2)
             AND ($1::bigint IS NULL OR j.tenant_id = $1
-                 OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $1))
+                 OR EXISTS (SELECT 1 FROM ledger x WHERE x.site_id = j.site_id AND x.job_id = j.id AND x.tenant_id = $1))
          GROUP BY j.site_id, j.id, t.key, m.key, o.key ORDER BY total_mj DESC, j.key LIMIT $4",
         job_select()
     );
@@ -434,7 +446,7 @@ pub async fn allocations(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResu
          JOIN jobs j ON j.site_id = a.site_id AND j.id = a.job_id
          LEFT JOIN meters p ON p.id = m.parent_id AND m.kind = 'mig'
          WHERE a.job_id = $1 AND ($2::bigint IS NULL OR j.tenant_id = $2
-             OR EXISTS (SELECT 1 FROM ledger x WHERE x.job_id = j.id AND x.tenant_id = $2))
+             OR EXISTS (SELECT 1 FROM ledger x WHERE x.site_id = j.site_id AND x.job_id = j.id AND x.tenant_id = $2))
          ORDER BY m.key, a.start_at",
         job_id,
         scope.tenant(),

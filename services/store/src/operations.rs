@@ -86,27 +86,30 @@ pub struct MeterHealth {
 pub async fn meter_health(pool: &PgPool, since: DateTime<Utc>) -> StoreResult<Vec<MeterHealth>> {
     Ok(sqlx::query_as!(
         MeterHealth,
-        r#"WITH recent AS (
-             SELECT meter_id, ts, counter_mj,
-                    ts - lag(ts) OVER w AS step,
-                    counter_mj < lag(counter_mj) OVER w AS reset
-             FROM samples WHERE ts >= $1
-             WINDOW w AS (PARTITION BY meter_id ORDER BY ts)
-         ), per_meter AS (
-             SELECT r.meter_id, count(*) AS samples,
+        // Each meter's counts on its site's shard (the window and the grouping name the
+        // site), its newest sample from meter_heads (kept at every write, so no index probe
+        // per meter), joined to the meters on the coordinator.
+        r#"WITH per_meter AS MATERIALIZED (
+             SELECT r.site_id, r.meter_id, count(*) AS samples,
                     count(*) FILTER (WHERE r.step > make_interval(secs => s.gap_limit_s)) AS gaps,
                     count(*) FILTER (WHERE r.reset) AS resets
-             FROM recent r JOIN meters m ON m.id = r.meter_id JOIN sites s ON s.id = m.site_id
-             GROUP BY r.meter_id
+             FROM (SELECT site_id, meter_id, ts - lag(ts) OVER w AS step,
+                          counter_mj < lag(counter_mj) OVER w AS reset
+                   FROM samples WHERE ts >= $1
+                   WINDOW w AS (PARTITION BY site_id, meter_id ORDER BY ts)) r
+             JOIN sites s ON s.id = r.site_id
+             GROUP BY r.site_id, r.meter_id
+         ), heads AS MATERIALIZED (
+             SELECT site_id, meter_id, last_ts FROM meter_heads
          )
          SELECT s.key AS site, m.key, m.kind AS "kind: MeterKind", p.key AS "parent?", m.device_model,
-                (SELECT max(ts) FROM samples x WHERE x.site_id = m.site_id AND x.meter_id = m.id)
-                    AS last_sample,
+                h.last_ts AS "last_sample?",
                 coalesce(pm.samples, 0) AS "samples!", coalesce(pm.gaps, 0) AS "gaps!",
                 coalesce(pm.resets, 0) AS "resets!"
          FROM meters m JOIN sites s ON s.id = m.site_id
          LEFT JOIN meters p ON p.id = m.parent_id
-         LEFT JOIN per_meter pm ON pm.meter_id = m.id
+         LEFT JOIN per_meter pm ON pm.site_id = m.site_id AND pm.meter_id = m.id
+         LEFT JOIN heads h ON h.site_id = m.site_id AND h.meter_id = m.id
          ORDER BY s.key, m.key"#,
         since,
     )

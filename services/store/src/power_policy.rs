@@ -109,7 +109,7 @@ pub async fn put(pool: &PgPool, site_id: i64, p: &PowerPolicy) -> StoreResult<()
              measured_cap = excluded.measured_cap,
              measured_percentile = excluded.measured_percentile,
              measured_days = excluded.measured_days, power_cap_w = excluded.power_cap_w,
-             updated_at = now()",
+             updated_at = excluded.updated_at",
         site_id,
         fixed(JobKind::Training),
         fixed(JobKind::Inference),

@@ -51,7 +51,8 @@ pub struct InsertOutcome {
 ///
 /// Fast path: COPY straight into `samples` under a savepoint, the common case of new data.
 /// If any row is already stored (a resend, or a conflict), the COPY fails whole on the
-/// primary key and the batch takes the UNNEST path, which tells duplicates from conflicts.
+/// primary key and the batch takes the UNNEST path, which tells duplicates from conflicts
+/// (and reports any other refusal with its own error).
 #[tracing::instrument(skip_all, fields(n = rows.len()))]
 pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutcome> {
     if rows.is_empty() {
@@ -78,12 +79,16 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
                 ..InsertOutcome::default()
             });
         }
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
+        // Whatever the COPY failed on, the UNNEST path below tells it exactly: a row already
+        // stored there is a duplicate or a conflict, and data the database refuses fails
+        // there with its own error. (The failure is not always 23505: a distributed
+        // PostgreSQL reports a shard's duplicate key in a COPY as XX000.)
+        Err(e) => {
+            tracing::debug!(error = %e, "COPY fast path falls back to UNNEST");
             sqlx::query!("ROLLBACK TO SAVEPOINT copy_fast_path")
                 .execute(&mut *tx)
                 .await?;
         }
-        Err(e) => return Err(e.into()),
     }
     let counters: Vec<Option<i64>> = rows.iter().map(|r| r.counter_mj).collect();
     let powers: Vec<Option<i64>> = rows.iter().map(|r| r.power_mw).collect();
@@ -91,20 +96,14 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     let raws: Vec<bool> = rows.iter().map(|r| r.raw).collect();
     let estimated: Vec<bool> = rows.iter().map(|r| r.counter_estimated).collect();
 
-    // The CTE's snapshot does not see its own inserts, so the join finds exactly the rows
-    // that were there before: duplicates and conflicts.
+    // The rows already stored (duplicates and conflicts) are read first, then the rest are
+    // inserted: two statements, not one with a writing CTE, whose snapshot a distributed
+    // PostgreSQL does not keep (it runs the CTE's insert before the join that reads).
     let existing = sqlx::query!(
         r#"WITH input AS (
              SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[],
-                                  $5::bigint[], $6::bigint[], $7::boolean[], $8::boolean[])
-                 WITH ORDINALITY AS t(site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw,
-                                      counter_estimated, idx)
-         ), ins AS (
-             INSERT INTO samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw,
-                                  counter_estimated)
-             SELECT site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw, counter_estimated
-             FROM input
-             ON CONFLICT (site_id, meter_id, ts, raw) DO NOTHING
+                                  $5::bigint[], $6::bigint[], $7::boolean[])
+                 WITH ORDINALITY AS t(site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw, idx)
          )
          SELECT (i.idx - 1)::int AS "idx!", s.counter_mj, s.power_mw, s.peak_mw,
                 (s.counter_mj IS NOT DISTINCT FROM i.counter_mj
@@ -119,9 +118,28 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
         &powers as &[Option<i64>],
         &peaks as &[Option<i64>],
         &raws,
-        &estimated,
     )
     .fetch_all(&mut *tx)
+    .await?;
+    let stored: std::collections::HashSet<usize> =
+        existing.iter().map(|e| e.idx as usize).collect();
+    let new: Vec<usize> = (0..rows.len()).filter(|i| !stored.contains(i)).collect();
+    sqlx::query!(
+        "INSERT INTO samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw,
+                              counter_estimated)
+         SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[],
+                              $5::bigint[], $6::bigint[], $7::boolean[], $8::boolean[])
+         ON CONFLICT (site_id, meter_id, ts, raw) DO NOTHING",
+        &new.iter().map(|&i| site_ids[i]).collect::<Vec<_>>(),
+        &new.iter().map(|&i| meter_ids[i]).collect::<Vec<_>>(),
+        &new.iter().map(|&i| ts[i]).collect::<Vec<_>>(),
+        &new.iter().map(|&i| counters[i]).collect::<Vec<_>>() as &[Option<i64>],
+        &new.iter().map(|&i| powers[i]).collect::<Vec<_>>() as &[Option<i64>],
+        &new.iter().map(|&i| peaks[i]).collect::<Vec<_>>() as &[Option<i64>],
+        &new.iter().map(|&i| raws[i]).collect::<Vec<_>>(),
+        &new.iter().map(|&i| estimated[i]).collect::<Vec<_>>(),
+    )
+    .execute(&mut *tx)
     .await?;
 
     let mut outcome = InsertOutcome::default();

@@ -126,13 +126,24 @@ pub async fn record_failure(
 ) -> StoreResult<i32> {
     let (kind, name) = key.parts();
     let mut tx = pool.begin().await?;
+    // One failure of a key at a time: the count is read and written in two steps, because a
+    // distributed PostgreSQL refuses time arithmetic (a STABLE operator) in `DO UPDATE SET`.
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(7301004, hashtext($1 || '/' || $2))",
+        kind,
+        name
+    )
+    .execute(&mut *tx)
+    .await?;
     let failures: i32 = sqlx::query_scalar!(
-        "INSERT INTO login_failures (kind, key, failures, last_failure_at) VALUES ($1, $2, 1, now())
+        r#"INSERT INTO login_failures (kind, key, failures, last_failure_at)
+         SELECT $1, $2, 1 + coalesce((SELECT f.failures FROM login_failures f
+                                      WHERE f.kind = $1 AND f.key = $2
+                                        AND f.last_failure_at >= now() - $3::bigint * interval '1 millisecond'), 0),
+                now()
          ON CONFLICT (kind, key) DO UPDATE SET
-             failures = CASE WHEN login_failures.last_failure_at < now() - $3::bigint * interval '1 millisecond'
-                             THEN 1 ELSE login_failures.failures + 1 END,
-             last_failure_at = now()
-         RETURNING failures",
+             failures = excluded.failures, last_failure_at = excluded.last_failure_at
+         RETURNING failures AS "failures!""#,
         kind,
         name,
         window.num_milliseconds(),

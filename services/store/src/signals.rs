@@ -50,7 +50,7 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[SignalRow]) -> StoreResult<
                               $6::timestamptz[], $7::timestamptz[], $8::numeric[], $9::bool[])
          ON CONFLICT (region, signal, basis, status, source, start_at) DO UPDATE
              SET end_at = excluded.end_at, value = excluded.value, estimated = excluded.estimated,
-                 received_at = now()
+                 received_at = excluded.received_at
              WHERE (signal_points.end_at, signal_points.value, signal_points.estimated)
                    IS DISTINCT FROM (excluded.end_at, excluded.value, excluded.estimated)
          RETURNING region, signal AS "signal: SignalKind", start_at, end_at"#,

@@ -27,18 +27,15 @@ pub struct Stored {
 /// Inserts the records not yet stored (keyed by job, tenant and start); every record whose
 /// key was already stored, as it was before.
 pub async fn insert(conn: &mut PgConnection, rows: &[TokenRow]) -> StoreResult<Vec<Stored>> {
+    // The stored records are read first, then the others inserted: two statements, not one
+    // with a writing CTE, whose snapshot a distributed PostgreSQL does not keep (it runs the
+    // CTE's insert before the join that reads, and every record would look stored).
     let existing = sqlx::query!(
         r#"WITH input AS (
              SELECT * FROM UNNEST($7::bigint[], $1::bigint[], $2::bigint[], $3::timestamptz[],
                                   $4::timestamptz[], $5::bigint[], $6::bigint[])
                  WITH ORDINALITY AS t(site_id, job_id, tenant_id, start_at, end_at, prompt_tokens,
                                       generated_tokens, idx)
-         ), ins AS (
-             INSERT INTO token_records (site_id, job_id, tenant_id, start_at, end_at, prompt_tokens,
-                                        generated_tokens)
-             SELECT site_id, job_id, tenant_id, start_at, end_at, prompt_tokens, generated_tokens
-             FROM input
-             ON CONFLICT (site_id, job_id, tenant_id, start_at) DO NOTHING
          )
          SELECT (i.idx - 1)::int AS "idx!",
                 (r.end_at, r.prompt_tokens, r.generated_tokens)
@@ -54,7 +51,31 @@ pub async fn insert(conn: &mut PgConnection, rows: &[TokenRow]) -> StoreResult<V
         &rows.iter().map(|r| r.generated_tokens).collect::<Vec<_>>(),
         &rows.iter().map(|r| r.site_id).collect::<Vec<_>>(),
     )
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
+    .await?;
+    let stored: std::collections::HashSet<usize> =
+        existing.iter().map(|e| e.idx as usize).collect();
+    let new: Vec<&TokenRow> = rows
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !stored.contains(i))
+        .map(|(_, r)| r)
+        .collect();
+    sqlx::query!(
+        "INSERT INTO token_records (site_id, job_id, tenant_id, start_at, end_at, prompt_tokens,
+                                    generated_tokens)
+         SELECT * FROM UNNEST($7::bigint[], $1::bigint[], $2::bigint[], $3::timestamptz[],
+                              $4::timestamptz[], $5::bigint[], $6::bigint[])
+         ON CONFLICT (site_id, job_id, tenant_id, start_at) DO NOTHING",
+        &new.iter().map(|r| r.job_id).collect::<Vec<_>>(),
+        &new.iter().map(|r| r.tenant_id).collect::<Vec<_>>() as &[Option<i64>],
+        &new.iter().map(|r| r.start_at).collect::<Vec<_>>(),
+        &new.iter().map(|r| r.end_at).collect::<Vec<_>>(),
+        &new.iter().map(|r| r.prompt_tokens).collect::<Vec<_>>(),
+        &new.iter().map(|r| r.generated_tokens).collect::<Vec<_>>(),
+        &new.iter().map(|r| r.site_id).collect::<Vec<_>>(),
+    )
+    .execute(&mut *conn)
     .await?;
     Ok(existing
         .into_iter()

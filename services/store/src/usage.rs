@@ -90,7 +90,7 @@ pub struct Coverage {
 }
 
 /// The select list of [`EnergyBreakdown`] over rows `l` of the ledger, `ledger_rows` or
-/// `ledger_span(…)`, for a grouped query.
+/// [`span_rows`], for a grouped query.
 pub const ENERGY_SUMS: &str = "
     coalesce(sum(l.gpu_mj), 0)::bigint AS gpu_mj,
     coalesce(sum(l.node_overhead_mj), 0)::bigint AS node_overhead_mj,
@@ -98,7 +98,7 @@ pub const ENERGY_SUMS: &str = "
     coalesce(sum(l.facility_overhead_mj), 0)::bigint AS facility_overhead_mj,
     coalesce(sum(l.estimated_mj), 0)::bigint AS estimated_mj";
 
-/// The select list of [`Coverage`] over rows `l` of `ledger_rows` or `ledger_span(…)`
+/// The select list of [`Coverage`] over rows `l` of `ledger_rows` or [`span_rows`]
 /// (migration 0018), for a grouped query.
 pub const COVERAGE_SUMS: &str = "
     coalesce(sum(l.priced_mj), 0)::bigint AS priced_mj,
@@ -113,19 +113,96 @@ pub const COVERAGE_SUMS: &str = "
 /// the ledger where the rollup can serve the query, else every ledger row. Either way, the
 /// same sums. With parameter 7 (a count), only the rows of that many jobs, those with the
 /// most energy.
-fn ledger_source(source: Source) -> &'static str {
+fn ledger_source(source: Source) -> String {
     match source {
-        Source::Ledger => {
-            "(SELECT * FROM ledger_rows
+        Source::Ledger => "(SELECT * FROM ledger_rows
               WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
                 AND ($7::bigint IS NULL OR job_id IN (
                     SELECT job_id FROM ledger
                     WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
                       AND job_id IS NOT NULL
                     GROUP BY job_id ORDER BY sum(total_mj) DESC, job_id LIMIT $7)))"
-        }
-        Source::DayRollup => "ledger_span($1, $2, $3)",
+            .to_owned(),
+        Source::DayRollup => format!("({})", span_rows("$1", "$2", "$3")),
     }
+}
+
+/// The columns a span's rows carry, in the order [`span_rows`] selects them: a ledger row's
+/// figures (`ledger_rows`), a rollup row's standing at its day's midnight with no job.
+const SPAN_COLUMNS: [&str; 25] = [
+    "gpu_mj",
+    "node_overhead_mj",
+    "idle_mj",
+    "facility_overhead_mj",
+    "total_mj",
+    "estimated_mj",
+    "prompt_tokens",
+    "generated_tokens",
+    "gpu_ms",
+    "priced_mj",
+    "price_fallback_mj",
+    "carbon_mj",
+    "carbon_fallback_mj",
+    "marginal_mj",
+    "cost",
+    "gpu_time_cost",
+    "carbon_g",
+    "carbon_marginal_g",
+    "embodied_carbon_g",
+    "flags",
+    "badput_mj",
+    "badput_cost",
+    "badput_carbon_g",
+    "carbon_free_mj",
+    "cfe_mj",
+];
+
+/// The rows a usage query over `[from, to)` of `tenant` (SQL expressions; a NULL tenant is
+/// every tenant) sums: the tenant-day rollup for the whole days inside the range and the
+/// ledger's rows for the hours before the first and after the last (two index ranges, so a
+/// month reads at most two days of ledger rows). Columns `hour, site_id, tenant_id,
+/// model_id, job_id` and [`SPAN_COLUMNS`].
+///
+/// Built as SQL text rather than kept as a SQL function (migrations 0018–0031 had one): a
+/// distributed PostgreSQL cannot plan a SQL function over its tables called with parameters.
+pub(crate) fn span_rows(tenant: &str, from: &str, to: &str) -> String {
+    let cols = |alias: &str| {
+        SPAN_COLUMNS
+            .iter()
+            .map(|c| format!("{alias}.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    // The whole days: from the first midnight at or after `from` to the last at or before
+    // `to` (none when d0 >= d1).
+    let d1 = format!("date_bin('1 day', {to}, timestamptz 'epoch')");
+    let d0 = format!(
+        "(CASE WHEN date_bin('1 day', {from}, timestamptz 'epoch') = {from} THEN {from} \
+         ELSE date_bin('1 day', {from}, timestamptz 'epoch') + interval '1 day' END)"
+    );
+    let of_tenant = |alias: &str| {
+        format!(
+            "{alias}.tenant_id BETWEEN coalesce({tenant}, (-9223372036854775808)::bigint) \
+             AND coalesce({tenant}, 9223372036854775807)"
+        )
+    };
+    format!(
+        "SELECT u.day AS hour, u.site_id, u.tenant_id, u.model_id, NULL::bigint AS job_id, {u}
+         FROM usage_days u
+         WHERE u.day >= {d0} AND u.day < {d1} AND {tu}
+         UNION ALL
+         SELECT l.hour, l.site_id, l.tenant_id, l.model_id, l.job_id, {l}
+         FROM ledger_rows l
+         WHERE l.hour >= {from} AND l.hour < least({d0}, {to}) AND {tl}
+         UNION ALL
+         SELECT l.hour, l.site_id, l.tenant_id, l.model_id, l.job_id, {l}
+         FROM ledger_rows l
+         WHERE l.hour >= greatest({d0}, {d1}) AND l.hour < {to} AND {tl}",
+        u = cols("u"),
+        l = cols("l"),
+        tu = of_tenant("u"),
+        tl = of_tenant("l"),
+    )
 }
 
 /// Where a usage query's rows come from.

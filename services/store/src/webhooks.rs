@@ -220,17 +220,25 @@ pub async fn record_attempt(
     };
     sqlx::query!(
         "UPDATE webhook_messages SET attempts = $2, state = $3,
-                next_attempt_at = coalesce($4, next_attempt_at),
-                delivered_at = CASE WHEN $5 THEN now() ELSE delivered_at END
+                next_attempt_at = coalesce($4, next_attempt_at)
          WHERE id = $1",
         a.message_id,
         a.attempt,
         state.as_str(),
         next,
-        delivered,
     )
     .execute(&mut **tx)
     .await?;
+    // Its own statement: a distributed PostgreSQL refuses now() inside CASE in an UPDATE of
+    // its tables, even of one on the coordinator.
+    if delivered {
+        sqlx::query!(
+            "UPDATE webhook_messages SET delivered_at = now() WHERE id = $1",
+            a.message_id
+        )
+        .execute(&mut **tx)
+        .await?;
+    }
     Ok(())
 }
 

@@ -45,8 +45,8 @@ pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {
     let run_id = store::begin_run(&mut tx).await?;
     let (rows, tenants) =
         store::replace_ledger(&mut tx, claim.site_id, &hours, &window, &results).await?;
-    store::rebuild_days(&mut tx, claim.site_id, &hours).await?;
     store::replace_site_hours(&mut tx, claim.site_id, &hours, &window, &results, run_id).await?;
+    store::rebuild_days(&mut tx, claim.site_id, &hours).await?;
     store::replace_power(&mut tx, claim.site_id, &hours, &window).await?;
     store::clear_marks(&mut tx, claim).await?;
     // Budget alerts in the same transaction as the ledger rows that cross them.
