@@ -291,7 +291,8 @@ async fn every_page_loads_in_chromium_without_console_errors() {
     .await
     .unwrap();
     let job: String = sqlx::query_scalar(
-        "SELECT j.key FROM jobs j JOIN tenants t ON t.id = j.tenant_id JOIN ledger l ON l.job_id = j.id
+        "SELECT j.key FROM jobs j JOIN tenants t ON t.id = j.tenant_id
+         JOIN ledger l ON l.site_id = j.site_id AND l.job_id = j.id
          WHERE t.key = 'acme-research' AND l.hour >= date_trunc('month', now())
          GROUP BY j.key ORDER BY sum(l.total_mj) DESC LIMIT 1",
     )
