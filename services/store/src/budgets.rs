@@ -152,10 +152,7 @@ impl BudgetState {
 /// subquery per budget: a distributed PostgreSQL joins a small result with its sharded
 /// tables on any column, but runs a correlated subquery only when it names the shard key.
 pub(crate) fn with_use(periods: &str, recent: usize) -> String {
-    let d0 =
-        "(CASE WHEN date_bin('1 day', sp.p_from, timestamptz 'epoch') = sp.p_from THEN sp.p_from
-                    ELSE date_bin('1 day', sp.p_from, timestamptz 'epoch') + interval '1 day' END)";
-    let d1 = "date_bin('1 day', sp.p_to, timestamptz 'epoch')";
+    let (d0, d1) = crate::usage::whole_days("sp.p_from", "sp.p_to");
     let of = "l.tenant_id = sp.tenant_id AND (sp.model_id IS NULL OR l.model_id = sp.model_id)";
     format!(
         "WITH {periods}, bn AS (

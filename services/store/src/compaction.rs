@@ -97,12 +97,7 @@ pub async fn run(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Vec<Compactio
 async fn index_bytes(conn: &mut sqlx::PgConnection, partition: &str) -> StoreResult<i64> {
     // On a Citus coordinator the partition is a shell and its indexes live in the shards:
     // their bytes are the shards' total less their tables'.
-    let citus: bool = sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS "citus!""#
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    let sql = if citus {
+    let sql = if crate::distribution::is_citus(&mut *conn).await? {
         "SELECT (citus_total_relation_size($1::regclass) - citus_table_size($1::regclass))::bigint"
     } else {
         "SELECT pg_indexes_size($1::regclass)"

@@ -94,11 +94,11 @@ fn anchor() -> &'static str {
         .expect("at least one table is sharded by site")
 }
 
-/// Whether `pool` is a Citus coordinator (the extension is installed in its database).
-pub async fn is_citus(pool: &PgPool) -> StoreResult<bool> {
+/// Whether the database is a Citus coordinator's (the extension is installed in it).
+pub async fn is_citus(db: impl sqlx::PgExecutor<'_>) -> StoreResult<bool> {
     Ok(
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
-            .fetch_one(pool)
+            .fetch_one(db)
             .await?,
     )
 }

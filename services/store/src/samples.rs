@@ -124,23 +124,25 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     let stored: std::collections::HashSet<usize> =
         existing.iter().map(|e| e.idx as usize).collect();
     let new: Vec<usize> = (0..rows.len()).filter(|i| !stored.contains(i)).collect();
-    sqlx::query!(
-        "INSERT INTO samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw,
+    if !new.is_empty() {
+        sqlx::query!(
+            "INSERT INTO samples (site_id, meter_id, ts, counter_mj, power_mw, peak_mw, raw,
                               counter_estimated)
          SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[],
                               $5::bigint[], $6::bigint[], $7::boolean[], $8::boolean[])
          ON CONFLICT (site_id, meter_id, ts, raw) DO NOTHING",
-        &new.iter().map(|&i| site_ids[i]).collect::<Vec<_>>(),
-        &new.iter().map(|&i| meter_ids[i]).collect::<Vec<_>>(),
-        &new.iter().map(|&i| ts[i]).collect::<Vec<_>>(),
-        &new.iter().map(|&i| counters[i]).collect::<Vec<_>>() as &[Option<i64>],
-        &new.iter().map(|&i| powers[i]).collect::<Vec<_>>() as &[Option<i64>],
-        &new.iter().map(|&i| peaks[i]).collect::<Vec<_>>() as &[Option<i64>],
-        &new.iter().map(|&i| raws[i]).collect::<Vec<_>>(),
-        &new.iter().map(|&i| estimated[i]).collect::<Vec<_>>(),
-    )
-    .execute(&mut *tx)
-    .await?;
+            &new.iter().map(|&i| site_ids[i]).collect::<Vec<_>>(),
+            &new.iter().map(|&i| meter_ids[i]).collect::<Vec<_>>(),
+            &new.iter().map(|&i| ts[i]).collect::<Vec<_>>(),
+            &new.iter().map(|&i| counters[i]).collect::<Vec<_>>() as &[Option<i64>],
+            &new.iter().map(|&i| powers[i]).collect::<Vec<_>>() as &[Option<i64>],
+            &new.iter().map(|&i| peaks[i]).collect::<Vec<_>>() as &[Option<i64>],
+            &new.iter().map(|&i| raws[i]).collect::<Vec<_>>(),
+            &new.iter().map(|&i| estimated[i]).collect::<Vec<_>>(),
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
 
     let mut outcome = InsertOutcome::default();
     for e in existing {

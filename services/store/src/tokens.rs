@@ -61,7 +61,8 @@ pub async fn insert(conn: &mut PgConnection, rows: &[TokenRow]) -> StoreResult<V
         .filter(|(i, _)| !stored.contains(i))
         .map(|(_, r)| r)
         .collect();
-    sqlx::query!(
+    if !new.is_empty() {
+        sqlx::query!(
         "INSERT INTO token_records (site_id, job_id, tenant_id, start_at, end_at, prompt_tokens,
                                     generated_tokens)
          SELECT * FROM UNNEST($7::bigint[], $1::bigint[], $2::bigint[], $3::timestamptz[],
@@ -74,9 +75,10 @@ pub async fn insert(conn: &mut PgConnection, rows: &[TokenRow]) -> StoreResult<V
         &new.iter().map(|r| r.prompt_tokens).collect::<Vec<_>>(),
         &new.iter().map(|r| r.generated_tokens).collect::<Vec<_>>(),
         &new.iter().map(|r| r.site_id).collect::<Vec<_>>(),
-    )
-    .execute(&mut *conn)
-    .await?;
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(existing
         .into_iter()
         .map(|r| Stored {

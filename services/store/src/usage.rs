@@ -157,6 +157,17 @@ const SPAN_COLUMNS: [&str; 25] = [
     "cfe_mj",
 ];
 
+/// The whole days inside `[from, to)` (SQL expressions) as SQL `(d0, d1)`: from the first
+/// midnight at or after `from` to the last at or before `to` (none when d0 >= d1). What the
+/// tenant-day rollup can answer; the hours before d0 and after d1 come from the ledger.
+pub(crate) fn whole_days(from: &str, to: &str) -> (String, String) {
+    let d0 = format!(
+        "(CASE WHEN date_bin('1 day', {from}, timestamptz 'epoch') = {from} THEN {from} \
+         ELSE date_bin('1 day', {from}, timestamptz 'epoch') + interval '1 day' END)"
+    );
+    (d0, format!("date_bin('1 day', {to}, timestamptz 'epoch')"))
+}
+
 /// The rows a usage query over `[from, to)` of `tenant` (SQL expressions; a NULL tenant is
 /// every tenant) sums: the tenant-day rollup for the whole days inside the range and the
 /// ledger's rows for the hours before the first and after the last (two index ranges, so a
@@ -173,13 +184,7 @@ pub(crate) fn span_rows(tenant: &str, from: &str, to: &str) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    // The whole days: from the first midnight at or after `from` to the last at or before
-    // `to` (none when d0 >= d1).
-    let d1 = format!("date_bin('1 day', {to}, timestamptz 'epoch')");
-    let d0 = format!(
-        "(CASE WHEN date_bin('1 day', {from}, timestamptz 'epoch') = {from} THEN {from} \
-         ELSE date_bin('1 day', {from}, timestamptz 'epoch') + interval '1 day' END)"
-    );
+    let (d0, d1) = whole_days(from, to);
     let of_tenant = |alias: &str| {
         format!(
             "{alias}.tenant_id BETWEEN coalesce({tenant}, (-9223372036854775808)::bigint) \
