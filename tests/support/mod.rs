@@ -97,7 +97,9 @@ async fn template(admin: &str) -> &'static str {
                 create_database(node, &name).await;
             }
             if citus().is_some() {
-                join_cluster(admin, &nodes, &name).await;
+                wattledger_store::databases::join(&nodes, &name)
+                    .await
+                    .expect("join the template to the Citus cluster");
             }
             let url = database_url(admin, &name);
             let pool = wattledger_store::connect(&url, 1).await.expect("connect");
@@ -113,82 +115,16 @@ async fn template(admin: &str) -> &'static str {
 }
 
 /// The admin URLs of the servers a test database lives on: the one server, or a Citus
-/// cluster's workers and then its coordinator (read from the coordinator's node list).
+/// cluster's workers and then its coordinator.
 async fn nodes(admin: &str) -> Vec<String> {
-    use sqlx::Connection;
-    if citus().is_none() {
-        return vec![admin.to_owned()];
-    }
-    let mut conn = sqlx::PgConnection::connect(admin)
+    let nodes = wattledger_store::databases::nodes(admin)
         .await
-        .expect("connect to the Citus coordinator");
-    let workers: Vec<(String, i32)> = sqlx::query_as(
-        "SELECT nodename::text, nodeport FROM pg_dist_node
-         WHERE groupid <> 0 AND noderole = 'primary' AND isactive ORDER BY nodeid",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .expect("the coordinator's workers (pg_dist_node)");
+        .expect("the test server's nodes");
     assert!(
-        !workers.is_empty(),
+        citus().is_none() || nodes.len() > 1,
         "WATTLEDGER_TEST_CITUS names a database without workers: citus-cluster up prints one with them"
     );
-    let mut out: Vec<String> = workers
-        .iter()
-        .map(|(host, port)| node_url(admin, host, *port))
-        .collect();
-    out.push(admin.to_owned());
-    out
-}
-
-/// `admin` with its host and port replaced.
-fn node_url(admin: &str, host: &str, port: i32) -> String {
-    let (scheme, rest) = admin.split_once("://").expect("a postgres:// URL");
-    let (user, rest) = rest.rsplit_once('@').map_or(("", rest), |(u, r)| (u, r));
-    let path = rest.find('/').map_or("", |i| &rest[i..]);
-    let at = if user.is_empty() { "" } else { "@" };
-    format!("{scheme}://{user}{at}{host}:{port}{path}")
-}
-
-/// Makes the new database `name` (on every node) one Citus database: the extension on each
-/// node, the coordinator told its own address and its workers'.
-async fn join_cluster(admin: &str, nodes: &[String], name: &str) {
-    use sqlx::Connection;
-    for node in nodes {
-        let mut conn = sqlx::PgConnection::connect(&database_url(node, name))
-            .await
-            .expect("connect to a new database on a Citus node");
-        sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
-            .execute(&mut conn)
-            .await
-            .expect("CREATE EXTENSION citus");
-    }
-    let host_port = |url: &str| -> (String, i32) {
-        let rest = url.split_once("://").unwrap().1;
-        let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-        let hp = rest.split('/').next().unwrap();
-        let (h, p) = hp.rsplit_once(':').unwrap_or((hp, "5432"));
-        (h.to_owned(), p.parse().expect("a port"))
-    };
-    let mut conn = sqlx::PgConnection::connect(&database_url(admin, name))
-        .await
-        .expect("connect to the coordinator's new database");
-    let (host, port) = host_port(admin);
-    sqlx::query("SELECT citus_set_coordinator_host($1, $2)")
-        .bind(&host)
-        .bind(port)
-        .execute(&mut conn)
-        .await
-        .expect("citus_set_coordinator_host");
-    for worker in &nodes[..nodes.len() - 1] {
-        let (host, port) = host_port(worker);
-        sqlx::query("SELECT citus_add_node($1, $2)")
-            .bind(&host)
-            .bind(port)
-            .execute(&mut conn)
-            .await
-            .expect("citus_add_node");
-    }
+    nodes
 }
 
 /// Closes the template to new sessions on every node and ends Citus's own (its maintenance
@@ -236,10 +172,7 @@ async fn create_database(admin: &str, spec: &str) {
 }
 
 fn database_url(admin: &str, name: &str) -> String {
-    match admin.rfind('/') {
-        Some(i) => format!("{}/{name}", &admin[..i]),
-        None => panic!("DATABASE_URL must name a database"),
-    }
+    wattledger_store::databases::url_of(admin, name)
 }
 
 /// Drops the databases earlier test processes left behind (one per test, named after the

@@ -61,7 +61,7 @@ async fn main() -> anyhow::Result<()> {
         300_000,
     );
     let served = fresh(
-        &pg,
+        &pg.url("postgres"),
         "bench_admission",
         &support::inventory(&sim),
         (sim.from_ms, sim.to_ms),

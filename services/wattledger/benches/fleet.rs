@@ -3,11 +3,17 @@
 //! figure against a baseline in the same process: `psql \copy` of the same step records for
 //! ingest, a plain SQL aggregate over the same ledger rows for the queries.
 //!
-//! cargo bench -p wattledger --bench fleet -- [--days D] [--copy-days C] [--reps R] [--keep] GPUS...
+//! cargo bench -p wattledger --bench fleet -- [--days D] [--copy-days C] [--reps R] [--keep]
+//!     [--citus URL] GPUS...
 //!
 //! e.g. `-- --days 1 1280 10240` (fleet-days at two sizes), `-- --days 30 320 1280` (fleet
 //! months). Sizes run one after another on fresh databases; the summary at the end is the
 //! table BENCHMARKS.md keeps. Needs the PostgreSQL server binaries and psql.
+//!
+//! With `--citus URL` (a Citus coordinator's admin database, as `citus-cluster up` prints
+//! it) each size runs on the private PostgreSQL and then on the cluster, the same fleet, and
+//! the two ledgers are compared row for row (by natural keys: ids are each engine's own);
+//! the summary has a row per engine, and the bytes each node holds.
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
@@ -18,6 +24,7 @@ use support::{fresh, Ingested, Served};
 use wattledger::auth::Role;
 use wattledger::embedded_pg::EmbeddedPostgres;
 use wattledger_sim::fleet::{Counters, Fleet, Step};
+use wattledger_store::databases;
 
 mod support;
 
@@ -33,6 +40,8 @@ struct Args {
     /// Leave the last size's database (`fleet_api`) and its PostgreSQL running, to look
     /// into a query with EXPLAIN.
     keep: bool,
+    /// A Citus coordinator to run every size on as well, side by side.
+    citus: Option<String>,
     sizes: Vec<usize>,
 }
 
@@ -42,6 +51,7 @@ fn args() -> anyhow::Result<Args> {
         copy_days: 1,
         reps: 30,
         keep: false,
+        citus: None,
         sizes: Vec::new(),
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
@@ -56,6 +66,7 @@ fn args() -> anyhow::Result<Args> {
             "--copy-days" => a.copy_days = value("--copy-days")?,
             "--reps" => a.reps = value("--reps")? as usize,
             "--keep" => a.keep = true,
+            "--citus" => a.citus = Some(it.next().context("--citus takes a URL")?),
             n => a
                 .sizes
                 .push(n.parse().with_context(|| format!("not a GPU count: {n}"))?),
@@ -71,6 +82,7 @@ fn args() -> anyhow::Result<Args> {
 /// What one size measured.
 #[derive(Debug, Default)]
 struct Figures {
+    engine: &'static str,
     gpus: usize,
     days: i64,
     jobs: usize,
@@ -97,6 +109,12 @@ struct Figures {
     close_baseline_s: f64,
     /// Site-hours in which Σ ledger was checked equal to the metered site energy.
     site_hours_checked: usize,
+    /// Every node's bytes of the database (heap, indexes and TOAST of every table and shard
+    /// it holds), by `host:port`: the one server, or each worker and the coordinator.
+    node_bytes: Vec<(String, i64)>,
+    /// Ledger, site-hour and rollup rows found equal on the other engine; None when only
+    /// one engine ran.
+    same_rows: Option<usize>,
 }
 
 #[tokio::main]
@@ -128,32 +146,61 @@ async fn main() -> anyhow::Result<()> {
     })
     .await??;
     let _stop = support::StopPostgres { keep: args.keep };
+    let mut engines = vec![("PostgreSQL", pg.url("postgres"))];
+    if let Some(url) = &args.citus {
+        engines.push(("Citus", url.clone()));
+    }
     let mut all = Vec::new();
-    for &gpus in &args.sizes {
-        let f = run(&pg, gpus, &args).await?;
-        report(&f);
-        all.push(f);
+    for (i, &gpus) in args.sizes.iter().enumerate() {
+        let mut figures = Vec::new();
+        for (engine, admin) in &engines {
+            let f = run(admin, engine, gpus, &args).await?;
+            report(&f);
+            figures.push(f);
+        }
+        if let [plain, citus] = &mut figures[..] {
+            let rows = same_ledger(&engines[0].1, &engines[1].1).await?;
+            println!("   the same ledger on both engines: {rows} rows, row for row");
+            (plain.same_rows, citus.same_rows) = (Some(rows), Some(rows));
+        }
+        let last = i + 1 == args.sizes.len();
+        for (_, admin) in &engines {
+            if args.keep && last {
+                println!("   kept: psql {}", databases::url_of(admin, "fleet_api"));
+            } else {
+                databases::drop(admin, "fleet_api").await?;
+            }
+        }
+        all.extend(figures);
     }
     summary(&all);
     Ok(())
 }
 
-async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<Figures> {
+/// Runs the fleet on the server (or cluster) whose admin database is `server`, leaving its
+/// database `fleet_api` for the caller to compare and drop.
+async fn run(
+    server: &str,
+    engine: &'static str,
+    gpus: usize,
+    args: &Args,
+) -> anyhow::Result<Figures> {
     let fleet = Fleet::new(7, gpus, FROM_MS, args.days);
     let range = (FROM_MS, FROM_MS + args.days * 86_400_000);
     let inventory = fleet.inventory();
     let mut fig = Figures {
+        engine,
         gpus: fleet.gpus(),
         days: args.days,
         jobs: fleet.job_count(),
         ..Figures::default()
     };
     println!(
-        "== {} GPUs ({} nodes, {} tenants), {} days from 2026-09-01: {} jobs",
+        "== {engine}: {} GPUs ({} nodes, {} tenants), {} days from 2026-09-01: {} jobs",
         fig.gpus, fleet.nodes, fleet.tenants, args.days, fig.jobs
     );
-    let api = fresh(pg, "fleet_api", &inventory, range, |_| {}).await?;
-    let copy = fresh(pg, "fleet_copy", &inventory, range, |_| {}).await?;
+    let api = fresh(server, "fleet_api", &inventory, range, |_| {}).await?;
+    let copy = fresh(server, "fleet_copy", &inventory, range, |_| {}).await?;
     let http = reqwest::Client::new();
     let admin = api.keys.mint("bench", Role::Admin, None, 86_400)?;
     let finance = api.keys.mint("bench", Role::Finance, None, 86_400)?;
@@ -238,7 +285,7 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
         );
     }
     drop(copy);
-    drop_database(pg, "fleet_copy").await?;
+    databases::drop(server, "fleet_copy").await?;
     // Each record was sent once into a fresh database: every one must have been written.
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM samples")
         .fetch_one(&api.pool)
@@ -278,7 +325,7 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
     fig.ledger_rows = sqlx::query_scalar("SELECT count(*) FROM ledger")
         .fetch_one(&api.pool)
         .await?;
-    sqlx::query("VACUUM ANALYZE").execute(&api.pool).await?;
+    on_every_node(server, "VACUUM ANALYZE").await?;
     (fig.steps_bytes, fig.steps_index_bytes) = sizes(&api.pool, "samples_steps_").await?;
     let t = Instant::now();
     let packed = wattledger_store::compaction::run(&api.pool, chrono::Utc::now()).await?;
@@ -290,20 +337,99 @@ async fn run(pg: &EmbeddedPostgres, gpus: usize, args: &Args) -> anyhow::Result<
     fig.steps_index_packed = sizes(&api.pool, "samples_steps_").await?.1;
     // The writes above leave gigabytes of dirty buffers behind: flushed now, not spread
     // over the queries' timings by the checkpointer.
-    sqlx::query("CHECKPOINT").execute(&api.pool).await?;
+    on_every_node(server, "CHECKPOINT").await?;
     let (ledger, ledger_index) = sizes(&api.pool, "ledger").await?;
     fig.ledger_bytes = ledger + ledger_index;
     let (rollup, rollup_index) = sizes(&api.pool, "usage_days").await?;
     fig.rollup_bytes = rollup + rollup_index;
+    fig.node_bytes = node_bytes(server).await?;
 
     queries(&api, range, args.reps, &mut fig).await?;
-    drop(api);
-    if args.keep {
-        println!("   kept: psql {}", pg.url("fleet_api"));
-    } else {
-        drop_database(pg, "fleet_api").await?;
-    }
     Ok(fig)
+}
+
+/// Runs `sql` in `fleet_api` on every node (VACUUM and CHECKPOINT act on one server only).
+async fn on_every_node(admin: &str, sql: &str) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    for node in databases::nodes(admin).await? {
+        let mut conn = sqlx::PgConnection::connect(&databases::url_of(&node, "fleet_api")).await?;
+        sqlx::query(sql).execute(&mut conn).await?;
+    }
+    Ok(())
+}
+
+/// What each node holds of `fleet_api`: every table's heap, indexes and TOAST, read on the
+/// node itself, so that a Citus worker counts its shards and the coordinator its reference
+/// copies and local tables (the coordinator's shells of distributed tables are empty).
+async fn node_bytes(admin: &str) -> anyhow::Result<Vec<(String, i64)>> {
+    use sqlx::Connection;
+    let mut out = Vec::new();
+    for node in databases::nodes(admin).await? {
+        let mut conn = sqlx::PgConnection::connect(&databases::url_of(&node, "fleet_api")).await?;
+        // Citus hides shards from pg_class for clients other than its own.
+        sqlx::query(
+            "SELECT set_config('citus.override_table_visibility', 'off', false)
+             FROM pg_extension WHERE extname = 'citus'",
+        )
+        .execute(&mut conn)
+        .await?;
+        let (at, bytes): (String, i64) = sqlx::query_as(
+            "SELECT coalesce(inet_server_addr()::text, 'local') || ':' || current_setting('port'),
+                    coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+             FROM pg_class c
+             WHERE c.relkind IN ('r', 'm') AND c.relnamespace = 'public'::regnamespace",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        out.push((at.replace("/32", ""), bytes));
+    }
+    Ok(out)
+}
+
+/// Compares `fleet_api`'s ledger, site-hours and daily rollup on the two servers row for
+/// row, each row named by its natural keys (ids are each database's own) with the times it
+/// was computed left out; returns the rows compared, or fails with the first that differs.
+async fn same_ledger(a: &str, b: &str) -> anyhow::Result<usize> {
+    const NOT_COMPARED: &str =
+        "ARRAY['site_id', 'tenant_id', 'job_id', 'model_id', 'run_id', 'computed_at', 'updated_at', 'created_at']";
+    let queries = [
+        format!(
+            "SELECT concat_ws('|', s.key, t.key, j.key, m.key, to_jsonb(l) - {NOT_COMPARED})
+             FROM ledger l JOIN sites s ON s.id = l.site_id JOIN tenants t ON t.id = l.tenant_id
+             LEFT JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id
+             LEFT JOIN models m ON m.id = l.model_id"
+        ),
+        format!(
+            "SELECT concat_ws('|', s.key, to_jsonb(h) - {NOT_COMPARED})
+             FROM site_hours h JOIN sites s ON s.id = h.site_id"
+        ),
+        format!(
+            "SELECT concat_ws('|', s.key, t.key, m.key, to_jsonb(u) - {NOT_COMPARED})
+             FROM usage_days u JOIN sites s ON s.id = u.site_id
+             JOIN tenants t ON t.id = u.tenant_id LEFT JOIN models m ON m.id = u.model_id"
+        ),
+    ];
+    let pa = sqlx::PgPool::connect(&databases::url_of(a, "fleet_api")).await?;
+    let pb = sqlx::PgPool::connect(&databases::url_of(b, "fleet_api")).await?;
+    let mut compared = 0;
+    for q in &queries {
+        // Sorted here, not by the servers: the two may collate text differently.
+        let mut ra: Vec<String> = sqlx::query_scalar(q).fetch_all(&pa).await?;
+        let mut rb: Vec<String> = sqlx::query_scalar(q).fetch_all(&pb).await?;
+        ra.sort_unstable();
+        rb.sort_unstable();
+        if let Some(i) = (0..ra.len().max(rb.len())).find(|&i| ra.get(i) != rb.get(i)) {
+            bail!(
+                "the ledgers differ ({} rows against {}); first difference:\n  {:?}\n  {:?}",
+                ra.len(),
+                rb.len(),
+                ra.get(i),
+                rb.get(i)
+            );
+        }
+        compared += ra.len();
+    }
+    Ok(compared)
 }
 
 /// POSTs `records` to `/v1/ingest/{path}` in batches, one at a time; each is new to the
@@ -360,13 +486,16 @@ async fn conservation(
              SELECT s.id AS site_id, m.hour, m.mj
              FROM unnest($1::text[], $2::timestamptz[], $3::bigint[]) AS m (site, hour, mj)
              JOIN sites s ON s.key = m.site),
-         ledger_hours AS (
+         -- Materialized: on Citus, an outer join of rows made here to a distributed table
+         -- is planned only with both sides read out first.
+         ledger_hours AS MATERIALIZED (
              SELECT site_id, hour, sum(total_mj)::bigint AS mj
-             FROM ledger GROUP BY site_id, hour)
+             FROM ledger GROUP BY site_id, hour),
+         hours AS MATERIALIZED (SELECT site_id, hour, site_mj FROM site_hours)
          SELECT s.key AS site, hour, m.mj AS metered, l.mj AS ledger, h.site_mj AS site_hours
          FROM metered m
          FULL JOIN ledger_hours l USING (site_id, hour)
-         LEFT JOIN site_hours h USING (site_id, hour)
+         LEFT JOIN hours h USING (site_id, hour)
          JOIN sites s ON s.id = site_id
          WHERE coalesce(m.mj, 0) <> coalesce(l.mj, 0)
             OR coalesce(m.mj, 0) <> coalesce(h.site_mj, 0)
@@ -465,24 +594,22 @@ async fn sizes(pool: &sqlx::PgPool, table: &str) -> anyhow::Result<(i64, i64)> {
         "SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf
          UNION SELECT $1::regclass WHERE NOT EXISTS (SELECT FROM pg_partition_tree($1::regclass))"
     };
+    // On Citus the coordinator's tables are empty shells: their shards' sizes are asked
+    // of the workers by Citus's own functions.
+    let (heap, total) = if wattledger_store::distribution::is_citus(pool).await? {
+        ("citus_table_size", "citus_total_relation_size")
+    } else {
+        ("pg_table_size", "pg_total_relation_size")
+    };
     Ok(sqlx::query_as(&format!(
         "WITH leaves AS ({leaves})
-         SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint,
-                coalesce(sum(pg_indexes_size(relid)), 0)::bigint
+         SELECT coalesce(sum({heap}(relid)), 0)::bigint,
+                coalesce(sum({total}(relid) - {heap}(relid)), 0)::bigint
          FROM leaves"
     ))
     .bind(table)
     .fetch_one(pool)
     .await?)
-}
-
-async fn drop_database(pg: &EmbeddedPostgres, name: &str) -> anyhow::Result<()> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(&pg.url("postgres")).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&mut conn)
-        .await?;
-    Ok(())
 }
 
 /// What a tenant, finance and the budget view ask of the month, each `reps` times, against
@@ -752,15 +879,29 @@ fn report(f: &Figures) {
         "   month close {:.2} s (SQL GROUP BY tenant, job over the month: {:.2} s)",
         f.close_s, f.close_baseline_s
     );
+    for (node, bytes) in &f.node_bytes {
+        println!(
+            "   node {node}: {:.1} MB, {:.0} KB per GPU-day",
+            *bytes as f64 / 1e6,
+            *bytes as f64 / gpu_days / 1000.0
+        );
+    }
 }
 
 fn summary(all: &[Figures]) {
-    println!("\n| GPUs | days | step records | API/COPY | API rows/s | attribution s/fleet-day | ledger rows | KB/GPU-day steps+index (compacted) | usage one p95 ms (×SQL) | usage all p95 ms (×SQL) | dashboard p95 ms | budgets p95 ms | close s | site-hours Σ ledger = metered |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n| engine | GPUs | days | step records | API/COPY | API rows/s | attribution s/fleet-day | ledger rows | KB/GPU-day steps+index (compacted) | usage one p95 ms (×SQL) | usage all p95 ms (×SQL) | dashboard p95 ms | budgets p95 ms | close s | site-hours Σ ledger = metered | KB/GPU-day per node | rows equal on the other engine |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for f in all {
         let q = |i: usize| &f.queries[i];
+        let gpu_days = (f.gpus as i64 * f.days) as f64;
+        let per_node: Vec<String> = f
+            .node_bytes
+            .iter()
+            .map(|(n, b)| format!("{n} {:.0}", *b as f64 / gpu_days / 1000.0))
+            .collect();
         println!(
-            "| {} | {} | {} | {:.2} | {:.0} | {:.1} | {} | {:.0} ({:.0}) | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} | {:.1} | {:.2} | all {} |",
+            "| {} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} | {:.0} ({:.0}) | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} | {:.1} | {:.2} | all {} | {} | {} |",
+            f.engine,
             f.gpus,
             f.days,
             f.samples,
@@ -777,7 +918,9 @@ fn summary(all: &[Figures]) {
             q(3).2,
             q(4).2,
             f.close_s,
-            f.site_hours_checked
+            f.site_hours_checked,
+            per_node.join(", "),
+            f.same_rows.map_or("-".into(), |n| n.to_string())
         );
     }
 }

@@ -57,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
         let copy_db = format!("bench_copy_{round}");
         let http_db = format!("bench_http_{round}");
         let copy_server = fresh(
-            &pg,
+            &pg.url("postgres"),
             &copy_db,
             &support::inventory(&sim),
             (sim.from_ms, sim.to_ms),
@@ -66,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
         let copy_url = copy_server.db_url.clone();
         let http_server = fresh(
-            &pg,
+            &pg.url("postgres"),
             &http_db,
             &support::inventory(&sim),
             (sim.from_ms, sim.to_ms),

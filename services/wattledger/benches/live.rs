@@ -245,7 +245,7 @@ async fn run(
     let agents = fleet.nodes;
     println!("== {} GPUs: {agents} agents, server {label}", fleet.gpus());
     let setup = fresh(
-        pg,
+        &pg.url("postgres"),
         "live",
         &fleet.inventory(),
         (from_ms, from_ms + 2 * 86_400_000),

@@ -6,7 +6,7 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 use wattledger::auth::{Keys, Role};
 use wattledger::config::Config;
-use wattledger::embedded_pg::{ensure_database, EmbeddedPostgres};
+use wattledger_store::databases;
 use wattledger_store::partitions::{self, Kind};
 
 pub const SECRET: &str = "bench-secret-bench-secret-bench-secret";
@@ -23,23 +23,20 @@ pub struct Served {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-/// A fresh database `name` with an inventory (ingest path and body: tenants, sites, models,
-/// meters) and the sample partitions of `[from_ms, to_ms)`, served on a loopback port; `tune`
-/// adjusts the server's configuration first.
+/// A fresh database `name` on the server (or Citus cluster) whose admin database is
+/// `admin`, with an inventory (ingest path and body: tenants, sites, models, meters) and the
+/// sample partitions of `[from_ms, to_ms)`, served on a loopback port; `tune` adjusts the
+/// server's configuration first.
 pub async fn fresh(
-    pg: &EmbeddedPostgres,
+    admin: &str,
     name: &str,
     inventory: &[(&str, serde_json::Value)],
     (from_ms, to_ms): (i64, i64),
     tune: impl FnOnce(&mut Config),
 ) -> anyhow::Result<Served> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(&pg.url("postgres")).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&mut conn)
-        .await?;
-    ensure_database(&pg.url("postgres"), name).await?;
-    let db_url = pg.url(name);
+    databases::drop(admin, name).await?;
+    databases::ensure(admin, name).await?;
+    let db_url = databases::url_of(admin, name);
     let pool = wattledger_store::connect(&db_url, 8).await?;
     wattledger_store::migrate(&pool).await?;
     let keys = Keys::new(SECRET.as_bytes())?;
