@@ -109,22 +109,38 @@ pub const COVERAGE_SUMS: &str = "
     coalesce(flags_union_agg(l.flags), '{}') AS flags";
 
 /// The rows a usage query over `[$from, $to)` (its parameters 2 and 3), of the tenant in
-/// parameter 1 if not null, sums: whole days from the tenant-day rollup and the edges from
-/// the ledger where the rollup can serve the query, else every ledger row. Either way, the
-/// same sums. With parameter 7 (a count), only the rows of that many jobs, those with the
-/// most energy.
+/// parameter 1 if not null and the sites in parameter 8, sums: whole days from the
+/// tenant-day rollup and the edges from the ledger where the rollup can serve the query, else
+/// every ledger row. Either way, the same sums. With parameter 7 (a count), only the rows of
+/// that many jobs, those with the most energy.
 fn ledger_source(source: Source) -> String {
     match source {
         Source::Ledger => "(SELECT * FROM ledger_rows
               WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
+                AND site_id = ANY($8::bigint[])
                 AND ($7::bigint IS NULL OR job_id IN (
                     SELECT job_id FROM ledger
                     WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
-                      AND job_id IS NOT NULL
+                      AND site_id = ANY($8::bigint[]) AND job_id IS NOT NULL
                     GROUP BY job_id ORDER BY sum(total_mj) DESC, job_id LIMIT $7)))"
             .to_owned(),
-        Source::DayRollup => format!("({})", span_rows("$1", "$2", "$3")),
+        Source::DayRollup => format!("({})", span_rows("$1", "$2", "$3", "$8::bigint[]")),
     }
+}
+
+/// The sites a usage query reads: the one its filter names, else every site. Named in the
+/// statement as values, so that on Citus it is planned on the shards of those sites only,
+/// not on every shard of the cluster (32 by default, most of them empty where sites are few:
+/// one tenant's `/v1/usage` went from 92 to 30 ms p50 on two sites, BENCHMARKS.md "Citus").
+async fn sites_read(pool: &PgPool, filter: &UsageFilter) -> StoreResult<Vec<i64>> {
+    Ok(match filter.site_id {
+        Some(site) => vec![site],
+        None => {
+            sqlx::query_scalar!("SELECT id FROM sites ORDER BY id")
+                .fetch_all(pool)
+                .await?
+        }
+    })
 }
 
 /// The columns a span's rows carry, in the order [`span_rows`] selects them: a ledger row's
@@ -168,15 +184,16 @@ pub(crate) fn whole_days(from: &str, to: &str) -> (String, String) {
     (d0, format!("date_bin('1 day', {to}, timestamptz 'epoch')"))
 }
 
-/// The rows a usage query over `[from, to)` of `tenant` (SQL expressions; a NULL tenant is
-/// every tenant) sums: the tenant-day rollup for the whole days inside the range and the
+/// The rows a usage query over `[from, to)` of `tenant` at `sites` (SQL expressions; a NULL
+/// tenant is every tenant; `sites` an array, in each branch so that Citus prunes its shards
+/// by it) sums: the tenant-day rollup for the whole days inside the range and the
 /// ledger's rows for the hours before the first and after the last (two index ranges, so a
 /// month reads at most two days of ledger rows). Columns `hour, site_id, tenant_id,
 /// model_id, job_id` and [`SPAN_COLUMNS`].
 ///
 /// Built as SQL text rather than kept as a SQL function (migrations 0018–0031 had one): a
 /// distributed PostgreSQL cannot plan a SQL function over its tables called with parameters.
-pub(crate) fn span_rows(tenant: &str, from: &str, to: &str) -> String {
+pub(crate) fn span_rows(tenant: &str, from: &str, to: &str, sites: &str) -> String {
     let cols = |alias: &str| {
         SPAN_COLUMNS
             .iter()
@@ -188,7 +205,7 @@ pub(crate) fn span_rows(tenant: &str, from: &str, to: &str) -> String {
     let of_tenant = |alias: &str| {
         format!(
             "{alias}.tenant_id BETWEEN coalesce({tenant}, (-9223372036854775808)::bigint) \
-             AND coalesce({tenant}, 9223372036854775807)"
+             AND coalesce({tenant}, 9223372036854775807) AND {alias}.site_id = ANY({sites})"
         )
     };
     format!(
@@ -450,6 +467,7 @@ pub async fn usage(
         .bind(filter.job_id)
         .bind(filter.model_id)
         .bind(filter.top_jobs)
+        .bind(sites_read(pool, filter).await?)
         .fetch_all(pool)
         .await?)
 }
