@@ -39,7 +39,8 @@ pub async fn touched(
                     SELECT 1 FROM unnest($2::timestamptz[]) h
                     WHERE h >= b.starts_at - interval '1 hour' AND h < b.ends_at))
          )";
-    Ok(sqlx::query_as(&with_use(periods, 3))
+    let citus = crate::distribution::is_citus(&mut *conn).await?;
+    Ok(sqlx::query_as(&with_use(periods, 3, citus))
         .bind(tenants)
         .bind(hours)
         .bind(recent_since)

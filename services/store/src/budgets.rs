@@ -148,12 +148,28 @@ impl BudgetState {
 /// [`crate::usage::span_rows`] does), so a month's budget costs its days' rollup rows, not
 /// its job-hours.
 ///
-/// Written as joins of the budgets' spans with the rollup and the ledger, not as a lateral
-/// subquery per budget: a distributed PostgreSQL joins a small result with its sharded
-/// tables on any column, but runs a correlated subquery only when it names the shard key.
-pub(crate) fn with_use(periods: &str, recent: usize) -> String {
+/// The ledger's edge hours are read per budget through the (tenant, hour) index on one
+/// PostgreSQL (`citus` false: a lateral subquery), and as a join of the budgets' spans with
+/// the ledger on Citus, which runs a correlated subquery only when it names the shard key.
+/// The join alone made PostgreSQL hash the whole ledger twice per call (BENCHMARKS.md,
+/// "Plain PostgreSQL before and after issue 45"), in every attribution transaction.
+pub(crate) fn with_use(periods: &str, recent: usize, citus: bool) -> String {
     let (d0, d1) = crate::usage::whole_days("sp.p_from", "sp.p_to");
     let of = "l.tenant_id = sp.tenant_id AND (sp.model_id IS NULL OR l.model_id = sp.model_id)";
+    let edge = |hours: &str| {
+        if citus {
+            format!("spans sp JOIN ledger l ON {of} AND {hours}")
+        } else {
+            // Summed per site inside, so that PostgreSQL keeps it a per-budget index scan
+            // rather than pulling it up into the same hash join.
+            format!(
+                "spans sp CROSS JOIN LATERAL (
+                     SELECT l.site_id, sum(l.total_mj) AS total_mj, sum(l.cost) AS cost,
+                            sum(l.carbon_g) AS carbon_g
+                     FROM ledger l WHERE {of} AND {hours} GROUP BY l.site_id) l"
+            )
+        }
+    };
     format!(
         "WITH {periods}, bn AS (
              SELECT row_number() OVER () AS n, b.* FROM b
@@ -169,12 +185,10 @@ pub(crate) fn with_use(periods: &str, recent: usize) -> String {
              FROM spans sp JOIN usage_days l ON {of} AND l.day >= sp.d0 AND l.day < sp.d1
              UNION ALL
              SELECT sp.n, sp.which, sp.currency, l.site_id, l.total_mj, l.cost, l.carbon_g
-             FROM spans sp JOIN ledger l ON {of}
-                  AND l.hour >= sp.p_from AND l.hour < least(sp.d0, sp.p_to)
+             FROM {first}
              UNION ALL
              SELECT sp.n, sp.which, sp.currency, l.site_id, l.total_mj, l.cost, l.carbon_g
-             FROM spans sp JOIN ledger l ON {of}
-                  AND l.hour >= greatest(sp.d0, sp.d1) AND l.hour < sp.p_to
+             FROM {last}
          ), totals AS (
              SELECT r.n, r.which, sum(r.total_mj) AS mj,
                     sum(r.cost) FILTER (WHERE s.currency = r.currency) AS cost,
@@ -196,7 +210,9 @@ pub(crate) fn with_use(periods: &str, recent: usize) -> String {
          LEFT JOIN models m ON m.id = b.model_id
          LEFT JOIN totals u ON u.n = b.n AND u.which = 'used'
          LEFT JOIN totals r ON r.n = b.n AND r.which = 'recent'
-         ORDER BY t.key, b.key, b.p_start"
+         ORDER BY t.key, b.key, b.p_start",
+        first = edge("l.hour >= sp.p_from AND l.hour < least(sp.d0, sp.p_to)"),
+        last = edge("l.hour >= greatest(sp.d0, sp.d1) AND l.hour < sp.p_to"),
     )
 }
 
@@ -219,7 +235,8 @@ pub async fn list(
              FROM budgets b
              WHERE ($2::bigint IS NULL OR b.tenant_id = $2) AND ($3::text IS NULL OR b.key = $3)
          )";
-    Ok(sqlx::query_as(&with_use(periods, 4))
+    let citus = crate::distribution::is_citus(pool).await?;
+    Ok(sqlx::query_as(&with_use(periods, 4, citus))
         .bind(now)
         .bind(scope.tenant())
         .bind(key)
