@@ -5,14 +5,14 @@
 //! key file stops the server at start.
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wattledger::auth::{Keys, Role};
-use wattledger::config::Config;
+use wattledger::config::{Config, WebhookAuth};
 use wattledger::startup::{self, Listeners};
 use wattledger_tests::{fresh_db, SECRET};
 
@@ -68,6 +68,10 @@ struct TlsApp {
 
 impl TlsApp {
     async fn start(leaf: &Leaf, reload_ms: u64) -> Self {
+        Self::start_with(leaf, reload_ms, WebhookAuth::Token).await
+    }
+
+    async fn start_with(leaf: &Leaf, reload_ms: u64, webhook_auth: WebhookAuth) -> Self {
         let dir = temp_dir();
         write(&dir.join("tls.crt"), &leaf.cert_pem);
         write(&dir.join("tls.key"), &leaf.key_pem);
@@ -77,6 +81,7 @@ impl TlsApp {
         config.tls_cert_file = Some(dir.join("tls.crt"));
         config.tls_key_file = Some(dir.join("tls.key"));
         config.tls_reload_ms = reload_ms;
+        config.webhook_auth = webhook_auth;
         let listeners = Listeners::bind(&config).await.unwrap();
         let http = listeners.http.local_addr().unwrap();
         let https = listeners.https.as_ref().unwrap().0.local_addr().unwrap();
@@ -207,6 +212,75 @@ async fn the_api_and_the_admission_webhook_answer_over_https() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+}
+
+/// Posts the stored AdmissionReview of a GPU pod to `url`, with `token` if given, retrying
+/// while admission has not loaded its state (503); the status and body.
+async fn review_gpu_pod(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+) -> (reqwest::StatusCode, Value) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/kubernetes/admissionreview-v1-pod-create-request.json");
+    let mut review: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    review["request"]["object"]["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"amd.com/gpu": 1}});
+    for _ in 0..100 {
+        let mut r = client.post(url).json(&review);
+        if let Some(token) = token {
+            r = r.bearer_auth(token);
+        }
+        let r = r.send().await.unwrap();
+        if r.status() != 503 {
+            let status = r.status();
+            return (status, r.json().await.unwrap_or(Value::Null));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("admission never loaded its state");
+}
+
+#[tokio::test]
+async fn an_open_webhook_answers_the_api_server_without_a_token_on_the_tls_listener_only() {
+    let ca = Ca::new("wattledger test CA");
+    let leaf = ca.leaf("wattledger.wattledger.svc");
+    let app = TlsApp::start_with(&leaf, 30_000, WebhookAuth::Open).await;
+    let https = client(&ca);
+    let webhook = app.url("/v1/admission/kubernetes");
+
+    // The API server of a managed cluster: TLS, no token. The pod asks for an AMD GPU by
+    // request only, and is decided (a decision's id in its audit annotations).
+    let (status, answer) = review_gpu_pod(&https, &webhook, None).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer["response"]["auditAnnotations"]["wattledger.io/decision"].is_string()
+            || answer["response"]["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("wattledger")),
+        "the GPU pod was put to the policy: {answer}"
+    );
+
+    // Nothing else opens: the same path on the plain listener, another path over TLS.
+    let plain = format!("http://{}/v1/admission/kubernetes", app.http);
+    let (status, _) = review_gpu_pod(&reqwest::Client::new(), &plain, None).await;
+    assert_eq!(status, 401);
+    let r = https.get(app.url("/v1/usage")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = https
+        .post(app.url("/v1/admission"))
+        .json(&json!({"tenant": "t", "gpus": 1, "duration_s": 60}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    // A token that is sent is still checked: a forged one is refused, a tenant's forbidden.
+    let (status, _) = review_gpu_pod(&https, &webhook, Some("not-a-token")).await;
+    assert_eq!(status, 401);
+    let tenant = app.keys.mint("test", Role::Tenant, Some("t"), 600).unwrap();
+    let (status, _) = review_gpu_pod(&https, &webhook, Some(&tenant)).await;
+    assert!(status == 401 || status == 403, "{status}");
 }
 
 #[tokio::test]

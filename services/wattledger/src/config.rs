@@ -48,6 +48,15 @@ pub struct Config {
         default_value_t = 30_000
     )]
     pub tls_reload_ms: u64,
+    /// How the Kubernetes API server is let in to the admission webhook
+    /// (`/v1/admission/kubernetes`): `token`, a scheduler token it sends from the kubeconfig
+    /// its AdmissionConfiguration names (self-managed clusters); `open`, no token on the
+    /// --tls-listen listener for that one path (EKS, GKE, AKS: their API servers cannot send
+    /// one). Open, any caller that reaches the TLS port may ask about a pod it describes: it
+    /// learns the verdict and its reasons, and an admitted pod's GPUs are reserved for its
+    /// declared duration; nothing else answers without a token
+    #[arg(long, global = true, env = "WATTLEDGER_WEBHOOK_AUTH", value_enum, default_value_t = WebhookAuth::Token)]
+    pub webhook_auth: WebhookAuth,
     /// HS256 signing key for API tokens (at least 32 bytes). Without one, a key is generated
     /// once and kept in <data-dir>/jwt.key.
     #[arg(
@@ -206,6 +215,15 @@ fn parse_reach(s: &str) -> Result<Reach, String> {
     Reach::parse(s)
 }
 
+/// How the admission webhook's caller is authenticated (`Config::webhook_auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WebhookAuth {
+    /// A scheduler token, as every other API call.
+    Token,
+    /// No token, on the TLS listener only.
+    Open,
+}
+
 fn parse_proxies(s: &str) -> Result<TrustedProxies, String> {
     TrustedProxies::parse(s)
 }
@@ -221,6 +239,7 @@ impl Config {
             tls_cert_file: None,
             tls_key_file: None,
             tls_reload_ms: 30_000,
+            webhook_auth: WebhookAuth::Token,
             jwt_secret: Some(jwt_secret),
             token_max_ttl: crate::auth::DEFAULT_MAX_TTL_S,
             token_reload_ms: 60_000,

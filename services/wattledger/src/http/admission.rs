@@ -3,7 +3,7 @@
 //! `POST /v1/admission/kubernetes` (an admission webhook speaking AdmissionReview v1).
 
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
-use super::extract::{Caller, Query, RawBatch, RawJson};
+use super::extract::{Caller, Query, RawBatch, RawJson, WebhookCaller};
 use super::validate;
 use crate::admission::{Answer, Ask, AskError};
 use crate::auth::Role;
@@ -202,6 +202,12 @@ fn gpu_limit(name: &str, v: &Value) -> Result<i64, String> {
     Ok(n)
 }
 
+/// The extended resources that are GPUs: NVIDIA's whole GPUs and MIG slices, AMD's GPUs (the
+/// resources the webhook's `matchConditions` send, deploy/kubernetes/components/webhook).
+fn is_gpu_resource(name: &str) -> bool {
+    name == "nvidia.com/gpu" || name.starts_with("nvidia.com/mig-") || name == "amd.com/gpu"
+}
+
 /// A pod's question, from its spec and annotations; `None` for a pod without GPUs.
 fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
     let pod = &req["object"];
@@ -219,12 +225,22 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
         };
         let mut in_group: i64 = 0;
         for c in cs {
-            let limits = &c["resources"]["limits"];
-            let Some(map) = limits.as_object() else {
-                continue;
-            };
-            for (name, v) in map {
-                if name == "nvidia.com/gpu" || name.starts_with("nvidia.com/mig-") {
+            let resources = &c["resources"];
+            // A container's count of a GPU resource is its limit, else its request (the API
+            // server makes them equal for extended resources; the webhook sees either).
+            let mut names: Vec<&String> = ["limits", "requests"]
+                .iter()
+                .filter_map(|k| resources[*k].as_object())
+                .flat_map(|m| m.keys())
+                .filter(|name| is_gpu_resource(name))
+                .collect();
+            names.sort();
+            names.dedup();
+            for name in names {
+                let v = resources["limits"]
+                    .get(name.as_str())
+                    .unwrap_or(&resources["requests"][name.as_str()]);
+                {
                     let n = gpu_limit(name, v)?;
                     in_group = if group == "initContainers" {
                         in_group.max(n)
@@ -313,7 +329,8 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
     }))
 }
 
-/// An admission webhook (AdmissionReview v1): pods requesting `nvidia.com/gpu` (or MIG) are
+/// An admission webhook (AdmissionReview v1): pods requesting GPUs (`nvidia.com/gpu`, MIG
+/// slices, `amd.com/gpu`) are
 /// put to `POST /v1/admission`; reject and defer deny the pod with the reasons (a deferral
 /// names the time to create it again), admit allows it with any warnings, and admit at a
 /// power cap adds the `wattledger.io/power-cap-w` annotation (a JSONPatch).
@@ -326,10 +343,9 @@ fn pod_ask(req: &Value) -> Result<Option<Ask>, String> {
               (status = 415, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn kubernetes(
     State(state): State<AppState>,
-    caller: Caller,
+    _caller: WebhookCaller,
     RawJson(body): RawJson,
 ) -> ApiResult<Json<Value>> {
-    caller.require(&[Role::Scheduler])?;
     let review: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("not an AdmissionReview: {e}")))?;
     let req = &review["request"];
@@ -486,6 +502,26 @@ mod tests {
             json!({"namespace": "x", "object": {"spec": {"containers": [{"resources": {}}]}}});
         assert!(pod_ask(&no_gpu).unwrap().is_none());
     }
+    #[test]
+    fn amd_gpus_and_requests_without_limits_count_as_the_webhook_sends_them() {
+        let pod = |resources: Value| json!({"namespace": "x", "object": {"spec": {"containers": [{"resources": resources}]}}});
+        let gpus = |resources: Value| pod_ask(&pod(resources)).unwrap().map(|a| a.gpus);
+        assert_eq!(gpus(json!({"limits": {"amd.com/gpu": 2}})), Some(2));
+        assert_eq!(gpus(json!({"requests": {"nvidia.com/gpu": "3"}})), Some(3));
+        // Both given: counted once, from the limit.
+        assert_eq!(
+            gpus(json!({"limits": {"nvidia.com/gpu": 2}, "requests": {"nvidia.com/gpu": 2}})),
+            Some(2)
+        );
+        assert_eq!(
+            gpus(json!({"requests": {"cpu": "8", "memory": "1Gi"}})),
+            None
+        );
+        assert!(pod_ask(&pod(json!({"requests": {"amd.com/gpu": -1}})))
+            .unwrap_err()
+            .contains("not between"));
+    }
+
     /// The fields a question is refused for, in order.
     fn refused(v: Value) -> Vec<String> {
         match parse_ask(v.to_string().as_bytes()) {

@@ -74,6 +74,37 @@ where
     }
 }
 
+/// The admission webhook's caller (`POST /v1/admission/kubernetes`): a scheduler token; or,
+/// with `WATTLEDGER_WEBHOOK_AUTH=open`, no token at all on a request that came over the TLS
+/// listener (the API servers of EKS, GKE and AKS present none). A token that is sent is
+/// verified either way.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookCaller;
+
+impl<S> FromRequestParts<S> for WebhookCaller
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let app = AppState::from_ref(state);
+        let open = app.config.webhook_auth == crate::config::WebhookAuth::Open
+            && parts
+                .extensions
+                .get::<crate::server::serve::ViaTls>()
+                .is_some();
+        if open && !parts.headers.contains_key(AUTHORIZATION) {
+            return Ok(WebhookCaller);
+        }
+        Caller::from_request_parts(parts, state)
+            .await?
+            .require(&[Role::Scheduler])?;
+        Ok(WebhookCaller)
+    }
+}
+
 /// A JSON body of the form `{"records": [...]}`, kept as raw values so each record can be
 /// validated field by field and reported by index.
 #[derive(Debug)]

@@ -3,7 +3,8 @@
 //! - A deadline for a request's headers: without one, a client that opens a connection and
 //!   trickles its headers (or sends none) holds it forever (hyper enforces the limit only
 //!   with a timer, which axum's loop does not give it).
-//! - The client's address as a `ConnectInfo` extension, for the sign-in throttle.
+//! - The client's address as a `ConnectInfo` extension, for the sign-in throttle, and
+//!   [`ViaTls`] on requests that came over the HTTPS listener (the admission webhook's).
 //! - Graceful shutdown: on the signal, accepting stops and open requests finish.
 //! - Optionally a second, HTTPS listener (the Kubernetes admission webhook), serving the same
 //!   router under the same rules, with a deadline for the TLS handshake as well.
@@ -22,6 +23,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
+
+/// A request extension: the request came over the HTTPS listener.
+#[derive(Debug, Clone, Copy)]
+pub struct ViaTls;
 
 /// How long a client has to send a request's headers, and to finish a TLS handshake.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -71,6 +76,7 @@ pub async fn serve(
             // only after its handshake, in its own task, and shutdown waits for it too.
             watcher: graceful.watcher(),
             peer,
+            tls: acceptor.is_some(),
         };
         tokio::spawn(async move {
             match acceptor {
@@ -109,6 +115,7 @@ struct Connection {
     router: Router,
     watcher: Watcher,
     peer: SocketAddr,
+    tls: bool,
 }
 
 impl Connection {
@@ -130,9 +137,13 @@ impl Connection {
             router,
             watcher,
             peer,
+            tls,
         } = self;
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+            if tls {
+                req.extensions_mut().insert(ViaTls);
+            }
             router.clone().oneshot(req)
         });
         let conn = builder
