@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # The Grafana dashboards (deploy/grafana/) against live data: the demo (`wattledger demo
 # --days 2`, with its real agent serving its own /metrics) on loopback, scraped by a real
-# Prometheus every 2 s (the server with an operator bearer token), while a scheduler asks for
-# admission decisions. Then every panel query of both dashboards is parsed by promtool, run
-# through Prometheus's HTTP API (it must answer at least one series, not all NaN) and held
-# to the metric names the server and the agent export (grafana_check.py); both expositions
-# must pass `promtool check metrics`; and deploy/grafana must render with kubectl kustomize
-# (when kubectl is there). About 30 s.
+# Prometheus every 2 s while a scheduler asks for admission decisions. Prometheus scrapes what
+# the production overlay's ServiceMonitors select, as the Prometheus operator would
+# (scrape_config.py: their selectors, ports, paths, token and relabelings, with the server's
+# and the agent's container ports standing on the demo's loopback ports), so the job and
+# label names the dashboards and alerts use are the ones a cluster gets. Then every panel
+# query of both dashboards is parsed by promtool, run through Prometheus's HTTP API (it must
+# answer at least one series, not all NaN) and held to the metric names the server and the
+# agent export (grafana_check.py); both expositions must pass `promtool check metrics`; and
+# deploy/grafana must render with kubectl kustomize. About 30 s.
 #
 # Needs target/debug/wattledger and target/debug/wattledger-agent (cargo build), the
-# PostgreSQL server binaries, Prometheus and promtool (apt-get install postgresql prometheus).
+# PostgreSQL server binaries, Prometheus and promtool (apt-get install postgresql prometheus),
+# kubectl, and PyYAML (target/venv, or the system's python3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -55,12 +59,15 @@ done
 [ -x "$bin/wattledger" ] && [ -x "$bin/wattledger-agent" ] \
   || fail "build first: cargo build -p wattledger-cli -p wattledger-agent"
 
-if command -v kubectl >/dev/null; then
-  maps=$(kubectl kustomize deploy/grafana | grep -c '^kind: ConfigMap') \
-    || fail "kubectl kustomize deploy/grafana failed"
-  [ "$maps" = 2 ] || fail "deploy/grafana renders $maps ConfigMaps, not 2"
-  echo "grafana: kubectl kustomize deploy/grafana renders 2 dashboard ConfigMaps"
-fi
+command -v kubectl >/dev/null || fail "kubectl is not installed (apt-get install kubernetes-client)"
+py=python3
+[ -x target/venv/bin/python ] && py=target/venv/bin/python
+maps=$(kubectl kustomize deploy/grafana | grep -c '^kind: ConfigMap') \
+  || fail "kubectl kustomize deploy/grafana failed"
+[ "$maps" = 2 ] || fail "deploy/grafana renders $maps ConfigMaps, not 2"
+echo "grafana: kubectl kustomize deploy/grafana renders 2 dashboard ConfigMaps"
+kubectl kustomize deploy/kubernetes/overlays/production >"$work/production.yaml" \
+  || fail "kubectl kustomize deploy/kubernetes/overlays/production failed"
 
 api_port=$(free_port)
 agent_port=$(free_port)
@@ -82,6 +89,8 @@ grep -q '^Serving the API' "$work/demo.out" || fail "the demo did not serve with
 echo "grafana: demo serving on 127.0.0.1:$api_port, its agent's /metrics on 127.0.0.1:$agent_port"
 
 token=$("$bin/wattledger" token mint --role operator --sub prometheus --ttl-s 3600)
+# As the Secret the server's ServiceMonitor names would hold it.
+printf '%s' "$token" >"$work/metrics-token"
 # A scheduler asking twice a second (dry runs: nothing is reserved), so the admission panels
 # have decisions in every rate window.
 scheduler=$("$bin/wattledger" token mint --role scheduler --sub grafana-test --ttl-s 3600)
@@ -91,22 +100,10 @@ while sleep 0.5; do
     "http://127.0.0.1:$api_port/v1/admission" || true
 done &
 asker_pid=$!
-cat >"$work/prometheus.yml" <<EOF
-global:
-  scrape_interval: 2s
-  scrape_timeout: 2s
-  evaluation_interval: 2s
-scrape_configs:
-  - job_name: wattledger
-    authorization:
-      type: Bearer
-      credentials: $token
-    static_configs:
-      - targets: ['127.0.0.1:$api_port']
-  - job_name: wattledger-agent
-    static_configs:
-      - targets: ['127.0.0.1:$agent_port']
-EOF
+# The server's container port 8080 and the agent's 9465 are the demo's loopback ports here.
+"$py" tests/deploy/scrape_config.py "$work/production.yaml" \
+  "wattledger-metrics-token=$work/metrics-token" "8080=$api_port" "9465=$agent_port" \
+  >"$work/prometheus.yml" || fail "no scrape configuration from the ServiceMonitors"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
 prometheus_pid=$!

@@ -4,6 +4,14 @@ Run by tests/deploy/grafana.sh once Prometheus has scraped the demo's server and
 
     grafana_check.py PROMETHEUS_URL EXPORTED_NAMES_FILE DASHBOARD.json...
 
+and by tests/deploy/run.sh, to evaluate panels on series made up to the purpose with
+`promtool test rules` (panels.test.yaml):
+
+    grafana_check.py rules DASHBOARD.json OUT.yaml
+
+which writes each panel target that uses no template variable as a recording rule named
+`panel:p<panel id>_<refId>`, with Grafana's interval macros at RULE_MACROS.
+
 For each dashboard: its template variables are resolved as Grafana would with "All"
 selected (every value of the variable's label_values query, as a regex alternation); then
 every panel target, with the variables and Grafana's interval macros substituted, must
@@ -29,6 +37,12 @@ MACROS = {
     "$__range": "1m",
 }
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+# The macros for `rules`, at panels.test.yaml's 1m interval: three samples per rate window.
+RULE_MACROS = {
+    "$__rate_interval": "3m",
+    "$__interval": "1m",
+    "$__range": "10m",
+}
 
 
 def query(prometheus, path, params):
@@ -101,7 +115,26 @@ def metric_names(expr):
     return names
 
 
+def rules(dashboard_path, out):
+    dashboard = json.load(open(dashboard_path))
+    recorded = []
+    for panel in panels(dashboard["panels"]):
+        for t in panel.get("targets", []):
+            expr = t["expr"]
+            for macro, value in RULE_MACROS.items():
+                expr = expr.replace(macro, value)
+            if "$" in expr:
+                continue
+            recorded.append({"record": f"panel:p{panel['id']}_{t['refId']}", "expr": expr})
+    with open(out, "w") as f:
+        json.dump({"groups": [{"name": dashboard["title"], "rules": recorded}]}, f, indent=1)
+    print(f"{dashboard_path}: {len(recorded)} panel targets as recording rules in {out}")
+    return 0
+
+
 def main():
+    if sys.argv[1:2] == ["rules"] and len(sys.argv) == 4:
+        return rules(sys.argv[2], sys.argv[3])
     prometheus, exported_file, dashboards = sys.argv[1], sys.argv[2], sys.argv[3:]
     exported = set(open(exported_file).read().split())
     failures = []

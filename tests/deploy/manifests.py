@@ -11,10 +11,20 @@
     manifests.py alert-coverage RULES TESTS
                                          every alert in RULES fires in some case of TESTS
                                          (a `promtool test rules` file)
+    manifests.py second-apply FILE...    no rendered field is one that another writer owns
+                                         (a cainjector's caBundle, a Secret a script or
+                                         cert-manager makes): `kubectl apply` would reset it
+                                         on every upgrade
+    manifests.py json-patch FILE KIND NAME PATCH
+                                         PATCH (RFC 6902, as `kubectl patch --type=json`
+                                         takes it) applies to the rendered KIND/NAME: a
+                                         `replace` of a member the manifest leaves out fails
+                                         on the API server, and so here
 
 FILE is a multi-document YAML stream as `kubectl kustomize` prints it.
 """
 import pathlib
+import re
 import sys
 
 import yaml
@@ -162,6 +172,91 @@ def alert_coverage(rules_path, tests_path):
     return 1 if missing else 0
 
 
+# Secrets the install's scripts write (README.md's steps); a rendered one of the same name
+# would be put back to its rendered value by the next apply, undoing the script.
+SCRIPTS = {
+    "deploy/kubernetes/mint-tokens.sh": r"^mint (\S+) ",
+    "deploy/kubernetes/components/webhook/make-tls-secret.sh": r"create secret tls (\S+) ",
+}
+
+
+def script_secrets():
+    root = pathlib.Path(__file__).resolve().parents[2]
+    names = set()
+    for script, pattern in SCRIPTS.items():
+        found = re.findall(pattern, (root / script).read_text(), re.M)
+        if not found:
+            raise RuntimeError(f"{script}: no Secret found by {pattern!r}")
+        names |= set(found)
+    return names
+
+
+def second_apply(paths):
+    problems, checked = [], 0
+    scripted = script_secrets()
+    for path in paths:
+        objects = documents(path)
+        certified = {o["spec"]["secretName"] for o in objects if o["kind"] == "Certificate"}
+        for obj in objects:
+            checked += 1
+            where = f'{path}: {obj["kind"]}/{obj["metadata"]["name"]}'
+            if obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                for hook in obj["webhooks"]:
+                    if "caBundle" in hook.get("clientConfig", {}):
+                        problems.append(f"{where}: webhook {hook['name']} sets caBundle, which cert-manager's "
+                                        "cainjector or make-tls-secret.sh writes: each apply would reset it")
+            if obj["kind"] == "Secret":
+                name = obj["metadata"]["name"]
+                if name in scripted:
+                    problems.append(f"{where}: a script of the install writes this Secret; each apply would reset it")
+                if name in certified:
+                    problems.append(f"{where}: cert-manager writes this Secret; each apply would reset it")
+    for p in problems:
+        print(p, file=sys.stderr)
+    print(f"second apply: {checked} objects checked, {len(problems)} fields another writer owns")
+    return 1 if problems else 0
+
+
+def pointer(doc, path):
+    """The parent container and last token of a JSON Pointer (RFC 6901)."""
+    tokens = [t.replace("~1", "/").replace("~0", "~") for t in path.split("/")[1:]]
+    for t in tokens[:-1]:
+        doc = doc[int(t)] if isinstance(doc, list) else doc[t]
+    return doc, tokens[-1]
+
+
+def json_patch(path, kind, name, patch_path):
+    import json
+    target = next((o for o in documents(path) if o["kind"] == kind and o["metadata"]["name"] == name), None)
+    if target is None:
+        print(f"{path}: no {kind}/{name}", file=sys.stderr)
+        return 1
+    for op in json.loads(pathlib.Path(patch_path).read_text()):
+        try:
+            parent, last = pointer(target, op["path"])
+            if isinstance(parent, list):
+                index = len(parent) if last == "-" else int(last)
+                if op["op"] == "add":
+                    parent.insert(index, op["value"])
+                elif op["op"] == "replace":
+                    parent[index] = op["value"]
+                else:
+                    raise ValueError(f"op {op['op']} is not checked here")
+            elif op["op"] == "add":
+                parent[last] = op["value"]
+            elif op["op"] == "replace":
+                if last not in parent:
+                    raise KeyError(f"replace: {op['path']} is not there (RFC 6902 4.3)")
+                parent[last] = op["value"]
+            else:
+                raise ValueError(f"op {op['op']} is not checked here")
+        except (KeyError, IndexError, ValueError, TypeError) as e:
+            print(f"{patch_path}: {op['op']} {op['path']} on {kind}/{name}: {e}", file=sys.stderr)
+            return 1
+    print(f"{patch_path}: applies to {kind}/{name}")
+    return 0
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "security":
         return security(argv[1:])
@@ -173,6 +268,10 @@ def main(argv):
         return rules(argv[1], argv[2])
     if len(argv) == 3 and argv[0] == "alert-coverage":
         return alert_coverage(argv[1], argv[2])
+    if len(argv) == 5 and argv[0] == "json-patch":
+        return json_patch(*argv[1:])
+    if len(argv) >= 2 and argv[0] == "second-apply":
+        return second_apply(argv[1:])
     print(__doc__, file=sys.stderr)
     return 2
 

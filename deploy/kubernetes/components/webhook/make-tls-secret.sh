@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # For clusters without cert-manager: makes a private CA and the webhook's serving certificate,
 # stores them in the Secret wattledger-webhook-tls and puts the CA in the webhook's caBundle.
-# Run once after `kubectl apply -k` (the webhook's failurePolicy is Ignore until then), and
-# again before the certificate expires (DAYS, default 365): the server reloads it in place.
+# Run it right after `kubectl apply -k` (it patches the webhook that apply made; the server's
+# pods wait for the Secret until then, and the webhook's failurePolicy Ignore lets pods through),
+# and again before the certificate expires (DAYS, default 365): the server reloads it in place.
 #
 #   deploy/kubernetes/components/webhook/make-tls-secret.sh            # applies with kubectl
 #   deploy/kubernetes/components/webhook/make-tls-secret.sh --out DIR  # only writes the files
 #
-# NAMESPACE (wattledger) and SERVICE (wattledger) name where the server runs.
+# NAMESPACE (wattledger) and SERVICE (wattledger) name where the server runs: the overlay's
+# `namespace:`.
 set -euo pipefail
 namespace=${NAMESPACE:-wattledger}
 service=${SERVICE:-wattledger}
@@ -17,6 +19,10 @@ out=""
 if [ "${1:-}" = "--out" ]; then
   mkdir -p "${2:?--out needs a folder}"
   out=$(cd "$2" && pwd)
+fi
+if [ -z "$out" ] && ! kubectl get mutatingwebhookconfiguration "$webhook" >/dev/null; then
+  echo "make-tls-secret.sh: no MutatingWebhookConfiguration $webhook yet: apply the overlay first" >&2
+  exit 1
 fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -30,7 +36,9 @@ printf 'subjectAltName=DNS:%s,DNS:%s.%s,DNS:%s.%s.svc,DNS:%s.%s.svc.cluster.loca
 openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 \
   -days "$days" -extfile ext.cnf -out tls.crt 2>/dev/null
 ca_bundle=$(base64 -w0 < ca.crt)
-patch="[{\"op\":\"replace\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"$ca_bundle\"}]"
+# `add`, not `replace`: the manifest leaves caBundle out (an apply would reset it), and JSON
+# Patch's replace fails on a member that is not there; add sets it either way.
+patch="[{\"op\":\"add\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"$ca_bundle\"}]"
 if [ -n "$out" ]; then
   cp ca.crt tls.crt tls.key "$out/"
   echo "$patch" > "$out/cabundle-patch.json"
