@@ -10,9 +10,9 @@
 # Run after `kubectl apply -k` (and, without cert-manager, after make-tls-secret.sh), and again
 # to rotate them (TTL_DAYS, default 365, at most WATTLEDGER_TOKEN_MAX_TTL; the old tokens stay
 # valid until they expire or are revoked). Prometheus and the Kueue controller read the new
-# token by themselves; the agents read theirs at start, so a rotation ends with
-# `kubectl -n wattledger rollout restart daemonset/wattledger-agent` (their spools keep what
-# they read meanwhile). NAMESPACE (wattledger) is the overlay's `namespace:`.
+# token by themselves, and so do the agents (they read their token file again when the
+# kubelet swaps the Secret's files, within a minute or two; no restart). NAMESPACE
+# (wattledger) is the overlay's `namespace:`.
 set -euo pipefail
 namespace=${NAMESPACE:-wattledger}
 ttl_s=$(( ${TTL_DAYS:-365} * 86400 ))

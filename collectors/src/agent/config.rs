@@ -262,6 +262,16 @@ impl Config {
             })
     }
 
+    /// The token as the pusher sends it: inline, or from the file, read again as it rotates.
+    pub fn token_source(&self) -> Result<super::token::Token, ConfigError> {
+        if let Some(t) = &self.agent.token {
+            return Ok(super::token::Token::inline(t));
+        }
+        let path = self.agent.token_file.clone().expect("checked");
+        super::token::Token::from_file(path.clone())
+            .map_err(|source| ConfigError::Read { path, source })
+    }
+
     pub fn dead_letter_path(&self) -> PathBuf {
         self.agent
             .dead_letter

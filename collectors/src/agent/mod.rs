@@ -1,5 +1,5 @@
-//! The agent itself: configuration, the disk spool, pushing, its own metrics, and the loop
-//! that runs every source on its interval.
+//! The agent itself: configuration, the disk spool, pushing (with its token, read again as it
+//! rotates), its own metrics, and the loop that runs every source on its interval.
 
 pub mod config;
 pub mod dead_letter;
@@ -8,3 +8,4 @@ pub mod push;
 pub mod run;
 pub mod spool;
 pub mod stepped;
+pub mod token;

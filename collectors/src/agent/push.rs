@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 pub struct Pusher {
     pub client: reqwest::Client,
     pub server: String,
-    pub token: String,
+    pub token: super::token::Token,
     pub spool: Arc<Mutex<Spool>>,
     pub wake: Arc<Notify>,
     pub metrics: Arc<Metrics>,
@@ -127,7 +127,7 @@ impl Pusher {
             let resp = self
                 .client
                 .post(&url)
-                .bearer_auth(&self.token)
+                .bearer_auth(self.token.current())
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(batch.body())
                 .send()

@@ -130,7 +130,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         )
         .map_err(AgentError::Http)?,
         server: config.agent.server.clone(),
-        token: config.token()?,
+        token: config.token_source()?,
         spool: spool.clone(),
         wake: wake.clone(),
         metrics: metrics.clone(),
