@@ -1082,6 +1082,17 @@ pub async fn replace_power(
 pub async fn clear_marks(conn: &mut PgConnection, claim: &Claim) -> StoreResult<()> {
     let hours: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.0).collect();
     let marked: Vec<DateTime<Utc>> = claim.hours.iter().map(|h| h.1).collect();
+    // The rows are locked first, in hour order, as every marker takes them (its upsert is
+    // ordered by site and hour): a delete's own order follows its join, and a marker that had
+    // bumped a later hour while this held an earlier one would wait on this while this waited
+    // on it. One site, so on a distributed PostgreSQL one shard's rows.
+    sqlx::query!(
+        "SELECT hour FROM dirty_hours WHERE site_id = $1 AND hour = ANY($2) ORDER BY hour FOR UPDATE",
+        claim.site_id,
+        &hours,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
     sqlx::query!(
         "DELETE FROM dirty_hours d USING UNNEST($2::timestamptz[], $3::timestamptz[]) AS t(hour, marked_at)
          WHERE d.site_id = $1 AND d.hour = t.hour AND d.marked_at = t.marked_at",

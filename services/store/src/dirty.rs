@@ -7,6 +7,7 @@ use crate::signals::Changed;
 use crate::StoreResult;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres, Transaction};
+use std::collections::HashMap;
 
 // A single change dirties at most 45 days around it: a counter gap longer than that still
 // has its energy spread, but recomputing the far end needs `wattledger attribute --from`.
@@ -129,21 +130,40 @@ pub async fn mark_site_spans(
     site_ids: &[i64],
     from: &[DateTime<Utc>],
     to: &[DateTime<Utc>],
-) -> StoreResult<()> {
-    sqlx::query!(
-        "INSERT INTO dirty_hours (site_id, hour)
-         SELECT DISTINCT t.site_id, h
-         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS t(site_id, lo, hi),
-         generate_series(date_trunc('hour', t.lo), date_trunc('hour', t.hi), interval '1 hour') h
-         ORDER BY 1, 2
-         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = excluded.marked_at",
-        site_ids,
-        from,
-        to,
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
+) -> StoreResult<u64> {
+    let mut sites: Vec<i64> = site_ids.to_vec();
+    sites.sort_unstable();
+    sites.dedup();
+    // One site at a time, in site order, each statement naming it. Every writer of marks takes
+    // a site's rows in hour order, so two writers of one site queue. Across sites that order
+    // must be global too, and one statement over several sites does not keep it on a
+    // distributed PostgreSQL: it writes each node's shards at once, in parallel, so a batch
+    // holding one site's hours on one node while it waits for another's on the other, beside
+    // a batch doing the reverse, is a deadlock that no ORDER BY prevents.
+    let mut marked = 0;
+    for site in sites {
+        let (lo, hi): (Vec<DateTime<Utc>>, Vec<DateTime<Utc>>) = site_ids
+            .iter()
+            .zip(from.iter().zip(to))
+            .filter(|(s, _)| **s == site)
+            .map(|(_, (lo, hi))| (*lo, *hi))
+            .unzip();
+        marked += sqlx::query!(
+            "INSERT INTO dirty_hours (site_id, hour)
+             SELECT DISTINCT $1::bigint, h
+             FROM UNNEST($2::timestamptz[], $3::timestamptz[]) AS t(lo, hi),
+             generate_series(date_trunc('hour', t.lo), date_trunc('hour', t.hi), interval '1 hour') h
+             ORDER BY 2
+             ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = excluded.marked_at",
+            site,
+            &lo,
+            &hi,
+        )
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    }
+    Ok(marked)
 }
 
 /// Marks every hour of `[from, to)` at the sites of these GPU (or MIG) meters.
@@ -153,23 +173,24 @@ pub async fn mark_for_intervals(
     from: &[DateTime<Utc>],
     to: &[DateTime<Utc>],
 ) -> StoreResult<()> {
-    sqlx::query!(
-        "WITH spans AS (
-             SELECT m.site_id, t.lo, least(t.hi, t.lo + interval '45 days') AS hi
-             FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS t(meter_id, lo, hi)
-             JOIN meters m ON m.id = t.meter_id
-         ), hours AS (
-             SELECT DISTINCT site_id, h AS hour FROM spans,
-                 generate_series(date_trunc('hour', lo), date_trunc('hour', hi), interval '1 hour') h
-         )
-         INSERT INTO dirty_hours (site_id, hour) SELECT site_id, hour FROM hours ORDER BY 1, 2
-         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = excluded.marked_at",
-        meter_ids,
-        from,
-        to,
+    let sites: HashMap<i64, i64> = sqlx::query!(
+        "SELECT id, site_id FROM meters WHERE id = ANY($1)",
+        meter_ids
     )
-    .execute(conn)
-    .await?;
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|m| (m.id, m.site_id))
+    .collect();
+    let mut spans = (Vec::new(), Vec::new(), Vec::new());
+    for ((meter, lo), hi) in meter_ids.iter().zip(from).zip(to) {
+        if let Some(site) = sites.get(meter) {
+            spans.0.push(*site);
+            spans.1.push(*lo);
+            spans.2.push((*hi).min(*lo + chrono::Duration::days(45)));
+        }
+    }
+    mark_site_spans(conn, &spans.0, &spans.1, &spans.2).await?;
     Ok(())
 }
 
@@ -179,18 +200,15 @@ pub async fn mark_range(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<u64> {
-    let done = sqlx::query!(
-        "INSERT INTO dirty_hours (site_id, hour)
-         SELECT s.id, h FROM sites s,
-             generate_series(date_trunc('hour', $1::timestamptz), $2::timestamptz - interval '1 microsecond', interval '1 hour') h
-         ORDER BY 1, 2
-         ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = excluded.marked_at",
-        from,
-        to,
-    )
-    .execute(&mut **tx)
-    .await?;
-    Ok(done.rows_affected())
+    let sites = sqlx::query_scalar!("SELECT id FROM sites ORDER BY id")
+        .fetch_all(&mut **tx)
+        .await?;
+    let last = to - chrono::Duration::microseconds(1);
+    if last < from {
+        return Ok(0);
+    }
+    let n = sites.len();
+    mark_site_spans(tx, &sites, &vec![from; n], &vec![last; n]).await
 }
 
 /// Dirty hours up to and including the hour of `until`, claimed by a worker or not.
@@ -218,22 +236,22 @@ pub async fn mark_regions(conn: &mut PgConnection, changed: &[Changed]) -> Store
     if changed.is_empty() {
         return Ok(0);
     }
-    let r = sqlx::query!(
-        "INSERT INTO dirty_hours (site_id, hour)
-             SELECT DISTINCT sh.site_id, sh.hour
-             FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS c(region, signal, lo, hi)
-             JOIN sites s ON (c.signal IN ('carbon', 'carbon_free') AND s.grid_region = c.region)
-                          OR (c.signal = 'price' AND coalesce(s.price_region, s.grid_region) = c.region)
-             JOIN site_hours sh ON sh.site_id = s.id
-                  AND sh.hour >= date_trunc('hour', c.lo) AND sh.hour < c.hi
-             ORDER BY 1, 2
-             ON CONFLICT (site_id, hour) DO UPDATE SET marked_at = excluded.marked_at",
+    // The hours are found first, then marked site by site (see `mark_site_spans`).
+    let hours = sqlx::query!(
+        r#"SELECT DISTINCT sh.site_id, sh.hour
+           FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS c(region, signal, lo, hi)
+           JOIN sites s ON (c.signal IN ('carbon', 'carbon_free') AND s.grid_region = c.region)
+                        OR (c.signal = 'price' AND coalesce(s.price_region, s.grid_region) = c.region)
+           JOIN site_hours sh ON sh.site_id = s.id
+                AND sh.hour >= date_trunc('hour', c.lo) AND sh.hour < c.hi"#,
         &changed.iter().map(|c| c.region.clone()).collect::<Vec<_>>(),
         &changed.iter().map(|c| c.signal.as_str()).collect::<Vec<_>>() as &[&str],
         &changed.iter().map(|c| c.start_at).collect::<Vec<_>>(),
         &changed.iter().map(|c| c.end_at).collect::<Vec<_>>(),
     )
-    .execute(conn)
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(r.rows_affected())
+    let sites: Vec<i64> = hours.iter().map(|h| h.site_id).collect();
+    let at: Vec<DateTime<Utc>> = hours.iter().map(|h| h.hour).collect();
+    mark_site_spans(conn, &sites, &at, &at).await
 }

@@ -97,7 +97,21 @@ impl ApiError {
             ApiError::InvalidQuery(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_query"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            // Two transactions met and this one gave way, or the database was out of reach:
+            // nothing was written, and the same request can succeed later.
+            ApiError::Store(e) if e.is_transient() => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            }
             ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+
+    /// Seconds a client should wait before sending the same again, for a 503.
+    fn retry_after_s(&self) -> Option<u32> {
+        match self {
+            ApiError::Store(StoreError::Database(sqlx::Error::Database(_))) => Some(1),
+            ApiError::Store(_) | ApiError::Unavailable(_) => Some(5),
+            _ => None,
         }
     }
 }
@@ -115,6 +129,10 @@ impl IntoResponse for ApiError {
         };
         let message = match &self {
             ApiError::Store(StoreError::NotFound) => "not found".to_owned(),
+            ApiError::Store(e) if e.is_transient() => {
+                "the database could not take this now (nothing was changed): send it again"
+                    .to_owned()
+            }
             other => other.to_string(),
         };
         let body = ErrorBody {
@@ -125,6 +143,13 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            if let Some(s) = self.retry_after_s() {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, s.into());
+            }
+        }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,
