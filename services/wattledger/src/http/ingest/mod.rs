@@ -84,6 +84,11 @@ enum IngestResponses {
     /// Records are invalid: each one's index, field and reason; nothing was written.
     #[response(status = 422)]
     Invalid(ErrorBody),
+    /// Nothing was written: the database was out of reach, or this batch's transaction gave
+    /// way to another's on the same rows. Send the same batch again after `Retry-After`
+    /// seconds.
+    #[response(status = 503, headers(("Retry-After" = u32, description = "Seconds to wait")))]
+    Unavailable(ErrorBody),
 }
 
 /// What a batch did.
