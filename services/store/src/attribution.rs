@@ -174,6 +174,7 @@ pub async fn load(
     let (policy, gap_s) = site_policy(pool, site_id).await?;
     let tree = meter_tree(pool, site_id).await?;
     let embodied = embodied(pool, site_id).await?;
+    crate::partitions::analyze_unmeasured(pool, from, to).await?;
     let rows = samples(pool, site_id, &tree.metered, from, to).await?;
     // The power readings of the facility, IT and GPU meters, from the rows just read (IT: the
     // site's node meters, a GPU always has one, or its GPUs where it has none). Every reading
