@@ -375,19 +375,31 @@ async fn the_webhook_answers_the_stored_admission_review() {
         "{r}"
     );
 
-    // Without the deadline: admitted, and the decision names the pod's job key.
+    // Without the deadline (another review: another uid): admitted, and the decision names
+    // the pod's job key.
     gpu["request"]["object"]["metadata"]["annotations"]
         .as_object_mut()
         .unwrap()
         .remove("wattledger.io/deadline");
+    gpu["request"]["uid"] = json!("7d0d5a5e-0d29-4b6e-9a57-2b1c2e8f0001");
     let (_, r) = app
         .post_raw(&scheduler, "/v1/admission/kubernetes", gpu.to_string())
         .await;
     assert_eq!(r["response"]["allowed"], true, "{r}");
-    let id = r["response"]["auditAnnotations"]["wattledger.io/decision"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let decision_of = |r: &Value| {
+        r["response"]["auditAnnotations"]["wattledger.io/decision"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let id = decision_of(&r);
+    // The API server sending the same review again (its retry of a call whose answer it
+    // lost) gets the same decision, not a second reservation.
+    let (_, again) = app
+        .post_raw(&scheduler, "/v1/admission/kubernetes", gpu.to_string())
+        .await;
+    assert_eq!(again["response"]["allowed"], true, "{again}");
+    assert_eq!(decision_of(&again), id, "{again}");
     let mut source = Value::Null;
     for _ in 0..50 {
         let (_, page) = app
@@ -407,6 +419,13 @@ async fn the_webhook_answers_the_stored_admission_review() {
             .await
             .unwrap();
     assert_eq!(key.as_deref(), Some("k8s:colin-coder/echo-pod"));
+    let admitted: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM admission_decisions WHERE decision = 'admit' AND source = 'kubernetes'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(admitted, 1, "the resent review is not a second decision");
 
     // A tenant token may not call the webhook.
     let (status, _) = app
@@ -545,4 +564,91 @@ async fn a_policy_weighing_the_carbon_free_share_defers_to_the_clean_hours() {
     dry["dry_run"] = json!(true);
     let answer = ask_until(&app, dry, |a| a["decision"] == "admit").await;
     assert_eq!(answer["estimate_now"]["cfe_share"], "0.2", "{answer}");
+}
+
+/// `POST /v1/admission` with the key `key`: status, answer, and whether it was a replay.
+async fn ask_keyed(app: &TestApp, key: &str, body: &Value) -> (u16, Value, bool) {
+    let r = app
+        .http
+        .post(format!("{}/v1/admission", app.base))
+        .bearer_auth(app.token(Role::Scheduler))
+        .header("Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let replayed = r.headers().get("idempotent-replayed").is_some();
+    (status, r.json().await.unwrap(), replayed)
+}
+
+/// A scheduler that crashed between an answer and its own record of it asks again under the
+/// same Idempotency-Key: it gets the first decision, from this replica or another, and
+/// nothing is reserved or stored twice. The key with another question is refused.
+#[tokio::test]
+async fn a_question_asked_again_under_its_key_gets_the_first_decision() {
+    let a = setup().await;
+    // Each job is 8 × 1000 W × 1.25 = 10 kW of s1's 100 kW for two hours.
+    let q = json!({"tenant": "b", "gpus": 8, "duration_s": 7200, "power_per_gpu_w": 1000,
+                   "sites": ["s1"]});
+    let key = "wl-6f1c/wattledger/first";
+    let (status, first, replayed) = ask_keyed(&a, key, &q).await;
+    assert_eq!((status, replayed), (200, false), "{first}");
+    assert_eq!(first["decision"], "admit", "{first}");
+    let (status, again, replayed) = ask_keyed(&a, key, &q).await;
+    assert_eq!((status, replayed), (200, true), "{again}");
+    assert_eq!(again["decision_id"], first["decision_id"]);
+    assert_eq!(again["start_at"], first["start_at"]);
+
+    // The key with another question: refused, naming the header.
+    let mut other = q.clone();
+    other["gpus"] = json!(4);
+    let (status, refused, _) = ask_keyed(&a, key, &other).await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["error"]["errors"][0]["field"], "Idempotency-Key");
+    // Another tenant's same key is another key.
+    let mut theirs = q.clone();
+    theirs["tenant"] = json!("a");
+    let (status, answer, replayed) = ask_keyed(&a, key, &theirs).await;
+    assert_eq!((status, replayed), (200, false), "{answer}");
+    assert_ne!(answer["decision_id"], first["decision_id"]);
+
+    // Reserved once: with the other tenant's job, 20 kW are taken; eight more fit, the
+    // ninth waits (a second reservation for the replay would make the eighth wait).
+    for i in 0..8 {
+        let (_, r) = ask(&a, q.clone()).await;
+        assert_eq!(r["decision"], "admit", "job {i}: {r}");
+    }
+    let (_, full) = ask(&a, q.clone()).await;
+    assert_eq!(full["decision"], "defer", "{full}");
+
+    // Stored once; and another replica, which never saw the key, answers from the store.
+    let mut stored = 0_i64;
+    for _ in 0..100 {
+        stored = sqlx::query_scalar(
+            "SELECT count(*) FROM admission_decisions WHERE idempotency_key = $1",
+        )
+        .bind(key)
+        .fetch_one(&a.pool)
+        .await
+        .unwrap();
+        if stored == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(stored, 2, "one decision per tenant and key");
+    let b = a.replica().await;
+    let (status, there, replayed) = ask_keyed(&b, key, &q).await;
+    assert_eq!((status, replayed), (200, true), "{there}");
+    assert_eq!(there["decision_id"], first["decision_id"]);
+    let (status, _, _) = ask_keyed(&b, key, &other).await;
+    assert_eq!(status, 422);
+
+    // Keys are 1 to 255 visible ASCII characters.
+    for bad in ["a key", &"k".repeat(256)] {
+        let (status, body, _) = ask_keyed(&a, bad, &q).await;
+        assert_eq!(status, 422, "{bad:?}: {body}");
+        assert_eq!(body["error"]["errors"][0]["field"], "Idempotency-Key");
+    }
 }

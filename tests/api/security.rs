@@ -130,6 +130,7 @@ async fn the_decision_writer_dead_letters_a_row_the_database_refuses() {
         moved_mj: None,
         request: json!({"job_name": name}).to_string(),
         answer: "{}".into(),
+        idempotency_key: None,
     };
     let batch = vec![row("first"), row("bad\u{0}row"), row("third")];
     let stats = WriterStats::default();

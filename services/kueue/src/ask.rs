@@ -16,6 +16,7 @@
 
 use crate::objects::{Container, Workload};
 use crate::params::{Parameters, MAX_DURATION_S};
+use crate::record::Record;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -50,6 +51,34 @@ pub struct Question {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sites: Vec<String>,
     pub source: &'static str,
+}
+
+/// The `Idempotency-Key` of the question a Workload puts to `check` now: the Workload, the
+/// check, and the decision it last recorded for the check (none before the first). A
+/// controller that crashes after the answer and before its record asks again under the same
+/// key and gets the same decision; once a deferral it recorded runs out, the next question
+/// has a key of its own and is decided anew.
+pub fn idempotency_key(wl: &Workload, check: &str) -> String {
+    let workload = match &wl.metadata.uid {
+        Some(uid) if !uid.is_empty() => uid.clone(),
+        _ => format!("{}/{}", wl.namespace(), wl.metadata.name),
+    };
+    let after = Record::read(wl, check).map_or_else(|| "first".to_owned(), |r| r.id.to_string());
+    let key = format!("kueue/{workload}/{:016x}/{after}", fnv1a(check.as_bytes()));
+    // The server takes 1 to 255 visible ASCII characters; a name is at most 253 of them,
+    // and a uid 36.
+    key.chars()
+        .filter(char::is_ascii_graphic)
+        .take(255)
+        .collect()
+}
+
+/// A stable 64-bit hash (FNV-1a): the check's name can be long, and `std`'s hasher may
+/// change between builds, which would change a key across an upgrade.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// Why a Workload cannot be put as a question (the check rejects it, naming this).
@@ -233,6 +262,33 @@ mod tests {
         workload(
             json!({"metadata": {"name": "w", "namespace": "ml"}, "spec": {"podSets": pod_sets}}),
         )
+    }
+
+    #[test]
+    fn a_question_asked_again_keeps_its_key_until_a_decision_is_recorded() {
+        let uid = "5f3c2a1e-7d2b-4c1e-9f00-0a1b2c3d4e5f";
+        let wl = workload(json!({"metadata": {"name": "w", "namespace": "ml", "uid": uid}}));
+        let first = idempotency_key(&wl, "wattledger");
+        // Asked again (a crash between the answer and the record): the same key.
+        assert_eq!(idempotency_key(&wl, "wattledger"), first);
+        assert!(first.starts_with(&format!("kueue/{uid}/")) && first.ends_with("/first"));
+        // Another check on the same Workload asks a question of its own.
+        assert_ne!(idempotency_key(&wl, "wattledger-gpu"), first);
+        // Once a deferral is recorded (and has run out), the next question is a new one.
+        let id = uuid::Uuid::now_v7();
+        let record = format!(
+            r#"{{"check":"wattledger","decision":"defer","id":"{id}","start_at":"2020-01-01T00:00:00Z"}}"#
+        );
+        let deferred = workload(
+            json!({"metadata": {"name": "w", "namespace": "ml", "uid": uid,
+            "annotations": {crate::record::ANNOTATION: record}}}),
+        );
+        let next = idempotency_key(&deferred, "wattledger");
+        assert_ne!(next, first);
+        assert!(next.ends_with(&id.to_string()), "{next}");
+        // Within the server's bound whatever the check's name.
+        let long = idempotency_key(&wl, &"c".repeat(253));
+        assert!(long.len() <= 255 && long.bytes().all(|b| b.is_ascii_graphic()));
     }
 
     #[test]

@@ -330,7 +330,8 @@ impl Controller {
             Ok(None) => CheckUpdate::no_gpus(),
             Ok(Some(q)) => {
                 report.asked += 1;
-                match self.server.ask(&q).await {
+                let key = crate::ask::idempotency_key(wl, check);
+                match self.server.ask(&q, &key).await {
                     Ok(Reply::Answer(a)) => {
                         self.metrics.decision(a.decision);
                         tracing::info!(namespace = ns, workload = name, check,

@@ -109,9 +109,14 @@ impl Wattledger {
         Ok(Some(token.to_owned()))
     }
 
-    /// Asks; a stored decision comes back as [`Reply::Answer`].
-    pub async fn ask(&self, q: &Question) -> Result<Reply, ServerError> {
-        let mut req = self.http.post(&self.ask_url).json(q);
+    /// Asks under the idempotency `key` (see [`crate::ask::idempotency_key`]); a stored
+    /// decision comes back as [`Reply::Answer`].
+    pub async fn ask(&self, q: &Question, key: &str) -> Result<Reply, ServerError> {
+        let mut req = self
+            .http
+            .post(&self.ask_url)
+            .header("Idempotency-Key", key)
+            .json(q);
         if let Some(t) = self.token().await? {
             req = req.bearer_auth(t);
         }

@@ -368,6 +368,8 @@ pub struct NewDecision {
     /// intermediate document is built).
     pub request: String,
     pub answer: String,
+    /// The asker's `Idempotency-Key`: one decision per tenant and key.
+    pub idempotency_key: Option<String>,
 }
 
 /// Writes decisions in one statement; a decision already written (a retry) is left as it is.
@@ -379,7 +381,7 @@ pub async fn insert_decisions(pool: &PgPool, rows: &[NewDecision]) -> StoreResul
         "INSERT INTO admission_decisions (id, decided_at, tenant_id, source, job_name, job_key,
              kind, priority, gpus, decision, site_id, start_at, end_at, reserved_w, model,
              est_kwh, est_cost, est_currency, est_carbon_kg, grid_event_id, moved_mj, request,
-             answer) ",
+             answer, idempotency_key) ",
     );
     q.push_values(rows, |mut b, r| {
         b.push_bind(r.id)
@@ -406,10 +408,34 @@ pub async fn insert_decisions(pool: &PgPool, rows: &[NewDecision]) -> StoreResul
             .push_bind(&r.request)
             .push_unseparated("::jsonb")
             .push_bind(&r.answer)
-            .push_unseparated("::jsonb");
+            .push_unseparated("::jsonb")
+            .push_bind(&r.idempotency_key);
     });
-    q.push(" ON CONFLICT (id) DO NOTHING");
+    // A decision already stored (a retried batch), or another replica's for the same tenant
+    // and key (both decided it at once): the first stored stands.
+    q.push(" ON CONFLICT DO NOTHING");
     Ok(q.build().execute(pool).await?.rows_affected())
+}
+
+/// The decision stored under `tenant`'s idempotency `key`: its answer's JSON, and whether it
+/// answered the question `request` (its JSON) or another.
+pub async fn decision_by_key(
+    pool: &PgPool,
+    tenant: &str,
+    key: &str,
+    request: &str,
+) -> StoreResult<Option<(String, bool)>> {
+    Ok(sqlx::query!(
+        r#"SELECT d.answer::text AS "answer!", d.request = $3::text::jsonb AS "same!"
+           FROM admission_decisions d JOIN tenants t ON t.id = d.tenant_id
+           WHERE t.key = $1 AND d.idempotency_key = $2"#,
+        tenant,
+        key,
+        request,
+    )
+    .fetch_optional(pool)
+    .await?
+    .map(|r| (r.answer, r.same)))
 }
 
 /// Keeps a decision the database would not store, as escaped JSON text, with the reason.

@@ -428,5 +428,6 @@ fn moved_decision(
         moved_mj: Some(m.moved_mj),
         request: request.to_string(),
         answer: answer.to_string(),
+        idempotency_key: None,
     }
 }

@@ -30,6 +30,19 @@ impl Admission {
         now: DateTime<Utc>,
         dry_run: bool,
     ) -> Result<Answered, AskError> {
+        self.ask_keyed(ask, source, now, dry_run, None)
+    }
+
+    /// As `ask_maybe_dry`, the decision stored under the asker's idempotency key (see
+    /// `idempotency`, which looks the key up first).
+    pub(super) fn ask_keyed(
+        &self,
+        ask: &Ask,
+        source: &str,
+        now: DateTime<Utc>,
+        dry_run: bool,
+        key: Option<&str>,
+    ) -> Result<Answered, AskError> {
         let dry_run = dry_run || ask.dry_run;
         let bad = validate(ask, now);
         // Decided under a shared lock, so decisions run side by side; only a decision that
@@ -145,6 +158,7 @@ impl Admission {
                     // answer is the body just written for the asker.
                     request: String::new(),
                     answer: json.clone(),
+                    idempotency_key: key.map(str::to_owned),
                 },
                 ask: ask.clone(),
             });

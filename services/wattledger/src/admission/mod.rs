@@ -13,6 +13,7 @@
 
 mod api;
 mod decide;
+pub mod idempotency;
 mod refresh;
 mod state;
 pub mod writer;
@@ -41,6 +42,8 @@ pub struct Admission {
     writer: Arc<writer::WriterStats>,
     poke: Notify,
     default_gpu_w: u32,
+    /// The answers given lately under an idempotency key.
+    recent: idempotency::Recent,
 }
 
 /// How the decision writer is doing.
@@ -73,6 +76,7 @@ impl Admission {
             writer: Arc::clone(&stats),
             poke: Notify::new(),
             default_gpu_w,
+            recent: idempotency::Recent::default(),
         });
         let writer = tokio::spawn(writer::run(pool.clone(), rx, stats));
         let first = match load_slow(&pool, Utc::now()).await {

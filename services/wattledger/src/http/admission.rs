@@ -5,11 +5,13 @@
 use super::error::{ApiError, ApiResult, ErrorBody, FieldError};
 use super::extract::{Caller, Query, RawBatch, RawJson, WebhookCaller};
 use super::validate;
+use crate::admission::idempotency::{self, Once, OnceError};
 use crate::admission::{Answer, Ask, AskError};
 use crate::auth::Role;
 use crate::state::AppState;
 use axum::extract::State;
-use axum::http::header::{HeaderValue, CONTENT_TYPE};
+use axum::http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -69,32 +71,96 @@ fn parse_ask(bytes: &[u8]) -> ApiResult<Ask> {
     f.finish(ask, Ask::FIELDS).map_err(ApiError::Validation)
 }
 
+fn once_to_api(e: OnceError) -> ApiError {
+    match e {
+        OnceError::Ask(e) => to_api(e),
+        OnceError::Reused => ApiError::Validation(vec![FieldError::new(
+            0,
+            IDEMPOTENCY_KEY,
+            "was used for another question of this tenant",
+        )]),
+        e @ OnceError::InFlight => ApiError::Conflict {
+            code: "idempotency_key_in_flight",
+            message: e.to_string(),
+        },
+        OnceError::Store(e) => ApiError::Store(e),
+    }
+}
+
+const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// The question's `Idempotency-Key`, if it has one: one header of 1 to 255 visible ASCII
+/// characters.
+fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let refused =
+        |reason: String| ApiError::Validation(vec![FieldError::new(0, IDEMPOTENCY_KEY, reason)]);
+    if values.next().is_some() {
+        return Err(refused("must be sent once".into()));
+    }
+    let key = value
+        .to_str()
+        .map_err(|_| refused("must be visible ASCII characters".into()))?;
+    idempotency::check_key(key).map_err(refused)?;
+    Ok(Some(key.to_owned()))
+}
+
 /// Ask whether a job may start: admit, defer to `start_at`, or reject, with the reasons
 /// and the estimated energy, cost and carbon now and at `start_at`.
+///
+/// With an `Idempotency-Key`, a question asked again under the same key (by the same tenant)
+/// gets the decision taken the first time, marked `Idempotent-Replayed: true`, and reserves
+/// nothing again; the same key with another question is a 422, and while the first is being
+/// decided a 409.
 #[utoipa::path(post, path = "/v1/admission", tag = "admission", request_body = Ask,
+    params(("Idempotency-Key" = Option<String>, Header,
+            description = "1 to 255 visible ASCII characters, unique per question of a tenant")),
     security(("bearer" = [])),
     responses((status = 200, body = Answer), (status = 400, body = ErrorBody),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+              (status = 409, body = ErrorBody),
               (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
               (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn ask(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     RawBatch(body): RawBatch,
 ) -> ApiResult<Response> {
     caller.require(&[Role::Scheduler])?;
+    let key = idempotency_key(&headers)?;
     let ask = parse_ask(&body)?;
     let started = std::time::Instant::now();
-    let answered = state
+    let source = ask.source.as_deref().unwrap_or("api");
+    let once = state
         .admission
-        .ask(&ask, ask.source.as_deref().unwrap_or("api"), Utc::now())
-        .map_err(to_api)?;
-    state
-        .telemetry
-        .decided(answered.answer.decision, started.elapsed());
-    // The JSON the decision is stored with, not a second serialisation of the answer.
+        .ask_once(&state.pool, &ask, source, Utc::now(), false, key.as_deref())
+        .await
+        .map_err(once_to_api)?;
     let json = HeaderValue::from_static("application/json");
-    Ok(([(CONTENT_TYPE, json)], answered.json).into_response())
+    Ok(match once {
+        Once::Decided(answered) => {
+            state
+                .telemetry
+                .decided(answered.answer.decision, started.elapsed());
+            // The JSON the decision is stored with, not a second serialisation of the answer.
+            ([(CONTENT_TYPE, json)], answered.json).into_response()
+        }
+        Once::Replayed(answer) => (
+            [
+                (CONTENT_TYPE, json),
+                (
+                    HeaderName::from_static("idempotent-replayed"),
+                    HeaderValue::from_static("true"),
+                ),
+            ],
+            answer,
+        )
+            .into_response(),
+    })
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -374,22 +440,44 @@ pub async fn kubernetes(
     // A dry run must not reserve anything: answer from a decision that is not kept.
     let dry_run = req["dryRun"].as_bool().unwrap_or(false);
     let started = std::time::Instant::now();
-    let answer = match state
+    // The review's uid as the idempotency key: an API server that sends the same review
+    // again (its retry of a call whose answer it lost) gets the decision already taken.
+    let key = Some(uid).filter(|u| idempotency::check_key(u).is_ok());
+    let asked = match state
         .admission
-        .ask_maybe_dry(&ask, "kubernetes", Utc::now(), dry_run)
+        .ask_once(&state.pool, &ask, "kubernetes", Utc::now(), dry_run, key)
+        .await
     {
-        Ok(a) => a.answer,
-        Err(AskError::Fields(f)) => {
+        // Another pod under a uid already answered is another review (an API server sends
+        // none such): it is decided as a review without a uid would be.
+        Err(OnceError::Reused) => {
+            state
+                .admission
+                .ask_once(&state.pool, &ask, "kubernetes", Utc::now(), dry_run, None)
+                .await
+        }
+        asked => asked,
+    };
+    let json = match asked {
+        Ok(Once::Decided(a)) => {
+            state
+                .telemetry
+                .decided(a.answer.decision, started.elapsed());
+            a.json
+        }
+        Ok(Once::Replayed(json)) => json,
+        Err(OnceError::Ask(AskError::Fields(f))) => {
             let why: Vec<String> = f.into_iter().map(|(k, r)| format!("{k} {r}")).collect();
             return Ok(reply(json!({"uid": uid, "allowed": false,
                 "status": {"code": 422, "message": format!("wattledger: {}", why.join("; "))}})));
         }
-        Err(e) => return Err(to_api(e)),
+        Err(e) => return Err(once_to_api(e)),
     };
-    state.telemetry.decided(answer.decision, started.elapsed());
+    let answer: Decided = serde_json::from_str(&json)
+        .map_err(|e| ApiError::Unavailable(format!("a stored answer could not be read: {e}")))?;
     let reasons = answer.reasons.join("; ");
     let response = match answer.decision {
-        wattledger_domain::admission::Verdict::Admit => {
+        Verdict::Admit => {
             let warnings: Vec<String> = answer
                 .reasons
                 .iter()
@@ -405,17 +493,27 @@ pub async fn kubernetes(
             }
             response
         }
-        wattledger_domain::admission::Verdict::Defer => json!({"uid": uid, "allowed": false,
+        Verdict::Defer => json!({"uid": uid, "allowed": false,
             "status": {"code": 429, "reason": "TooManyRequests", "message": format!(
                 "wattledger: deferred; create this pod again at or after {} (decision {}): {reasons}",
                 answer.start_at.map(|t| t.to_rfc3339()).unwrap_or_default(), answer.decision_id)},
             "auditAnnotations": {"wattledger.io/decision": answer.decision_id.to_string()}}),
-        wattledger_domain::admission::Verdict::Reject => json!({"uid": uid, "allowed": false,
+        Verdict::Reject => json!({"uid": uid, "allowed": false,
             "status": {"code": 403, "reason": "Forbidden", "message": format!(
                 "wattledger: rejected (decision {}): {reasons}", answer.decision_id)},
             "auditAnnotations": {"wattledger.io/decision": answer.decision_id.to_string()}}),
     };
     Ok(reply(response))
+}
+
+/// What the webhook's reply needs of an answer, read from its JSON (decided now or stored).
+#[derive(Debug, Deserialize)]
+struct Decided {
+    decision_id: Uuid,
+    decision: Verdict,
+    start_at: Option<DateTime<Utc>>,
+    reasons: Vec<String>,
+    power_cap_w: Option<u32>,
 }
 
 /// The JSONPatch (base64, as AdmissionReview carries it) that sets the power-cap
