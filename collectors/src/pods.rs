@@ -27,6 +27,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use wattledger_domain::job_kind::JobKind;
+use wattledger_domain::phase::Phase;
 
 /// What one observation says about a pod: its tenant and the devices it holds, each with
 /// its share (`None` = the whole device).
@@ -105,13 +106,19 @@ impl Pods {
         seen.retain(|key, _| !status_of(key).is_some_and(|s| s.terminal));
         let mut jobs = Vec::new();
         let mut ended = Vec::new();
-        let mut checkpointed = BTreeSet::new();
+        // Pods to send again while they run: a new checkpoint, or a model or phase the
+        // kubelet's view now gives that the last send did not carry (the view was missing).
+        let mut resend = BTreeSet::new();
         for (key, pod) in &mut self.open {
             let fresh = status_of(key);
             if seen.contains_key(key) {
                 pod.gone_at = None;
-                if checkpoint(fresh) > checkpoint(pod.status.as_ref()) {
-                    checkpointed.insert(key.clone());
+                if checkpoint(fresh) > checkpoint(pod.status.as_ref())
+                    || fresh.is_some_and(|f| {
+                        labelled(f) != pod.status.as_ref().map_or((None, None), labelled)
+                    })
+                {
+                    resend.insert(key.clone());
                 }
                 pod.remember(fresh);
                 continue;
@@ -134,7 +141,7 @@ impl Pods {
             match self.open.get_mut(&key) {
                 Some(open) if open.devices == usage.devices => {
                     // A new checkpoint is sent while the pod runs, not only at its end.
-                    if checkpointed.contains(&key) {
+                    if resend.contains(&key) {
                         jobs.push(job(&key, open, kind, None));
                     }
                 }
@@ -178,6 +185,11 @@ impl OpenPod {
     }
 }
 
+/// The model and phase the pod's labels give.
+fn labelled(status: &PodStatus) -> (Option<&str>, Option<Phase>) {
+    (status.model.as_deref(), status.phase)
+}
+
 fn checkpoint(status: Option<&PodStatus>) -> Option<DateTime<Utc>> {
     status.and_then(|s| s.last_checkpoint_at)
 }
@@ -192,8 +204,10 @@ fn job(key: &str, pod: &OpenPod, kind: JobKind, end_at: Option<DateTime<Utc>>) -
         tenant: pod.tenant.clone(),
         // The pod's GPUs say where it runs.
         site: None,
-        model: None,
-        phase: None,
+        // From its labels (llm-d's or wattledger's): a model the server does not know is
+        // kept there with the name alone, not refused.
+        model: status.and_then(|s| s.model.clone()),
+        phase: status.and_then(|s| s.phase),
         kind,
         priority: None,
         submit_at: None,
@@ -306,6 +320,8 @@ mod tests {
             end_state: end,
             restarts,
             last_checkpoint_at: ckpt.map(at),
+            model: None,
+            phase: None,
         }
     }
 
@@ -394,6 +410,34 @@ mod tests {
                 at(410)
             )
             .is_empty());
+    }
+
+    #[test]
+    fn a_pods_model_and_phase_come_from_its_labels_and_are_sent_once_the_kubelet_gives_them() {
+        let mut p = Pods::default();
+        // First seen without the kubelet's view (it did not answer): no model yet.
+        let j = p.observe(on_gpu(), None, JobKind::Inference, at(0));
+        assert_eq!((j[0].model.as_deref(), j[0].phase), (None, None));
+        // The view arrives with the pod's labels: the job is sent again, with them.
+        let labelled = PodStatus {
+            model: Some("llama-3-70b".into()),
+            phase: Some(Phase::Decode),
+            ..status(false, None, 0, None)
+        };
+        let v = view(&[(POD, labelled)]);
+        let j = p.observe(on_gpu(), Some(&v), JobKind::Inference, at(60));
+        assert_eq!(j.len(), 1);
+        assert_eq!(
+            (j[0].model.as_deref(), j[0].phase, j[0].start_at),
+            (Some("llama-3-70b"), Some(Phase::Decode), at(0))
+        );
+        // Nothing changed: nothing sent; and it ends with them.
+        assert!(p
+            .observe(on_gpu(), Some(&v), JobKind::Inference, at(120))
+            .is_empty());
+        let j = p.observe(BTreeMap::new(), None, JobKind::Inference, at(180));
+        assert_eq!(j[0].model.as_deref(), Some("llama-3-70b"));
+        assert_eq!(j[0].end_at, Some(at(180)));
     }
 
     #[test]

@@ -698,3 +698,110 @@ async fn a_job_belongs_to_one_site() {
             .unwrap();
     assert_eq!(site, "s2");
 }
+
+/// A job naming a model nobody registered (a pod labelled with a model not yet known) is kept
+/// with a warning, attributed in full and listed for the operator; registering the model gives
+/// the job its model and recomputes its hours, so the ledger carries it.
+#[tokio::test]
+async fn a_job_naming_an_unknown_model_is_kept_and_takes_the_model_once_registered() {
+    use crate::dashboard::Browser;
+    use wattledger::dashboard::login::add_user;
+    let app = TestApp::start().await;
+    let mut b = crate::scenario::batches();
+    crate::scenario::push_inventory(&app, &b).await;
+    b.jobs[2]["model"] = json!("m-new");
+    b.jobs[2]["phase"] = json!("decode");
+    let (status, body) = app
+        .ingest(&app.token(Role::Scheduler), "jobs", b.jobs.clone())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["written"], 3, "{body}");
+    assert_eq!(body["warnings"][0]["index"], 2, "{body}");
+    assert_eq!(body["warnings"][0]["field"], "model", "{body}");
+    assert!(
+        body["warnings"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("unknown model 'm-new'"),
+        "{body}"
+    );
+    for (role, what, records) in [
+        (Role::Collector, "samples", &b.samples),
+        (Role::Collector, "tokens", &b.tokens),
+    ] {
+        let (status, body) = app.ingest(&app.token(role), what, records.clone()).await;
+        assert_eq!(status, 200, "{what}: {body}");
+    }
+    app.attribute().await;
+    let endpoint_rows = |model: &'static str| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM ledger l JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id
+                 LEFT JOIN models m ON m.id = l.model_id
+                 WHERE j.key = 'job-endpoint' AND m.key IS NOT DISTINCT FROM nullif($1, '')",
+            )
+            .bind(model)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // Attributed in full without a model: every tenant's energy as the scenario's answer.
+    assert!(endpoint_rows("").await > 0);
+    assert_eq!(
+        crate::scenario::tenant_totals(&app, &app.token(Role::Admin)).await,
+        crate::scenario::expected_totals()
+    );
+
+    // The operator sees it named.
+    add_user(
+        &app.pool,
+        "olga",
+        Role::Operator,
+        None,
+        "correct horse battery",
+    )
+    .await
+    .unwrap();
+    let mut browser = Browser::new(&app);
+    browser.sign_in("olga", "correct horse battery").await;
+    let page = browser.get("/operator").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let section = page
+        .body
+        .split("Jobs naming a model nobody registered")
+        .nth(1)
+        .unwrap_or("");
+    assert!(
+        section.contains("<code>m-new</code>"),
+        "{}",
+        &section[..section.len().min(600)]
+    );
+
+    // Registered: the job takes the model, its hour is attributed again, and the ledger
+    // carries it; the page no longer lists it.
+    let (status, body) = app
+        .ingest(
+            &app.token(Role::Admin),
+            "models",
+            json!([{"key": "m-new", "prefill_weight": 1, "decode_weight": 4}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app.attribute().await;
+    assert_eq!(endpoint_rows("").await, 0);
+    assert!(endpoint_rows("m-new").await > 0);
+    let phase: Option<String> =
+        sqlx::query_scalar("SELECT phase FROM jobs WHERE key = 'job-endpoint'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(phase.as_deref(), Some("decode"));
+    assert_eq!(
+        crate::scenario::tenant_totals(&app, &app.token(Role::Admin)).await,
+        crate::scenario::expected_totals()
+    );
+    let page = browser.get("/operator").await;
+    assert!(!page.body.contains("Jobs naming a model nobody registered"));
+}

@@ -142,7 +142,10 @@ pub async fn upsert_sites(pool: &PgPool, records: &[SiteRecord]) -> StoreResult<
 }
 
 #[tracing::instrument(skip_all, fields(n = records.len()))]
-pub async fn upsert_models(pool: &PgPool, records: &[ModelRecord]) -> StoreResult<u64> {
+pub async fn upsert_models(
+    db: impl sqlx::PgExecutor<'_>,
+    records: &[ModelRecord],
+) -> StoreResult<u64> {
     let done = sqlx::query!(
         "INSERT INTO models (key, name, prefill_weight, decode_weight)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::numeric[], $4::numeric[])
@@ -156,7 +159,7 @@ pub async fn upsert_models(pool: &PgPool, records: &[ModelRecord]) -> StoreResul
         &records.iter().map(|r| r.prefill_weight).collect::<Vec<_>>(),
         &records.iter().map(|r| r.decode_weight).collect::<Vec<_>>(),
     )
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(done.rows_affected())
 }

@@ -24,6 +24,8 @@ pub struct JobRecord {
     pub name: String,
     pub tenant_id: i64,
     pub model_id: Option<i64>,
+    /// The model key the job named when no such model is registered (migration 0039).
+    pub unknown_model: Option<String>,
     /// The serving phase of a disaggregated deployment's pool (`domain::phase`).
     pub phase: Option<Phase>,
     pub kind: JobKind,
@@ -67,23 +69,25 @@ pub async fn lock_keys(conn: &mut PgConnection, keys: &[String]) -> StoreResult<
 pub async fn write_jobs(conn: &mut PgConnection, records: &[JobRecord]) -> StoreResult<Vec<i64>> {
     let changed = sqlx::query_scalar!(
         "INSERT INTO jobs (key, site_id, name, tenant_id, model_id, kind, priority, submit_at,
-                           start_at, end_at, end_state, last_checkpoint_at, restarts, phase)
+                           start_at, end_at, end_state, last_checkpoint_at, restarts, phase,
+                           unknown_model)
          SELECT * FROM UNNEST($1::text[], $10::bigint[], $2::text[], $3::bigint[], $4::bigint[],
                               $5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[],
                               $9::timestamptz[], $11::text[], $12::timestamptz[], $13::int[],
-                              $14::text[])
+                              $14::text[], $15::text[])
          ON CONFLICT (site_id, key) DO UPDATE SET name = excluded.name, tenant_id = excluded.tenant_id,
             model_id = excluded.model_id, kind = excluded.kind, priority = excluded.priority,
             submit_at = excluded.submit_at, start_at = excluded.start_at, end_at = excluded.end_at,
             end_state = excluded.end_state, last_checkpoint_at = excluded.last_checkpoint_at,
-            restarts = excluded.restarts, phase = excluded.phase, updated_at = excluded.updated_at
+            restarts = excluded.restarts, phase = excluded.phase,
+            unknown_model = excluded.unknown_model, updated_at = excluded.updated_at
          WHERE (jobs.name, jobs.tenant_id, jobs.model_id, jobs.kind, jobs.priority,
                 jobs.submit_at, jobs.start_at, jobs.end_at, jobs.end_state,
-                jobs.last_checkpoint_at, jobs.restarts, jobs.phase)
+                jobs.last_checkpoint_at, jobs.restarts, jobs.phase, jobs.unknown_model)
                IS DISTINCT FROM (excluded.name, excluded.tenant_id, excluded.model_id, excluded.kind,
                 excluded.priority, excluded.submit_at, excluded.start_at, excluded.end_at,
                 excluded.end_state, excluded.last_checkpoint_at, excluded.restarts,
-                excluded.phase)
+                excluded.phase, excluded.unknown_model)
          RETURNING id",
         &records.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
         &records.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
@@ -99,6 +103,7 @@ pub async fn write_jobs(conn: &mut PgConnection, records: &[JobRecord]) -> Store
         &records.iter().map(|r| r.last_checkpoint_at).collect::<Vec<_>>() as &[Option<DateTime<Utc>>],
         &records.iter().map(|r| r.restarts).collect::<Vec<_>>(),
         &records.iter().map(|r| r.phase.map(|p| p.as_str())).collect::<Vec<_>>() as &[Option<&str>],
+        &records.iter().map(|r| r.unknown_model.clone()).collect::<Vec<_>>() as &[Option<String>],
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -450,6 +455,43 @@ pub async fn allocations(pool: &PgPool, scope: &Scope, job_id: i64) -> StoreResu
          ORDER BY m.key, a.start_at",
         job_id,
         scope.tenant(),
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Gives the jobs that named one of these models before it was registered their model; the
+/// jobs that took one.
+pub async fn adopt_models(conn: &mut PgConnection, keys: &[String]) -> StoreResult<Vec<i64>> {
+    Ok(sqlx::query_scalar!(
+        "UPDATE jobs j SET model_id = m.id, unknown_model = NULL, updated_at = now()
+         FROM models m
+         WHERE m.key = ANY($1) AND j.unknown_model = m.key
+         RETURNING j.id",
+        keys
+    )
+    .fetch_all(conn)
+    .await?)
+}
+
+/// A model key jobs name that is not registered, with how many jobs name it and when the
+/// first and last of them started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownModel {
+    pub key: String,
+    pub jobs: i64,
+    pub first_start: DateTime<Utc>,
+    pub last_start: DateTime<Utc>,
+}
+
+/// The model keys jobs name that are not registered, most named first (at most 100).
+pub async fn unknown_models(pool: &sqlx::PgPool) -> StoreResult<Vec<UnknownModel>> {
+    Ok(sqlx::query_as!(
+        UnknownModel,
+        r#"SELECT unknown_model AS "key!", count(*) AS "jobs!", min(start_at) AS "first_start!",
+                  max(start_at) AS "last_start!"
+           FROM jobs WHERE unknown_model IS NOT NULL
+           GROUP BY unknown_model ORDER BY 2 DESC, 1 LIMIT 100"#
     )
     .fetch_all(pool)
     .await?)

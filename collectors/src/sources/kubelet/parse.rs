@@ -29,6 +29,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use wattledger_domain::badput::EndState;
+use wattledger_domain::phase::Phase;
 
 /// The annotation a pod sets (`kubectl annotate --overwrite pod $POD_NAME
 /// wattledger.io/last-checkpoint=$(date +%s)`, or through the API) after each checkpoint.
@@ -47,7 +48,23 @@ pub struct PodStatus {
     pub restarts: i32,
     /// Its last checkpoint, from [`CHECKPOINT_ANNOTATION`].
     pub last_checkpoint_at: Option<DateTime<Utc>>,
+    /// The model it serves or trains: [`MODEL_LABELS`], the first that is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Its phase in a disaggregated deployment: [`PHASE_LABELS`], the first that is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
 }
+
+/// The labels (or annotations) naming a pod's model, in order of precedence: wattledger's own,
+/// then llm-d's (its model service labels every pod of a deployment with the model).
+pub const MODEL_LABELS: [&str; 2] = ["wattledger.io/model", "llm-d.ai/model"];
+/// The labels naming a pod's serving phase: wattledger's (`prefill`, `decode`, `both`), then
+/// llm-d's role (`prefill`, `decode`, `both`).
+pub const PHASE_LABELS: [&str; 2] = ["wattledger.io/phase", "llm-d.ai/role"];
+/// The longest model key taken from a label (a label value is at most 63 characters, an
+/// annotation's is not bounded).
+const MAX_MODEL_LEN: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
@@ -98,6 +115,32 @@ struct Metadata {
     namespace: String,
     #[serde(default)]
     annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+impl Metadata {
+    /// The first of `keys` set on the pod, as a label or else an annotation.
+    fn first(&self, keys: &[&str]) -> Option<&str> {
+        keys.iter().find_map(|k| {
+            (self.labels.get(*k).or_else(|| self.annotations.get(*k)))
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+        })
+    }
+
+    /// The pod's model key: a text the server can hold (no control character, bounded), else
+    /// none (the pod's energy is then attributed without a model rather than refused).
+    fn model(&self) -> Option<String> {
+        self.first(&MODEL_LABELS)
+            .filter(|m| m.len() <= MAX_MODEL_LEN && !m.chars().any(char::is_control))
+            .map(str::to_owned)
+    }
+
+    /// The pod's phase; a role that is not a serving phase (llm-d's routers) is none.
+    fn phase(&self) -> Option<Phase> {
+        self.first(&PHASE_LABELS).and_then(Phase::parse)
+    }
 }
 
 #[derive(Default, Deserialize)]
@@ -172,6 +215,9 @@ fn status_of(pod: &Pod) -> PodStatus {
             .annotations
             .get(CHECKPOINT_ANNOTATION)
             .and_then(|v| checkpoint_time(v)),
+        model: pod.metadata.model(),
+        // A phase binds a pool to one model: without one it says nothing.
+        phase: pod.metadata.model().and(pod.metadata.phase()),
     }
 }
 
@@ -233,6 +279,50 @@ pub(crate) mod tests {
 
     fn of(pod: Value) -> PodStatus {
         parse_pod(&pod.to_string()).unwrap()
+    }
+
+    #[test]
+    fn a_pods_model_and_phase_are_read_from_llm_d_or_wattledger_labels() {
+        let labelled = |labels: Value, annotations: Value| {
+            let mut pod: Value =
+                serde_json::from_str(&fixtures::kubernetes("argo-pod-succeeded.json")).unwrap();
+            pod["metadata"]["labels"] = labels;
+            pod["metadata"]["annotations"] = annotations;
+            of(pod)
+        };
+        // llm-d's model service labels a decode pool's pods so.
+        let s = labelled(
+            json!({"llm-d.ai/model": "llama-3-2-3b-instruct", "llm-d.ai/role": "decode"}),
+            json!({}),
+        );
+        assert_eq!(
+            (s.model.as_deref(), s.phase),
+            (Some("llama-3-2-3b-instruct"), Some(Phase::Decode))
+        );
+        // wattledger's own label wins over llm-d's, and may be an annotation.
+        let s = labelled(
+            json!({"llm-d.ai/model": "llama-3-2-3b-instruct", "llm-d.ai/role": "both"}),
+            json!({"wattledger.io/model": "llama-3.2-3b", "wattledger.io/phase": "prefill"}),
+        );
+        assert_eq!(
+            (s.model.as_deref(), s.phase),
+            (Some("llama-3.2-3b"), Some(Phase::Prefill))
+        );
+        // A role that is not a phase (a router), a phase without a model, a model the server
+        // could not hold: none of them.
+        let s = labelled(
+            json!({"llm-d.ai/model": "m", "llm-d.ai/role": "epp"}),
+            json!({}),
+        );
+        assert_eq!((s.model.as_deref(), s.phase), (Some("m"), None));
+        let s = labelled(json!({"llm-d.ai/role": "decode"}), json!({}));
+        assert_eq!((s.model, s.phase), (None, None));
+        let s = labelled(json!({}), json!({"wattledger.io/model": "bad\u{1}name"}));
+        assert_eq!(s.model, None);
+        let s = labelled(json!({}), json!({"wattledger.io/model": "x".repeat(300)}));
+        assert_eq!(s.model, None);
+        // Unlabelled, as most pods are.
+        assert_eq!(real("argo-pod-succeeded.json").model, None);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use super::badput::BadputView;
 use super::chart::{self, Stacked};
-use super::format::{energy, f64_of, grouped, kwh_of_mj, pct};
+use super::format::{self, energy, f64_of, grouped, kwh_of_mj, pct};
 use super::range::Range;
 use super::serving::{generation_rows, phase_rows, GenerationRow, PhaseRow};
 use super::table::{Column, Header, Key, Sort};
@@ -187,6 +187,16 @@ struct OperatorPage {
     /// per GPU device model.
     phases: Vec<PhaseRow>,
     generations: Vec<GenerationRow>,
+    /// Model keys jobs name that nobody registered: those jobs have no model until one is.
+    unknown_models: Vec<UnknownModelRow>,
+}
+
+/// A model key jobs name that is not registered, as the page shows it.
+pub struct UnknownModelRow {
+    pub key: String,
+    pub jobs: String,
+    pub first_start: String,
+    pub last_start: String,
 }
 
 #[derive(serde::Deserialize)]
@@ -292,6 +302,16 @@ pub async fn page(
     )?;
     let (sites, mut loaded) = load(&state, &range, now).await?;
     let (phases, generations) = serving(&state, &range).await?;
+    let unknown_models = wattledger_store::jobs::unknown_models(&state.pool)
+        .await?
+        .into_iter()
+        .map(|u| UnknownModelRow {
+            key: u.key,
+            jobs: format::count(u.jobs),
+            first_start: u.first_start.format("%Y-%m-%d %H:%M UTC").to_string(),
+            last_start: u.last_start.format("%Y-%m-%d %H:%M UTC").to_string(),
+        })
+        .collect();
     let day_sort = Sort::parse("dsort", view.dsort.as_deref(), &DAY_COLUMNS, 0);
     let meter_sort = meter_sort(view.msort.as_deref());
     let sites = sites
@@ -309,6 +329,7 @@ pub async fn page(
             sites,
             phases,
             generations,
+            unknown_models,
         }
         .render(),
     ))

@@ -33,6 +33,11 @@ impl Findings {
         }
     }
 
+    /// The record's index in its batch.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
     pub fn error(&mut self, field: &str, reason: impl Into<String>) {
         if !self.refused(field) {
             self.outside(field, reason);

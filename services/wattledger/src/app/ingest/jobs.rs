@@ -67,7 +67,7 @@ pub async fn write(
 
 /// The spans to recompute, as (meter, from, to) columns: each changed allocation's span
 /// before and after the change, and every span of a changed job. An open end runs to `now`.
-fn dirty_spans(
+pub(super) fn dirty_spans(
     changed: &[ChangedAllocation],
     spans: &[jobs::AllocationSpan],
     now: DateTime<Utc>,

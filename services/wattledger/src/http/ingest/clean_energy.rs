@@ -63,5 +63,6 @@ pub async fn clean_energy_batch(
         duplicates: rows.len() as u64 - written,
         conflicts: Vec::new(),
         allocations: None,
+        warnings: Vec::new(),
     }))
 }

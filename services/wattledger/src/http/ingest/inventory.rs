@@ -2,6 +2,7 @@
 
 use super::{accept_all, reject_repeats, IngestOutcome};
 use super::{IngestResponses, Records};
+use crate::app;
 use crate::auth::Role;
 use crate::http::error::ApiResult;
 use crate::http::extract::{Batch, Caller};
@@ -9,6 +10,7 @@ use crate::http::validate::ReadBatch;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
+use chrono::Utc;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
@@ -244,8 +246,8 @@ pub async fn models(
         })
     })?;
     reject_repeats(records.iter().map(|r| r.key.clone()), "key")?;
-    let written = inventory::upsert_models(&state.pool, &records).await?;
-    Ok(Json(IngestOutcome::upserted(records.len(), written)))
+    let written = app::ingest::models::write(&state.pool, &records, Utc::now()).await?;
+    Ok(Json(IngestOutcome::upserted(records.len(), written.models)))
 }
 
 wattledger_domain::record! {

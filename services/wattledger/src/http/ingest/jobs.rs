@@ -5,7 +5,7 @@ use super::{IngestResponses, Records};
 use crate::app;
 use crate::app::ingest::jobs::WriteError;
 use crate::auth::Role;
-use crate::http::error::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult, FieldError};
 use crate::http::extract::{Batch, Caller};
 use crate::http::validate::{Findings, ReadBatch};
 use crate::state::AppState;
@@ -53,11 +53,25 @@ pub async fn jobs_batch(
         .collect();
     let partitions = inventory::partitions_of(&state.pool, &partition_ids).await?;
     let latest = latest(&state);
+    let mut warnings = Vec::new();
     let records = accept_all(read, |job, r| {
         r.problems(job.check(latest));
         let tenant = r.resolve("tenant", &job.tenant, &tenants, "tenant");
-        // An unknown model is an error recorded, so the record is refused all the same.
-        let model = (job.model.as_ref()).and_then(|m| r.resolve("model", m, &models, "model"));
+        // A model not registered does not refuse the job (a pod labelled with a model nobody
+        // registered yet would lose its whole job, its energy left to the platform): the job
+        // is kept with the name alone, flagged, and takes the model once it is registered.
+        let model = job.model.as_ref().and_then(|m| models.get(m).copied());
+        let unknown_model = match (&job.model, model) {
+            (Some(m), None) if !r.refused("model") => {
+                warnings.push(FieldError::new(
+                    r.index(),
+                    "model",
+                    format!("unknown model '{m}': the job is kept without it, and takes it once it is registered"),
+                ));
+                Some(m.clone())
+            }
+            _ => None,
+        };
         let named_site = (job.site.as_ref()).and_then(|s| r.resolve("site", s, &sites, "site"));
         let mut gpu_sites = HashSet::new();
         let mut allocations = Vec::new();
@@ -115,6 +129,7 @@ pub async fn jobs_batch(
             name: job.name.unwrap_or_default(),
             tenant_id: tenant?,
             model_id: model,
+            unknown_model,
             phase: job.phase,
             kind: job.kind,
             priority: job.priority.unwrap_or_default(),
@@ -143,6 +158,7 @@ pub async fn jobs_batch(
     let allocations = records.iter().map(|r| r.allocations.len()).sum();
     Ok(Json(IngestOutcome {
         allocations: Some(Counts::of(allocations, written.allocations)),
+        warnings,
         ..IngestOutcome::upserted(records.len(), written.jobs)
     }))
 }

@@ -106,6 +106,11 @@ pub struct IngestOutcome {
     /// counts the job alone).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allocations: Option<Counts>,
+    /// Records written with a caveat, each with its index, field and what was done: a job
+    /// naming a model that is not registered is kept without one, and takes it once the
+    /// model is registered (`POST /v1/ingest/models`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<FieldError>,
 }
 
 /// Records received, written (inserted or changed), and already stored unchanged.
@@ -141,6 +146,7 @@ impl IngestOutcome {
             duplicates: c.duplicates,
             conflicts: Vec::new(),
             allocations: None,
+            warnings: Vec::new(),
         }
     }
 }

@@ -141,5 +141,6 @@ async fn store_samples(
             })
             .collect(),
         allocations: None,
+        warnings: Vec::new(),
     }))
 }

@@ -95,5 +95,6 @@ pub async fn signals_batch(
         duplicates: outcome.duplicates,
         conflicts: Vec::new(),
         allocations: None,
+        warnings: Vec::new(),
     }))
 }

@@ -77,5 +77,6 @@ pub async fn tokens_batch(
             })
             .collect(),
         allocations: None,
+        warnings: Vec::new(),
     }))
 }
