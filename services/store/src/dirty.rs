@@ -7,7 +7,7 @@ use crate::signals::Changed;
 use crate::StoreResult;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres, Transaction};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 // A single change dirties at most 45 days around it: a counter gap longer than that still
 // has its energy spread, but recomputing the far end needs `wattledger attribute --from`.
@@ -26,21 +26,27 @@ pub async fn mark_for_samples(
     meter_ids: &[i64],
     ts: &[DateTime<Utc>],
 ) -> StoreResult<()> {
-    // One site at a time, each statement naming it: on a distributed PostgreSQL each runs on
-    // its site's shard alone. A batch is one agent's, so almost always one site.
-    let mut sites: Vec<i64> = site_ids.to_vec();
-    sites.sort_unstable();
-    sites.dedup();
-    for site in sites {
-        let (meters, times): (Vec<i64>, Vec<DateTime<Utc>>) = site_ids
-            .iter()
-            .zip(meter_ids.iter().zip(ts))
-            .filter(|(s, _)| **s == site)
-            .map(|(_, (m, t))| (*m, *t))
-            .unzip();
+    // A batch is one agent's, so almost always one site.
+    for (site, rows) in by_site(site_ids, meter_ids.iter().copied().zip(ts.iter().copied())) {
+        let (meters, times): (Vec<i64>, Vec<DateTime<Utc>>) = rows.into_iter().unzip();
         mark_site_samples(tx, site, &meters, &times).await?;
     }
     Ok(())
+}
+
+/// `rows` (one per entry of `site_ids`) grouped by site, in site order: every marker writes
+/// one site at a time, in this order, each statement naming its site. Every writer of marks
+/// takes a site's rows in hour order, so two writers of one site queue. Across sites that
+/// order must be global too, and one statement over several sites does not keep it on a
+/// distributed PostgreSQL: it writes each node's shards at once, in parallel, so a batch
+/// holding one site's hours on one node while it waits for another's on the other, beside a
+/// batch doing the reverse, is a deadlock that no ORDER BY prevents.
+fn by_site<T>(site_ids: &[i64], rows: impl Iterator<Item = T>) -> BTreeMap<i64, Vec<T>> {
+    let mut sites: BTreeMap<i64, Vec<T>> = BTreeMap::new();
+    for (site, row) in site_ids.iter().zip(rows) {
+        sites.entry(*site).or_default().push(row);
+    }
+    sites
 }
 
 async fn mark_site_samples(
@@ -131,23 +137,9 @@ pub async fn mark_site_spans(
     from: &[DateTime<Utc>],
     to: &[DateTime<Utc>],
 ) -> StoreResult<u64> {
-    let mut sites: Vec<i64> = site_ids.to_vec();
-    sites.sort_unstable();
-    sites.dedup();
-    // One site at a time, in site order, each statement naming it. Every writer of marks takes
-    // a site's rows in hour order, so two writers of one site queue. Across sites that order
-    // must be global too, and one statement over several sites does not keep it on a
-    // distributed PostgreSQL: it writes each node's shards at once, in parallel, so a batch
-    // holding one site's hours on one node while it waits for another's on the other, beside
-    // a batch doing the reverse, is a deadlock that no ORDER BY prevents.
     let mut marked = 0;
-    for site in sites {
-        let (lo, hi): (Vec<DateTime<Utc>>, Vec<DateTime<Utc>>) = site_ids
-            .iter()
-            .zip(from.iter().zip(to))
-            .filter(|(s, _)| **s == site)
-            .map(|(_, (lo, hi))| (*lo, *hi))
-            .unzip();
+    for (site, spans) in by_site(site_ids, from.iter().copied().zip(to.iter().copied())) {
+        let (lo, hi): (Vec<DateTime<Utc>>, Vec<DateTime<Utc>>) = spans.into_iter().unzip();
         marked += sqlx::query!(
             "INSERT INTO dirty_hours (site_id, hour)
              SELECT DISTINCT $1::bigint, h
@@ -236,7 +228,7 @@ pub async fn mark_regions(conn: &mut PgConnection, changed: &[Changed]) -> Store
     if changed.is_empty() {
         return Ok(0);
     }
-    // The hours are found first, then marked site by site (see `mark_site_spans`).
+    // The hours are found first, then marked site by site (`by_site`).
     let hours = sqlx::query!(
         r#"SELECT DISTINCT sh.site_id, sh.hour
            FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS c(region, signal, lo, hi)

@@ -29,6 +29,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use wattledger_domain::badput::EndState;
+use wattledger_domain::input;
 use wattledger_domain::phase::Phase;
 
 /// The annotation a pod sets (`kubectl annotate --overwrite pod $POD_NAME
@@ -62,9 +63,6 @@ pub const MODEL_LABELS: [&str; 2] = ["wattledger.io/model", "llm-d.ai/model"];
 /// The labels naming a pod's serving phase: wattledger's (`prefill`, `decode`, `both`), then
 /// llm-d's role (`prefill`, `decode`, `both`).
 pub const PHASE_LABELS: [&str; 2] = ["wattledger.io/phase", "llm-d.ai/role"];
-/// The longest model key taken from a label (a label value is at most 63 characters, an
-/// annotation's is not bounded).
-const MAX_MODEL_LEN: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
@@ -129,11 +127,12 @@ impl Metadata {
         })
     }
 
-    /// The pod's model key: a text the server can hold (no control character, bounded), else
-    /// none (the pod's energy is then attributed without a model rather than refused).
+    /// The pod's model key, where it is one by the server's rule for keys (an annotation's
+    /// value is not bounded as a label's is), else none: the pod's job is then sent without a
+    /// model rather than refused.
     fn model(&self) -> Option<String> {
         self.first(&MODEL_LABELS)
-            .filter(|m| m.len() <= MAX_MODEL_LEN && !m.chars().any(char::is_control))
+            .and_then(|m| input::key(m).ok())
             .map(str::to_owned)
     }
 

@@ -16,13 +16,8 @@ use wattledger_store::admission as store;
 
 impl Admission {
     /// Decides on one job: validated here, decided on the hot state, reserved at once, and
-    /// handed to the writer.
-    pub fn ask(&self, ask: &Ask, source: &str, now: DateTime<Utc>) -> Result<Answered, AskError> {
-        self.ask_maybe_dry(ask, source, now, false)
-    }
-
-    /// As `ask`; a dry run (Kubernetes `dryRun`) answers the same but reserves and stores
-    /// nothing.
+    /// handed to the writer; a dry run (the question's, or Kubernetes `dryRun`) answers the
+    /// same but reserves and stores nothing.
     pub fn ask_maybe_dry(
         &self,
         ask: &Ask,

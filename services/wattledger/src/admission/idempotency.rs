@@ -209,27 +209,17 @@ impl Admission {
         request: &str,
     ) -> Result<Once, OnceError> {
         // A question its own rules refuse was never stored (and its text may be none the
-        // database can hold, a NUL): deciding it gives the refusal, naming every field.
-        if !super::validate(ask, now).is_empty() {
-            return Ok(Once::Decided(Box::new(self.ask_keyed(
-                ask,
-                source,
-                now,
-                false,
-                Some(key),
-            )?)));
+        // database can hold, a NUL): it goes to the decision, which refuses it naming every
+        // field.
+        if super::validate(ask, now).is_empty() {
+            match store::decision_by_key(pool, &ask.tenant, key, request).await? {
+                Some((answer, true)) => return Ok(Once::Replayed(answer)),
+                Some((_, false)) => return Err(OnceError::Reused),
+                None => {}
+            }
         }
-        match store::decision_by_key(pool, &ask.tenant, key, request).await? {
-            Some((answer, true)) => Ok(Once::Replayed(answer)),
-            Some((_, false)) => Err(OnceError::Reused),
-            None => Ok(Once::Decided(Box::new(self.ask_keyed(
-                ask,
-                source,
-                now,
-                false,
-                Some(key),
-            )?))),
-        }
+        let answered = self.ask_keyed(ask, source, now, false, Some(key))?;
+        Ok(Once::Decided(Box::new(answered)))
     }
 }
 

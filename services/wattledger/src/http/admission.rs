@@ -458,14 +458,17 @@ pub async fn kubernetes(
         }
         asked => asked,
     };
-    let json = match asked {
+    let answer = match asked {
         Ok(Once::Decided(a)) => {
             state
                 .telemetry
                 .decided(a.answer.decision, started.elapsed());
-            a.json
+            Decided::from(&a.answer)
         }
-        Ok(Once::Replayed(json)) => json,
+        // A replay is the stored answer's JSON: read back what the reply needs of it.
+        Ok(Once::Replayed(json)) => serde_json::from_str(&json).map_err(|e| {
+            ApiError::Unavailable(format!("a stored answer could not be read: {e}"))
+        })?,
         Err(OnceError::Ask(AskError::Fields(f))) => {
             let why: Vec<String> = f.into_iter().map(|(k, r)| format!("{k} {r}")).collect();
             return Ok(reply(json!({"uid": uid, "allowed": false,
@@ -473,8 +476,6 @@ pub async fn kubernetes(
         }
         Err(e) => return Err(once_to_api(e)),
     };
-    let answer: Decided = serde_json::from_str(&json)
-        .map_err(|e| ApiError::Unavailable(format!("a stored answer could not be read: {e}")))?;
     let reasons = answer.reasons.join("; ");
     let response = match answer.decision {
         Verdict::Admit => {
@@ -506,7 +507,8 @@ pub async fn kubernetes(
     Ok(reply(response))
 }
 
-/// What the webhook's reply needs of an answer, read from its JSON (decided now or stored).
+/// What the webhook's reply needs of an answer: decided now, or read from a stored answer's
+/// JSON.
 #[derive(Debug, Deserialize)]
 struct Decided {
     decision_id: Uuid,
@@ -514,6 +516,18 @@ struct Decided {
     start_at: Option<DateTime<Utc>>,
     reasons: Vec<String>,
     power_cap_w: Option<u32>,
+}
+
+impl From<&Answer> for Decided {
+    fn from(a: &Answer) -> Self {
+        Decided {
+            decision_id: a.decision_id,
+            decision: a.decision,
+            start_at: a.start_at,
+            reasons: a.reasons.clone(),
+            power_cap_w: a.power_cap_w,
+        }
+    }
 }
 
 /// The JSONPatch (base64, as AdmissionReview carries it) that sets the power-cap
