@@ -18,6 +18,9 @@ pub enum Batch {
 }
 
 impl Batch {
+    /// Every path segment [`Batch::endpoint`] gives.
+    pub const ENDPOINTS: [&'static str; 5] = ["meters", "jobs", "samples", "tokens", "signals"];
+
     /// The path segment under `/v1/ingest/`.
     pub fn endpoint(&self) -> &'static str {
         match self {

@@ -778,6 +778,16 @@ async fn a_job_naming_an_unknown_model_is_kept_and_takes_the_model_once_register
         "{}",
         &section[..section.len().min(600)]
     );
+    // And counted for Prometheus, unlabelled (the names are whatever pods carry).
+    let metrics = crate::prometheus::scrape(&app).await;
+    assert!(
+        metrics.contains("\nwattledger_jobs_unknown_model 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nwattledger_unknown_model_names 1\n"),
+        "{metrics}"
+    );
 
     // Registered: the job takes the model, its hour is attributed again, and the ledger
     // carries it; the page no longer lists it.
@@ -804,4 +814,9 @@ async fn a_job_naming_an_unknown_model_is_kept_and_takes_the_model_once_register
     );
     let page = browser.get("/operator").await;
     assert!(!page.body.contains("Jobs naming a model nobody registered"));
+    let metrics = crate::prometheus::scrape(&app).await;
+    assert!(
+        metrics.contains("\nwattledger_jobs_unknown_model 0\n"),
+        "{metrics}"
+    );
 }

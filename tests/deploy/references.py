@@ -11,7 +11,8 @@ Prometheus operator and cert-manager would look up when the manifests are applie
         renders every overlay (with ../kueue) in another namespace, for another Prometheus
         release and from another registry, as README.md says to set each, plus the optional
         components (token-authenticated and fail-closed webhook, the nvidia RuntimeClass), and
-        runs `check` on each, with the image checked too.
+        runs `check` on each, with the image checked too; the optional render is left in
+        OUT_DIR/production-optional.yaml for the agent's --check-config.
 
 What `check` holds (each rule names what it would catch):
   - every namespaced object is in NAMESPACE, but for a Service whose annotation
@@ -33,7 +34,8 @@ What `check` holds (each rule names what it would catch):
     names it;
   - the agent's server URL and its dcgm-exporter URL, and the Kueue controller's --server,
     name Services that exist, on their ports; the exporter's URL names the exporter's
-    namespace;
+    namespace; an agent reading its kubelet's /pods has the node's address from the downward
+    API, the token and CA it names mounted, and a ClusterRole the kubelet accepts for it;
   - a (Cluster)RoleBinding's ServiceAccount is in the namespace it is bound in;
   - every container image names a registry and a tag (and is IMAGE, with `settings`).
 """
@@ -306,6 +308,9 @@ def check(objects, namespace, release, image=None, allow_runtime_class=False):
                 svc = service_url(d["url"], ns, install, p, f"{who} [[dcgm]] url")
                 if svc is not None and HOME_NAMESPACE not in svc["metadata"].get("annotations", {}):
                     p.append(f"{who}: the exporter's Service {name(svc)} does not say where its pods are")
+            for r in toml.get("podresources", []):
+                if "kubelet" in r:
+                    p += kubelet_problems(install, w, r["kubelet"], f"{who} [podresources.kubelet]")
 
     # Bindings.
     for b in install.of("ClusterRoleBinding") + install.of("RoleBinding"):
@@ -316,6 +321,49 @@ def check(objects, namespace, release, image=None, allow_runtime_class=False):
             if sa and s.get("namespace") not in {o["metadata"]["namespace"] for o in sa}:
                 p.append(f"{name(b)}: binds ServiceAccount {s.get('namespace')}/{s['name']}, which is in "
                          f"{', '.join(sorted(o['metadata']['namespace'] for o in sa))}")
+    return p
+
+
+# Where Kubernetes mounts a pod's service-account token when it automounts one.
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount/"
+# The kubelet's names for `GET /pods`: nodes/pods with fine-grained authorization (1.33+),
+# nodes/proxy before.
+KUBELET_PODS = {"nodes/pods", "nodes/proxy"}
+
+
+def kubelet_problems(install, w, kubelet, who):
+    """An agent asking its kubelet for `/pods` needs the node's address in its environment,
+    the token and CA it names mounted, and its ServiceAccount bound to a ClusterRole the kubelet
+    accepts for `GET /pods`."""
+    p = []
+    spec, ns = pod_spec(w), w["metadata"]["namespace"]
+    url = kubelet.get("url", "https://127.0.0.1:10250/pods")
+    agent = next(c for c in spec["containers"] if c["name"] == "agent")
+    from_field = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+                  for e in agent.get("env", [])}
+    if "{node_ip}" in url and from_field.get("WATTLEDGER_AGENT_NODE_IP") not in ("status.hostIP", "status.hostIPs[0].ip"):
+        p.append(f"{who}: url {url} names {{node_ip}}, and the agent has no WATTLEDGER_AGENT_NODE_IP "
+                 "from the downward API's status.hostIP")
+    if "127.0.0.1" in url and not spec.get("hostNetwork"):
+        p.append(f"{who}: url {url} is the pod's own loopback, not the node's (no hostNetwork)")
+    if not url.startswith("https://"):
+        return p
+    sa_name = spec.get("serviceAccountName", "default")
+    sa = install.get("ServiceAccount", sa_name, ns) or {}
+    automount = spec.get("automountServiceAccountToken", sa.get("automountServiceAccountToken", True))
+    for key, default in (("token_file", SA_DIR + "token"), ("ca_file", None)):
+        path = kubelet.get(key, default)
+        if path and path.startswith(SA_DIR) and not automount:
+            p.append(f"{who}: {key} {path} is the service-account mount, and the pod mounts no token")
+    roles = {b["roleRef"]["name"] for b in install.of("ClusterRoleBinding")
+             if b["roleRef"]["kind"] == "ClusterRole"
+             and any(s["kind"] == "ServiceAccount" and s["name"] == sa_name and s.get("namespace") == ns
+                     for s in b.get("subjects", []))}
+    granted = any(r.get("apiGroups") == [""] and "get" in r.get("verbs", []) and KUBELET_PODS & set(r.get("resources", []))
+                  for role in roles for r in (install.get("ClusterRole", role) or {}).get("rules", []))
+    if not granted:
+        p.append(f"{who}: ServiceAccount {ns}/{sa_name} is bound to no ClusterRole with get on "
+                 f"{' or '.join(sorted(KUBELET_PODS))}: the kubelet answers 403")
     return p
 
 
@@ -395,7 +443,8 @@ def report(what, problems):
 
 # The settings README.md tells a user to change, each to something else than its default.
 NAMESPACE, RELEASE, IMAGE = "gpu-finops", "monitoring", "registry.example.org/platform/wattledger:1.2.3"
-OPTIONAL = ["webhook-token", "webhook-fail-closed", "agent-nvidia-runtime"]
+OPTIONAL = ["webhook-token", "webhook-fail-closed", "agent-nvidia-runtime", "agent-kubelet",
+            "agent-kubelet-proxy"]
 
 
 def settings(out):
@@ -425,6 +474,12 @@ def settings(out):
         problems.append("components/webhook-fail-closed: failurePolicy is not Fail")
     if pod_spec(agent).get("runtimeClassName") != "nvidia":
         problems.append("components/agent-nvidia-runtime: the agent has no runtimeClassName nvidia")
+    toml = tomllib.loads(Install(objects).get("ConfigMap", next(
+        v["configMap"]["name"] for v in pod_spec(agent)["volumes"] if "configMap" in v), NAMESPACE)["data"]["agent.toml"])
+    if not any("kubelet" in r for r in toml.get("podresources", [])):
+        problems.append("components/agent-kubelet: the agent's config has no [podresources.kubelet]")
+    # What --check-config reads in tests/deploy/run.sh.
+    (out / "production-optional.yaml").write_text(kustomize.yaml.safe_dump_all(objects))
     ok &= report(f"production + {', '.join(OPTIONAL)} in {NAMESPACE}", problems)
     return ok
 

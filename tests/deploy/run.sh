@@ -99,11 +99,19 @@ echo "== deploy: README.md's install paths, step by step"
 "$py" tests/deploy/install_steps.py
 
 echo "== deploy: the agents' ConfigMaps pass wattledger-agent --check-config"
-for f in "$out"/kubernetes-overlays-*.yaml; do
+# The overlays, and production with every optional component (references.py settings above).
+# The agent reads the CA file it names at start: the service-account mount a pod would have
+# is made here, with a cluster CA of its own.
+sa="$out/serviceaccount"
+mkdir -p "$sa"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=kubernetes \
+  -days 1 -keyout "$sa/ca.key" -out "$sa/ca.crt" 2>/dev/null
+for f in "$out"/kubernetes-overlays-*.yaml "$out/settings/production-optional.yaml"; do
   configs="$out/agent-configs/$(basename "$f" .yaml)"
   "$py" tests/deploy/manifests.py agent-configs "$f" "$configs" >/dev/null
+  sed -i "s#/var/run/secrets/kubernetes.io/serviceaccount/#$sa/#g" "$configs"/*.toml
   for toml in "$configs"/*.toml; do
-    WATTLEDGER_AGENT_NODE=gpu-node-1 WATTLEDGER_AGENT_TOKEN=collector-token \
+    WATTLEDGER_AGENT_NODE=gpu-node-1 WATTLEDGER_AGENT_NODE_IP=10.0.3.17 WATTLEDGER_AGENT_TOKEN=collector-token \
       target/debug/wattledger-agent --check-config --config "$toml" > "$out/check-config.txt" 2>&1 \
       || { cat "$out/check-config.txt" >&2; echo "deploy: $toml (from $f) fails --check-config" >&2; exit 1; }
     echo "   $(basename "$f" .yaml): $(grep -c 'source:' "$out/check-config.txt") sources ($(grep 'source:' "$out/check-config.txt" | sed 's/.*source: //' | paste -sd, -))"

@@ -50,6 +50,9 @@ pub struct AgentConfig {
     pub site: String,
     /// This node's meter key: the parent of the GPU meters the GPU sources register.
     pub node: Option<String>,
+    /// This node's address, for a source URL that names `{node_ip}` (the kubelet's); on
+    /// Kubernetes `WATTLEDGER_AGENT_NODE_IP` from the downward API's `status.hostIP`.
+    pub node_ip: Option<std::net::IpAddr>,
     #[serde(default = "default_spool_dir")]
     pub spool_dir: PathBuf,
     /// Bound of the spool; the default holds over 72 h of an 8-GPU node read at 1 Hz.
@@ -78,6 +81,7 @@ impl AgentConfig {
         SourceContext {
             site: self.site.clone(),
             node: self.node.clone(),
+            node_ip: self.node_ip,
         }
     }
 }
@@ -135,6 +139,7 @@ pub const ENV_OVERRIDES: &[(&str, &str)] = &[
     ("WATTLEDGER_AGENT_TOKEN_FILE", "agent.token_file"),
     ("WATTLEDGER_AGENT_SITE", "agent.site"),
     ("WATTLEDGER_AGENT_NODE", "agent.node"),
+    ("WATTLEDGER_AGENT_NODE_IP", "agent.node_ip"),
     ("WATTLEDGER_AGENT_SPOOL_DIR", "agent.spool_dir"),
     ("WATTLEDGER_AGENT_METRICS_LISTEN", "agent.metrics_listen"),
 ];
@@ -172,6 +177,14 @@ impl Config {
                 "WATTLEDGER_AGENT_TOKEN_FILE" => a.token_file = Some(value.into()),
                 "WATTLEDGER_AGENT_SITE" => a.site = value.clone(),
                 "WATTLEDGER_AGENT_NODE" => a.node = Some(value.clone()),
+                "WATTLEDGER_AGENT_NODE_IP" => {
+                    let ip = value.trim().parse().map_err(|_| {
+                        ConfigError::Invalid(format!(
+                            "WATTLEDGER_AGENT_NODE_IP {value:?} is not an IP address"
+                        ))
+                    })?;
+                    a.node_ip = Some(ip);
+                }
                 "WATTLEDGER_AGENT_SPOOL_DIR" => a.spool_dir = value.into(),
                 "WATTLEDGER_AGENT_METRICS_LISTEN" => a.metrics_listen = Some(value.clone()),
                 _ => {}
@@ -345,5 +358,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("WATTLEDGER_AGENT_NODE"), "{err}");
+    }
+
+    /// The kubelet's URL names the node's address, which the DaemonSet gives from the
+    /// downward API: one ConfigMap for every node, IPv6 nodes included.
+    #[test]
+    fn the_kubelet_url_takes_the_nodes_address_from_the_environment() {
+        let text = "[agent]\nserver = \"http://x\"\ntoken = \"t\"\nsite = \"s\"\nnode = \"n\"\n\
+                    [[podresources]]\n[podresources.kubelet]\nurl = \"https://{node_ip}:10250/pods\"\n";
+        let url = |ip: &str| {
+            let env = BTreeMap::from([("WATTLEDGER_AGENT_NODE_IP".to_string(), ip.to_string())]);
+            let c = Config::parse(text, &env).map_err(|e| e.to_string())?;
+            let context = c.agent.source_context();
+            let k = c.podresources[0].kubelet.as_ref().unwrap();
+            context
+                .url("podresources", "kubelet.url", &k.url)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(url("10.0.3.17").unwrap(), "https://10.0.3.17:10250/pods");
+        assert_eq!(
+            url("fd00:10::7").unwrap(),
+            "https://[fd00:10::7]:10250/pods"
+        );
+        assert!(url("10.0.3.17/../evil")
+            .unwrap_err()
+            .contains("not an IP address"));
+        let err = Config::parse(text, &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("names {node_ip}") && err.contains("WATTLEDGER_AGENT_NODE_IP"),
+            "{err}"
+        );
     }
 }

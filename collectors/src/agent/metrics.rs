@@ -66,12 +66,48 @@ const FAMILIES: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Counters whose `source` label names a configured source.
+const PER_SOURCE: &[&str] = &[
+    "wattledger_agent_source_reads_total",
+    "wattledger_agent_source_errors_total",
+    "wattledger_agent_source_state_unreadable_total",
+    "wattledger_agent_records_read_total",
+    "wattledger_agent_records_dropped_total",
+];
+/// Counters whose `source` label names the ingest endpoint a push went to.
+const PER_ENDPOINT: &[&str] = &[
+    "wattledger_agent_records_pushed_total",
+    "wattledger_agent_records_dead_lettered_total",
+    "wattledger_agent_sample_conflicts_total",
+];
+
 #[derive(Default)]
 pub struct Metrics {
     values: Mutex<BTreeMap<(&'static str, String), f64>>,
 }
 
 impl Metrics {
+    /// Every counter at 0, for each source and endpoint, before anything happened. A series
+    /// that first appears at 1 has no increase for `increase()` or `rate()` to see, so an
+    /// alert on a source's first error, or a push's first failure, would never fire.
+    pub fn starting(sources: &[String], endpoints: &[&str]) -> Metrics {
+        let mut values = BTreeMap::new();
+        let labels = |families: &'static [&'static str], labels: Vec<String>| {
+            families
+                .iter()
+                .flat_map(move |f| labels.clone().into_iter().map(move |l| ((*f, l), 0.0)))
+        };
+        values.extend(labels(PER_SOURCE, sources.to_vec()));
+        values.extend(labels(
+            PER_ENDPOINT,
+            endpoints.iter().map(|e| e.to_string()).collect(),
+        ));
+        values.insert(("wattledger_agent_push_failures_total", String::new()), 0.0);
+        Metrics {
+            values: Mutex::new(values),
+        }
+    }
+
     /// Adds `by` to a counter; `label` is the source name, or empty for none.
     pub fn add(&self, family: &'static str, label: &str, by: u64) {
         debug_assert!(FAMILIES.iter().any(|f| f.0 == family), "{family}");
@@ -131,5 +167,28 @@ mod tests {
         // It is valid exposition text by our own parser too.
         let parsed = crate::sources::prom::parse(&text).unwrap();
         assert_eq!(parsed.samples.len(), 2);
+    }
+
+    /// Before the first cycle every counter a dashboard or alert rates is there at 0.
+    #[test]
+    fn counters_start_at_zero_for_every_source_and_endpoint() {
+        let m = Metrics::starting(&["nvml".into()], &crate::records::Batch::ENDPOINTS);
+        let text = m.render();
+        for line in [
+            "wattledger_agent_source_errors_total{source=\"nvml\"} 0\n",
+            "wattledger_agent_records_dropped_total{source=\"nvml\"} 0\n",
+            "wattledger_agent_records_dead_lettered_total{source=\"samples\"} 0\n",
+            "wattledger_agent_records_pushed_total{source=\"signals\"} 0\n",
+            "wattledger_agent_push_failures_total 0\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        let parsed = crate::sources::prom::parse(&text).unwrap();
+        assert_eq!(
+            parsed.samples.len(),
+            PER_SOURCE.len() + 5 * PER_ENDPOINT.len() + 1
+        );
+        // No gauge is invented: a last success that never happened is absent, not 0.
+        assert!(!text.contains("wattledger_agent_source_last_success_timestamp_seconds{"));
     }
 }

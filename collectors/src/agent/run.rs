@@ -85,10 +85,12 @@ fn restore(built: &mut Built, state: serde_json::Value, metrics: &Metrics) {
 /// Runs the agent until `shutdown` completes. What was read and not yet acknowledged stays in
 /// the spool for the next start.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
-    let metrics = Arc::new(Metrics::default());
+    let names: Vec<String> = config.sources().iter().map(|c| c.name()).collect();
+    let metrics = Arc::new(Metrics::starting(&names, &Batch::ENDPOINTS));
     let spool = Spool::open(&config.agent.spool_dir, config.agent.spool_max_mib << 20)?;
     let states = spool.states()?;
     let pending = spool.pending_bytes();
+    metrics.set("wattledger_agent_spool_pending_bytes", "", pending as f64);
     let spool = Arc::new(Mutex::new(spool));
     let wake = Arc::new(Notify::new());
     tracing::info!(spool = %config.agent.spool_dir.display(), pending_bytes = pending,

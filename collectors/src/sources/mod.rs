@@ -33,6 +33,7 @@ pub mod tokens;
 use crate::records::Batch;
 use chrono::{DateTime, Utc};
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -161,6 +162,9 @@ pub struct SourceContext {
     /// This node's meter key (`agent.node`): the parent of the GPU meters the GPU sources
     /// register. An agent that reads no GPUs (a PDU or scheduler poller) may have none.
     pub node: Option<String>,
+    /// This node's address (`agent.node_ip`; on Kubernetes the downward API's
+    /// `status.hostIP`), for a URL that names `{node_ip}`.
+    pub node_ip: Option<IpAddr>,
 }
 
 impl SourceContext {
@@ -169,6 +173,34 @@ impl SourceContext {
         self.node
             .as_deref()
             .ok_or_else(|| BuildError::NoNode { kind: kind.into() })
+    }
+
+    /// A source's URL with `{node}` and `{node_ip}` filled in, so one config serves every
+    /// node of a DaemonSet (`https://{node_ip}:10250/pods`). An IPv6 address goes in brackets,
+    /// as a URL's host is written.
+    pub fn url(&self, name: &str, setting: &str, url: &str) -> Result<String, BuildError> {
+        let missing = |what: &str| BuildError::Invalid {
+            name: name.into(),
+            setting: setting.into(),
+            value: url.into(),
+            why: format!(
+                "names {{{what}}}: set agent.{what} or WATTLEDGER_AGENT_{}",
+                what.to_uppercase()
+            ),
+        };
+        let mut out = url.to_owned();
+        if out.contains("{node}") {
+            let node = self.node.as_deref().ok_or_else(|| missing("node"))?;
+            out = out.replace("{node}", node);
+        }
+        if out.contains("{node_ip}") {
+            let host = match self.node_ip.ok_or_else(|| missing("node_ip"))? {
+                IpAddr::V4(ip) => ip.to_string(),
+                IpAddr::V6(ip) => format!("[{ip}]"),
+            };
+            out = out.replace("{node_ip}", &host);
+        }
+        Ok(out)
     }
 }
 
@@ -220,6 +252,7 @@ mod tests {
         let no_node = SourceContext {
             site: "fra1".into(),
             node: None,
+            node_ip: None,
         };
         assert_eq!(
             no_node.need_node("dcgm").unwrap_err().to_string(),

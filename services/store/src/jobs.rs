@@ -484,6 +484,27 @@ pub struct UnknownModel {
     pub last_start: DateTime<Utc>,
 }
 
+/// How many jobs name a model nobody registered, under how many names: an operator's gauge,
+/// unlabelled since the names are whatever pods carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnknownModelCount {
+    pub jobs: i64,
+    pub names: i64,
+}
+
+pub async fn unknown_model_count(pool: &sqlx::PgPool) -> StoreResult<UnknownModelCount> {
+    // Grouped first, counted after: the partial index serves the group, and a distributed
+    // PostgreSQL plans it as the operator page's list is planned.
+    Ok(sqlx::query_as!(
+        UnknownModelCount,
+        r#"SELECT coalesce(sum(n), 0)::bigint AS "jobs!", count(*) AS "names!"
+           FROM (SELECT unknown_model, count(*) AS n FROM jobs
+                 WHERE unknown_model IS NOT NULL GROUP BY unknown_model) g"#
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
 /// The model keys jobs name that are not registered, most named first (at most 100).
 pub async fn unknown_models(pool: &sqlx::PgPool) -> StoreResult<Vec<UnknownModel>> {
     Ok(sqlx::query_as!(

@@ -428,6 +428,7 @@ mod tests {
         let context = SourceContext {
             site: "fra1".into(),
             node: Some("n1".into()),
+            node_ip: None,
         };
         let c: AmdExporterConfig =
             toml::from_str("url = \"http://x\"\ncounter_bits = 65\n").unwrap();

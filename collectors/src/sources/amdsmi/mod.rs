@@ -541,6 +541,7 @@ mod tests {
         let context = SourceContext {
             site: "fra1".into(),
             node: Some("n1".into()),
+            node_ip: None,
         };
         let bad = |t: &str| {
             toml::from_str::<AmdSmiConfig>(t)
@@ -557,6 +558,7 @@ mod tests {
         let no_node = SourceContext {
             site: "fra1".into(),
             node: None,
+            node_ip: None,
         };
         let ok: AmdSmiConfig = toml::from_str("").unwrap();
         assert!(ok.check(&no_node).is_err() && ok.check(&context).is_ok());

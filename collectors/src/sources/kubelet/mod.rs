@@ -23,8 +23,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KubeletConfig {
-    /// The kubelet's pod list: `https://<node>:10250/pods` (reachable as 127.0.0.1 from a
-    /// pod on the host network), or `http://<node>:10255/pods` on the read-only port.
+    /// The kubelet's pod list: `https://{node_ip}:10250/pods` (the node's address from the
+    /// agent's context), or `http://<node>:10255/pods` on the read-only port.
     #[serde(default = "default_url")]
     pub url: String,
     /// The bearer token sent to an `https` URL (never over plain `http`).
@@ -124,6 +124,185 @@ mod tests {
                 ("default", "evicted-pod", Some(EndState::Preempted))
             ]
         );
+    }
+
+    /// Runs `openssl` in `dir`, failing the test with its stderr.
+    fn openssl(dir: &std::path::Path, args: &[&str]) {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (Debian: openssl, a dependency of ca-certificates)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A CA `{name}.ca.pem` and, signed by it, a serving certificate for 127.0.0.1 as a
+    /// kubelet's (`serverTLSBootstrap`) names its node's address.
+    fn kubelet_certificate(dir: &std::path::Path, name: &str) {
+        let (ca, ca_key) = (format!("{name}.ca.pem"), format!("{name}.ca.key"));
+        let (leaf, leaf_key, csr) = (
+            format!("{name}.pem"),
+            format!("{name}.key"),
+            format!("{name}.csr"),
+        );
+        std::fs::write(
+            dir.join("leaf.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        let subj = format!("/CN={name} cluster CA");
+        openssl(
+            dir,
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout", &ca_key, "-out", &ca, "-days", "2", "-subj", &subj,
+                ],
+            ]
+            .concat(),
+        );
+        openssl(
+            dir,
+            &[
+                &["req"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    &leaf_key,
+                    "-out",
+                    &csr,
+                    "-subj",
+                    "/CN=system:node:gpu-node-1",
+                ],
+            ]
+            .concat(),
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-out",
+                &leaf,
+                "-days",
+                "2",
+                "-extfile",
+                "leaf.ext",
+            ],
+        );
+    }
+
+    /// The authenticated port as the manifests use it: the node's address filled into the URL,
+    /// the kubelet's certificate checked against the cluster CA, the token sent as a bearer
+    /// token — and nothing sent to a kubelet whose certificate another CA signed.
+    #[tokio::test]
+    async fn the_token_goes_only_to_a_kubelet_the_cluster_ca_vouches_for() {
+        let dir = std::env::temp_dir().join(format!("wl-kubelet-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        kubelet_certificate(&dir, "cluster");
+        kubelet_certificate(&dir, "stranger");
+        std::fs::write(dir.join("token"), "sa-token-of-the-agent\n").unwrap();
+        let list = format!(
+            "{{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"items\":[{}]}}",
+            fixtures::kubernetes("argo-pod-failed.json")
+        );
+        std::fs::write(dir.join("pods.json"), list).unwrap();
+        // A TLS server answering GET /pods, logging each request's Authorization header.
+        let kubelet = r#"
+import http.server, ssl, sys
+cert, key, pods, log = sys.argv[1:5]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(log, "a") as f:
+            f.write(f"{self.path} {self.headers.get('authorization')}\n")
+        body = open(pods, "rb").read()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+        let log = dir.join("requests.log");
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", kubelet])
+            .args([
+                dir.join("cluster.pem"),
+                dir.join("cluster.key"),
+                dir.join("pods.json"),
+                log.clone(),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut port = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut port,
+        )
+        .unwrap();
+        let context = crate::sources::SourceContext {
+            site: "fra1".into(),
+            node: Some("gpu-node-1".into()),
+            node_ip: Some("127.0.0.1".parse().unwrap()),
+        };
+        let ask = |ca: &str| {
+            let url = context
+                .url(
+                    "podresources",
+                    "kubelet.url",
+                    &format!("https://{{node_ip}}:{}/pods", port.trim()),
+                )
+                .unwrap();
+            Kubelet::new(KubeletConfig {
+                url,
+                token_file: dir.join("token"),
+                ca_file: Some(dir.join(ca)),
+            })
+            .unwrap()
+        };
+        let stranger = ask("stranger.ca.pem").pods().await;
+        let trusted = ask("cluster.ca.pem").pods().await;
+        let _ = child.kill();
+        let _ = child.wait();
+        let requests = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let e = stranger.unwrap_err().to_string();
+        assert!(e.contains("certificate"), "{e}");
+        let pods = trusted.unwrap();
+        assert_eq!(
+            pods.keys().collect::<Vec<_>>(),
+            [&("argocd".to_string(), "my-pod".to_string())]
+        );
+        // One request reached the kubelet, the trusted one, with the token.
+        assert_eq!(requests, "/pods Bearer sa-token-of-the-agent\n");
     }
 
     #[tokio::test]

@@ -76,9 +76,27 @@ impl SourceConfig for PodResourcesConfig {
         super::interval(self.interval_s)
     }
 
-    fn build(&self, _context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
-        let kubelet = self.kubelet.clone().map(Kubelet::new).transpose()?;
+    fn check(&self, context: &SourceContext) -> Result<(), BuildError> {
+        self.kubelet_config(context).map(drop)
+    }
+
+    fn build(&self, context: &SourceContext) -> Result<Box<dyn Source>, BuildError> {
+        let kubelet = self
+            .kubelet_config(context)?
+            .map(Kubelet::new)
+            .transpose()?;
         Ok(Box::new(PodResourcesSource::new(self.clone(), kubelet)))
+    }
+}
+
+impl PodResourcesConfig {
+    /// The `kubelet` table with this node's name and address in its URL.
+    fn kubelet_config(&self, context: &SourceContext) -> Result<Option<KubeletConfig>, BuildError> {
+        let Some(k) = &self.kubelet else {
+            return Ok(None);
+        };
+        let url = context.url(&self.name(), "kubelet.url", &k.url)?;
+        Ok(Some(KubeletConfig { url, ..k.clone() }))
     }
 }
 

@@ -31,6 +31,7 @@ use wattledger_domain::load_shape::LoadShape;
 use wattledger_domain::metrics::{self, effectiveness, efficiency, EnergyTotals};
 use wattledger_domain::units::{ratio, watts};
 use wattledger_store::budgets::{self, BudgetState};
+use wattledger_store::jobs::{self, UnknownModelCount};
 use wattledger_store::metrics::{self as reads, Envelope, ModelHour, Outbox, TenantHour};
 use wattledger_store::usage::{self, Backlog, LatestHour};
 use wattledger_store::Scope;
@@ -46,7 +47,7 @@ pub async fn get_metrics(
     caller.require(&[Role::Operator])?;
     let now = Utc::now();
     let pool = &state.pool;
-    let (sites, backlog, outbox, envelopes, tenants, models, budgets) = tokio::try_join!(
+    let (sites, backlog, outbox, envelopes, tenants, models, budgets, unknown_models) = tokio::try_join!(
         usage::latest_hours(pool),
         usage::backlog(pool),
         reads::outbox(pool),
@@ -54,6 +55,7 @@ pub async fn get_metrics(
         reads::latest_hour_tenants(pool),
         reads::latest_hour_models(pool),
         budgets::list(pool, &Scope::All, None, now),
+        jobs::unknown_model_count(pool),
     )?;
     let shapes = crate::views::power::latest_hour_shapes(pool, &sites).await?;
     let snapshot = Snapshot {
@@ -66,6 +68,7 @@ pub async fn get_metrics(
         budgets,
         backlog,
         outbox,
+        unknown_models,
         writer: state.admission.writer_health(),
         telemetry: &state.telemetry,
     };
@@ -92,6 +95,7 @@ pub struct Snapshot<'a> {
     pub budgets: Vec<BudgetState>,
     pub backlog: Backlog,
     pub outbox: Outbox,
+    pub unknown_models: UnknownModelCount,
     pub writer: WriterHealth,
     pub telemetry: &'a Telemetry,
 }
@@ -100,6 +104,7 @@ pub struct Snapshot<'a> {
 pub fn render(s: &Snapshot<'_>) -> String {
     let families = [
         service(&s.backlog, &s.writer),
+        unknown_models(s.unknown_models),
         traffic(s.telemetry),
         webhooks(&s.outbox),
         budget_use(&s.budgets, s.now),
@@ -166,6 +171,24 @@ fn service(backlog: &Backlog, writer: &WriterHealth) -> Vec<Family> {
             "gauge",
             "Admission decisions answered and waiting to be stored.",
             one(writer.queued.to_string()),
+        ),
+    ]
+}
+
+/// Jobs kept without the model they name, until someone registers it.
+fn unknown_models(count: UnknownModelCount) -> Vec<Family> {
+    vec![
+        Family::new(
+            "wattledger_jobs_unknown_model",
+            "gauge",
+            "Jobs naming a model nobody registered: metered and attributed without their model until POST /v1/ingest/models registers the name (the operator page lists the names).",
+            one(count.jobs.to_string()),
+        ),
+        Family::new(
+            "wattledger_unknown_model_names",
+            "gauge",
+            "Distinct model names those jobs give.",
+            one(count.names.to_string()),
         ),
     ]
 }
@@ -648,6 +671,7 @@ mod tests {
                 oldest_pending_age_s: Some(61.25),
                 dead: 1,
             },
+            unknown_models: UnknownModelCount { jobs: 3, names: 2 },
             writer: WriterHealth {
                 queued: 0,
                 stored: 12,
@@ -665,6 +689,8 @@ mod tests {
             "wattledger_webhook_outbox_pending 2\n",
             "wattledger_webhook_outbox_oldest_pending_age_seconds 61.250\n",
             "wattledger_webhook_dead_lettered_messages 1\n",
+            "wattledger_jobs_unknown_model 3\n",
+            "wattledger_unknown_model_names 2\n",
             // 30 of 120 kWh; 25 of 100 EUR; no carbon limit, no series.
             "wattledger_budget_used_ratio{tenant=\"acme\",budget=\"acme-month\",metric=\"kwh\"} 0.25\n",
             "wattledger_budget_limit{tenant=\"acme\",budget=\"acme-month\",metric=\"cost\"} 100\n",
