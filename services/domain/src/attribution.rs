@@ -193,6 +193,9 @@ struct Scratch {
     parts: Vec<i64>,
     /// A GPU's milliseconds in the step, split by the same weights as its energy.
     ms_parts: Vec<i64>,
+    /// A GPU's holders in the step (job, overlap × share), in job order; then as
+    /// `owners` and `weights`.
+    holders: Vec<(usize, u128)>,
     owners: Vec<usize>,
     /// Per job: GPU energy and IT energy in the current step, with the jobs touched.
     step_gpu: Vec<i64>,
@@ -325,18 +328,24 @@ impl<'a> Hour<'a> {
             out.sum += e;
             totals.gpu_steps += 1;
             totals.capacity_gpu_ms += grid.step_ms;
+            s.holders.clear();
+            for a in &gpu.allocations {
+                let overlap = step.t1.min(a.end_ms) - step.t0.max(a.start_ms);
+                if overlap > 0 {
+                    s.holders
+                        .push((a.job, overlap as u128 * u128::from(a.share_ppm)));
+                }
+            }
+            // In job-key order, whatever order the allocations came in: a tie in the split
+            // goes to the earlier part, and the earlier part must be the earlier job.
+            s.holders.sort_unstable();
             s.weights.clear();
             s.owners.clear();
             let mut held: u128 = 0;
-            for a in &gpu.allocations {
-                let overlap = step.t1.min(a.end_ms) - step.t0.max(a.start_ms);
-                if overlap <= 0 {
-                    continue;
-                }
-                let w = overlap as u128 * u128::from(a.share_ppm);
+            for &(j, w) in &s.holders {
                 held += w;
                 s.weights.push(w);
-                s.owners.push(a.job);
+                s.owners.push(j);
             }
             let capacity = grid.step_ms as u128 * u128::from(PPM);
             s.weights.push(capacity.saturating_sub(held));
@@ -433,6 +442,8 @@ impl<'a> Hour<'a> {
         step.quality |= node_q;
         let overhead_est = node_q.is_estimated();
         step.site_it += gpus.sum + overhead;
+        // Job-key order for the tie-break, not the order the node's GPUs met the jobs.
+        s.node_jobs.sort_unstable();
         s.weights.clear();
         for &j in &s.node_jobs {
             s.weights.push(s.step_gpu[j].max(0) as u128);
@@ -489,6 +500,8 @@ impl<'a> Hour<'a> {
         }
         step.quality |= fac_q;
         let fac_est = fac_q.is_estimated();
+        // Job-key order for the tie-break, not the order the nodes met the jobs.
+        s.touched.sort_unstable();
         s.weights.clear();
         for &j in &s.touched {
             s.weights.push(s.step_it[j].max(0) as u128);

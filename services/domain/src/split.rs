@@ -1,8 +1,9 @@
 //! Exact splitting of an integer whole into parts by weight (largest-remainder method).
 //!
 //! Every split in the ledger goes through here, so parts always add up to the whole. Ties in
-//! the remainder go to the earlier part: callers order parts by a stable key (job key,
-//! tenant name) so the result is deterministic.
+//! the remainder go to the earlier part: callers order parts by a stable key (jobs by job
+//! key, a job's tenants by tenant id, an unweighted rest such as idle last) so the result
+//! does not depend on the order their input came in (`attribution::tests` permutes it).
 
 /// Splits `total` over `weights` so that the parts sum to `total` exactly.
 ///

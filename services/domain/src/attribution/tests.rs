@@ -337,6 +337,183 @@ fn overbooked_allocations_hold_what_they_claim() {
     assert_eq!(out.totals.allocated_gpu_ms, 2 * HOUR + HOUR / 2 + HOUR);
 }
 
+/// `hour` with its nodes, each GPU's allocations and the token records in another order
+/// (a permutation drawn from `seed`). GPUs keep their place within a node: they are meters in
+/// meter order, which breaks ties when estimates are held to the node's meter.
+fn shuffled(hour: &SiteHour, seed: u64) -> SiteHour {
+    let mut state = seed | 1;
+    let mut shuffle = |n: usize| -> Vec<usize> {
+        let mut order: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            // xorshift64: enough to reach every permutation of a handful of items.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            order.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        order
+    };
+    let mut out = hour.clone();
+    out.nodes = shuffle(hour.nodes.len())
+        .into_iter()
+        .map(|i| hour.nodes[i].clone())
+        .collect();
+    for gpu in out.nodes.iter_mut().flat_map(|n| &mut n.gpus) {
+        let allocations = gpu.allocations.clone();
+        gpu.allocations = shuffle(allocations.len())
+            .into_iter()
+            .map(|i| allocations[i])
+            .collect();
+    }
+    out.tokens = shuffle(hour.tokens.len())
+        .into_iter()
+        .map(|i| hour.tokens[i])
+        .collect();
+    out
+}
+
+/// One minute of a GPU's energy over two parts whose exact quotas tie on the remainder,
+/// with the site's other meters set so that nothing else is split: `gpu_mj` on one GPU held
+/// by `allocations`, the node and facility meters reading exactly that.
+fn one_gpu(gpu_mj: i64, allocations: Vec<Allocation>) -> SiteHour {
+    SiteHour {
+        policy: policy(IdlePolicy::Platform),
+        grid: hour_grid(),
+        facility: Some(constant(gpu_mj, 60)),
+        nodes: vec![Node {
+            energy: Some(constant(gpu_mj, 60)),
+            gpus: vec![Gpu {
+                energy: constant(gpu_mj, 60),
+                allocations,
+                embodied_ng_per_ms: 0,
+                time_price_pico_per_ms: 0,
+                device: None,
+            }],
+        }],
+        jobs: vec![job(A), job(B)],
+        tokens: vec![],
+    }
+}
+
+fn job_mj(out: &Attributed, j: usize) -> EnergyBreakdown {
+    out.rows.iter().find(|r| r.job == Some(j)).unwrap().energy
+}
+
+/// Rule 1's tie. MIG slices 3/7 and 4/7, sent as 0.428571 and 0.571429: of 500,000 mJ a
+/// minute their quotas are 214,285.5 and 285,714.5, an exact tie. The mJ goes to job 0 (the
+/// earlier job key) every minute, though job 1's allocation came first.
+#[test]
+fn known_answer_a_gpu_energy_tie_goes_to_the_earlier_job_key() {
+    let slice = |job, share_ppm| Allocation {
+        share_ppm,
+        ..whole(job)
+    };
+    let out = attribute(&one_gpu(
+        500_000,
+        vec![slice(1, 571_429), slice(0, 428_571)],
+    ));
+    assert_eq!(job_mj(&out, 0).gpu_mj, 60 * 214_286);
+    assert_eq!(job_mj(&out, 1).gpu_mj, 60 * 285_714);
+}
+
+/// Rule 2's tie: two jobs on a node, 100 mJ of GPU energy each, 3 mJ of node overhead a
+/// minute: 1.5 each, and the odd mJ to job 0, though the node's first GPU is job 1's.
+#[test]
+fn known_answer_a_node_overhead_tie_goes_to_the_earlier_job_key() {
+    let mut hour = one_gpu(100, vec![whole(1)]);
+    let mut second = hour.nodes[0].gpus[0].clone();
+    second.allocations = vec![whole(0)];
+    hour.nodes[0].gpus.push(second);
+    hour.nodes[0].energy = Some(constant(203, 60));
+    hour.facility = Some(constant(203, 60));
+    let out = attribute(&hour);
+    assert_eq!(job_mj(&out, 0).node_overhead_mj, 60 * 2);
+    assert_eq!(job_mj(&out, 1).node_overhead_mj, 60);
+}
+
+/// Rule 3's tie: two nodes of 100 mJ a minute each, job 1's listed first, and a facility
+/// meter 1 mJ above their sum: the mJ goes to job 0, the earlier key, not to idle or job 1.
+#[test]
+fn known_answer_a_facility_overhead_tie_goes_to_the_earlier_job_key() {
+    let mut hour = one_gpu(100, vec![whole(1)]);
+    let mut second = hour.nodes[0].clone();
+    second.gpus[0].allocations = vec![whole(0)];
+    hour.nodes.push(second);
+    hour.facility = Some(constant(201, 60));
+    let out = attribute(&hour);
+    assert_eq!(job_mj(&out, 0).facility_overhead_mj, 60);
+    assert_eq!(job_mj(&out, 1).facility_overhead_mj, 0);
+}
+
+/// Rule 4's tie (the proportional policy): 61 mJ of idle GPU energy over two jobs of equal
+/// IT energy, job 1's node first: 30.5 each, and the odd mJ to job 0.
+#[test]
+fn known_answer_an_idle_tie_goes_to_the_earlier_job_key() {
+    let mut hour = one_gpu(100, vec![whole(1)]);
+    let mut second = hour.nodes[0].clone();
+    second.gpus[0].allocations = vec![whole(0)];
+    hour.nodes.push(second);
+    let mut idle = hour.nodes[0].gpus[0].clone();
+    idle.allocations = vec![];
+    idle.energy = constant(1, 60);
+    idle.energy.mj[0] = 2;
+    hour.nodes[0].gpus.push(idle);
+    let mut node = constant(101, 60);
+    node.mj[0] = 102;
+    hour.nodes[0].energy = Some(node);
+    hour.facility = None;
+    hour.policy = SitePolicy {
+        static_pue: Decimal::ONE,
+        ..policy(IdlePolicy::Proportional)
+    };
+    let out = attribute(&hour);
+    assert_eq!(
+        out.rows.len(),
+        2,
+        "idle is spread: no platform row: {:?}",
+        out.rows
+    );
+    assert_eq!(job_mj(&out, 0).idle_mj, 31);
+    assert_eq!(job_mj(&out, 1).idle_mj, 30);
+}
+
+/// Rule 5's tie: one job serving tenants B and A equal weighted tokens, with an odd 61 mJ of
+/// GPU energy in the hour: 30.5 each, and the odd mJ to A, the lower tenant id, though B's
+/// record came first.
+#[test]
+fn known_answer_a_token_tie_goes_to_the_lower_tenant() {
+    let mut minute = constant(1, 60);
+    minute.mj[0] = 2;
+    let mut hour = one_gpu(1, vec![whole(0)]);
+    hour.nodes[0].gpus[0].energy = minute.clone();
+    hour.nodes[0].energy = Some(minute.clone());
+    hour.facility = Some(minute);
+    hour.tokens = vec![
+        Tokens {
+            job: 0,
+            tenant: B,
+            prompt: 100,
+            generated: 25,
+        },
+        Tokens {
+            job: 0,
+            tenant: A,
+            prompt: 100,
+            generated: 25,
+        },
+    ];
+    let out = attribute(&hour);
+    let gpu = |t| {
+        out.rows
+            .iter()
+            .find(|r| r.tenant == t)
+            .unwrap()
+            .energy
+            .gpu_mj
+    };
+    assert_eq!((gpu(A), gpu(B)), (31, 30));
+}
+
 // ---- properties over random site-hours ----
 
 #[derive(Debug, Clone)]
@@ -573,6 +750,24 @@ proptest! {
     #[test]
     fn attribution_is_deterministic(s in scenario()) {
         prop_assert_eq!(attribute(&s.hour), attribute(&s.hour.clone()));
+    }
+
+    /// The order allocations, nodes and token records come in decides nothing: ties go by
+    /// job key (the jobs' order) and tenant, so a shuffled site-hour has the same ledger to
+    /// the mJ. Energies cut to a few mJ make remainder ties common.
+    #[test]
+    fn the_input_order_decides_no_tie(s in scenario(), seed in any::<u64>(), tiny in any::<bool>()) {
+        let mut hour = s.hour;
+        if tiny {
+            let cut = |m: &mut MeterSteps| m.mj.iter_mut().for_each(|e| *e %= 7);
+            for node in &mut hour.nodes {
+                node.energy.as_mut().map(cut);
+                node.gpus.iter_mut().for_each(|g| cut(&mut g.energy));
+            }
+            hour.facility.as_mut().map(cut);
+        }
+        let shuffled = shuffled(&hour, seed);
+        prop_assert_eq!(attribute(&hour), attribute(&shuffled));
     }
 
     #[test]
