@@ -299,6 +299,7 @@ async fn every_page_loads_in_chromium_without_console_errors() {
     .fetch_one(&pool)
     .await
     .unwrap();
+    let cards = budgets_of_three_outlooks(&pool).await;
     let month = wattledger_domain::chargeback::Month::of(chrono::Utc::now()).prev();
     let port = free_port();
     let log = demo.dir.join("browser-server.log");
@@ -346,6 +347,9 @@ async fn every_page_loads_in_chromium_without_console_errors() {
             text.contains(expect),
             "{path}: '{expect}' missing in\n{text}"
         );
+        if *name == "tenant-overview" {
+            budget_cards_say_what_is_true(&driver, &cards).await;
+        }
         driver.screenshot(&shots.join(format!("{name}.png"))).await;
         let errors = driver.errors().await;
         assert!(errors.is_empty(), "{path}: console errors {errors:?}");
@@ -371,4 +375,98 @@ async fn every_page_loads_in_chromium_without_console_errors() {
     let errors = driver.errors().await;
     assert!(errors.iter().all(|e| e.contains("404")), "{errors:?}");
     driver.quit().await;
+    for (key, _) in &cards {
+        wattledger_store::budgets::delete(&pool, key).await.unwrap();
+    }
+}
+
+/// Three energy budgets of acme-research for this month, set against what the demo's tenant
+/// has used: one it has gone over, one it reaches halfway to the month's end at its 7-day
+/// rate, one it cannot reach. Each with the start of what its card must say.
+async fn budgets_of_three_outlooks(pool: &sqlx::PgPool) -> Vec<(String, String)> {
+    use rust_decimal::Decimal;
+    use wattledger_store::budgets::{self, BudgetSpec};
+    let tenant_id: i64 = sqlx::query_scalar("SELECT id FROM tenants WHERE key = 'acme-research'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let spec = |key: &str, limit: Decimal| BudgetSpec {
+        key: key.into(),
+        tenant_id,
+        model_id: None,
+        period: wattledger_domain::budget::BudgetPeriod::Month,
+        starts_at: None,
+        ends_at: None,
+        limit_kwh: Some(limit.round_dp(3)),
+        limit_cost: None,
+        currency: None,
+        limit_carbon_kg: None,
+        // Soft: a hard cap over its limit would refuse the demo tenant's admissions.
+        hard: false,
+        thresholds_pct: vec![80, 100],
+    };
+    budgets::upsert(pool, &spec("browser-within", Decimal::from(1_000_000_000)))
+        .await
+        .unwrap();
+    let now = chrono::Utc::now();
+    let state = budgets::list(
+        pool,
+        &wattledger_store::Scope::All,
+        Some("browser-within"),
+        now,
+    )
+    .await
+    .unwrap()
+    .remove(0);
+    let (_, u) = state.usages(now).remove(0);
+    assert!(
+        u.used > Decimal::ZERO && u.recent > Decimal::ZERO,
+        "the demo's tenant used energy this week: {u:?}"
+    );
+    // At the 7-day rate, what is used in half the time left in the month.
+    let half_left = Decimal::from((u.period_end - now).num_seconds() / 2);
+    let on_track = u.used + u.recent * half_left / Decimal::from(u.recent_s);
+    budgets::upsert(pool, &spec("browser-over", u.used / Decimal::TWO))
+        .await
+        .unwrap();
+    budgets::upsert(pool, &spec("browser-on-track", on_track))
+        .await
+        .unwrap();
+    [
+        ("browser-over", "over by "),
+        ("browser-on-track", "on track to go over on "),
+        ("browser-within", "within budget at this rate"),
+    ]
+    .map(|(k, says)| (k.to_owned(), says.to_owned()))
+    .into()
+}
+
+/// The tenant page's budget cards, as Chromium renders them: each of the three says its own
+/// outlook, and an over card is marked over.
+async fn budget_cards_say_what_is_true(driver: &Driver, cards: &[(String, String)]) {
+    let shown = driver
+        .execute(
+            "return [...document.querySelectorAll('ul.budgets li')].map(li => \
+             [li.querySelector('.budget-head span').innerText, li.querySelector('.budget-foot').innerText, \
+              !!li.querySelector('.budget-head .over')])",
+        )
+        .await;
+    for (key, says) in cards {
+        let card = shown
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c[0].as_str().unwrap().starts_with(&format!("{key} ·")))
+            .unwrap_or_else(|| panic!("no card for {key} in {shown}"));
+        let foot = card[1].as_str().unwrap();
+        assert!(
+            foot.contains(says.as_str()),
+            "{key}: '{says}' missing in {foot:?}"
+        );
+        assert_eq!(
+            card[2].as_bool(),
+            Some(key == "browser-over"),
+            "{key}: {card}"
+        );
+    }
 }

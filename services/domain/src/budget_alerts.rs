@@ -60,6 +60,31 @@ pub fn alerts(u: &Usage, thresholds_pct: &[i32], now: DateTime<Utc>) -> Vec<Aler
     out
 }
 
+/// Where one metric of a budget stands for the rest of its period: what a budget card says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outlook {
+    /// Used is at or past the limit, by this much (0 when exactly at it).
+    Over { by: Decimal },
+    /// Under the limit, and at the 7-day rate it is reached at this instant, before the
+    /// period ends.
+    OnTrackToGoOver { at: DateTime<Utc> },
+    /// Under the limit, and the 7-day rate does not reach it in the period.
+    Within,
+}
+
+/// The outlook of `u` at `now`. A limit of zero or less is over as soon as anything is used.
+pub fn outlook(u: &Usage, now: DateTime<Utc>) -> Outlook {
+    if u.used >= u.limit {
+        return Outlook::Over {
+            by: u.used - u.limit,
+        };
+    }
+    match runs_out_at(u, now) {
+        Some(at) if at < u.period_end => Outlook::OnTrackToGoOver { at },
+        _ => Outlook::Within,
+    }
+}
+
 /// When the limit runs out at the 7-day rate, for a period in progress with some left.
 pub fn runs_out_at(u: &Usage, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     if now < u.period_start || now >= u.period_end || u.used >= u.limit {
@@ -81,6 +106,39 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
     use proptest::prelude::*;
+
+    /// The three things a card can say, each where it is true: past the limit is over
+    /// (however fast it burns), under it with the rate reaching it in the period is on track
+    /// to go over, and otherwise within.
+    #[test]
+    fn the_outlook_is_over_on_track_or_within() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 15, 0, 0, 0).unwrap();
+        let card = |limit: &str, used: &str, last7: &str| {
+            outlook(
+                &Usage {
+                    limit: d(limit),
+                    ..november(used, last7)
+                },
+                now,
+            )
+        };
+        // 41,482.7 of 40,000 kWh with no recent use, and 262 % burning fast: both over.
+        assert_eq!(
+            card("40000", "41482.7", "0"),
+            Outlook::Over { by: d("1482.7") }
+        );
+        assert_eq!(card("1000", "2622", "900"), Outlook::Over { by: d("1622") });
+        assert_eq!(card("1000", "1000", "0"), Outlook::Over { by: d("0") });
+        // 600 of 1,000, 350 in 7 days: 400 left at 50 a day, reached Nov 23.
+        assert_eq!(
+            card("1000", "600", "350"),
+            Outlook::OnTrackToGoOver {
+                at: Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0).unwrap()
+            }
+        );
+        // 100 of 1,000 at 10 a day: not reached before Dec 1.
+        assert_eq!(card("1000", "100", "70"), Outlook::Within);
+    }
 
     fn d(s: &str) -> Decimal {
         s.parse().unwrap()

@@ -20,7 +20,7 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use wattledger_domain::budget::BudgetMetric;
-use wattledger_domain::budget_alerts::runs_out_at;
+use wattledger_domain::budget_alerts::{outlook, Outlook};
 use wattledger_domain::cfe;
 use wattledger_domain::metrics;
 use wattledger_store::admission::Deferred;
@@ -619,10 +619,14 @@ fn budget_bars(b: &budgets::BudgetState, now: DateTime<Utc>) -> Vec<BudgetBar> {
                 limit: format!("{} {unit}", grouped(u.limit, 0)),
                 pct: grouped(p.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
                 pct_label: format!("{}%", grouped(p, 1)),
-                projected: runs_out_at(&u, now)
-                    .filter(|t| *t < b.period_end)
-                    .map(|t| format!("at this rate, reached {}", t.format("%b %-d")))
-                    .unwrap_or_else(|| "within budget at this rate".into()),
+                projected: match outlook(&u, now) {
+                    Outlook::Over { by } if by.is_zero() => "at the limit".into(),
+                    Outlook::Over { by } => format!("over by {} {unit}", grouped(by, 1)),
+                    Outlook::OnTrackToGoOver { at } => {
+                        format!("on track to go over on {}", at.format("%b %-d"))
+                    }
+                    Outlook::Within => "within budget at this rate".into(),
+                },
                 over: p >= Decimal::ONE_HUNDRED,
                 hard: b.hard,
             }
@@ -848,7 +852,7 @@ mod tests {
             ("Energy", "600.0 kWh", "1,000 kWh")
         );
         assert_eq!((b.pct.as_str(), b.pct_label.as_str()), ("60.0", "60.0%"));
-        assert_eq!(b.projected, "at this rate, reached Nov 23");
+        assert_eq!(b.projected, "on track to go over on Nov 23");
         assert!(!b.over && b.hard);
         // Over the limit: the meter stops at 100, the label does not.
         let over = &budget_bars(&budget("1000", "1250", "0"), now)[0];
@@ -857,7 +861,10 @@ mod tests {
             ("100.0", "125.0%")
         );
         assert!(over.over);
-        assert_eq!(over.projected, "within budget at this rate");
+        assert_eq!(over.projected, "over by 250.0 kWh");
+        // Far under the limit and burning slowly.
+        let within = &budget_bars(&budget("1000", "100", "70"), now)[0];
+        assert_eq!(within.projected, "within budget at this rate");
     }
 
     #[test]
