@@ -15,6 +15,10 @@ use wattledger_store::inventory::{self, MeterRef};
 use wattledger_store::StoreResult;
 
 const TTL: Duration = Duration::from_secs(30);
+/// The most meters kept: five times a 100,000-GPU fleet's meters (GPUs, nodes, MIG
+/// instances), so a fleet's pushes always hit it; what it holds is bounded all the same,
+/// whatever is registered and retired over the years.
+const MAX_ENTRIES: usize = 1 << 19;
 
 #[derive(Default)]
 pub struct MeterCache {
@@ -45,9 +49,7 @@ impl MeterCache {
         if !missing.is_empty() {
             let fresh = inventory::meters_by_key(pool, &missing).await?;
             let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
-            for (key, meter) in &fresh {
-                entries.insert(key.clone(), (meter.clone(), now));
-            }
+            keep(&mut entries, &fresh, now, MAX_ENTRIES);
             found.extend(fresh);
         }
         Ok(found)
@@ -59,5 +61,66 @@ impl MeterCache {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+    }
+}
+
+/// Adds `fresh` to `entries`, at most `max` of them: when full, the expired go, and if most
+/// are still fresh the cache starts again (as the token store does) rather than scan itself
+/// at every push; a meter dropped is read again at its next sample.
+fn keep(
+    entries: &mut HashMap<String, (MeterRef, Instant)>,
+    fresh: &HashMap<String, MeterRef>,
+    now: Instant,
+    max: usize,
+) {
+    if entries.len() + fresh.len() > max {
+        entries.retain(|_, (_, at)| now.duration_since(*at) < TTL);
+        if entries.len() + fresh.len() > max / 2 {
+            entries.clear();
+        }
+    }
+    for (key, meter) in fresh.iter().take(max) {
+        entries.insert(key.clone(), (meter.clone(), now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wattledger_domain::meter_kind::MeterKind;
+
+    fn meters(from: i64, n: i64) -> HashMap<String, MeterRef> {
+        (from..from + n)
+            .map(|id| {
+                let meter = MeterRef {
+                    id,
+                    site_id: 1,
+                    kind: MeterKind::Gpu,
+                    parent_id: None,
+                };
+                (format!("n{id}-gpu0"), meter)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_cache_holds_at_most_its_bound() {
+        let (start, mut entries) = (Instant::now(), HashMap::new());
+        keep(&mut entries, &meters(0, 6), start, 8);
+        assert_eq!(entries.len(), 6);
+        // Full of fresh entries: it starts again with the new ones.
+        keep(&mut entries, &meters(6, 4), start, 8);
+        assert_eq!(entries.len(), 4);
+        keep(&mut entries, &meters(10, 3), start, 8);
+        assert_eq!(entries.len(), 7);
+        // Later, with every entry expired: they go, the new ones stay.
+        let later = start + TTL + Duration::from_secs(1);
+        keep(&mut entries, &meters(20, 2), later, 8);
+        let mut keys: Vec<&String> = entries.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["n20-gpu0", "n21-gpu0"]);
+        // A single batch larger than the bound is cut to it.
+        keep(&mut entries, &meters(100, 20), later, 8);
+        assert_eq!(entries.len(), 8);
     }
 }
