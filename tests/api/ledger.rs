@@ -863,8 +863,8 @@ async fn gpu_time_is_held_exactly_and_shown_so_that_it_adds_up() {
     };
 
     let by_job = usage("job").await;
-    // 13 200 000 of 14 400 000 GPU-ms: the MIG sevenths hold all of g1 (25 714 + 34 286 ms a
-    // minute; cut to whole ms each they held 59 999, and the site 0.916663).
+    // 13 200 000 of 14 400 000 GPU-ms: the MIG sevenths hold all of g1 (cut to whole ms each
+    // they held 59 999 ms a minute, and the site 0.916663).
     assert_eq!(by_job["sites"][0]["allocated_gpu_fraction"], "0.916667");
     let (allocated, capacity): (i64, i64) =
         sqlx::query_as("SELECT allocated_gpu_ms, capacity_gpu_ms FROM site_hours")
@@ -887,8 +887,10 @@ async fn gpu_time_is_held_exactly_and_shown_so_that_it_adds_up() {
             })
             .collect()
     };
-    assert_eq!(job(&by_job, "job-mig3")[0].1, 60 * 25_714);
-    assert_eq!(job(&by_job, "job-mig4")[0].1, 60 * 34_286);
+    // Each slice's exact time for the hour (3,600,000 ms × 0.428571 = 1,542,855.6), rounded
+    // once: split at every minute, the 3/7 slice held 60 × 25,714 = 1,542,840.
+    assert_eq!(job(&by_job, "job-mig3")[0].1, 1_542_856);
+    assert_eq!(job(&by_job, "job-mig4")[0].1, 2_057_144);
     // 3.6667 GPU-hours in all, split by largest remainder: the two 50-minute jobs tie at
     // 0.83333…, and the earlier key (job-batch) gets the unit the total still needs.
     let shown: Vec<(String, String)> = by_job["rows"]
