@@ -92,6 +92,9 @@ pub async fn serve(
         std::time::Duration::from_millis(config.token_reload_ms.max(1)),
         stop_tx.subscribe(),
     ));
+    // The decoy a sign-in with an unknown name checks against, made before the first one
+    // (else that one alone would also pay for making it).
+    tokio::task::spawn_blocking(crate::dashboard::login::prepare_decoy);
     let router = app(AppState::new(pool, keys, config, admission));
     crate::server::serve::serve(http, https, router, shutdown).await?;
     let _ = stop_tx.send(true);

@@ -92,8 +92,14 @@ fn verify_password(password: &str, hash: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Makes the decoy hash now (at start), off the async workers.
+pub fn prepare_decoy() {
+    decoy_hash();
+}
+
 /// A hash to check against when the user does not exist, so that a wrong username takes as
-/// long as a wrong password.
+/// long as a wrong password: made by [`hash_password`], so with the same argon2 parameters
+/// (memory, passes, lanes) as every user's.
 fn decoy_hash() -> &'static str {
     static DECOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     DECOY.get_or_init(|| hash_password("decoy").unwrap_or_default())
@@ -277,6 +283,25 @@ mod tests {
         assert!(!verify_password("correct horse!", &a));
         assert!(!verify_password("x", "not a hash"));
         assert_eq!(super::super::csrf_for("t").len(), 32);
+    }
+
+    /// A sign-in with an unknown name does the very hash work of a known one: the decoy is
+    /// an argon2id hash of the same version and parameters as a user's, and is checked.
+    #[test]
+    fn the_decoy_costs_what_a_users_hash_costs() {
+        let user = hash_password("correct horse battery").unwrap();
+        let params = |phc: &str| {
+            let h = PasswordHash::new(phc).unwrap();
+            (h.algorithm.to_string(), h.version, h.params.to_string())
+        };
+        prepare_decoy();
+        assert_eq!(params(decoy_hash()), params(&user));
+        assert!(
+            params(&user).2.contains("m=19456,t=2,p=1"),
+            "{:?}",
+            params(&user)
+        );
+        assert!(!verify_password("correct horse battery", decoy_hash()));
     }
 
     #[test]
