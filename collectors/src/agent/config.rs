@@ -195,21 +195,14 @@ impl Config {
         Ok(c)
     }
 
-    /// Fills `{node}` and `{site}` in the declared meters' keys and parents, once the
-    /// environment has said what they are.
+    /// Fills `{site}`, `{node}` (and `{node_ip}`) in the declared meters' keys and parents,
+    /// once the environment has said what they are: the sources' templates' rule.
     fn expand_meter_templates(&mut self) -> Result<(), ConfigError> {
-        let (site, node) = (self.agent.site.clone(), self.agent.node.clone());
-        let expand = |text: &str| -> Result<String, ConfigError> {
-            let mut out = text.replace("{site}", &site);
-            if out.contains("{node}") {
-                let node = node.as_deref().ok_or_else(|| {
-                    ConfigError::Invalid(format!(
-                        "meter {text:?} names {{node}}: set agent.node or WATTLEDGER_AGENT_NODE"
-                    ))
-                })?;
-                out = out.replace("{node}", node);
-            }
-            Ok(out)
+        let context = self.agent.source_context();
+        let expand = |text: &str| {
+            context
+                .fill(text)
+                .map_err(|e| ConfigError::Invalid(format!("meter {text:?} {e}")))
         };
         for m in &mut self.meters {
             m.key = expand(&m.key)?;

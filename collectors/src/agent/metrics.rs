@@ -92,16 +92,19 @@ impl Metrics {
     /// alert on a source's first error, or a push's first failure, would never fire.
     pub fn starting(sources: &[String], endpoints: &[&str]) -> Metrics {
         let mut values = BTreeMap::new();
-        let labels = |families: &'static [&'static str], labels: Vec<String>| {
-            families
-                .iter()
-                .flat_map(move |f| labels.clone().into_iter().map(move |l| ((*f, l), 0.0)))
-        };
-        values.extend(labels(PER_SOURCE, sources.to_vec()));
-        values.extend(labels(
-            PER_ENDPOINT,
-            endpoints.iter().map(|e| e.to_string()).collect(),
-        ));
+        for (families, labels) in [
+            (PER_SOURCE, sources.to_vec()),
+            (
+                PER_ENDPOINT,
+                endpoints.iter().map(|e| e.to_string()).collect(),
+            ),
+        ] {
+            for family in families {
+                for label in &labels {
+                    values.insert((*family, label.clone()), 0.0);
+                }
+            }
+        }
         values.insert(("wattledger_agent_push_failures_total", String::new()), 0.0);
         Metrics {
             values: Mutex::new(values),

@@ -175,26 +175,18 @@ impl SourceContext {
             .ok_or_else(|| BuildError::NoNode { kind: kind.into() })
     }
 
-    /// A source's URL with `{node}` and `{node_ip}` filled in, so one config serves every
-    /// node of a DaemonSet (`https://{node_ip}:10250/pods`). An IPv6 address goes in brackets,
-    /// as a URL's host is written.
-    pub fn url(&self, name: &str, setting: &str, url: &str) -> Result<String, BuildError> {
-        let missing = |what: &str| BuildError::Invalid {
-            name: name.into(),
-            setting: setting.into(),
-            value: url.into(),
-            why: format!(
-                "names {{{what}}}: set agent.{what} or WATTLEDGER_AGENT_{}",
-                what.to_uppercase()
-            ),
-        };
-        let mut out = url.to_owned();
+    /// `text` with `{site}`, `{node}` and `{node_ip}` filled in, so one config serves every
+    /// node of a DaemonSet (a meter `key = "{node}"`, a kubelet at
+    /// `https://{node_ip}:10250/pods`). An IPv6 address goes in brackets, as a URL's host is
+    /// written. A placeholder the agent has no value for is an error saying how to give one.
+    pub fn fill(&self, text: &str) -> Result<String, Unfilled> {
+        let mut out = text.replace("{site}", &self.site);
         if out.contains("{node}") {
-            let node = self.node.as_deref().ok_or_else(|| missing("node"))?;
+            let node = self.node.as_deref().ok_or(Unfilled("node"))?;
             out = out.replace("{node}", node);
         }
         if out.contains("{node_ip}") {
-            let host = match self.node_ip.ok_or_else(|| missing("node_ip"))? {
+            let host = match self.node_ip.ok_or(Unfilled("node_ip"))? {
                 IpAddr::V4(ip) => ip.to_string(),
                 IpAddr::V6(ip) => format!("[{ip}]"),
             };
@@ -202,7 +194,22 @@ impl SourceContext {
         }
         Ok(out)
     }
+
+    /// A source's URL setting, [filled](Self::fill).
+    pub fn url(&self, name: &str, setting: &str, url: &str) -> Result<String, BuildError> {
+        self.fill(url).map_err(|e| BuildError::Invalid {
+            name: name.into(),
+            setting: setting.into(),
+            value: url.into(),
+            why: e.to_string(),
+        })
+    }
 }
+
+/// A placeholder of a template (`{node}`) the agent has no value for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("names {{{0}}}: set agent.{0} or WATTLEDGER_AGENT_{upper}", upper = .0.to_uppercase())]
+pub struct Unfilled(pub &'static str);
 
 pub trait Source: Send {
     /// Takes back the state spooled by an earlier run. State it cannot read (an upgrade

@@ -192,10 +192,9 @@ struct Acc {
 struct Scratch {
     weights: Vec<u128>,
     parts: Vec<i64>,
-    /// A GPU's holders in the step (job, overlap × share), in job order; then as
-    /// `owners` and `weights`.
+    /// A GPU's holders in the step (job, overlap × share), in job order: the parts of
+    /// `weights` but its last (the unheld rest).
     holders: Vec<(usize, u128)>,
-    owners: Vec<usize>,
     /// Per job: GPU energy and IT energy in the current step, with the jobs touched.
     step_gpu: Vec<i64>,
     step_it: Vec<i64>,
@@ -368,13 +367,8 @@ impl<'a> Hour<'a> {
             // goes to the earlier part, and the earlier part must be the earlier job.
             s.holders.sort_unstable();
             s.weights.clear();
-            s.owners.clear();
-            let mut held: u128 = 0;
-            for &(j, w) in &s.holders {
-                held += w;
-                s.weights.push(w);
-                s.owners.push(j);
-            }
+            s.weights.extend(s.holders.iter().map(|h| h.1));
+            let held: u128 = s.weights.iter().sum();
             let capacity = grid.step_ms as u128 * u128::from(PPM);
             s.weights.push(capacity.saturating_sub(held));
             // The step's GPU time is kept exact for the hour ([`GpuTime`]). Allocations that
@@ -395,7 +389,7 @@ impl<'a> Hour<'a> {
             s.parts.resize(s.weights.len(), 0);
             split_into(e, &s.weights, &mut s.parts);
             let last = s.parts.len() - 1;
-            for (k, &j) in s.owners.iter().enumerate() {
+            for (k, &(j, _)) in s.holders.iter().enumerate() {
                 let part = s.parts[k];
                 acc[j].quality |= q;
                 if !s.in_step[j] {

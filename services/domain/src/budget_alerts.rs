@@ -52,10 +52,8 @@ pub fn alerts(u: &Usage, thresholds_pct: &[i32], now: DateTime<Utc>) -> Vec<Aler
             out.push(Alert::Threshold(p));
         }
     }
-    if let Some(at) = runs_out_at(u, now) {
-        if at < u.period_end {
-            out.push(Alert::Projected(at));
-        }
+    if let Outlook::OnTrackToGoOver { at } = outlook(u, now) {
+        out.push(Alert::Projected(at));
     }
     out
 }

@@ -396,6 +396,15 @@ fn one_gpu(gpu_mj: i64, allocations: Vec<Allocation>) -> SiteHour {
     }
 }
 
+/// [`one_gpu`]'s node at 100 mJ a minute holding job 1, then a copy holding job 0.
+fn two_nodes_job_1_first() -> SiteHour {
+    let mut hour = one_gpu(100, vec![whole(1)]);
+    let mut second = hour.nodes[0].clone();
+    second.gpus[0].allocations = vec![whole(0)];
+    hour.nodes.push(second);
+    hour
+}
+
 fn job_mj(out: &Attributed, j: usize) -> EnergyBreakdown {
     out.rows.iter().find(|r| r.job == Some(j)).unwrap().energy
 }
@@ -436,10 +445,7 @@ fn known_answer_a_node_overhead_tie_goes_to_the_earlier_job_key() {
 /// meter 1 mJ above their sum: the mJ goes to job 0, the earlier key, not to idle or job 1.
 #[test]
 fn known_answer_a_facility_overhead_tie_goes_to_the_earlier_job_key() {
-    let mut hour = one_gpu(100, vec![whole(1)]);
-    let mut second = hour.nodes[0].clone();
-    second.gpus[0].allocations = vec![whole(0)];
-    hour.nodes.push(second);
+    let mut hour = two_nodes_job_1_first();
     hour.facility = Some(constant(201, 60));
     let out = attribute(&hour);
     assert_eq!(job_mj(&out, 0).facility_overhead_mj, 60);
@@ -450,10 +456,7 @@ fn known_answer_a_facility_overhead_tie_goes_to_the_earlier_job_key() {
 /// IT energy, job 1's node first: 30.5 each, and the odd mJ to job 0.
 #[test]
 fn known_answer_an_idle_tie_goes_to_the_earlier_job_key() {
-    let mut hour = one_gpu(100, vec![whole(1)]);
-    let mut second = hour.nodes[0].clone();
-    second.gpus[0].allocations = vec![whole(0)];
-    hour.nodes.push(second);
+    let mut hour = two_nodes_job_1_first();
     let mut idle = hour.nodes[0].gpus[0].clone();
     idle.allocations = vec![];
     idle.energy = constant(1, 60);

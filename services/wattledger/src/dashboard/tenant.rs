@@ -607,6 +607,7 @@ fn budget_bars(b: &budgets::BudgetState, now: DateTime<Utc>) -> Vec<BudgetBar> {
             } else {
                 u.used * Decimal::ONE_HUNDRED / u.limit
             };
+            let outlook = outlook(&u, now);
             BudgetBar {
                 key: b.key.clone(),
                 metric: match metric {
@@ -619,15 +620,15 @@ fn budget_bars(b: &budgets::BudgetState, now: DateTime<Utc>) -> Vec<BudgetBar> {
                 limit: format!("{} {unit}", grouped(u.limit, 0)),
                 pct: grouped(p.min(Decimal::ONE_HUNDRED), 1).replace(',', ""),
                 pct_label: format!("{}%", grouped(p, 1)),
-                projected: match outlook(&u, now) {
+                projected: match &outlook {
                     Outlook::Over { by } if by.is_zero() => "at the limit".into(),
-                    Outlook::Over { by } => format!("over by {} {unit}", grouped(by, 1)),
+                    Outlook::Over { by } => format!("over by {} {unit}", grouped(*by, 1)),
                     Outlook::OnTrackToGoOver { at } => {
                         format!("on track to go over on {}", at.format("%b %-d"))
                     }
                     Outlook::Within => "within budget at this rate".into(),
                 },
-                over: p >= Decimal::ONE_HUNDRED,
+                over: matches!(outlook, Outlook::Over { .. }),
                 hard: b.hard,
             }
         })
