@@ -5,6 +5,7 @@
 
 use crate::scenario;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use wattledger::auth::Role;
@@ -228,10 +229,70 @@ async fn a_closed_month_bills_by_hand_and_late_data_becomes_next_months_adjustme
     let focus14_text = String::from_utf8(focus14_before.clone()).unwrap();
     let header: Vec<&str> = focus14_text.lines().next().unwrap().split(',').collect();
     assert_eq!(header, focus::Version::V1_4.columns());
+    // The same charges, one row each, and a GPU-time row (at a price of 0) for every line
+    // whose GPU time no rate billed, so that 1.4's quantities hold all the GPU-hours.
+    let rows14: Vec<BTreeMap<&str, String>> = focus14_text
+        .lines()
+        .skip(1)
+        .map(|l| header.iter().copied().zip(split_csv(l)).collect())
+        .collect();
+    let unbilled_gpu_time = rows14
+        .iter()
+        .filter(|r| r["InvoiceDetailId"].ends_with("-gpu-time") && r["ListUnitPrice"] == "0.000000")
+        .count();
     assert_eq!(
-        focus14_text.lines().count(),
-        String::from_utf8_lossy(&focus_before).lines().count(),
-        "the same charges, one row each"
+        rows14.len() - unbilled_gpu_time,
+        String::from_utf8_lossy(&focus_before).lines().count() - 1,
+    );
+    // Every SKU price a row names is in the month's price list, at the price the row
+    // carries; each price is its site's cost over its quantity, to the millionth.
+    let (status, prices, prices_sum) = bytes(
+        &app,
+        &finance,
+        "/v1/chargeback/months/2026-09/exports/prices",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        prices_sum.as_deref(),
+        Some(wattledger_domain::chargeback::sha256_hex(&prices).as_str())
+    );
+    let prices = String::from_utf8(prices).unwrap();
+    let price_header: Vec<&str> = prices.lines().next().unwrap().split(',').collect();
+    let price_list: BTreeMap<String, BTreeMap<&str, String>> = prices
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let r: BTreeMap<&str, String> =
+                price_header.iter().copied().zip(split_csv(l)).collect();
+            (r["SkuPriceId"].clone(), r)
+        })
+        .collect();
+    assert!(!price_list.is_empty());
+    let dec = |s: &str| s.parse::<rust_decimal::Decimal>().unwrap();
+    for p in price_list.values() {
+        let quantity = dec(&p["x_MonthQuantity"]);
+        let off = dec(&p["ListUnitPrice"]) * quantity - dec(&p["x_MonthCost"]);
+        assert!(off.abs() <= dec("0.0000005") * quantity, "{p:?}");
+    }
+    for r in rows14.iter().filter(|r| !r["SkuPriceId"].is_empty()) {
+        let p = &price_list[&r["SkuPriceId"]];
+        assert_eq!(r["ListUnitPrice"], p["ListUnitPrice"]);
+        assert_eq!(
+            dec(&r["ListCost"]),
+            dec(&r["ListUnitPrice"]) * dec(&r["PricingQuantity"])
+        );
+    }
+    // Like every export, for finance only.
+    assert_eq!(
+        bytes(
+            &app,
+            &app.tenant_token("a"),
+            "/v1/chargeback/months/2026-09/exports/prices"
+        )
+        .await
+        .0,
+        403
     );
     assert_eq!(
         bytes(
@@ -271,6 +332,11 @@ async fn a_closed_month_bills_by_hand_and_late_data_becomes_next_months_adjustme
             ),
             ("json", None, "/v1/chargeback/months/2026-09/exports/json"),
             ("focus", Some("1.4"), focus14),
+            (
+                "prices",
+                None,
+                "/v1/chargeback/months/2026-09/exports/prices"
+            ),
         ]
     );
     assert_eq!(
@@ -549,7 +615,7 @@ async fn tenants_read_only_their_own_statements_finance_reads_all() {
         .await;
     assert_eq!(status, 200);
     assert_eq!(all["statements"].as_array().unwrap().len(), 3);
-    assert_eq!(all["exports"].as_array().unwrap().len(), 4);
+    assert_eq!(all["exports"].as_array().unwrap().len(), 5);
     assert_eq!(
         app.get(Some(&finance), "/v1/chargeback/months/2026-09/statements/b")
             .await
@@ -708,7 +774,9 @@ async fn the_demo_folder_and_the_cli_export_write_focus_1_4_beside_1_2() {
         .unwrap()
         .split(',')
         .any(|c| c == "ProviderName"));
-    assert_eq!(text.lines().count(), text_12.lines().count());
+    // 1.4 adds a GPU-time row (at a price of 0) to each line whose GPU time no rate billed.
+    assert!(text.lines().count() >= text_12.lines().count());
+    let name_prices = format!("wattledger-{month}-v1-prices.csv");
     let sums = std::fs::read_to_string(folder.join("SHA256SUMS")).unwrap();
     let listed: Vec<&str> = sums
         .lines()
@@ -721,6 +789,7 @@ async fn the_demo_folder_and_the_cli_export_write_focus_1_4_beside_1_2() {
             format!("wattledger-{month}-v1-statements.csv"),
             name_12.clone(),
             name_14.clone(),
+            name_prices.clone(),
             format!("wattledger-{month}-v1.json"),
         ]
     );
@@ -763,6 +832,14 @@ async fn the_demo_folder_and_the_cli_export_write_focus_1_4_beside_1_2() {
         text_12
     );
     assert!(!got.join(&name_14).exists());
+    // `--format prices`: the price list alone, as in the demo's folder.
+    let only_prices = base.join("prices");
+    export(Some("prices"), &only_prices);
+    let got = only_prices.join(month.to_string()).join("v1");
+    assert_eq!(
+        std::fs::read(got.join(&name_prices)).unwrap(),
+        std::fs::read(folder.join(&name_prices)).unwrap()
+    );
     // All: the demo's folder again, file for file, SHA256SUMS included.
     let all = base.join("all");
     export(None, &all);
@@ -783,32 +860,32 @@ async fn the_demo_folder_and_the_cli_export_write_focus_1_4_beside_1_2() {
 const MODEL_1_4_SHA256: &str = "3dd2c0c6fcc2c3d1792060fcbebba4ae074cd4dade8cde72958bd37a9a8b183f";
 
 /// The 1.4 features whose columns the export carries (split cost allocation, payable
-/// invoices, pricing category, region, usage measurement), so the validator holds those
-/// columns to their rules too rather than skipping them.
+/// invoices, region, usage measurement, unit prices in a published price list with two
+/// pricing categories), so the validator holds those columns to their rules too rather
+/// than skipping them. Not negotiated pricing: the contracted price is the list price.
 const CRITERIA_1_4: &str = "DATA_GENERATOR_SPLIT_COST_ALLOCATION_SUPPORTED,\
-INVOICE_ISSUER_PAYABLE_INVOICES_SUPPORTED,REGION_SUPPORTED,USAGE_MEASUREMENT_SUPPORTED";
+INVOICE_ISSUER_PAYABLE_INVOICES_SUPPORTED,REGION_SUPPORTED,USAGE_MEASUREMENT_SUPPORTED,\
+PUBLIC_PRICE_LIST_SUPPORTED,UNIT_PRICING_SUPPORTED,MULTIPLE_PRICING_CATEGORIES_SUPPORTED";
 
 /// Rules on columns the export carries that focus-validator 2.2.1 fails with FOCUS 1.4's
-/// model whatever the data, each with why (the rules of columns it does not carry fail too:
-/// the validator skips a non-applicable column's rules by the rule id's first segment, which
-/// in 1.4's `CAU-Column-…` ids is `CAU`, so none are skipped):
-const VALIDATOR_DEFECTS_1_4: [&str; 14] = [
-    // A condition on a column the dataset does not carry fails instead of not holding:
-    // ListUnitPrice, ContractedUnitPrice and SkuPriceId are absent (so null: no SKU price).
-    "CAU-ListCost-C-011-C",
-    "CAU-ContractedCost-C-011-C",
-    "CAU-ContractedCost-C-000-M",
-    "CAU-PricingQuantity-C-011-C",
-    "CAU-PricingQuantity-C-003-M",
-    "CAU-PricingQuantity-C-000-M",
-    "CAU-ConsumedQuantity-C-009-C",
-    // Encoded with its condition inverted ("when ChargeClass is not Correction" checks
-    // Correction rows), and at odds with C-009 ("null when SkuPriceId is null") for any
-    // usage without a SKU price: a rule-model defect, not the data's (FOCUS_Spec #2394 is the
-    // umbrella for this class).
-    "CAU-ConsumedQuantity-C-006-C",
-    "CAU-ConsumedQuantity-C-005-C",
+/// model whatever the data, each with why; the test checks each of them by its text on the
+/// file instead ([`holds_by_its_text`]). (The rules of columns the export does not carry fail
+/// too: the validator skips a non-applicable column's rules by the rule id's first segment,
+/// which in 1.4's `CAU-Column-…` ids is `CAU`, so none are skipped.)
+const VALIDATOR_DEFECTS_1_4: [&str; 7] = [
+    // "Null when ChargeCategory is not Usage, or when it is Usage and CommitmentDiscountStatus
+    // is Unused": the condition names CommitmentDiscountStatus, a column the file does not
+    // carry (no commitment discounts), and a condition on an absent column fails instead of
+    // not holding.
     "CAU-ConsumedQuantity-C-004-C",
+    // "Not null when ChargeClass is not Correction": encoded with its condition inverted
+    // (`CheckValue ChargeClass = Correction`), so it demands a quantity on the corrections,
+    // which C-007 lets be null and C-009 must null (a correction has no SKU price of this
+    // month).
+    "CAU-ConsumedQuantity-C-006-C",
+    // Composites failing with the two above: C-005 (C-006, under a condition on the absent
+    // CommitmentDiscountStatus), C-003 (C-004, C-005, C-009), C-000 (C-003).
+    "CAU-ConsumedQuantity-C-005-C",
     "CAU-ConsumedQuantity-C-003-C",
     "CAU-ConsumedQuantity-C-000-C",
     // Passes when run alone (`--filter-rules CAU-ChargeCategory-C-002-M`): a whole run
@@ -816,6 +893,29 @@ const VALIDATOR_DEFECTS_1_4: [&str; 14] = [
     "CAU-ChargeCategory-C-002-M",
     "CAU-ChargeCategory-C-000-M",
 ];
+
+/// The set-aside rules by their text, on the export's rows (by column name): each must hold.
+/// (The demo's month has neither a credit nor a correction; the unit tests of `focus::v1_4`
+/// try the null sides on a close that has one.)
+fn holds_by_its_text(rows: &[BTreeMap<String, String>]) {
+    for (i, r) in rows.iter().enumerate() {
+        let usage = r["ChargeCategory"] == "Usage";
+        let correction = r["ChargeClass"] == "Correction";
+        let quantity = &r["ConsumedQuantity"];
+        // C-004: null when not Usage (no commitment discounts, so never "Unused").
+        assert!(usage || quantity.is_empty(), "C-004, row {i}: {r:?}");
+        // C-005/C-006: on Usage, not null unless a correction.
+        assert!(
+            !usage || correction || !quantity.is_empty(),
+            "C-006, row {i}: {r:?}"
+        );
+        // C-009: null when SkuPriceId is.
+        assert!(
+            !r["SkuPriceId"].is_empty() || quantity.is_empty(),
+            "C-009, row {i}"
+        );
+    }
+}
 
 fn model_1_4() -> Value {
     let path = std::env::var_os("WATTLEDGER_FOCUS_1_4_MODEL")
@@ -949,6 +1049,28 @@ async fn the_demo_months_focus_1_4_export_passes_focus_1_4s_rules() {
         ours.is_empty(),
         "FOCUS 1.4 validator failures: {ours:?}\n{text}"
     );
+    let names: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
+    let rows: Vec<BTreeMap<String, String>> = content
+        .lines()
+        .skip(1)
+        .map(|l| names.iter().cloned().zip(split_csv(l)).collect())
+        .collect();
+    holds_by_its_text(&rows);
+    // A FOCUS reader summing ConsumedQuantity by unit gets the month's kWh and GPU-hours.
+    let sum = |unit: &str| -> rust_decimal::Decimal {
+        rows.iter()
+            .filter(|r| r["ConsumedUnit"] == unit)
+            .map(|r| {
+                r["ConsumedQuantity"]
+                    .parse::<rust_decimal::Decimal>()
+                    .unwrap()
+            })
+            .sum()
+    };
+    let usage = || close.statements.iter().flat_map(|s| s.usage(close.month));
+    assert_eq!(sum("kWh"), usage().map(|l| l.energy_kwh).sum());
+    assert_eq!(sum("GPU-Hours"), usage().map(|l| l.gpu_hours).sum());
+    assert!(sum("GPU-Hours") > rust_decimal::Decimal::ZERO);
     let total = report.lines().find(|l| l.contains("<testsuites")).unwrap();
     eprintln!(
         "FOCUS 1.4 validator, {} rows: {total}; failed on columns carried: {:?}",

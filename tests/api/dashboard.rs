@@ -507,6 +507,7 @@ async fn finance_sees_the_months_the_chargeback_and_downloads_the_exports() {
         "0.40 EUR",
         "to the mJ",
         "FOCUS 1.2 CSV",
+        "href=\"/finance/2026-09/exports/prices\"",
     ] {
         assert!(month.body.contains(figure), "{figure} missing");
     }

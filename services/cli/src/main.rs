@@ -17,7 +17,7 @@ use wattledger::auth::Role;
 use wattledger::config::Config;
 use wattledger::progress::Progress;
 use wattledger::{startup, worker};
-use wattledger_domain::chargeback::{focus, Export, Month};
+use wattledger_domain::chargeback::{focus, prices, Export, Month};
 use wattledger_store::chargeback as store;
 
 #[derive(Parser)]
@@ -174,7 +174,10 @@ enum ExportFormat {
     #[value(name = "focus-1.4")]
     Focus14,
     Json,
-    /// csv, focus, focus-1.4 and json.
+    /// The month's price list (the SKU prices FOCUS 1.4's rows name), rendered from the
+    /// frozen close.
+    Prices,
+    /// csv, focus, focus-1.4, prices and json.
     All,
 }
 
@@ -352,7 +355,8 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
                 ExportFormat::Focus => &["focus"],
                 ExportFormat::Focus14 => &[FOCUS_1_4],
                 ExportFormat::Json => &["json"],
-                ExportFormat::All => &["csv", "focus", FOCUS_1_4, "json"],
+                ExportFormat::Prices => &[prices::FORMAT],
+                ExportFormat::All => &["csv", "focus", FOCUS_1_4, prices::FORMAT, "json"],
             };
             let not_closed =
                 || format!("{month} is not closed: `wattledger chargeback close {month}` first");
@@ -360,11 +364,16 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
             let mut exports: Vec<Export> = Vec::new();
             let mut version = 1;
             for f in formats {
-                let (v, e) = if *f == FOCUS_1_4 {
+                let (v, e) = if *f == FOCUS_1_4 || *f == prices::FORMAT {
                     let close = store::load(&pool, month, &all)
                         .await?
                         .with_context(not_closed)?;
-                    (close.version, focus::export(&close, focus::Version::V1_4))
+                    let e = if *f == FOCUS_1_4 {
+                        focus::export(&close, focus::Version::V1_4)
+                    } else {
+                        prices::export(&close)
+                    };
+                    (close.version, e)
                 } else {
                     store::export(&pool, &all, month, f)
                         .await?

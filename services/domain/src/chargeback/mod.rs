@@ -3,13 +3,14 @@
 //! The store aggregates the ledger into [`Entry`]s (tenant × site × class × model × period of
 //! use); this module turns them into statements whose lines add up to their totals to the
 //! cent ([`statement`]), works out the adjustments late data calls for ([`statement::adjustments`]),
-//! checks every site's lines against its meters to the millijoule ([`reconcile`]) and writes the
-//! exports ([`csv`], [`focus`] in FOCUS 1.2 and 1.4). A [`Close`] is everything a closed month
+//! checks every site's lines against its meters to the millijoule ([`reconcile`]), publishes
+//! each site's month as unit prices ([`prices`]) and writes the exports ([`csv`], [`focus`] in FOCUS 1.2 and 1.4). A [`Close`] is everything a closed month
 //! froze: the exports are a pure function of it, so the same close always gives the same bytes.
 
 pub mod csv;
 pub mod focus;
 mod month;
+pub mod prices;
 pub mod reconcile;
 pub mod statement;
 

@@ -122,18 +122,22 @@ pub async fn close(
 }
 
 /// The files of a close's export folder: the exports frozen with it (statement CSV, FOCUS 1.2,
-/// JSON) and FOCUS 1.4 after the 1.2 file. 1.4 is not frozen with the close but rendered from
-/// it, and the close is immutable, so the file is the same whenever it is written; a reader
-/// of the folder gets both versions (their names carry it) and `SHA256SUMS` covers both.
+/// JSON), FOCUS 1.4 after the 1.2 file and the price list its rows name after that. Those two
+/// are not frozen with the close but rendered from it, and the close is immutable, so they
+/// are the same whenever they are written; a reader of the folder gets both FOCUS versions
+/// (their names carry it) and `SHA256SUMS` covers every file.
 pub fn folder_exports(close: &Close, frozen: &[Export]) -> Vec<Export> {
     let mut files = frozen.to_vec();
     let after_focus = files
         .iter()
         .position(|e| e.format == "focus")
         .map_or(files.len(), |i| i + 1);
-    files.insert(
-        after_focus,
-        chargeback::focus::export(close, chargeback::focus::Version::V1_4),
+    files.splice(
+        after_focus..after_focus,
+        [
+            chargeback::focus::export(close, chargeback::focus::Version::V1_4),
+            chargeback::prices::export(close),
+        ],
     );
     files
 }

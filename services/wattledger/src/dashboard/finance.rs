@@ -4,14 +4,14 @@
 use super::format::{count, energy, grouped};
 use super::table::{Column, Header, Key, Sort};
 use super::{html, Nav, PageError, Session};
-use crate::http::chargeback::{closed_export, export_version};
+use crate::http::chargeback::{closed_export, export_version, is_export_format};
 use crate::state::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use rust_decimal::Decimal;
 use wattledger_domain::chargeback::focus::Version as FocusVersion;
-use wattledger_domain::chargeback::{self, Month};
+use wattledger_domain::chargeback::Month;
 use wattledger_store::chargeback as store;
 use wattledger_store::Scope;
 
@@ -297,6 +297,11 @@ pub async fn month(
             "FOCUS 1.2 CSV (for tools not yet on 1.4)",
         ),
         ("json", None, "JSON"),
+        (
+            "prices",
+            None,
+            "Price list CSV (the SKU prices FOCUS 1.4 names)",
+        ),
     ] {
         let export = closed_export(&state, &session.scope, month, format, version).await?;
         if let Some(e) = export {
@@ -345,7 +350,7 @@ pub async fn download(
 ) -> Result<Response, PageError> {
     require_finance(&session)?;
     let month: Month = month.parse().map_err(|_| PageError::NotFound)?;
-    if !chargeback::FORMATS.contains(&format.as_str()) {
+    if !is_export_format(&format) {
         return Err(PageError::NotFound);
     }
     let version = export_version(&format, p.version.as_deref()).map_err(|_| PageError::NotFound)?;

@@ -18,6 +18,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use wattledger_domain::chargeback::focus::{self, Version as FocusVersion};
+use wattledger_domain::chargeback::prices;
 use wattledger_domain::chargeback::statement::minor_units;
 use wattledger_domain::chargeback::{
     self, AllocationMethod, Close, Export, Line, LineClass, Month, Statement, MJ_PER_KWH,
@@ -174,7 +175,7 @@ pub struct ReconciliationView {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ExportView {
-    /// `csv`, `focus` or `json`.
+    /// `csv`, `focus`, `json` or `prices`.
     pub format: String,
     /// For `focus`: the FOCUS version of the file (1.2 is frozen with the close; 1.4 is
     /// rendered from the frozen close when asked for).
@@ -304,6 +305,15 @@ async fn close_view(state: &AppState, close: &Close, scope: &Scope) -> ApiResult
             format: "focus".into(),
             focus_version: Some(FocusVersion::V1_4),
             url: format!("{}?version={}", url("focus"), FocusVersion::V1_4),
+            file_name: e.file_name,
+            sha256: e.sha256,
+            bytes: e.content.len(),
+        });
+        let e = prices::export(close);
+        exports.push(ExportView {
+            format: prices::FORMAT.into(),
+            focus_version: None,
+            url: url(prices::FORMAT),
             file_name: e.file_name,
             sha256: e.sha256,
             bytes: e.content.len(),
@@ -572,11 +582,12 @@ pub struct ExportParams {
 }
 
 /// An export file of a closed month: the statement CSV, FOCUS 1.2 and JSON byte for byte as
-/// written at close, FOCUS 1.4 rendered from that close (`?version=1.4`);
+/// written at close, FOCUS 1.4 (`?version=1.4`) and the month's price list (`prices`: the
+/// SKU prices FOCUS 1.4's rows name) rendered from that close;
 /// `X-Checksum-SHA256` and the ETag carry its SHA-256.
 #[utoipa::path(get, path = "/v1/chargeback/months/{month}/exports/{format}", tag = "chargeback",
     params(("month" = String, Path, description = "YYYY-MM"),
-           ("format" = String, Path, description = "csv, focus or json"), ExportParams),
+           ("format" = String, Path, description = "csv, focus, json or prices"), ExportParams),
     security(("bearer" = [])),
     responses((status = 200, body = String, content_type = "text/csv"),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -590,7 +601,7 @@ pub async fn export(
 ) -> ApiResult<Response> {
     caller.require(&FINANCE)?;
     let month = parse_month(&month)?;
-    if !chargeback::FORMATS.contains(&format.as_str()) {
+    if !is_export_format(&format) {
         return Err(ApiError::NotFound);
     }
     let version = export_version(&format, p.version.as_deref())?;
@@ -598,6 +609,12 @@ pub async fn export(
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(download::export_file(e))
+}
+
+/// Whether a closed month has an export of this name: the files frozen with the close, and
+/// the price list rendered from it.
+pub fn is_export_format(format: &str) -> bool {
+    chargeback::FORMATS.contains(&format) || format == prices::FORMAT
 }
 
 /// The FOCUS version an export request asks for: `None` for csv and json, which have none.
@@ -618,9 +635,9 @@ pub fn export_version(format: &str, version: Option<&str>) -> ApiResult<Option<F
     }
 }
 
-/// A closed month's export (the API's and the dashboard's): FOCUS 1.4 rendered from the
-/// frozen close, the others as stored at close. `None` if the month is not closed or the
-/// scope may not read exports (they hold every tenant's lines).
+/// A closed month's export (the API's and the dashboard's): FOCUS 1.4 and the price list
+/// rendered from the frozen close, the others as stored at close. `None` if the month is
+/// not closed or the scope may not read exports (they hold every tenant's lines).
 pub async fn closed_export(
     state: &AppState,
     scope: &Scope,
@@ -628,12 +645,16 @@ pub async fn closed_export(
     format: &str,
     version: Option<FocusVersion>,
 ) -> wattledger_store::StoreResult<Option<Export>> {
-    if version == Some(FocusVersion::V1_4) {
+    let rendered = version == Some(FocusVersion::V1_4) || format == prices::FORMAT;
+    if rendered {
         if *scope != Scope::All {
             return Ok(None);
         }
         let close = store::load(&state.pool, month, scope).await?;
-        return Ok(close.map(|c| focus::export(&c, FocusVersion::V1_4)));
+        return Ok(close.map(|c| match version {
+            Some(v) => focus::export(&c, v),
+            None => prices::export(&c),
+        }));
     }
     Ok(store::export(&state.pool, scope, month, format)
         .await?

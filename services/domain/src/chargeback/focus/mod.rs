@@ -82,7 +82,7 @@ fn service(class: LineClass) -> (&'static str, &'static str) {
 }
 
 /// FOCUS date/time: `YYYY-MM-DDTHH:mm:ssZ`.
-fn time(t: DateTime<Utc>) -> String {
+pub(crate) fn time(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 

@@ -1,0 +1,271 @@
+//! A closed month's price list: what each site's energy and GPU time cost per unit that
+//! month, published with the close as SKU prices (FOCUS 1.4's `SkuId`, `SkuPriceId`,
+//! `ListUnitPrice`, `ContractedUnitPrice`, `PricingUnit`, `PricingCategory`).
+//!
+//! No single unit price made any line's cost: energy is priced step by step at the price
+//! covering each step (a tariff, time of use, a day-ahead market), and GPU time at each
+//! device model's rate. What a site's usage did cost per unit over the month is exact,
+//! though: its cost over its quantity, over every line of the month at that site (every
+//! tenant's, the idle share and the platform's). That average, to the ledger's millionth of
+//! the currency, is the site's price for the month: one SKU price per site, meter and
+//! currency, the same for every billing account. A line's list cost is its quantity at that
+//! price; what it bills is its own step-by-step cost, so the two differ by what the line's
+//! timing saved or cost against the site's average, and a site's list costs add up to its
+//! billed costs to within rounding.
+//!
+//! A correction (energy of an earlier, already closed month) and a credit have no price
+//! here: the month a correction's energy belongs to published its own.
+
+use super::csv::{fixed, row, text};
+use super::{sha256_hex, Close, Export, Month, MJ_PER_KWH, MS_PER_HOUR};
+use crate::chargeback::LineClass;
+use rust_decimal::{Decimal, RoundingStrategy};
+use std::collections::BTreeMap;
+
+crate::names::names! {
+    /// What a SKU price is the price of: FOCUS's `SkuMeter`.
+    pub enum Meter {
+        /// Energy, per kWh.
+        Energy = "Energy",
+        /// GPU time, per GPU-hour.
+        GpuTime = "GPU Time",
+    }
+}
+
+impl Meter {
+    /// The unit a quantity of this meter is priced in (FOCUS UnitFormat).
+    pub fn unit(self) -> &'static str {
+        match self {
+            Meter::Energy => "kWh",
+            Meter::GpuTime => "GPU-Hours",
+        }
+    }
+
+    /// FOCUS's `PricingCategory`: energy follows a price that may change at any step
+    /// (`Dynamic`); GPU time is billed at the agreed rate of its device model (`Standard`).
+    pub fn category(self) -> &'static str {
+        match self {
+            Meter::Energy => "Dynamic",
+            Meter::GpuTime => "Standard",
+        }
+    }
+
+    /// The SKU's id prefix.
+    fn key(self) -> &'static str {
+        match self {
+            Meter::Energy => "energy",
+            Meter::GpuTime => "gpu-time",
+        }
+    }
+}
+
+/// Decimal places of a unit price: the ledger's millionth of the currency.
+pub const UNIT_PRICE_DP: u32 = 6;
+
+/// One site's price of one meter for a month, in one currency.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkuPrice {
+    pub meter: Meter,
+    pub site: String,
+    pub currency: String,
+    pub month: Month,
+    /// Currency per unit, to [`UNIT_PRICE_DP`] places (half away from zero); zero for a
+    /// site whose quantity was zero or not priced at all (GPU time without a rate).
+    pub unit_price: Decimal,
+    /// The month's exact quantity (kWh or GPU-hours) and cost the price is the ratio of.
+    pub quantity: Decimal,
+    pub cost: Decimal,
+}
+
+impl SkuPrice {
+    /// The product: a meter at a site, whatever the month (`energy/fra-1`).
+    pub fn sku_id(&self) -> String {
+        format!("{}/{}", self.meter.key(), self.site)
+    }
+
+    /// This price of the product: `energy/fra-1/2026-10/EUR`.
+    pub fn sku_price_id(&self) -> String {
+        format!("{}/{}/{}", self.sku_id(), self.month, self.currency)
+    }
+}
+
+/// The month's prices, by meter, site and currency.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PriceList(BTreeMap<(Meter, String, String), SkuPrice>);
+
+impl PriceList {
+    /// The prices of a close: every site's month of usage (its lines for the month itself,
+    /// not corrections of earlier months or grid credits), cost over quantity.
+    pub fn of(close: &Close) -> PriceList {
+        // Exact sums: mJ and ms as integers, cost at the ledger's 1e-6.
+        let mut sums: BTreeMap<(Meter, String, String), (i128, Decimal)> = BTreeMap::new();
+        for s in &close.statements {
+            for l in s.usage(close.month) {
+                if l.key.class == LineClass::GridCredit {
+                    continue;
+                }
+                let key = |meter| (meter, l.key.site.clone(), l.key.currency.clone());
+                let e = sums.entry(key(Meter::Energy)).or_default();
+                e.0 += i128::from(l.amounts.energy_mj);
+                e.1 += l.amounts.energy_cost;
+                if l.amounts.gpu_ms != 0 || !l.amounts.gpu_time_cost.is_zero() {
+                    let g = sums.entry(key(Meter::GpuTime)).or_default();
+                    g.0 += i128::from(l.amounts.gpu_ms);
+                    g.1 += l.amounts.gpu_time_cost;
+                }
+            }
+        }
+        let prices = sums
+            .into_iter()
+            .map(|((meter, site, currency), (units, cost))| {
+                let per = match meter {
+                    Meter::Energy => MJ_PER_KWH,
+                    Meter::GpuTime => MS_PER_HOUR,
+                };
+                let quantity = Decimal::from_i128_with_scale(units, 0) / Decimal::from(per);
+                let unit_price = if units > 0 {
+                    (cost * Decimal::from(per) / Decimal::from_i128_with_scale(units, 0))
+                        .round_dp_with_strategy(
+                            UNIT_PRICE_DP,
+                            RoundingStrategy::MidpointAwayFromZero,
+                        )
+                        .max(Decimal::ZERO)
+                } else {
+                    Decimal::ZERO
+                };
+                let price = SkuPrice {
+                    meter,
+                    site: site.clone(),
+                    currency: currency.clone(),
+                    month: close.month,
+                    unit_price,
+                    quantity,
+                    cost,
+                };
+                ((meter, site, currency), price)
+            })
+            .collect();
+        PriceList(prices)
+    }
+
+    pub fn get(&self, meter: Meter, site: &str, currency: &str) -> Option<&SkuPrice> {
+        self.0.get(&(meter, site.to_owned(), currency.to_owned()))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &SkuPrice> {
+        self.0.values()
+    }
+}
+
+/// The price list's columns: FOCUS's names where FOCUS has the concept, then `x_` columns
+/// with the month's quantity and cost each price is the ratio of.
+pub const COLUMNS: [&str; 14] = [
+    "SkuId",
+    "SkuPriceId",
+    "SkuMeter",
+    "PricingCategory",
+    "PricingUnit",
+    "PricingCurrency",
+    "ListUnitPrice",
+    "ContractedUnitPrice",
+    "RegionId",
+    "RegionName",
+    "PriceListPeriodStart",
+    "PriceListPeriodEnd",
+    "x_MonthQuantity",
+    "x_MonthCost",
+];
+
+/// The close's price list as CSV, one row per SKU price, in (meter, site, currency) order.
+pub fn render(close: &Close) -> String {
+    let mut out = String::new();
+    row(&mut out, COLUMNS.iter().map(|c| (*c).to_owned()));
+    for p in PriceList::of(close).iter() {
+        let price = fixed(p.unit_price, UNIT_PRICE_DP);
+        row(
+            &mut out,
+            [
+                text(&p.sku_id()),
+                text(&p.sku_price_id()),
+                p.meter.as_str().to_owned(),
+                p.meter.category().to_owned(),
+                p.meter.unit().to_owned(),
+                p.currency.clone(),
+                price.clone(),
+                price,
+                text(&p.site),
+                text(&close.directory.site(&p.site).0),
+                super::focus::time(close.month.start()),
+                super::focus::time(close.month.end()),
+                p.quantity.normalize().to_string(),
+                fixed(p.cost, UNIT_PRICE_DP),
+            ],
+        );
+    }
+    out
+}
+
+/// The price list as a file: `wattledger-2026-10-v1-prices.csv`, rendered from the frozen
+/// close (so the same close always gives the same bytes).
+pub fn export(close: &Close) -> Export {
+    let content = render(close).into_bytes();
+    Export {
+        format: FORMAT,
+        file_name: format!("wattledger-{}-v{}-prices.csv", close.month, close.version),
+        sha256: sha256_hex(&content),
+        content,
+    }
+}
+
+/// The export format's name in the API and the dashboard.
+pub const FORMAT: &str = "prices";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chargeback::focus::tests::sample;
+
+    fn d(s: &str) -> Decimal {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_sites_price_is_its_months_cost_over_its_quantity() {
+        let prices = PriceList::of(&sample());
+        let fra = prices.get(Meter::Energy, "fra", "EUR").unwrap();
+        // Frankfurt's October: 2,000 kWh of training at 441.123456 and 100 kWh of idle
+        // share at 22.000001; September's correction has no part in October's price.
+        assert_eq!(fra.quantity, d("2100"));
+        assert_eq!(fra.cost, d("463.123457"));
+        // 0.22053497952…
+        assert_eq!(fra.unit_price, d("0.220535"));
+        assert_eq!(fra.sku_id(), "energy/fra");
+        assert_eq!(fra.sku_price_id(), "energy/fra/2026-10/EUR");
+        // GPU time: 1,200.50 for 10,799,999,999 ms (the idle share's hours at no rate).
+        let gpu = prices.get(Meter::GpuTime, "fra", "EUR").unwrap();
+        assert_eq!(gpu.unit_price, d("0.400167"));
+        assert_eq!(
+            (gpu.meter.unit(), gpu.meter.category()),
+            ("GPU-Hours", "Standard")
+        );
+        let iad = prices.get(Meter::Energy, "iad", "USD").unwrap();
+        assert_eq!((iad.quantity, iad.unit_price), (d("250"), d("0.082")));
+        assert_eq!(prices.iter().count(), 4);
+    }
+
+    #[test]
+    fn the_price_list_is_one_row_per_price_with_what_it_was_taken_from() {
+        let out = render(&sample());
+        let rows: Vec<&str> = out.split("\r\n").filter(|r| !r.is_empty()).collect();
+        assert_eq!(rows[0], COLUMNS.join(","));
+        assert_eq!(rows.len(), 1 + 4);
+        assert_eq!(
+            rows[1],
+            "energy/fra,energy/fra/2026-10/EUR,Energy,Dynamic,kWh,EUR,0.220535,0.220535,fra,\
+             Frankfurt,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z,2100,463.123457"
+        );
+        assert!(rows[4].starts_with(
+            "gpu-time/iad,gpu-time/iad/2026-10/USD,GPU Time,Standard,GPU-Hours,USD,0.000000,"
+        ));
+    }
+}
