@@ -303,6 +303,8 @@ async fn run(
     post_all(&http, &api, &collector, "tokens", tokens, 10_000).await?;
     fig.tokens_s = t.elapsed().as_secs_f64();
 
+    // A line to start a profiler on: attribution, and nothing else, runs from here.
+    eprintln!("   attributing the dirty hours");
     let t = Instant::now();
     let mut last = Instant::now();
     let stats = wattledger::worker::drain(&api.pool, |s| {
