@@ -70,7 +70,9 @@ pub struct SkuPrice {
     pub currency: String,
     pub month: Month,
     /// Currency per unit, to [`UNIT_PRICE_DP`] places (half away from zero); zero for a
-    /// site whose quantity was zero or not priced at all (GPU time without a rate).
+    /// site whose quantity was zero or not priced at all (GPU time without a rate), and for
+    /// a month whose market prices averaged below zero (FOCUS holds a unit price to be
+    /// non-negative; the lines still bill what they cost).
     pub unit_price: Decimal,
     /// The month's exact quantity (kWh or GPU-hours) and cost the price is the ratio of.
     pub quantity: Decimal,
