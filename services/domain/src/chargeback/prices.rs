@@ -160,7 +160,8 @@ impl PriceList {
 }
 
 /// The price list's columns: FOCUS's names where FOCUS has the concept, then `x_` columns
-/// with the month's quantity and cost each price is the ratio of.
+/// with the month's quantity and cost each price is the ratio of (both to the millionth: an
+/// hour of GPU time is not a whole number of them).
 pub const COLUMNS: [&str; 14] = [
     "SkuId",
     "SkuPriceId",
@@ -199,7 +200,7 @@ pub fn render(close: &Close) -> String {
                 text(&close.directory.site(&p.site).0),
                 super::focus::time(close.month.start()),
                 super::focus::time(close.month.end()),
-                p.quantity.normalize().to_string(),
+                fixed(p.quantity, UNIT_PRICE_DP),
                 fixed(p.cost, UNIT_PRICE_DP),
             ],
         );
@@ -264,10 +265,12 @@ mod tests {
         assert_eq!(
             rows[1],
             "energy/fra,energy/fra/2026-10/EUR,Energy,Dynamic,kWh,EUR,0.220535,0.220535,fra,\
-             Frankfurt,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z,2100,463.123457"
+             Frankfurt,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z,2100.000000,463.123457"
         );
         assert!(rows[4].starts_with(
             "gpu-time/iad,gpu-time/iad/2026-10/USD,GPU Time,Standard,GPU-Hours,USD,0.000000,"
         ));
+        // 10,799,999,999 ms of GPU time: 2,999.99999972… hours, to the millionth.
+        assert!(rows[3].ends_with(",3000.000000,1200.500000"), "{}", rows[3]);
     }
 }
