@@ -361,29 +361,26 @@ async fn chargeback(mut config: Config, command: ChargebackCommand) -> anyhow::R
             let not_closed =
                 || format!("{month} is not closed: `wattledger chargeback close {month}` first");
             let all = wattledger_store::Scope::All;
+            // Loaded once: FOCUS 1.4 and the price list are rendered from it, the others are
+            // the files frozen with it.
+            let close = store::load(&pool, month, &all)
+                .await?
+                .with_context(not_closed)?;
             let mut exports: Vec<Export> = Vec::new();
-            let mut version = 1;
             for f in formats {
-                let (v, e) = if *f == FOCUS_1_4 || *f == prices::FORMAT {
-                    let close = store::load(&pool, month, &all)
-                        .await?
-                        .with_context(not_closed)?;
-                    let e = if *f == FOCUS_1_4 {
-                        focus::export(&close, focus::Version::V1_4)
-                    } else {
-                        prices::export(&close)
-                    };
-                    (close.version, e)
-                } else {
-                    store::export(&pool, &all, month, f)
-                        .await?
-                        .with_context(not_closed)?
-                };
-                version = v;
-                exports.push(e);
+                exports.push(match *f {
+                    FOCUS_1_4 => focus::export(&close, focus::Version::V1_4),
+                    prices::FORMAT => prices::export(&close),
+                    stored => {
+                        store::export(&pool, &all, month, stored)
+                            .await?
+                            .with_context(not_closed)?
+                            .1
+                    }
+                });
             }
             let folder =
-                wattledger::app::month_close::write_exports(&out, month, version, &exports)?;
+                wattledger::app::month_close::write_exports(&out, month, close.version, &exports)?;
             for e in &exports {
                 println!("{}  {}", e.sha256, folder.join(&e.file_name).display());
             }

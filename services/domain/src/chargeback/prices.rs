@@ -50,6 +50,14 @@ impl Meter {
         }
     }
 
+    /// The meter's quantity in integers per unit: mJ per kWh, ms per GPU-hour.
+    fn per_unit(self) -> i64 {
+        match self {
+            Meter::Energy => MJ_PER_KWH,
+            Meter::GpuTime => MS_PER_HOUR,
+        }
+    }
+
     /// The SKU's id prefix.
     fn key(self) -> &'static str {
         match self {
@@ -99,8 +107,9 @@ impl PriceList {
     /// The prices of a close: every site's month of usage (its lines for the month itself,
     /// not corrections of earlier months or grid credits), cost over quantity.
     pub fn of(close: &Close) -> PriceList {
-        // Exact sums: mJ and ms as integers, cost at the ledger's 1e-6.
-        let mut sums: BTreeMap<(Meter, String, String), (i128, Decimal)> = BTreeMap::new();
+        // Exact sums: mJ and ms as integers (as a statement's totals are), cost at the
+        // ledger's 1e-6.
+        let mut sums: BTreeMap<(Meter, String, String), (i64, Decimal)> = BTreeMap::new();
         for s in &close.statements {
             for l in s.usage(close.month) {
                 if l.key.class == LineClass::GridCredit {
@@ -108,11 +117,11 @@ impl PriceList {
                 }
                 let key = |meter| (meter, l.key.site.clone(), l.key.currency.clone());
                 let e = sums.entry(key(Meter::Energy)).or_default();
-                e.0 += i128::from(l.amounts.energy_mj);
+                e.0 += l.amounts.energy_mj;
                 e.1 += l.amounts.energy_cost;
                 if l.amounts.gpu_ms != 0 || !l.amounts.gpu_time_cost.is_zero() {
                     let g = sums.entry(key(Meter::GpuTime)).or_default();
-                    g.0 += i128::from(l.amounts.gpu_ms);
+                    g.0 += l.amounts.gpu_ms;
                     g.1 += l.amounts.gpu_time_cost;
                 }
             }
@@ -120,13 +129,10 @@ impl PriceList {
         let prices = sums
             .into_iter()
             .map(|((meter, site, currency), (units, cost))| {
-                let per = match meter {
-                    Meter::Energy => MJ_PER_KWH,
-                    Meter::GpuTime => MS_PER_HOUR,
-                };
-                let quantity = Decimal::from_i128_with_scale(units, 0) / Decimal::from(per);
-                let unit_price = if units > 0 {
-                    (cost * Decimal::from(per) / Decimal::from_i128_with_scale(units, 0))
+                let (units, per) = (Decimal::from(units), Decimal::from(meter.per_unit()));
+                let quantity = units / per;
+                let unit_price = if units > Decimal::ZERO {
+                    (cost * per / units)
                         .round_dp_with_strategy(
                             UNIT_PRICE_DP,
                             RoundingStrategy::MidpointAwayFromZero,

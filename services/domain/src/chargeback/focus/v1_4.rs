@@ -53,10 +53,11 @@ use std::collections::BTreeMap;
 /// One row of the export: a statement line's energy (or credit), or its GPU time.
 pub struct Charge<'a> {
     close: &'a Close,
-    prices: &'a PriceList,
     statement: &'a Statement,
     line: &'a Line,
     gpu_time: bool,
+    /// The row's SKU price, looked up once ([`Charge::sku_price`]).
+    price: Option<&'a SkuPrice>,
     /// The energy row's share of its site's metered energy in the month; `None` for an
     /// adjustment or a credit, which are no part of this month's metered energy.
     ratio: Option<Decimal>,
@@ -192,17 +193,19 @@ pub fn render(close: &Close) -> String {
         for (li, l) in s.lines.iter().enumerate() {
             let mut charge = Charge {
                 close,
-                prices: &prices,
                 statement: s,
                 line: l,
                 gpu_time: false,
+                price: None,
                 ratio: ratios.get(&(si, li)).copied(),
             };
+            charge.price = charge.sku_price(&prices, Meter::Energy);
             row(&mut out, COLUMNS.iter().map(|(_, cell)| cell(&charge)));
             charge.gpu_time = true;
+            charge.price = charge.sku_price(&prices, Meter::GpuTime);
             let gpu_time_billed =
                 !l.billed_gpu_time_cost.is_zero() || !l.amounts.gpu_time_cost.is_zero();
-            if gpu_time_billed || (l.amounts.gpu_ms != 0 && charge.price().is_some()) {
+            if gpu_time_billed || (l.amounts.gpu_ms != 0 && charge.price.is_some()) {
                 row(&mut out, COLUMNS.iter().map(|(_, cell)| cell(&charge)));
             }
         }
@@ -259,24 +262,18 @@ impl Charge<'_> {
         self.line.is_adjustment(self.close.month)
     }
 
-    /// The row's SKU price: its site's for the month, by meter; none for a correction or a
-    /// credit.
-    fn price(&self) -> Option<&SkuPrice> {
+    /// The line's SKU price of `meter`: its site's for the month; none for a correction (its
+    /// month published its own) or a credit.
+    fn sku_price<'p>(&self, prices: &'p PriceList, meter: Meter) -> Option<&'p SkuPrice> {
         if self.credit() || self.correction() {
             return None;
         }
-        let meter = if self.gpu_time {
-            Meter::GpuTime
-        } else {
-            Meter::Energy
-        };
-        self.prices
-            .get(meter, &self.line.key.site, &self.line.key.currency)
+        prices.get(meter, &self.line.key.site, &self.line.key.currency)
     }
 
     /// A column of the row's SKU price: null where the row has none.
     fn priced(&self, cell: impl FnOnce(&SkuPrice) -> String) -> String {
-        self.price().map(cell).unwrap_or_default()
+        self.price.map(cell).unwrap_or_default()
     }
 
     /// The row's quantity as written (kWh to 6 places, GPU-hours to 4: the statement's),
@@ -287,7 +284,7 @@ impl Charge<'_> {
         } else {
             (self.line.energy_kwh, 6)
         };
-        self.price().map(|p| (p, quantity.round_dp(dp), dp))
+        self.price.map(|p| (p, quantity.round_dp(dp), dp))
     }
 
     fn quantity(&self) -> String {
