@@ -209,21 +209,76 @@ async fn old_partitions_go_whole_unless_an_hour_is_dirty_or_the_month_open() {
     assert_eq!(verdict_of(&plan, october), &Verdict::Drop);
 }
 
+/// Every step record as (meter, ts µs, counter, power, peak, estimated), from `samples` and
+/// the packs together, in order; fails on an instant in both.
+async fn all_steps(app: &TestApp) -> Vec<(i64, i64, Option<i64>, Option<i64>, Option<i64>, bool)> {
+    type Row = (
+        i64,
+        DateTime<Utc>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        bool,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT meter_id, ts, counter_mj, power_mw, peak_mw, counter_estimated
+         FROM samples WHERE NOT raw",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let mut out: Vec<_> = rows
+        .into_iter()
+        .map(|r| (r.0, r.1.timestamp_micros(), r.2, r.3, r.4, r.5))
+        .collect();
+    let packs: Vec<(i64, Vec<u8>)> = sqlx::query_as("SELECT meter_id, packed FROM step_packs")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    for (meter, packed) in packs {
+        for s in wattledger_domain::step_pack::unpack(&packed).unwrap() {
+            out.push((
+                meter,
+                s.ts_us,
+                s.counter_mj,
+                s.power_mw,
+                s.peak_mw,
+                s.counter_estimated,
+            ));
+        }
+    }
+    out.sort_unstable();
+    let n = out.len();
+    out.dedup_by_key(|r| (r.0, r.1));
+    assert_eq!(out.len(), n, "an instant both in samples and in a pack");
+    out
+}
+
+async fn ledger_rows(app: &TestApp) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT (to_jsonb(l) - ARRAY['id', 'run_id', 'computed_at'])::text FROM ledger l ORDER BY 1",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
-async fn an_ended_months_step_index_is_packed_once_and_reads_the_same() {
+async fn closed_days_are_packed_read_the_same_and_take_late_data() {
     let app = TestApp::start().await;
     scenario::push(&app, &scenario::batches()).await;
-    app.attribute().await;
-    // More of November's step records, written as agents write them: every meter's record
-    // for a step together, so each lands in the middle of the (meter, ts) index.
+    // Two days and more of step records, written as agents write them: every meter's record
+    // for a step together.
     let collector = app.token(Role::Collector);
     let t0 = Utc.with_ymd_and_hms(2026, 11, 3, 0, 0, 0).unwrap();
+    let minute = chrono::Duration::minutes(1);
     let mut records = Vec::new();
     for k in 0..3_000i64 {
-        let ts = (t0 + chrono::Duration::minutes(k)).to_rfc3339();
+        let ts = (t0 + minute * k as i32).to_rfc3339();
         for (m, meter) in ["g0", "g1", "g2", "n1"].iter().enumerate() {
             records.push(
-                json!({"meter": meter, "ts": ts, "counter_mj": k * 1000 + m as i64, "step_s": 60}),
+                json!({"meter": meter, "ts": ts, "counter_mj": k * 1000 + m as i64,
+                                "power_w": 16 + k % 7, "peak_w": 30, "step_s": 60}),
             );
         }
     }
@@ -232,31 +287,158 @@ async fn an_ended_months_step_index_is_packed_once_and_reads_the_same() {
         assert_eq!(status, 200, "{body}");
     }
     app.attribute().await;
-    let before_rows: Vec<(i64, DateTime<Utc>, Option<i64>)> =
-        sqlx::query_as("SELECT meter_id, ts, counter_mj FROM samples ORDER BY 1, 2")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
-    let ledger = ledger_sum(&app).await;
-    let compaction = wattledger_store::compaction::run;
-    // Not while the month can still take late data.
-    let dec_2 = Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap();
-    assert!(compaction(&app.pool, dec_2).await.unwrap().is_empty());
-    let dec_3 = Utc.with_ymd_and_hms(2026, 12, 3, 0, 0, 0).unwrap();
-    let done = compaction(&app.pool, dec_3).await.unwrap();
-    assert_eq!(done.len(), 1, "{done:?}");
-    assert_eq!(done[0].name, "samples_steps_y2026m11");
-    assert!(
-        done[0].index_bytes_after < done[0].index_bytes_before,
-        "{done:?}"
+    let steps = all_steps(&app).await;
+    let ledger = ledger_rows(&app).await;
+    let compaction =
+        |now| wattledger_store::compaction::run(&app.pool, now, std::time::Duration::MAX);
+
+    // Not a day before it has been over for two: on Nov 6 at noon, Nov 3's (the scenario's
+    // Nov 2 readings are raw: they stay where they are).
+    let nov_6 = Utc.with_ymd_and_hms(2026, 11, 6, 12, 0, 0).unwrap();
+    let pass = compaction(nov_6).await.unwrap();
+    let days: Vec<String> = pass
+        .packed
+        .iter()
+        .filter(|d| d.rows > 0)
+        .map(|d| d.day.to_string())
+        .collect();
+    assert_eq!(days, ["2026-11-03"], "{pass:?}");
+    assert!(pass.reindexed.is_empty(), "the month is not over");
+    assert_eq!(
+        all_steps(&app).await,
+        steps,
+        "every record in samples or a pack, once"
     );
-    // Once only; and nothing read differs.
-    assert!(compaction(&app.pool, dec_3).await.unwrap().is_empty());
-    let after_rows: Vec<(i64, DateTime<Utc>, Option<i64>)> =
-        sqlx::query_as("SELECT meter_id, ts, counter_mj FROM samples ORDER BY 1, 2")
-            .fetch_all(&app.pool)
+    let left: Vec<(DateTime<Utc>,)> = sqlx::query_as("SELECT min(ts) FROM samples WHERE NOT raw")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        left[0].0,
+        Utc.with_ymd_and_hms(2026, 11, 4, 0, 0, 0).unwrap()
+    );
+    assert!(compaction(nov_6).await.unwrap().packed.is_empty(), "once");
+
+    // Attributed again from the packs (and the rows of Nov 4 and 5): the same ledger.
+    let pool = &app.pool;
+    let mut conn = pool.acquire().await.unwrap();
+    let site: i64 = sqlx::query_scalar("SELECT id FROM sites")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let (from, to) = (
+        t0 - chrono::Duration::days(1),
+        t0 + chrono::Duration::days(3),
+    );
+    wattledger_store::dirty::mark_site_spans(&mut conn, &[site], &[from], &[to])
+        .await
+        .unwrap();
+    drop(conn);
+    app.attribute().await;
+    assert_eq!(ledger_rows(&app).await, ledger);
+
+    // Late data for a packed day: a resend is a duplicate, other values a conflict (the packed
+    // ones stand, and are reported), a new instant is written and merged at the next pass.
+    let at = |k: i64| (t0 + minute * k as i32).to_rfc3339();
+    let (status, body) = app
+        .ingest(&collector, "samples", json!([
+            {"meter": "g0", "ts": at(10), "counter_mj": 10_000, "power_w": 19, "peak_w": 30, "step_s": 60},
+            {"meter": "g1", "ts": at(10), "counter_mj": 5, "power_w": 19, "peak_w": 30, "step_s": 60},
+        ]))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["written"].as_u64(), body["duplicates"].as_u64()),
+        (Some(0), Some(1)),
+        "{body}"
+    );
+    assert_eq!(body["conflicts"][0]["index"], 1, "{body}");
+    let reason = body["conflicts"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("counter_mj=Some(10001)"), "{body}");
+    // n1 sends a step record half a minute into a packed day's 01:00 minute... as a 30 s
+    // step: a new instant.
+    let new_ts = (t0 + chrono::Duration::seconds(3_630)).to_rfc3339();
+    let (status, body) = app
+        .ingest(
+            &collector,
+            "samples",
+            json!([
+                {"meter": "n1", "ts": new_ts, "counter_mj": 60_503, "step_s": 30},
+            ]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["written"], 1, "{body}");
+    let dirty: i64 = sqlx::query_scalar("SELECT count(*) FROM dirty_hours")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(dirty > 0, "the late record marks its hours");
+    app.attribute().await;
+    let mut with_late = steps.clone();
+    let n1: i64 = sqlx::query_scalar("SELECT id FROM meters WHERE key = 'n1'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    with_late.push((
+        n1,
+        (t0 + chrono::Duration::seconds(3_630)).timestamp_micros(),
+        Some(60_503),
+        None,
+        None,
+        false,
+    ));
+    with_late.sort_unstable();
+    assert_eq!(all_steps(&app).await, with_late);
+    let pass = compaction(nov_6).await.unwrap();
+    assert_eq!(
+        pass.packed
+            .iter()
+            .map(|d| (d.day.to_string(), d.rows))
+            .collect::<Vec<_>>(),
+        [("2026-11-03".to_owned(), 1)]
+    );
+    assert_eq!(all_steps(&app).await, with_late, "merged into its pack");
+    let in_samples: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM samples WHERE NOT raw AND ts < '2026-11-04'")
+            .fetch_one(pool)
             .await
             .unwrap();
-    assert_eq!(before_rows, after_rows);
-    assert_eq!(ledger_sum(&app).await, ledger);
+    assert_eq!(in_samples, 0);
+
+    // Once the month is over and its days packed, its index is rebuilt, once.
+    let dec_3 = Utc.with_ymd_and_hms(2026, 12, 3, 0, 0, 0).unwrap();
+    let pass = compaction(dec_3).await.unwrap();
+    assert_eq!(
+        pass.reindexed
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        ["samples_steps_y2026m11"]
+    );
+    assert!(compaction(dec_3).await.unwrap().is_empty());
+    assert_eq!(all_steps(&app).await, with_late);
+
+    // Retention drops the month's packs with its step partition.
+    let policy = Policy {
+        steps_days: 30,
+        raw_days: 14,
+        keep_unclosed_months: false,
+    };
+    let later = Utc.with_ymd_and_hms(2027, 1, 15, 0, 0, 0).unwrap();
+    let plan = retention::plan(pool, &policy, later).await.unwrap();
+    let dropped = retention::apply(pool, &policy, later, &plan).await.unwrap();
+    assert!(
+        dropped.iter().any(|s| s.name == "samples_steps_y2026m11"),
+        "{dropped:?}"
+    );
+    let (partition, days): (bool, i64) = sqlx::query_as(
+        "SELECT EXISTS (SELECT FROM pg_class WHERE relname = 'step_packs_y2026m11'),
+                (SELECT count(*) FROM step_pack_days WHERE day < '2026-12-01')",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!((partition, days), (false, 0));
+    assert!(all_steps(&app).await.is_empty());
 }

@@ -30,6 +30,7 @@ pub mod rate;
 pub mod role;
 pub mod signals;
 pub mod split;
+pub mod step_pack;
 pub mod steps;
 pub mod tokens;
 pub mod units;

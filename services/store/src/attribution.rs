@@ -6,7 +6,7 @@
 //! writes the results with the functions here, in one transaction it holds.
 
 use crate::StoreResult;
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use sqlx::{PgConnection, PgPool};
@@ -23,6 +23,7 @@ use wattledger_domain::load_shape;
 use wattledger_domain::meter_kind::MeterKind;
 use wattledger_domain::peaks;
 use wattledger_domain::phase::Phase;
+use wattledger_domain::step_pack::PackedStep;
 use wattledger_domain::tokens::{tokens_in_hour, HOUR_MS};
 use wattledger_domain::units::{share_ppm, PPM};
 
@@ -122,6 +123,7 @@ struct TokenSpan {
     generated: i64,
 }
 
+#[derive(Clone)]
 struct RawSample {
     meter_id: i64,
     ts: DateTime<Utc>,
@@ -415,8 +417,99 @@ async fn samples(
     )
     .fetch_all(pool)
     .await?;
+    if let Some(days) = crate::step_packs::packed_days(pool, site_id).await? {
+        rows = with_packed(pool, site_id, metered, (from, to), days, rows).await?;
+    }
     rows.sort_unstable_by_key(|r| (r.meter_id, r.ts, r.raw));
     Ok(rows)
+}
+
+/// The rows read from `samples` with the packed steps of the days around `[from, to)`
+/// (`crate::step_packs`), then, for a meter with fewer than two readings on a side, its
+/// packs further out; an instant in both taken from its pack; trimmed to what the window
+/// reads: its own readings and each meter's two on either side, as if all were in `samples`.
+async fn with_packed(
+    pool: &PgPool,
+    site_id: i64,
+    metered: &[i64],
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+    (first_packed, last_packed): (NaiveDate, NaiveDate),
+    rows: Vec<RawSample>,
+) -> StoreResult<Vec<RawSample>> {
+    use crate::step_packs::{read, Days};
+    let lo = from.date_naive() - chrono::Days::new(1);
+    let hi = (to - Duration::microseconds(1)).date_naive() + chrono::Days::new(1);
+    let mut packed = Vec::new();
+    if first_packed <= hi && last_packed >= lo {
+        let days = Days::Between(lo.max(first_packed), hi.min(last_packed));
+        packed = read(pool, site_id, metered, days).await?;
+    }
+    let sides = |packed: &[(i64, PackedStep)]| {
+        let mut n: HashMap<i64, (u32, u32)> = metered.iter().map(|&m| (m, (0, 0))).collect();
+        let (from_us, to_us) = (from.timestamp_micros(), to.timestamp_micros());
+        let times = rows.iter().map(|r| (r.meter_id, r.ts.timestamp_micros()));
+        for (m, ts) in times.chain(packed.iter().map(|(m, s)| (*m, s.ts_us))) {
+            let e = n.entry(m).or_default();
+            e.0 += u32::from(ts < from_us);
+            e.1 += u32::from(ts >= to_us);
+        }
+        n
+    };
+    let counts = sides(&packed);
+    let short = |side: fn(&(u32, u32)) -> u32| -> Vec<i64> {
+        let mut m: Vec<i64> = counts
+            .iter()
+            .filter(|(_, c)| side(c) < 2)
+            .map(|(m, _)| *m)
+            .collect();
+        m.sort_unstable();
+        m
+    };
+    let (short_before, short_after) = (short(|c| c.0), short(|c| c.1));
+    if first_packed < lo && !short_before.is_empty() {
+        packed.extend(read(pool, site_id, &short_before, Days::LatestBefore(lo)).await?);
+    }
+    if last_packed > hi && !short_after.is_empty() {
+        packed.extend(read(pool, site_id, &short_after, Days::EarliestAfter(hi)).await?);
+    }
+    if packed.is_empty() {
+        return Ok(rows);
+    }
+    let in_packs: HashSet<(i64, i64)> = packed.iter().map(|(m, s)| (*m, s.ts_us)).collect();
+    let mut all: Vec<RawSample> = rows
+        .into_iter()
+        .filter(|r| r.raw || !in_packs.contains(&(r.meter_id, r.ts.timestamp_micros())))
+        .collect();
+    all.extend(packed.into_iter().map(|(meter_id, s)| RawSample {
+        meter_id,
+        ts: DateTime::from_timestamp_micros(s.ts_us).expect("a stored instant"),
+        counter_mj: s.counter_mj,
+        power_mw: s.power_mw,
+        peak_mw: s.peak_mw,
+        raw: false,
+        counter_estimated: s.counter_estimated,
+    }));
+    all.sort_unstable_by_key(|r| (r.meter_id, r.ts, r.raw));
+    all.dedup_by_key(|r| (r.meter_id, r.ts, r.raw));
+    Ok(trim(all, from, to))
+}
+
+/// Rows in (meter, ts, raw) order, each meter's kept where they are in `[from, to)`, and its
+/// last two before and first two after.
+fn trim(rows: Vec<RawSample>, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<RawSample> {
+    let mut out = Vec::with_capacity(rows.len());
+    let mut start = 0;
+    while start < rows.len() {
+        let meter = rows[start].meter_id;
+        let end = start + rows[start..].partition_point(|r| r.meter_id == meter);
+        let run = &rows[start..end];
+        let first_in = run.partition_point(|r| r.ts < from);
+        let first_after = run.partition_point(|r| r.ts < to);
+        let keep = first_in.saturating_sub(2)..(first_after + 2).min(run.len());
+        out.extend(run[keep].iter().cloned());
+        start = end;
+    }
+    out
 }
 
 /// Each meter's samples, one per instant (the step record where a raw reading shares it).

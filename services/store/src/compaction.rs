@@ -1,4 +1,5 @@
-//! Compaction of ended step partitions: their primary-key index rebuilt once, packed.
+//! Compaction of step records: closed days packed (`crate::step_packs`), then ended step
+//! partitions' primary-key index rebuilt once, packed too.
 //!
 //! Agents send every meter's record for a step together, so each new key lands at the end
 //! of its meter's run in the middle of the (meter_id, ts, raw) index: pages split in half
@@ -18,6 +19,39 @@ pub const AFTER: Duration = Duration::days(2);
 
 /// Session-level advisory lock: one replica compacts at a time.
 const LOCK: i64 = 7_301_003;
+
+/// How long one pass may spend packing days before it lets the worker attribute again; the
+/// rest waits for the next pass.
+pub const PACKING_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What a pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pass {
+    pub packed: Vec<crate::step_packs::PackedDay>,
+    pub reindexed: Vec<Compaction>,
+}
+
+impl Pass {
+    pub fn is_empty(&self) -> bool {
+        self.packed.is_empty() && self.reindexed.is_empty()
+    }
+}
+
+/// Packs the days due (within `budget`), then compacts the partitions due.
+pub async fn run(
+    pool: &PgPool,
+    now: DateTime<Utc>,
+    budget: std::time::Duration,
+) -> StoreResult<Pass> {
+    let packed = crate::step_packs::pack_due(pool, now, budget).await?;
+    // A month's index is rebuilt once its days are packed: it then holds late data only.
+    let reindexed = if crate::step_packs::due(pool, now).await?.is_empty() {
+        reindex(pool, now).await?
+    } else {
+        Vec::new()
+    };
+    Ok(Pass { packed, reindexed })
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Compaction {
@@ -41,13 +75,30 @@ pub fn due<'a>(spans: &'a [Span], done: &[String], now: DateTime<Utc>) -> Vec<&'
         .collect()
 }
 
-/// Compacts the partitions due, unless another replica is at it; returns what it did.
-pub async fn run(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Vec<Compaction>> {
+/// Rebuilds the indexes of the partitions due, unless another replica is at it; returns
+/// what it did.
+async fn reindex(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Vec<Compaction>> {
     let spans = partitions::existing(pool).await?;
     let done: Vec<String> = sqlx::query_scalar!("SELECT name FROM partition_compactions")
         .fetch_all(pool)
         .await?;
-    let due = due(&spans, &done, now);
+    reindex_spans(pool, due(&spans, &done, now), true).await
+}
+
+/// Rebuilds the indexes of every step partition now, whatever its month and whether its
+/// days are packed, without recording it (a later pass still compacts them when due): the
+/// fleet benchmark's figure of the row layout at its most compact.
+pub async fn reindex_all(pool: &PgPool) -> StoreResult<Vec<Compaction>> {
+    let spans = partitions::existing(pool).await?;
+    let steps = spans.iter().filter(|s| s.kind == Kind::Steps).collect();
+    reindex_spans(pool, steps, false).await
+}
+
+async fn reindex_spans(
+    pool: &PgPool,
+    due: Vec<&Span>,
+    record: bool,
+) -> StoreResult<Vec<Compaction>> {
     if due.is_empty() {
         return Ok(Vec::new());
     }
@@ -69,15 +120,17 @@ pub async fn run(pool: &PgPool, now: DateTime<Utc>) -> StoreResult<Vec<Compactio
                 .execute(&mut *conn)
                 .await?;
             let after = index_bytes(&mut conn, &span.name).await?;
-            sqlx::query!(
+            if record {
+                sqlx::query!(
                 "INSERT INTO partition_compactions (name, index_bytes_before, index_bytes_after)
                  VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
                 &span.name,
                 before,
                 after,
             )
-            .execute(&mut *conn)
-            .await?;
+                .execute(&mut *conn)
+                .await?;
+            }
             out.push(Compaction {
                 name: span.name.clone(),
                 index_bytes_before: before,

@@ -74,13 +74,16 @@ async fn mark_site_samples(
              -- a lookup reads those days' partitions, not the whole history (past them, only
              -- whether any sample exists matters: the span is clamped there).
              SELECT b.site_id,
-                    CASE WHEN p.n = 2 THEN p.ts
+                    least(CASE WHEN p.n = 2 THEN p.ts
                          WHEN EXISTS (SELECT FROM samples s WHERE s.site_id = $1
                                         AND s.meter_id = b.meter_id
                                         AND s.ts < b.lo - interval '45 days')
+                           OR EXISTS (SELECT FROM step_packs s WHERE s.site_id = $1
+                                        AND s.meter_id = b.meter_id
+                                        AND s.first_ts < b.lo - interval '45 days')
                          THEN b.lo - interval '45 days'
-                         ELSE coalesce(p.ts, b.lo) END AS lo,
-                    least(coalesce(n.ts, b.hi), b.hi + interval '45 days') AS hi
+                         ELSE coalesce(p.ts, b.lo) END, kb.ts) AS lo,
+                    least(greatest(coalesce(n.ts, b.hi), ka.ts), b.hi + interval '45 days') AS hi
              FROM batch b
              JOIN meter_heads h ON h.site_id = $1 AND h.meter_id = b.meter_id
                                 AND h.last_ts >= b.lo
@@ -93,6 +96,19 @@ async fn mark_site_samples(
                                     SELECT ts FROM samples s WHERE s.site_id = $1
                                       AND s.meter_id = b.meter_id AND s.ts > b.hi
                                     ORDER BY ts LIMIT 2) x) n
+             -- Neighbours in packed days (crate::step_packs) bound by their packs' ends: the
+             -- first instant of the two packs before, the last of the two after. Wider than
+             -- the neighbours themselves, never narrower.
+             CROSS JOIN LATERAL (SELECT min(first_ts) AS ts FROM (
+                                    SELECT first_ts FROM step_packs s WHERE s.site_id = $1
+                                      AND s.meter_id = b.meter_id AND s.first_ts < b.lo
+                                      AND s.day >= ((b.lo - interval '45 days') AT TIME ZONE 'UTC')::date
+                                    ORDER BY day DESC LIMIT 2) x) kb
+             CROSS JOIN LATERAL (SELECT max(last_ts) AS ts FROM (
+                                    SELECT last_ts FROM step_packs s WHERE s.site_id = $1
+                                      AND s.meter_id = b.meter_id AND s.last_ts > b.hi
+                                      AND s.day >= (b.hi AT TIME ZONE 'UTC')::date
+                                    ORDER BY day LIMIT 2) x) ka
          ), hours AS (
              SELECT DISTINCT site_id, h AS hour
              FROM (SELECT * FROM appending UNION ALL SELECT * FROM late) spans,

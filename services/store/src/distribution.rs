@@ -51,6 +51,8 @@ pub const TABLES: &[(&str, Placement)] = &[
     ("jobs", Placement::BySite),
     ("ledger", Placement::BySite),
     ("samples", Placement::BySite),
+    ("step_packs", Placement::BySite),
+    ("step_pack_days", Placement::BySite),
     ("sample_conflicts", Placement::BySite),
     ("meter_heads", Placement::BySite),
     ("dirty_hours", Placement::BySite),

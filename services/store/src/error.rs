@@ -16,6 +16,14 @@ pub enum StoreError {
     /// without saying where it lives on a distributed PostgreSQL).
     #[error("table {0} is not classified in store::distribution::TABLES")]
     Unclassified(String),
+    /// A packed day of step records that does not unpack: written by a newer version, or
+    /// damaged.
+    #[error("packed step records of meter {meter_id} on {day}: {error}")]
+    Pack {
+        meter_id: i64,
+        day: chrono::NaiveDate,
+        error: wattledger_domain::step_pack::PackError,
+    },
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

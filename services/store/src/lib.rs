@@ -31,6 +31,7 @@ pub mod samples;
 pub mod scope;
 pub mod sessions;
 pub mod signals;
+pub mod step_packs;
 pub mod tokens;
 pub mod usage;
 pub mod users;

@@ -1,7 +1,7 @@
-//! Retention of meter data: whole time partitions of `samples` dropped once older than the
-//! policy's days (step records and raw readings apart), never with a DELETE, and never while
-//! an hour they could feed is still to be attributed or, when the policy says so, while a
-//! month they touch is not closed. The ledger, site hours and statements are never touched.
+//! Retention of meter data: whole time partitions of `samples` (a step partition with its
+//! month of `step_packs`) dropped once older than the policy's days (step records and raw
+//! readings apart), never with a DELETE, and never while an hour they could feed is still to
+//! be attributed or, when the policy says so, while a month they touch is not closed. The ledger, site hours and statements are never touched.
 //!
 //! [`decide`] is the rule, pure; [`plan`] gathers what it needs; [`apply`] drops under the
 //! partition lock, checking the guards again in the same transaction.
@@ -191,6 +191,16 @@ pub async fn apply(
         sqlx::query(&format!("DROP TABLE {}", span.name))
             .execute(&mut *tx)
             .await?;
+        if span.kind == Kind::Steps {
+            // The month's packed days go with its step records (the same name, built from
+            // the span's integers).
+            sqlx::query(&format!(
+                "DROP TABLE IF EXISTS {}",
+                crate::step_packs::partition_name(span.start)
+            ))
+            .execute(&mut *tx)
+            .await?;
+        }
         sqlx::query!(
             "INSERT INTO retention_drops (partition, raw, range_start, range_end)
              VALUES ($1, $2, $3, $4)",
@@ -202,6 +212,18 @@ pub async fn apply(
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        if span.kind == Kind::Steps {
+            // The record of which of its days were packed, after the drop (a sharded table's
+            // rows are not deleted in the transaction of a distributed DDL): a crash between
+            // the two leaves records of days that no longer exist, which nothing reads.
+            sqlx::query!(
+                "DELETE FROM step_pack_days WHERE day >= $1 AND day < $2",
+                span.start,
+                span.end
+            )
+            .execute(pool)
+            .await?;
+        }
         // The caller reports the whole pass (the worker logs it, the CLI prints it).
         tracing::debug!(partition = %span.name, "retention dropped a partition");
         dropped.push(span.clone());

@@ -5,7 +5,7 @@
 //! A sample already stored with the same values is a duplicate (ignored); with different
 //! values it is a conflict: the stored one stands and the conflict is recorded and reported.
 
-use crate::{dirty, partitions, StoreResult};
+use crate::{dirty, partitions, step_packs, StoreResult};
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
 
@@ -52,7 +52,8 @@ pub struct InsertOutcome {
 /// Fast path: COPY straight into `samples` under a savepoint, the common case of new data.
 /// If any row is already stored (a resend, or a conflict), the COPY fails whole on the
 /// primary key and the batch takes the UNNEST path, which tells duplicates from conflicts
-/// (and reports any other refusal with its own error).
+/// (and reports any other refusal with its own error). Rows at instants already packed
+/// (`step_packs`: days closed for two days) are told apart the same way, from the packs.
 #[tracing::instrument(skip_all, fields(n = rows.len()))]
 pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutcome> {
     if rows.is_empty() {
@@ -63,11 +64,17 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     let site_ids: Vec<i64> = rows.iter().map(|r| r.site_id).collect();
     let meter_ids: Vec<i64> = rows.iter().map(|r| r.meter_id).collect();
     let ts: Vec<DateTime<Utc>> = rows.iter().map(|r| r.ts).collect();
+    let packed = step_packs::check_old_rows(&mut tx, rows, Utc::now()).await?;
 
     sqlx::query!("SAVEPOINT copy_fast_path")
         .execute(&mut *tx)
         .await?;
-    match copy(&mut tx, rows).await {
+    let fast = if packed.is_empty() {
+        copy(&mut tx, rows).await
+    } else {
+        Err(sqlx::Error::Protocol("rows at packed instants".into()))
+    };
+    match fast {
         Ok(()) => {
             sqlx::query!("RELEASE SAVEPOINT copy_fast_path")
                 .execute(&mut *tx)
@@ -99,7 +106,8 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     // The rows already stored (duplicates and conflicts) are read first, then the rest are
     // inserted: two statements, not one with a writing CTE, whose snapshot a distributed
     // PostgreSQL does not keep (it runs the CTE's insert before the join that reads).
-    let existing = sqlx::query!(
+    let mut existing: Vec<Stored> = sqlx::query_as!(
+        Stored,
         r#"WITH input AS (
              SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[],
                                   $5::bigint[], $6::bigint[], $7::boolean[])
@@ -121,6 +129,23 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     )
     .fetch_all(&mut *tx)
     .await?;
+    // The packed values first: where an instant is in both (a resend that raced its day's
+    // packing), the pack's stand, as readers take them.
+    let mut both: Vec<Stored> = packed
+        .into_iter()
+        .map(|(idx, p)| Stored {
+            idx: idx as i32,
+            counter_mj: p.counter_mj,
+            power_mw: p.power_mw,
+            peak_mw: p.peak_mw,
+            same: (p.counter_mj, p.power_mw, p.peak_mw)
+                == (rows[idx].counter_mj, rows[idx].power_mw, rows[idx].peak_mw),
+        })
+        .collect();
+    both.append(&mut existing);
+    both.sort_by_key(|e| e.idx);
+    both.dedup_by_key(|e| e.idx);
+    let existing = both;
     let stored: std::collections::HashSet<usize> =
         existing.iter().map(|e| e.idx as usize).collect();
     let new: Vec<usize> = (0..rows.len()).filter(|i| !stored.contains(i)).collect();
@@ -190,6 +215,16 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     Ok(outcome)
 }
 
+/// A row of the batch already stored, in `samples` or packed, with the stored values.
+struct Stored {
+    idx: i32,
+    counter_mj: Option<i64>,
+    power_mw: Option<i64>,
+    peak_mw: Option<i64>,
+    /// The same values as sent: a duplicate, not a conflict.
+    same: bool,
+}
+
 /// Inserts several batches, each as `insert` takes it, in one transaction when it can: group
 /// commit, for many small batches arriving at once (a fleet's agents each pushing a minute
 /// of their node's meters). Each such batch marks the same few (site, hour)s dirty, and the
@@ -208,7 +243,7 @@ pub async fn insert_group(
     if batches.len() > 1 && disjoint(batches) {
         let rows = batches.concat();
         match insert_new(pool, &rows).await {
-            Ok(()) => {
+            Ok(true) => {
                 return batches
                     .iter()
                     .map(|b| {
@@ -219,6 +254,7 @@ pub async fn insert_group(
                     })
                     .collect();
             }
+            Ok(false) => {}
             Err(e) => tracing::debug!(error = %e, "group commit falls back to batch by batch"),
         }
     }
@@ -238,17 +274,24 @@ fn disjoint(batches: &[Vec<SampleRow>]) -> bool {
         .all(|r| seen.insert((r.meter_id, r.ts, r.raw)))
 }
 
-/// Rows all new, in one transaction with their dirty marks; fails whole if any is stored.
-async fn insert_new(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<()> {
+/// Rows all new, in one transaction with their dirty marks; fails whole if any is stored,
+/// and writes nothing (false) if any is at an instant already packed.
+async fn insert_new(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<bool> {
     let mut tx = pool.begin().await?;
     partitions::ensure(&mut tx, &spans_of(rows)).await?;
+    if !step_packs::check_old_rows(&mut tx, rows, Utc::now())
+        .await?
+        .is_empty()
+    {
+        return Ok(false);
+    }
     copy(&mut tx, rows).await?;
     let site_ids: Vec<i64> = rows.iter().map(|r| r.site_id).collect();
     let meter_ids: Vec<i64> = rows.iter().map(|r| r.meter_id).collect();
     let ts: Vec<DateTime<Utc>> = rows.iter().map(|r| r.ts).collect();
     dirty::mark_for_samples(&mut tx, &site_ids, &meter_ids, &ts).await?;
     tx.commit().await?;
-    Ok(())
+    Ok(true)
 }
 
 /// The partitions of the days (months) the rows fall in, not of the range between them: a

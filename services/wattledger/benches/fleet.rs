@@ -101,6 +101,13 @@ struct Figures {
     steps_index_bytes: i64,
     /// After the ended month's index is compacted (`store::compaction`).
     steps_index_packed: i64,
+    /// Step records once every closed day is packed (`store::step_packs`): the packs' heap,
+    /// TOAST and index, and what is left of the row partitions (heap and index), vacuumed.
+    packed_bytes: i64,
+    /// Packing every day, s.
+    pack_s: f64,
+    /// Attributing the whole range again from the packs, s; the ledger found equal.
+    reattribute_s: f64,
     ledger_bytes: i64,
     rollup_bytes: i64,
     /// (name, p50, p95, baseline p50) in ms.
@@ -329,14 +336,18 @@ async fn run(
         .await?;
     on_every_node(server, "VACUUM ANALYZE").await?;
     (fig.steps_bytes, fig.steps_index_bytes) = sizes(&api.pool, "samples_steps_").await?;
+    // The month's index rebuilt with its rows in place: the figure of the layout before
+    // days were packed (the packing below would leave the index nearly empty).
     let t = Instant::now();
-    let packed = wattledger_store::compaction::run(&api.pool, chrono::Utc::now()).await?;
+    let reindexed = wattledger_store::compaction::reindex_all(&api.pool).await?;
     println!(
         "   compacted {} partitions in {:.1} s",
-        packed.len(),
+        reindexed.len(),
         t.elapsed().as_secs_f64()
     );
     fig.steps_index_packed = sizes(&api.pool, "samples_steps_").await?.1;
+    (fig.pack_s, fig.packed_bytes) = pack(server, &api.pool, fig.samples).await?;
+    (fig.reattribute_s, _) = reattribute(&api.pool, range, &fleet, &site_counters).await?;
     // The writes above leave gigabytes of dirty buffers behind: flushed now, not spread
     // over the queries' timings by the checkpointer.
     on_every_node(server, "CHECKPOINT").await?;
@@ -348,6 +359,88 @@ async fn run(
 
     queries(&api, range, args.reps, &mut fig).await?;
     Ok(fig)
+}
+
+/// Packs every closed day of the run (`store::step_packs`, as the worker does two days after
+/// each), checks that every step record is in a pack exactly once, and returns the time it
+/// took and the bytes of step records after it, vacuumed.
+async fn pack(server: &str, pool: &sqlx::PgPool, generated: usize) -> anyhow::Result<(f64, i64)> {
+    let t = Instant::now();
+    let mut rows = 0;
+    loop {
+        let pass =
+            wattledger_store::compaction::run(pool, chrono::Utc::now(), Duration::from_secs(3600))
+                .await?;
+        if pass.packed.is_empty() {
+            break;
+        }
+        rows += pass.packed.iter().map(|d| d.rows).sum::<u64>();
+    }
+    let pack_s = t.elapsed().as_secs_f64();
+    let (packed_steps, left): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT coalesce(sum(steps), 0)::bigint FROM step_packs),
+                (SELECT count(*) FROM samples WHERE NOT raw)",
+    )
+    .fetch_one(pool)
+    .await?;
+    if rows != generated as u64 || packed_steps != generated as i64 || left != 0 {
+        bail!("{generated} step records: {rows} moved, {packed_steps} in packs, {left} left");
+    }
+    on_every_node(server, "VACUUM ANALYZE").await?;
+    let (heap, index) = sizes(pool, "samples_steps_").await?;
+    let (pack_heap, pack_index) = sizes(pool, "step_packs").await?;
+    println!(
+        "   packed {rows} step records in {pack_s:.1} s: packs {:.1} MB (heap and TOAST {:.1}, index {:.1}), row partitions left {:.1} MB",
+        (pack_heap + pack_index) as f64 / 1e6,
+        pack_heap as f64 / 1e6,
+        pack_index as f64 / 1e6,
+        (heap + index) as f64 / 1e6
+    );
+    Ok((pack_s, heap + index + pack_heap + pack_index))
+}
+
+/// Marks every hour of the run dirty and attributes it again, now from the packs; checks
+/// the ledger is what it was, row for row, and still adds up to the metered energy.
+async fn reattribute(
+    pool: &sqlx::PgPool,
+    (from, to): (i64, i64),
+    fleet: &Fleet,
+    site_counters: &[Vec<i64>],
+) -> anyhow::Result<(f64, usize)> {
+    let before = ledger_digest(pool).await?;
+    let sites: Vec<i64> = sqlx::query_scalar("SELECT id FROM sites ORDER BY id")
+        .fetch_all(pool)
+        .await?;
+    let at = |ms| chrono::DateTime::from_timestamp_millis(ms).unwrap();
+    let mut conn = pool.acquire().await?;
+    wattledger_store::dirty::mark_site_spans(
+        &mut conn,
+        &sites,
+        &vec![at(from); sites.len()],
+        &vec![at(to - 1); sites.len()],
+    )
+    .await?;
+    drop(conn);
+    let t = Instant::now();
+    wattledger::worker::drain(pool, |_| {}).await?;
+    let s = t.elapsed().as_secs_f64();
+    if ledger_digest(pool).await? != before {
+        bail!("the ledger attributed again from the packs differs from the first");
+    }
+    let hours = conservation(pool, fleet, site_counters).await?;
+    println!("   attributed again from the packs in {s:.1} s: the same ledger, all {hours} site-hours add up");
+    Ok((s, hours))
+}
+
+/// A digest of every ledger row's values, less the ids and times of the run that wrote it.
+async fn ledger_digest(pool: &sqlx::PgPool) -> anyhow::Result<String> {
+    Ok(sqlx::query_scalar(
+        "SELECT md5(string_agg(x, '|' ORDER BY x)) FROM (
+             SELECT (to_jsonb(l) - ARRAY['id', 'run_id', 'computed_at', 'updated_at', 'created_at'])::text AS x
+             FROM ledger l) t",
+    )
+    .fetch_one(pool)
+    .await?)
 }
 
 /// Runs `sql` in `fleet_api` on every node (VACUUM and CHECKPOINT act on one server only).
@@ -871,6 +964,13 @@ fn report(f: &Figures) {
         f.ledger_bytes as f64 / gpu_days / 1000.0,
         f.rollup_bytes as f64 / gpu_days / 1000.0
     );
+    println!(
+        "   packed: {:.1} KB per GPU-day in {:.1} s; attributed again from the packs in {:.1} s ({:.1} s per fleet-day)",
+        f.packed_bytes as f64 / gpu_days / 1000.0,
+        f.pack_s,
+        f.reattribute_s,
+        f.reattribute_s / f.days as f64
+    );
     for (name, p50, p95, baseline) in &f.queries {
         println!(
             "   {name:<30} p50 {p50:>8.2} ms  p95 {p95:>8.2} ms  p50 / SQL {:.1}",
@@ -891,8 +991,8 @@ fn report(f: &Figures) {
 }
 
 fn summary(all: &[Figures]) {
-    println!("\n| engine | GPUs | days | step records | API/COPY | API rows/s | attribution s/fleet-day | ledger rows | KB/GPU-day steps+index (compacted) | usage one p95 ms (×SQL) | usage all p95 ms (×SQL) | dashboard p95 ms | budgets p95 ms | close s | site-hours Σ ledger = metered | KB/GPU-day per node | rows equal on the other engine |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n| engine | GPUs | days | step records | API/COPY | API rows/s | attribution s/fleet-day | ledger rows | KB/GPU-day steps+index (compacted) | KB/GPU-day packed | again from packs s/fleet-day | usage one p95 ms (×SQL) | usage all p95 ms (×SQL) | dashboard p95 ms | budgets p95 ms | close s | site-hours Σ ledger = metered | KB/GPU-day per node | rows equal on the other engine |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for f in all {
         let q = |i: usize| &f.queries[i];
         let gpu_days = (f.gpus as i64 * f.days) as f64;
@@ -902,7 +1002,7 @@ fn summary(all: &[Figures]) {
             .map(|(n, b)| format!("{n} {:.0}", *b as f64 / gpu_days / 1000.0))
             .collect();
         println!(
-            "| {} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} | {:.0} ({:.0}) | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} | {:.1} | {:.2} | all {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} | {:.0} ({:.0}) | {:.1} | {:.1} | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} | {:.1} | {:.2} | all {} | {} | {} |",
             f.engine,
             f.gpus,
             f.days,
@@ -913,6 +1013,8 @@ fn summary(all: &[Figures]) {
             f.ledger_rows,
             (f.steps_bytes + f.steps_index_bytes) as f64 / (f.gpus as i64 * f.days) as f64 / 1000.0,
             (f.steps_bytes + f.steps_index_packed) as f64 / (f.gpus as i64 * f.days) as f64 / 1000.0,
+            f.packed_bytes as f64 / gpu_days / 1000.0,
+            f.reattribute_s / f.days as f64,
             q(0).2,
             q(0).1 / q(0).3,
             q(1).2,

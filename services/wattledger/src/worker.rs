@@ -59,11 +59,11 @@ pub async fn drain_until(
 pub struct Kept {
     pub created: usize,
     pub dropped: Vec<String>,
-    pub compacted: Vec<compaction::Compaction>,
+    pub compacted: compaction::Pass,
 }
 
-/// Creates the partitions ahead of need, drops those past retention and compacts the
-/// indexes of step partitions whose month has ended.
+/// Creates the partitions ahead of need, drops those past retention, packs closed days'
+/// step records and compacts the indexes of step partitions whose month has ended.
 pub async fn housekeeping(
     pool: &sqlx::PgPool,
     policy: &Policy,
@@ -72,7 +72,7 @@ pub async fn housekeeping(
     let created = partitions::ensure_ahead(pool, now).await?;
     let plan = retention::plan(pool, policy, now).await?;
     let dropped = retention::apply(pool, policy, now, &plan).await?;
-    let compacted = compaction::run(pool, now).await?;
+    let compacted = compaction::run(pool, now, compaction::PACKING_BUDGET).await?;
     Ok(Kept {
         created,
         dropped: dropped.into_iter().map(|s| s.name).collect(),
@@ -88,7 +88,11 @@ pub async fn run(pool: sqlx::PgPool, policy: Policy, mut shutdown: watch::Receiv
         if kept_at.is_none_or(|t| t.elapsed() >= HOUSEKEEPING_EVERY) {
             match housekeeping(&pool, &policy, chrono::Utc::now()).await {
                 Ok(k) if k.created > 0 || !k.dropped.is_empty() || !k.compacted.is_empty() => {
-                    tracing::info!(created = k.created, dropped = ?k.dropped, compacted = ?k.compacted,
+                    let c = &k.compacted;
+                    tracing::info!(created = k.created, dropped = ?k.dropped,
+                        packed_days = c.packed.len(),
+                        packed_rows = c.packed.iter().map(|d| d.rows).sum::<u64>(),
+                        reindexed = ?c.reindexed,
                         "sample partitions looked after")
                 }
                 Ok(_) => {}
