@@ -80,6 +80,16 @@ pub async fn claim(pool: &PgPool, max_hours: i64) -> StoreResult<Option<Claim>> 
     Ok(Some(Claim { site_id, hours }))
 }
 
+/// Whether any dirty hour is unclaimed (or its lease has lapsed).
+pub async fn claimable(pool: &PgPool) -> StoreResult<bool> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT FROM dirty_hours
+                          WHERE claimed_until IS NULL OR claimed_until < now()) AS "any!""#
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
 /// Everything the window needs, loaded once.
 pub struct Window {
     policy: SitePolicy,

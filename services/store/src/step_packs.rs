@@ -107,21 +107,41 @@ fn days_due(
     out
 }
 
-/// Packs the site-days due at `now`, oldest first, until `budget` has been spent.
+/// Session-level advisory lock: one replica packs at a time (two would only wait on each
+/// other's rows).
+const PACK_LOCK: i64 = 7_301_005;
+
+/// Packs the site-days due at `now`, oldest first, until `budget` has been spent, unless
+/// another replica is packing.
 pub async fn pack_due(
     pool: &PgPool,
     now: DateTime<Utc>,
     budget: std::time::Duration,
 ) -> StoreResult<Vec<PackedDay>> {
+    let mut lock = pool.acquire().await?;
+    let locked: bool =
+        sqlx::query_scalar!(r#"SELECT pg_try_advisory_lock($1) AS "locked!""#, PACK_LOCK)
+            .fetch_one(&mut *lock)
+            .await?;
+    if !locked {
+        return Ok(Vec::new());
+    }
     let started = std::time::Instant::now();
     let mut out = Vec::new();
-    for (site, day) in due(pool, now).await? {
-        if started.elapsed() >= budget {
-            break;
+    let result = async {
+        for (site, day) in due(pool, now).await? {
+            if started.elapsed() >= budget {
+                break;
+            }
+            out.push(pack_day(pool, site, day).await?);
         }
-        out.push(pack_day(pool, site, day).await?);
+        StoreResult::Ok(())
     }
-    Ok(out)
+    .await;
+    sqlx::query_scalar!("SELECT pg_advisory_unlock($1)", PACK_LOCK)
+        .fetch_one(&mut *lock)
+        .await?;
+    result.map(|()| out)
 }
 
 /// Packs a site's step records of `day` (and merges any written since it was last packed).

@@ -348,6 +348,9 @@ async fn run(
     fig.steps_index_packed = sizes(&api.pool, "samples_steps_").await?.1;
     (fig.pack_s, fig.packed_bytes) = pack(server, &api.pool, fig.samples).await?;
     (fig.reattribute_s, _) = reattribute(&api.pool, range, &fleet, &site_counters).await?;
+    // Attributing again rewrote every ledger row: vacuumed before the ledger is sized and
+    // queried, as autovacuum would have by then.
+    on_every_node(server, "VACUUM ANALYZE").await?;
     // The writes above leave gigabytes of dirty buffers behind: flushed now, not spread
     // over the queries' timings by the checkpointer.
     on_every_node(server, "CHECKPOINT").await?;

@@ -16,16 +16,33 @@ const CLAIM_HOURS: i64 = 24;
 
 /// Attributes dirty hours until none are left; returns what was done.
 /// `progress` is called after each claim with the running totals.
-pub async fn drain(
-    pool: &sqlx::PgPool,
-    mut progress: impl FnMut(&RunStats),
-) -> StoreResult<RunStats> {
-    let mut total = RunStats::default();
-    while let Some(claim) = attribution::claim(pool, CLAIM_HOURS).await? {
-        total += run_claim(pool, &claim).await?;
-        progress(&total);
-    }
-    Ok(total)
+///
+/// Two claims at once: while one reads its window or writes its ledger, the other's pure
+/// core runs (off the async threads), so a backlog keeps two cores busy. Each claim is its
+/// own transaction on its own hours, as another replica's would be.
+pub async fn drain(pool: &sqlx::PgPool, progress: impl FnMut(&RunStats)) -> StoreResult<RunStats> {
+    let total = std::sync::Mutex::new((RunStats::default(), progress));
+    let lane = || async {
+        loop {
+            let Some(claim) = attribution::claim(pool, CLAIM_HOURS).await? else {
+                // Another lane (or replica) may have taken the hour this one looked at:
+                // done only when nothing is left to claim.
+                if attribution::claimable(pool).await? {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                return StoreResult::Ok(());
+            };
+            let stats = run_claim(pool, &claim).await?;
+            let mut t = total.lock().expect("a progress callback does not panic");
+            t.0 += stats;
+            let so_far = t.0;
+            (t.1)(&so_far);
+        }
+    };
+    let (a, b) = tokio::join!(lane(), lane());
+    a.and(b)?;
+    Ok(total.into_inner().expect("not poisoned").0)
 }
 
 /// Attributes until no hour up to `until` is dirty, including hours another worker holds

@@ -39,7 +39,17 @@ pub async fn run_claim(pool: &PgPool, claim: &Claim) -> StoreResult<RunStats> {
     let (from, to) = (*first, *last + Duration::hours(1));
     let window = store::load(pool, claim.site_id, from, to).await?;
     let rates = wattledger_store::signals::site_rates(pool, claim.site_id, from, to).await?;
-    let results = attribute(&window, &rates, &hours);
+    // The pure core is seconds of CPU for a day of a large site: off the async threads, so
+    // the worker's other lane and the API go on meanwhile.
+    let (window, results) = {
+        let hours = hours.clone();
+        tokio::task::spawn_blocking(move || {
+            let results = attribute(&window, &rates, &hours);
+            (window, results)
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    };
 
     let mut tx = pool.begin().await?;
     let run_id = store::begin_run(&mut tx).await?;
