@@ -613,13 +613,15 @@ mod tests {
             Span::containing(crate::partitions::Kind::Steps, d(1)),
             Span::containing(crate::partitions::Kind::Raw, d(1)),
         ];
-        let now = DateTime::parse_from_rfc3339("2026-09-04T00:00:00Z")
-            .unwrap()
-            .to_utc();
-        let horizon = (now - AFTER).date_naive();
         let packed = [(1, d(1))].into_iter().collect();
+        let due_at = |now: &str| {
+            let now = DateTime::parse_from_rfc3339(now).unwrap().to_utc();
+            days_due(&spans, &[1, 2], &packed, (now - AFTER).date_naive())
+        };
+        // Sep 2 ends at midnight on the 3rd: due two days later, on the 5th.
+        assert_eq!(due_at("2026-09-04T23:59:59Z"), [(2, d(1))]);
         assert_eq!(
-            days_due(&spans, &[1, 2], &packed, horizon),
+            due_at("2026-09-05T00:00:00Z"),
             [(2, d(1)), (1, d(2)), (2, d(2))]
         );
         assert_eq!(partition_name(d(30)), "step_packs_y2026m09");
