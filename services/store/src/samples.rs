@@ -64,37 +64,35 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     let site_ids: Vec<i64> = rows.iter().map(|r| r.site_id).collect();
     let meter_ids: Vec<i64> = rows.iter().map(|r| r.meter_id).collect();
     let ts: Vec<DateTime<Utc>> = rows.iter().map(|r| r.ts).collect();
-    let packed = step_packs::check_old_rows(&mut tx, rows, Utc::now()).await?;
+    let packed = step_packs::check_old_rows(&mut tx, &step_keys(rows), Utc::now()).await?;
 
-    sqlx::query!("SAVEPOINT copy_fast_path")
-        .execute(&mut *tx)
-        .await?;
-    let fast = if packed.is_empty() {
-        copy(&mut tx, rows).await
-    } else {
-        Err(sqlx::Error::Protocol("rows at packed instants".into()))
-    };
-    match fast {
-        Ok(()) => {
-            sqlx::query!("RELEASE SAVEPOINT copy_fast_path")
-                .execute(&mut *tx)
-                .await?;
-            dirty::mark_for_samples(&mut tx, &site_ids, &meter_ids, &ts).await?;
-            tx.commit().await?;
-            return Ok(InsertOutcome {
-                inserted: rows.len() as u64,
-                ..InsertOutcome::default()
-            });
-        }
-        // Whatever the COPY failed on, the UNNEST path below tells it exactly: a row already
-        // stored there is a duplicate or a conflict, and data the database refuses fails
-        // there with its own error. (The failure is not always 23505: a distributed
-        // PostgreSQL reports a shard's duplicate key in a COPY as XX000.)
-        Err(e) => {
-            tracing::debug!(error = %e, "COPY fast path falls back to UNNEST");
-            sqlx::query!("ROLLBACK TO SAVEPOINT copy_fast_path")
-                .execute(&mut *tx)
-                .await?;
+    // A batch with rows at packed instants is not all new: straight to the UNNEST path.
+    if packed.is_empty() {
+        sqlx::query!("SAVEPOINT copy_fast_path")
+            .execute(&mut *tx)
+            .await?;
+        match copy(&mut tx, rows).await {
+            Ok(()) => {
+                sqlx::query!("RELEASE SAVEPOINT copy_fast_path")
+                    .execute(&mut *tx)
+                    .await?;
+                dirty::mark_for_samples(&mut tx, &site_ids, &meter_ids, &ts).await?;
+                tx.commit().await?;
+                return Ok(InsertOutcome {
+                    inserted: rows.len() as u64,
+                    ..InsertOutcome::default()
+                });
+            }
+            // Whatever the COPY failed on, the UNNEST path below tells it exactly: a row
+            // already stored there is a duplicate or a conflict, and data the database
+            // refuses fails there with its own error. (The failure is not always 23505: a
+            // distributed PostgreSQL reports a shard's duplicate key in a COPY as XX000.)
+            Err(e) => {
+                tracing::debug!(error = %e, "COPY fast path falls back to UNNEST");
+                sqlx::query!("ROLLBACK TO SAVEPOINT copy_fast_path")
+                    .execute(&mut *tx)
+                    .await?;
+            }
         }
     }
     let counters: Vec<Option<i64>> = rows.iter().map(|r| r.counter_mj).collect();
@@ -215,6 +213,19 @@ pub async fn insert(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<InsertOutc
     Ok(outcome)
 }
 
+/// Where each row would be packed: step records only.
+fn step_keys(rows: &[SampleRow]) -> Vec<Option<step_packs::StepKey>> {
+    rows.iter()
+        .map(|r| {
+            (!r.raw).then_some(step_packs::StepKey {
+                site_id: r.site_id,
+                meter_id: r.meter_id,
+                ts: r.ts,
+            })
+        })
+        .collect()
+}
+
 /// A row of the batch already stored, in `samples` or packed, with the stored values.
 struct Stored {
     idx: i32,
@@ -279,7 +290,7 @@ fn disjoint(batches: &[Vec<SampleRow>]) -> bool {
 async fn insert_new(pool: &PgPool, rows: &[SampleRow]) -> StoreResult<bool> {
     let mut tx = pool.begin().await?;
     partitions::ensure(&mut tx, &spans_of(rows)).await?;
-    if !step_packs::check_old_rows(&mut tx, rows, Utc::now())
+    if !step_packs::check_old_rows(&mut tx, &step_keys(rows), Utc::now())
         .await?
         .is_empty()
     {

@@ -17,7 +17,6 @@
 //! before the day was recorded is still writing when the pass reads the day's rows.
 
 use crate::partitions::Span;
-use crate::samples::SampleRow;
 use crate::{StoreError, StoreResult};
 use chrono::{DateTime, Datelike, Duration, NaiveDate, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -497,18 +496,28 @@ pub async fn read(
     Ok(out)
 }
 
-/// For a batch about to be written: where it holds rows older than [`OLD`] (at `now`), takes
+/// A step record of a batch about to be written: where it would go.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepKey {
+    pub site_id: i64,
+    pub meter_id: i64,
+    pub ts: DateTime<Utc>,
+}
+
+/// For a batch about to be written (its step records; `None` for a raw reading, which
+/// stays in `samples`): where it holds rows older than [`OLD`] (at `now`), takes
 /// the ingest lock shared, marks the packed days they land in pending, and returns each row
 /// (by index) whose instant is already packed, with the packed step. Rows at other instants
 /// are written to `samples` as usual. Nothing is read for a batch of recent rows.
 pub async fn check_old_rows(
     tx: &mut Transaction<'_, Postgres>,
-    rows: &[SampleRow],
+    rows: &[Option<StepKey>],
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<(usize, PackedStep)>> {
     let old: Vec<usize> = (0..rows.len())
-        .filter(|&i| !rows[i].raw && rows[i].ts < now - OLD)
+        .filter(|&i| rows[i].is_some_and(|r| r.ts < now - OLD))
         .collect();
+    let rows: Vec<StepKey> = rows.iter().map(|r| r.unwrap_or_default()).collect();
     if old.is_empty() {
         return Ok(Vec::new());
     }
