@@ -98,10 +98,20 @@ pub async fn housekeeping(
 }
 
 /// Runs until `shutdown` turns true, polling for dirty hours, with the partitions'
-/// housekeeping at start and hourly.
+/// housekeeping after the first pass and hourly.
 pub async fn run(pool: sqlx::PgPool, policy: Policy, mut shutdown: watch::Receiver<bool>) {
     let mut kept_at: Option<std::time::Instant> = None;
     loop {
+        match drain(&pool, |_| {}).await {
+            // Live collectors dirty the current hour every few seconds: routine, so quiet.
+            // Several hours at once (late data, a backfill) is worth a line.
+            Ok(s) if s.hours > 1 => tracing::info!(hours = s.hours, rows = s.rows, "attributed"),
+            Ok(s) if s.hours == 1 => tracing::debug!(rows = s.rows, "attributed the current hour"),
+            Ok(_) => {}
+            Err(error) => tracing::error!(%error, "attribution pass failed; retrying"),
+        }
+        // After the pass, not before: a start with days to pack (an upgrade, a demo's seeded
+        // month) attributes what is waiting first.
         if kept_at.is_none_or(|t| t.elapsed() >= HOUSEKEEPING_EVERY) {
             match housekeeping(&pool, &policy, chrono::Utc::now()).await {
                 Ok(k) if k.created > 0 || !k.dropped.is_empty() || !k.compacted.is_empty() => {
@@ -116,14 +126,6 @@ pub async fn run(pool: sqlx::PgPool, policy: Policy, mut shutdown: watch::Receiv
                 Err(error) => tracing::error!(%error, "partition housekeeping failed; retrying"),
             }
             kept_at = Some(std::time::Instant::now());
-        }
-        match drain(&pool, |_| {}).await {
-            // Live collectors dirty the current hour every few seconds: routine, so quiet.
-            // Several hours at once (late data, a backfill) is worth a line.
-            Ok(s) if s.hours > 1 => tracing::info!(hours = s.hours, rows = s.rows, "attributed"),
-            Ok(s) if s.hours == 1 => tracing::debug!(rows = s.rows, "attributed the current hour"),
-            Ok(_) => {}
-            Err(error) => tracing::error!(%error, "attribution pass failed; retrying"),
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
