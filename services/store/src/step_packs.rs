@@ -442,58 +442,59 @@ pub async fn read(
     meters: &[i64],
     days: Days,
 ) -> StoreResult<Vec<(i64, PackedStep)>> {
-    let rows: Vec<(i64, NaiveDate, Vec<u8>)> = match days {
-        Days::Between(first, last) => sqlx::query!(
-            "SELECT meter_id, day, packed FROM step_packs
+    let rows =
+        match days {
+            Days::Between(first, last) => {
+                sqlx::query_as!(
+                    PackRow,
+                    "SELECT meter_id, day, packed FROM step_packs
              WHERE site_id = $1 AND meter_id = ANY($2) AND day >= $3 AND day <= $4",
-            site_id,
-            meters,
-            first,
-            last
-        )
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(|r| (r.meter_id, r.day, r.packed))
-        .collect(),
-        Days::LatestBefore(day) => sqlx::query!(
-            r#"SELECT m.id AS "meter_id!", p.day, p.packed FROM unnest($2::bigint[]) AS m(id)
+                    site_id,
+                    meters,
+                    first,
+                    last
+                )
+                .fetch_all(pool)
+                .await?
+            }
+            Days::LatestBefore(day) => sqlx::query_as!(
+                PackRow,
+                r#"SELECT m.id AS "meter_id!", p.day, p.packed FROM unnest($2::bigint[]) AS m(id)
                CROSS JOIN LATERAL (SELECT day, packed FROM step_packs s
                                    WHERE s.site_id = $1 AND s.meter_id = m.id AND s.day < $3
                                    ORDER BY day DESC LIMIT 2) p"#,
-            site_id,
-            meters,
-            day
-        )
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(|r| (r.meter_id, r.day, r.packed))
-        .collect(),
-        Days::EarliestAfter(day) => sqlx::query!(
-            r#"SELECT m.id AS "meter_id!", p.day, p.packed FROM unnest($2::bigint[]) AS m(id)
+                site_id,
+                meters,
+                day
+            )
+            .fetch_all(pool)
+            .await?,
+            Days::EarliestAfter(day) => sqlx::query_as!(
+                PackRow,
+                r#"SELECT m.id AS "meter_id!", p.day, p.packed FROM unnest($2::bigint[]) AS m(id)
                CROSS JOIN LATERAL (SELECT day, packed FROM step_packs s
                                    WHERE s.site_id = $1 AND s.meter_id = m.id AND s.day > $3
                                    ORDER BY day LIMIT 2) p"#,
-            site_id,
-            meters,
-            day
-        )
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(|r| (r.meter_id, r.day, r.packed))
-        .collect(),
-    };
+                site_id,
+                meters,
+                day
+            )
+            .fetch_all(pool)
+            .await?,
+        };
     let mut out = Vec::new();
-    for (meter, day, packed) in rows {
-        out.extend(
-            unpacked(meter, day, &packed)?
-                .into_iter()
-                .map(|s| (meter, s)),
-        );
+    for r in rows {
+        let steps = unpacked(r.meter_id, r.day, &r.packed)?;
+        out.extend(steps.into_iter().map(|s| (r.meter_id, s)));
     }
     Ok(out)
+}
+
+/// A stored pack as read back.
+struct PackRow {
+    meter_id: i64,
+    day: NaiveDate,
+    packed: Vec<u8>,
 }
 
 /// A step record of a batch about to be written: where it would go.
