@@ -80,10 +80,12 @@ pub async fn claim(pool: &PgPool, max_hours: i64) -> StoreResult<Option<Claim>> 
     Ok(Some(Claim { site_id, hours }))
 }
 
-/// Whether any dirty hour is unclaimed (or its lease has lapsed).
+/// Whether any dirty hour is unclaimed (or its lease has lapsed). The subquery selects a
+/// column: a distributed PostgreSQL plans it across shards as an intermediate result, and
+/// one of no columns fails there ("a column definition list is required").
 pub async fn claimable(pool: &PgPool) -> StoreResult<bool> {
     Ok(sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT FROM dirty_hours
+        r#"SELECT EXISTS (SELECT 1 FROM dirty_hours
                           WHERE claimed_until IS NULL OR claimed_until < now()) AS "any!""#
     )
     .fetch_one(pool)
