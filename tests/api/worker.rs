@@ -80,6 +80,75 @@ async fn two_workers_racing_write_the_ledger_one_would() {
     assert_eq!(totals, scenario::expected_totals());
 }
 
+/// Two claims of one site-day rebuild its rollup one after the other, even when the hour a
+/// claim locks the day by has no site-hour (no data in it): the second waits for the first
+/// to commit, then sums both, where it used to insert the day's rows beside the first's and
+/// fail on the rollup's unique key.
+#[tokio::test]
+async fn two_claims_of_one_day_rebuild_its_rollup_in_turn_even_from_an_empty_hour() {
+    let app = TestApp::start().await;
+    scenario::push(&app, &scenario::batches()).await;
+    app.attribute().await;
+    let (site_id, hour): (i64, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT site_id, min(hour) FROM site_hours GROUP BY site_id LIMIT 1")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let day = attribution::day_of(hour);
+    // Hours of that day the scenario has no data in: no site-hour row.
+    let empty: Vec<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+        "SELECT h FROM generate_series($2::timestamptz, $2 + interval '23 hours', interval '1 hour') h
+         WHERE NOT EXISTS (SELECT 1 FROM site_hours WHERE site_id = $1 AND hour = h)
+         ORDER BY h LIMIT 2",
+    )
+    .bind(site_id)
+    .bind(day)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(empty.len(), 2, "the scenario leaves hours of its day empty");
+    let mut first = app.pool.begin().await.unwrap();
+    attribution::rebuild_days(&mut first, site_id, &empty[..1])
+        .await
+        .unwrap();
+    let mut second = app.pool.acquire().await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *second)
+        .await
+        .unwrap();
+    let rebuilding = tokio::spawn(async move {
+        let mut tx = sqlx::Connection::begin(&mut *second).await?;
+        attribution::rebuild_days(&mut tx, site_id, &empty[1..]).await?;
+        tx.commit().await?;
+        Ok::<_, anyhow::Error>(())
+    });
+    // The second is waiting on a lock of the first (which one is what the fix changed).
+    let mut waited = false;
+    for _ in 0..200 {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_activity
+             WHERE pid = $1",
+        )
+        .bind(pid)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        if waiting {
+            waited = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(waited, "the second rebuild did not wait for the first");
+    first.commit().await.unwrap();
+    rebuilding
+        .await
+        .unwrap()
+        .expect("the second rebuild, in turn");
+    let totals = scenario::tenant_totals(&app, &app.token(Role::Finance)).await;
+    assert_eq!(totals, scenario::expected_totals());
+}
+
 /// Ingest batches: the path under `/v1/ingest/` and the records.
 type Batches = Vec<(&'static str, serde_json::Value)>;
 

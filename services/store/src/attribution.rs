@@ -1018,11 +1018,14 @@ pub async fn rebuild_days(
     // statement on one of this claim's site-hours: on a distributed PostgreSQL it is held on
     // the node of the site's shard, and released only once this transaction's rows there are
     // committed (a lock on the coordinator would be released first, and the second claim
-    // could read the shard before the first's rows are visible on it).
+    // could read the shard before the first's rows are visible on it). Over a count, which
+    // is one row whether or not the site-hour is there: an hour of no data leaves none
+    // (`replace_site_hours`), and a lock taken once per row of it was then not taken at all,
+    // so two claims of one day both rebuilt it and one failed on the rollup's unique key.
     for (day, hour) in &days {
         sqlx::query!(
-            "SELECT pg_advisory_xact_lock($1::int4, $2::int4)::text FROM site_hours
-             WHERE site_id = $3 AND hour = $4",
+            "SELECT pg_advisory_xact_lock($1::int4, $2::int4)::text
+             FROM (SELECT count(*) FROM site_hours WHERE site_id = $3 AND hour = $4) AS h",
             site_id as i32,
             (day.timestamp() / 86_400) as i32,
             site_id,
