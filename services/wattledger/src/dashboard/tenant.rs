@@ -252,8 +252,8 @@ struct Loaded {
 }
 
 /// The page's reads at once, each on a connection of its own: they are independent, and
-/// one after the other they added up to most of the page's time (about 100 ms p95 over a
-/// 1,280-GPU month, eleven reads of 2–20 ms each).
+/// one after the other they added up to the page's time (98 ms p95 over a 1,280-GPU month,
+/// BENCHMARKS.md).
 async fn load(
     pool: &sqlx::PgPool,
     scope: &Scope,
