@@ -252,8 +252,8 @@ struct Loaded {
 }
 
 /// The page's reads at once, each on a connection of its own: they are independent, and
-/// one after the other they added up to the page's time (98 ms p95 over a 1,280-GPU month,
-/// BENCHMARKS.md).
+/// one after the other they added up to the page's time (1.7× faster at once over a
+/// 1,280-GPU month, BENCHMARKS.md).
 async fn load(
     pool: &sqlx::PgPool,
     scope: &Scope,
