@@ -433,7 +433,7 @@ async fn closed_days_are_packed_read_the_same_and_take_late_data() {
         "{dropped:?}"
     );
     let (partition, days): (bool, i64) = sqlx::query_as(
-        "SELECT EXISTS (SELECT FROM pg_class WHERE relname = 'step_packs_y2026m11'),
+        "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'step_packs_y2026m11'),
                 (SELECT count(*) FROM step_pack_days WHERE day < '2026-12-01')",
     )
     .fetch_one(pool)

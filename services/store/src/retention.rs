@@ -171,6 +171,13 @@ pub async fn apply(
     let mut dropped = Vec::new();
     for span in plan.to_drop() {
         let mut tx = pool.begin().await?;
+        // A month of step records drops two partitions in this transaction (its records and
+        // its packs): on a distributed PostgreSQL, run over one connection per node, as two
+        // DDL commands over parallel connections deadlock against each other there
+        // ("involved in a distributed deadlock"). A setting of no meaning elsewhere.
+        sqlx::query("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
+            .execute(&mut *tx)
+            .await?;
         sqlx::query!("SELECT pg_advisory_xact_lock(7301001)")
             .execute(&mut *tx)
             .await?;
