@@ -29,7 +29,11 @@ pub struct Stored {
 pub async fn insert(conn: &mut PgConnection, rows: &[TokenRow]) -> StoreResult<Vec<Stored>> {
     // The stored records are read first, then the others inserted: two statements, not one
     // with a writing CTE, whose snapshot a distributed PostgreSQL does not keep (it runs the
-    // CTE's insert before the join that reads, and every record would look stored).
+    // CTE's insert before the join that reads, and every record would look stored). A record
+    // of a tenant and one of the job's own tenant (none) are matched apart, each on the whole
+    // unique key: matched in one join by `IS NOT DISTINCT FROM`, which no index serves, each
+    // record read every stored record of its job (a serving job has thousands; about 1 s per
+    // batch of 10,000 at 1,280 GPUs × 30 days).
     let existing = sqlx::query!(
         r#"WITH input AS (
              SELECT * FROM UNNEST($7::bigint[], $1::bigint[], $2::bigint[], $3::timestamptz[],
@@ -41,7 +45,14 @@ pub async fn insert(conn: &mut PgConnection, rows: &[TokenRow]) -> StoreResult<V
                 (r.end_at, r.prompt_tokens, r.generated_tokens)
                     = (i.end_at, i.prompt_tokens, i.generated_tokens) AS "same!"
          FROM input i JOIN token_records r ON r.site_id = i.site_id AND r.job_id = i.job_id
-              AND r.tenant_id IS NOT DISTINCT FROM i.tenant_id AND r.start_at = i.start_at"#,
+              AND r.tenant_id = i.tenant_id AND r.start_at = i.start_at
+         UNION ALL
+         SELECT (i.idx - 1)::int,
+                (r.end_at, r.prompt_tokens, r.generated_tokens)
+                    = (i.end_at, i.prompt_tokens, i.generated_tokens)
+         FROM input i JOIN token_records r ON r.site_id = i.site_id AND r.job_id = i.job_id
+              AND r.tenant_id IS NULL AND r.start_at = i.start_at
+         WHERE i.tenant_id IS NULL"#,
         &rows.iter().map(|r| r.job_id).collect::<Vec<_>>(),
         // Tenant ids may be null (a job's own tenant), which the parameter's check does not allow.
         &rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>() as &[Option<i64>],
