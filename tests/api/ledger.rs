@@ -262,21 +262,34 @@ async fn usage_groups_by_any_key_and_refuses_unknown_ones() {
     assert_eq!(status, 404);
 }
 
-/// The tenant-day rollup's rows, and the same sums computed straight from the ledger.
-const ROLLUP_VS_LEDGER: [&str; 2] = [
-    "SELECT day, site_id, tenant_id, model_id, ledger_rows AS n, total_mj, gpu_mj, idle_mj,
-            estimated_mj, priced_mj, carbon_mj, prompt_tokens + generated_tokens AS tokens,
-            gpu_ms, cost, carbon_g, embodied_carbon_g, flags
-     FROM usage_days ORDER BY 1, 2, 3, 4 NULLS FIRST",
-    "SELECT date_bin('1 day', hour, timestamptz 'epoch') AS day, site_id, tenant_id, model_id,
-            count(*) AS n, sum(total_mj)::bigint AS total_mj, sum(gpu_mj)::bigint AS gpu_mj,
-            sum(idle_mj)::bigint AS idle_mj, sum(estimated_mj)::bigint AS estimated_mj,
-            sum(priced_mj)::bigint AS priced_mj, sum(carbon_mj)::bigint AS carbon_mj,
-            sum(prompt_tokens + generated_tokens)::bigint AS tokens,
-            sum(gpu_ms)::bigint AS gpu_ms, sum(cost) AS cost, sum(carbon_g) AS carbon_g,
-            sum(embodied_carbon_g) AS embodied_carbon_g, flags_union_agg(flags) AS flags
-     FROM ledger_rows GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4 NULLS FIRST",
-];
+/// A rollup's rows, and the same sums computed straight from the ledger: `job` is the rollup's
+/// job column (the tenant-day rollup has none).
+fn rollup_vs_ledger(table: &str, job: &str) -> [String; 2] {
+    [
+        format!(
+            "SELECT day, site_id, tenant_id, model_id, {job} AS job_id, ledger_rows AS n,
+                    total_mj, gpu_mj, idle_mj, estimated_mj, priced_mj, carbon_mj,
+                    prompt_tokens + generated_tokens AS tokens, gpu_ms, cost, carbon_g,
+                    embodied_carbon_g, badput_mj, badput_cost, carbon_free_mj, cfe_mj, flags
+             FROM {table} ORDER BY 1, 2, 3, 4 NULLS FIRST, 5 NULLS FIRST"
+        ),
+        format!(
+            "SELECT date_bin('1 day', hour, timestamptz 'epoch') AS day, site_id, tenant_id,
+                    model_id, {job} AS job_id, count(*) AS n, sum(total_mj)::bigint AS total_mj,
+                    sum(gpu_mj)::bigint AS gpu_mj, sum(idle_mj)::bigint AS idle_mj,
+                    sum(estimated_mj)::bigint AS estimated_mj,
+                    sum(priced_mj)::bigint AS priced_mj, sum(carbon_mj)::bigint AS carbon_mj,
+                    sum(prompt_tokens + generated_tokens)::bigint AS tokens,
+                    sum(gpu_ms)::bigint AS gpu_ms, sum(cost) AS cost, sum(carbon_g) AS carbon_g,
+                    sum(embodied_carbon_g) AS embodied_carbon_g,
+                    sum(badput_mj)::bigint AS badput_mj, sum(badput_cost) AS badput_cost,
+                    sum(carbon_free_mj)::bigint AS carbon_free_mj, sum(cfe_mj)::bigint AS cfe_mj,
+                    flags_union_agg(flags) AS flags
+             FROM ledger_rows GROUP BY 1, 2, 3, 4, 5
+             ORDER BY 1, 2, 3, 4 NULLS FIRST, 5 NULLS FIRST"
+        ),
+    ]
+}
 
 #[derive(Debug, PartialEq, sqlx::FromRow)]
 struct RollupRow {
@@ -284,6 +297,7 @@ struct RollupRow {
     site_id: i64,
     tenant_id: i64,
     model_id: Option<i64>,
+    job_id: Option<i64>,
     n: i64,
     total_mj: i64,
     gpu_mj: i64,
@@ -296,15 +310,25 @@ struct RollupRow {
     cost: Option<rust_decimal::Decimal>,
     carbon_g: Option<rust_decimal::Decimal>,
     embodied_carbon_g: Option<rust_decimal::Decimal>,
+    badput_mj: i64,
+    badput_cost: Option<rust_decimal::Decimal>,
+    carbon_free_mj: Option<i64>,
+    cfe_mj: i64,
     flags: Vec<String>,
 }
 
-async fn rollup_and_ledger(app: &TestApp) -> (Vec<RollupRow>, Vec<RollupRow>) {
-    let [rollup, ledger] = ROLLUP_VS_LEDGER.map(|sql| sqlx::query_as::<_, RollupRow>(sql));
-    (
-        rollup.fetch_all(&app.pool).await.unwrap(),
-        ledger.fetch_all(&app.pool).await.unwrap(),
-    )
+/// Each rollup's rows, checked equal to the same sums from the ledger: the tenant-day
+/// rollup's, then the job-day rollup's.
+async fn rollups_equal_the_ledger(app: &TestApp, round: &str) -> [Vec<RollupRow>; 2] {
+    let mut found = Vec::new();
+    for (table, job) in [("usage_days", "NULL::bigint"), ("usage_job_days", "job_id")] {
+        let [rollup, ledger] = rollup_vs_ledger(table, job);
+        let rollup: Vec<RollupRow> = sqlx::query_as(&rollup).fetch_all(&app.pool).await.unwrap();
+        let ledger: Vec<RollupRow> = sqlx::query_as(&ledger).fetch_all(&app.pool).await.unwrap();
+        assert_eq!(rollup, ledger, "{table}, {round}");
+        found.push(rollup);
+    }
+    found.try_into().unwrap()
 }
 
 /// The scenario's hour at `hour`, its jobs renamed for that hour, its tokens held back.
@@ -323,7 +347,7 @@ fn scenario_hour(hour: &str, tag: usize) -> (scenario::Batches, serde_json::Valu
 }
 
 #[tokio::test]
-async fn the_tenant_day_rollup_equals_the_ledger_after_random_recomputations() {
+async fn the_rollups_equal_the_ledger_after_random_recomputations() {
     let app = TestApp::start().await;
     // Hours on three UTC days, one at each edge of a day: the rollup's days and the ledger's
     // edge hours both take part.
@@ -341,9 +365,11 @@ async fn the_tenant_day_rollup_equals_the_ledger_after_random_recomputations() {
         held.push(Some(tokens));
     }
     app.attribute().await;
-    let (rollup, ledger) = rollup_and_ledger(&app).await;
-    assert!(rollup.len() >= 6, "{rollup:?}");
-    assert_eq!(rollup, ledger);
+    let [days, job_days] = rollups_equal_the_ledger(&app, "first").await;
+    assert!(days.len() >= 6, "{days:?}");
+    // The job-day rollup has a row per job, and one of no job (idle energy).
+    assert!(job_days.len() > days.len(), "{job_days:?}");
+    assert!(job_days.iter().any(|r| r.job_id.is_none()));
 
     // Random late data and recomputations (a fixed xorshift, so a failure replays).
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -373,8 +399,7 @@ async fn the_tenant_day_rollup_equals_the_ledger_after_random_recomputations() {
         .unwrap();
         tx.commit().await.unwrap();
         app.attribute().await;
-        let (rollup, ledger) = rollup_and_ledger(&app).await;
-        assert_eq!(rollup, ledger, "round {round}");
+        rollups_equal_the_ledger(&app, &format!("round {round}")).await;
     }
 
     // The API over a range with whole days and edge hours sums what the ledger holds.
@@ -410,6 +435,59 @@ async fn the_tenant_day_rollup_equals_the_ledger_after_random_recomputations() {
     .unwrap();
     assert_eq!(api, direct);
     assert!(direct.iter().all(|(_, mj, _)| *mj > 0), "{direct:?}");
+
+    // By job, by how jobs ended and by serving phase (the job-day rollup for the whole days,
+    // the ledger for the edge hours), and the top jobs: the ledger's sums.
+    let keyed = [
+        ("job", "j.key"),
+        (
+            "end_state",
+            "CASE WHEN l.job_id IS NULL THEN 'idle' ELSE coalesce(j.end_state, 'unknown') END",
+        ),
+        (
+            "phase",
+            "CASE WHEN l.job_id IS NULL THEN 'idle' ELSE coalesce(j.phase, 'none') END",
+        ),
+    ];
+    for (group, key) in keyed {
+        let (status, body) = app
+            .get(
+                Some(&app.token(Role::Finance)),
+                &format!("/v1/usage?group_by=tenant,{group}&from={from}&to={to}"),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let mut api: Vec<(String, Option<String>, i64, i64, i64)> = body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["tenant"].as_str().unwrap().to_owned(),
+                    r[group].as_str().map(str::to_owned),
+                    r["total_mj"].as_i64().unwrap(),
+                    r["tokens"].as_i64().unwrap(),
+                    r["gpu_ms"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        api.sort();
+        let mut direct: Vec<(String, Option<String>, i64, i64, i64)> = sqlx::query_as(&format!(
+            "SELECT t.key, {key}, sum(l.total_mj)::bigint,
+                    sum(l.prompt_tokens + l.generated_tokens)::bigint, sum(l.gpu_ms)::bigint
+             FROM ledger l JOIN tenants t ON t.id = l.tenant_id
+             LEFT JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id
+             WHERE l.hour >= $1 AND l.hour < $2 GROUP BY 1, 2"
+        ))
+        .bind(DateTime::parse_from_rfc3339(from).unwrap().to_utc())
+        .bind(DateTime::parse_from_rfc3339(to).unwrap().to_utc())
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+        direct.sort();
+        assert_eq!(api, direct, "by {group}");
+        assert!(direct.len() > 2, "by {group}: {direct:?}");
+    }
 }
 
 /// The scenario hour's IT peak as stored.

@@ -1,6 +1,7 @@
 //! The jobs that lost the most work: their badput in a range, for the tenant and operator
 //! pages (`domain::badput` says what badput is; the ledger carries it per row).
 
+use crate::usage::{sites_read, span_rows, Rollup};
 use crate::{Scope, StoreResult};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
@@ -9,7 +10,7 @@ use wattledger_domain::badput::EndState;
 
 /// One job's loss over a range: its badput, the energy it is part of, and its cost (in the
 /// job's site's currency) and carbon.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Loss {
     pub job: String,
     pub tenant: String,
@@ -23,7 +24,9 @@ pub struct Loss {
 }
 
 /// The `limit` jobs with the most badput in `[from, to)` that `scope` sees (a tenant: its own
-/// rows), optionally at one site; most badput first.
+/// rows), optionally at one site; most badput first. Summed from the job-day rollup (the
+/// ledger at the range's edges), each job's sums before its name and end state are joined:
+/// a tenant's few thousand jobs, not a join to every job of the site.
 pub async fn losses(
     pool: &PgPool,
     scope: &Scope,
@@ -32,29 +35,30 @@ pub async fn losses(
     to: DateTime<Utc>,
     limit: i64,
 ) -> StoreResult<Vec<Loss>> {
-    Ok(sqlx::query_as!(
-        Loss,
-        r#"SELECT j.key AS job, t.key AS tenant, j.end_state AS "end_state: EndState",
-                  j.last_checkpoint_at,
-                  sum(l.badput_mj)::bigint AS "badput_mj!", sum(l.total_mj)::bigint AS "total_mj!",
-                  sum(l.badput_cost) AS badput_cost, s.currency::text AS "currency!",
-                  sum(l.badput_carbon_g) AS badput_carbon_g
-           FROM ledger l
-           JOIN jobs j ON j.site_id = l.site_id AND j.id = l.job_id
-           JOIN tenants t ON t.id = l.tenant_id
-           JOIN sites s ON s.id = l.site_id
-           WHERE ($1::bigint IS NULL OR l.tenant_id = $1) AND l.hour >= $2 AND l.hour < $3
-             AND ($4::bigint IS NULL OR l.site_id = $4)
-           GROUP BY j.site_id, j.id, t.key, s.currency
-           HAVING sum(l.badput_mj) > 0
-           ORDER BY sum(l.badput_mj) DESC, j.key
-           LIMIT $5"#,
-        scope.tenant(),
-        from,
-        to,
-        site_id,
-        limit,
-    )
-    .fetch_all(pool)
-    .await?)
+    let span = span_rows(Rollup::JobDays, "$1", "$2", "$3", "$4::bigint[]");
+    let sql = format!(
+        "SELECT j.key AS job, t.key AS tenant, j.end_state, j.last_checkpoint_at,
+                x.badput_mj, x.total_mj, x.badput_cost, s.currency::text AS currency,
+                x.badput_carbon_g
+         FROM (SELECT l.site_id, l.job_id, l.tenant_id,
+                      sum(l.badput_mj)::bigint AS badput_mj, sum(l.total_mj)::bigint AS total_mj,
+                      sum(l.badput_cost) AS badput_cost, sum(l.badput_carbon_g) AS badput_carbon_g
+               FROM ({span}) l
+               WHERE l.job_id IS NOT NULL
+               GROUP BY l.site_id, l.job_id, l.tenant_id
+               HAVING sum(l.badput_mj) > 0) x
+         JOIN jobs j ON j.site_id = x.site_id AND j.id = x.job_id
+         JOIN tenants t ON t.id = x.tenant_id
+         JOIN sites s ON s.id = x.site_id
+         ORDER BY x.badput_mj DESC, j.key, t.key
+         LIMIT $5"
+    );
+    Ok(sqlx::query_as(&sql)
+        .bind(scope.tenant())
+        .bind(from)
+        .bind(to)
+        .bind(sites_read(pool, site_id).await?)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
 }

@@ -59,6 +59,7 @@ pub const TABLES: &[(&str, Placement)] = &[
     ("site_hours", Placement::BySite),
     ("site_hour_power", Placement::BySite),
     ("usage_days", Placement::BySite),
+    ("usage_job_days", Placement::BySite),
     ("allocations", Placement::BySite),
     ("token_records", Placement::BySite),
     ("site_clean_energy", Placement::BySite),

@@ -109,11 +109,11 @@ pub const COVERAGE_SUMS: &str = "
     coalesce(flags_union_agg(l.flags), '{}') AS flags";
 
 /// The rows a usage query over `[$from, $to)` (its parameters 2 and 3), of the tenant in
-/// parameter 1 if not null and the sites in parameter 8, sums: whole days from the
-/// tenant-day rollup and the edges from the ledger where the rollup can serve the query, else
-/// every ledger row. Either way, the same sums. With parameter 7 (a count), only the rows of
-/// that many jobs, those with the most energy.
-fn ledger_source(source: Source) -> String {
+/// parameter 1 if not null and the sites in parameter 8, sums: whole days from a rollup and
+/// the edges from the ledger where a rollup can serve the query, else every ledger row. Either
+/// way, the same sums. With `top_jobs`, only the rows of as many jobs as parameter 7 says,
+/// those with the most energy.
+fn ledger_source(source: Source, top_jobs: bool) -> String {
     match source {
         Source::Ledger => "(SELECT * FROM ledger_rows
               WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
@@ -124,7 +124,25 @@ fn ledger_source(source: Source) -> String {
                       AND site_id = ANY($8::bigint[]) AND job_id IS NOT NULL
                     GROUP BY job_id ORDER BY sum(total_mj) DESC, job_id LIMIT $7)))"
             .to_owned(),
-        Source::DayRollup => format!("({})", span_rows("$1", "$2", "$3", "$8::bigint[]")),
+        Source::Rollup(Rollup::Days) => format!(
+            "({})",
+            span_rows(Rollup::Days, "$1", "$2", "$3", "$8::bigint[]")
+        ),
+        Source::Rollup(Rollup::JobDays) => {
+            let span = span_rows(Rollup::JobDays, "$1", "$2", "$3", "$8::bigint[]");
+            if !top_jobs {
+                return format!("({span})");
+            }
+            // The top jobs picked once, in a subquery of their own: as a condition on the
+            // span's rows (`job_id IN (…)`), each branch of the span and each parallel worker
+            // summed the whole span again to pick them (19 times for one page view).
+            format!(
+                "(SELECT r.* FROM ({span}) r
+                  JOIN (SELECT t.job_id FROM ({span}) t WHERE t.job_id IS NOT NULL
+                        GROUP BY t.job_id ORDER BY sum(t.total_mj) DESC, t.job_id LIMIT $7) top
+                    ON top.job_id = r.job_id)"
+            )
+        }
     }
 }
 
@@ -132,8 +150,8 @@ fn ledger_source(source: Source) -> String {
 /// statement as values, so that on Citus it is planned on the shards of those sites only,
 /// not on every shard of the cluster (32 by default, most of them empty where sites are few:
 /// one tenant's `/v1/usage` went from 92 to 30 ms p50 on two sites, BENCHMARKS.md "Citus").
-async fn sites_read(pool: &PgPool, filter: &UsageFilter) -> StoreResult<Vec<i64>> {
-    Ok(match filter.site_id {
+pub(crate) async fn sites_read(pool: &PgPool, site_id: Option<i64>) -> StoreResult<Vec<i64>> {
+    Ok(match site_id {
         Some(site) => vec![site],
         None => {
             sqlx::query_scalar!("SELECT id FROM sites ORDER BY id")
@@ -184,16 +202,44 @@ pub(crate) fn whole_days(from: &str, to: &str) -> (String, String) {
     (d0, format!("date_bin('1 day', {to}, timestamptz 'epoch')"))
 }
 
+/// A rollup of the ledger by UTC day, rebuilt with the ledger's rows in each attribution
+/// transaction (`crate::attribution::rebuild_days`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rollup {
+    /// `usage_days` (migration 0018): one row per site, day, tenant and model, no job.
+    Days,
+    /// `usage_job_days` (migration 0041): one row per site, day, tenant, model and job (none
+    /// for the energy of no job).
+    JobDays,
+}
+
+impl Rollup {
+    fn table(self) -> &'static str {
+        match self {
+            Rollup::Days => "usage_days",
+            Rollup::JobDays => "usage_job_days",
+        }
+    }
+
+    /// The job a rollup row stands for.
+    fn job(self) -> &'static str {
+        match self {
+            Rollup::Days => "NULL::bigint",
+            Rollup::JobDays => "u.job_id",
+        }
+    }
+}
+
 /// The rows a usage query over `[from, to)` of `tenant` at `sites` (SQL expressions; a NULL
 /// tenant is every tenant; `sites` an array, in each branch so that Citus prunes its shards
-/// by it) sums: the tenant-day rollup for the whole days inside the range and the
-/// ledger's rows for the hours before the first and after the last (two index ranges, so a
-/// month reads at most two days of ledger rows). Columns `hour, site_id, tenant_id,
-/// model_id, job_id` and [`SPAN_COLUMNS`].
+/// by it) sums: `rollup`'s rows for the whole days inside the range and the ledger's rows for
+/// the hours before the first and after the last (two index ranges, so a month reads at most
+/// two days of ledger rows). Columns `hour, site_id, tenant_id, model_id, job_id` and
+/// [`SPAN_COLUMNS`]; a rollup row stands at its day's midnight.
 ///
 /// Built as SQL text rather than kept as a SQL function (migrations 0018–0031 had one): a
 /// distributed PostgreSQL cannot plan a SQL function over its tables called with parameters.
-pub(crate) fn span_rows(tenant: &str, from: &str, to: &str, sites: &str) -> String {
+pub(crate) fn span_rows(rollup: Rollup, tenant: &str, from: &str, to: &str, sites: &str) -> String {
     let cols = |alias: &str| {
         SPAN_COLUMNS
             .iter()
@@ -209,8 +255,8 @@ pub(crate) fn span_rows(tenant: &str, from: &str, to: &str, sites: &str) -> Stri
         )
     };
     format!(
-        "SELECT u.day AS hour, u.site_id, u.tenant_id, u.model_id, NULL::bigint AS job_id, {u}
-         FROM usage_days u
+        "SELECT u.day AS hour, u.site_id, u.tenant_id, u.model_id, {job} AS job_id, {u}
+         FROM {table} u
          WHERE u.day >= {d0} AND u.day < {d1} AND {tu}
          UNION ALL
          SELECT l.hour, l.site_id, l.tenant_id, l.model_id, l.job_id, {l}
@@ -220,6 +266,8 @@ pub(crate) fn span_rows(tenant: &str, from: &str, to: &str, sites: &str) -> Stri
          SELECT l.hour, l.site_id, l.tenant_id, l.model_id, l.job_id, {l}
          FROM ledger_rows l
          WHERE l.hour >= greatest({d0}, {d1}) AND l.hour < {to} AND {tl}",
+        table = rollup.table(),
+        job = rollup.job(),
         u = cols("u"),
         l = cols("l"),
         tu = of_tenant("u"),
@@ -230,56 +278,58 @@ pub(crate) fn span_rows(tenant: &str, from: &str, to: &str, sites: &str) -> Stri
 /// Where a usage query's rows come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
+    /// Every ledger row of the range.
     Ledger,
-    /// The tenant-day rollup (migration 0018) for whole days: one row per site, day, tenant
-    /// and model, standing at its day's midnight, with no job.
-    DayRollup,
+    /// A rollup for the whole days of the range, the ledger for its edges.
+    Rollup(Rollup),
 }
 
 impl Source {
-    /// The rollup serves only a query that sees neither hours nor jobs: its rows have no
-    /// job, and a whole day's hours are one row at midnight, which an hour grouping would
-    /// show as that day's only hour.
+    /// A rollup serves a query that does not see hours (a whole day's hours are one row at
+    /// midnight, which an hour grouping would show as that day's only hour); the tenant-day
+    /// one only a query that sees no jobs either (its rows have none). One job's rows are
+    /// read from the ledger by its job index: the job-day rollup has none, and a job's rows
+    /// are few.
     fn of(group_by: &[GroupBy], filter: &UsageFilter) -> Source {
-        let reads_ledger = group_by.contains(&GroupBy::Hour)
-            || group_by.contains(&GroupBy::Job)
+        let sees_jobs = group_by.contains(&GroupBy::Job)
             || group_by.contains(&GroupBy::EndState)
             || group_by.contains(&GroupBy::Phase)
-            || filter.job_id.is_some()
             || filter.top_jobs.is_some();
-        if reads_ledger {
+        if group_by.contains(&GroupBy::Hour) || filter.job_id.is_some() {
             Source::Ledger
+        } else if sees_jobs {
+            Source::Rollup(Rollup::JobDays)
         } else {
-            Source::DayRollup
+            Source::Rollup(Rollup::Days)
         }
     }
 }
 
 /// The tokens a scope's jobs served in a range and the energy of the jobs that served them
 /// (those with tokens), as `usage` grouped by job adds them up; one bare sum per job over the
-/// ledger rows, where the full grouping would fold every job's costs, carbon and names.
+/// job-day rollup (and the ledger at the range's edges), where the full grouping would fold
+/// every job's costs, carbon and names.
 #[tracing::instrument(skip_all)]
 pub async fn serving(pool: &PgPool, scope: &Scope, filter: &UsageFilter) -> StoreResult<Serving> {
     let (from, to) = bounds(filter);
-    Ok(sqlx::query_as!(
-        Serving,
-        r#"SELECT coalesce(sum(tokens), 0)::bigint AS "tokens!",
-                  coalesce(sum(mj), 0)::bigint AS "mj!"
-           FROM (SELECT sum(prompt_tokens + generated_tokens) AS tokens, sum(total_mj) AS mj
-                 FROM ledger_rows
-                 WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
-                   AND ($4::bigint IS NULL OR site_id = $4)
-                   AND ($5::bigint IS NULL OR model_id = $5)
-                 GROUP BY job_id) per_job
-           WHERE tokens > 0"#,
-        scope.tenant(),
-        from,
-        to,
-        filter.site_id,
-        filter.model_id,
-    )
-    .fetch_one(pool)
-    .await?)
+    let span = span_rows(Rollup::JobDays, "$1", "$2", "$3", "$4::bigint[]");
+    let sql = format!(
+        "SELECT coalesce(sum(tokens), 0)::bigint AS tokens, coalesce(sum(mj), 0)::bigint AS mj
+         FROM (SELECT sum(prompt_tokens + generated_tokens) AS tokens, sum(total_mj) AS mj
+               FROM ({span}) l
+               WHERE $5::bigint IS NULL OR model_id = $5
+               GROUP BY job_id) per_job
+         WHERE tokens > 0"
+    );
+    let (tokens, mj) = sqlx::query_as::<_, (i64, i64)>(&sql)
+        .bind(scope.tenant())
+        .bind(from)
+        .bind(to)
+        .bind(sites_read(pool, filter.site_id).await?)
+        .bind(filter.model_id)
+        .fetch_one(pool)
+        .await?;
+    Ok(Serving { tokens, mj })
 }
 
 /// Tokens served and the energy of the jobs that served them.
@@ -388,7 +438,7 @@ pub async fn usage(
         .chain(["s.currency"])
         .collect::<Vec<_>>()
         .join(", ");
-    let source = ledger_source(Source::of(group_by, filter));
+    let source = ledger_source(Source::of(group_by, filter), filter.top_jobs.is_some());
     let (from, to) = bounds(filter);
     let order = match filter.top_jobs {
         // Column 8 is total_mj, selected only to order by (the row's total is its breakdown's).
@@ -467,7 +517,7 @@ pub async fn usage(
         .bind(filter.job_id)
         .bind(filter.model_id)
         .bind(filter.top_jobs)
-        .bind(sites_read(pool, filter).await?)
+        .bind(sites_read(pool, filter.site_id).await?)
         .fetch_all(pool)
         .await?)
 }
@@ -618,7 +668,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_questions_without_hours_or_jobs_read_the_day_rollup() {
+    fn questions_read_the_smallest_rollup_that_answers_them() {
         let none = UsageFilter::default();
         let of = |g: &[GroupBy]| Source::of(g, &none);
         for g in [
@@ -627,13 +677,21 @@ mod tests {
             &[GroupBy::Tenant, GroupBy::Day],
             &[GroupBy::Model, GroupBy::Site],
         ] {
-            assert_eq!(of(g), Source::DayRollup, "{g:?}");
+            assert_eq!(of(g), Source::Rollup(Rollup::Days), "{g:?}");
+        }
+        for g in [
+            &[GroupBy::Job][..],
+            &[GroupBy::Day, GroupBy::Job],
+            &[GroupBy::EndState],
+            &[GroupBy::Model, GroupBy::Phase],
+        ] {
+            assert_eq!(of(g), Source::Rollup(Rollup::JobDays), "{g:?}");
         }
         for g in [
             &[GroupBy::Hour][..],
             &[GroupBy::Day, GroupBy::Hour],
             &[GroupBy::Tenant, GroupBy::Hour],
-            &[GroupBy::Job],
+            &[GroupBy::Job, GroupBy::Hour],
         ] {
             assert_eq!(of(g), Source::Ledger, "{g:?}");
         }
@@ -646,6 +704,6 @@ mod tests {
             top_jobs: Some(10),
             ..UsageFilter::default()
         };
-        assert_eq!(Source::of(&[], &top), Source::Ledger);
+        assert_eq!(Source::of(&[], &top), Source::Rollup(Rollup::JobDays));
     }
 }

@@ -110,6 +110,7 @@ struct Figures {
     reattribute_s: f64,
     ledger_bytes: i64,
     rollup_bytes: i64,
+    job_rollup_bytes: i64,
     /// (name, p50, p95, baseline p50) in ms.
     queries: Vec<(&'static str, f64, f64, f64)>,
     close_s: f64,
@@ -358,6 +359,8 @@ async fn run(
     fig.ledger_bytes = ledger + ledger_index;
     let (rollup, rollup_index) = sizes(&api.pool, "usage_days").await?;
     fig.rollup_bytes = rollup + rollup_index;
+    let (rollup, rollup_index) = sizes(&api.pool, "usage_job_days").await?;
+    fig.job_rollup_bytes = rollup + rollup_index;
     fig.node_bytes = node_bytes(server).await?;
 
     queries(&api, range, args.reps, &mut fig).await?;
@@ -959,13 +962,14 @@ fn report(f: &Figures) {
         f.ledger_rows
     );
     println!(
-        "   on disk per GPU-day: step records {:.0} KB (heap {:.0} + index {:.0}; {:.0} KB with the index compacted), ledger {:.1} KB, rollup {:.2} KB",
+        "   on disk per GPU-day: step records {:.0} KB (heap {:.0} + index {:.0}; {:.0} KB with the index compacted), ledger {:.1} KB, rollups {:.2} KB by tenant-day and {:.2} KB by job-day",
         (f.steps_bytes + f.steps_index_bytes) as f64 / gpu_days / 1000.0,
         f.steps_bytes as f64 / gpu_days / 1000.0,
         f.steps_index_bytes as f64 / gpu_days / 1000.0,
         (f.steps_bytes + f.steps_index_packed) as f64 / gpu_days / 1000.0,
         f.ledger_bytes as f64 / gpu_days / 1000.0,
-        f.rollup_bytes as f64 / gpu_days / 1000.0
+        f.rollup_bytes as f64 / gpu_days / 1000.0,
+        f.job_rollup_bytes as f64 / gpu_days / 1000.0
     );
     println!(
         "   packed: {:.1} KB per GPU-day in {:.1} s; attributed again from the packs in {:.1} s ({:.1} s per fleet-day)",
