@@ -1073,9 +1073,7 @@ pub async fn rebuild_days(
     .await?;
     // The tenant-day rollup as a sum of the job-day rows just written: the same sums as over
     // the ledger rows (each figure is a plain sum, the flags a union), from fewer rows. Both
-    // statements take the flags' union over their distinct sets (rows share a few; the union
-    // is a SQL function of some 3 µs a call), which a distributed PostgreSQL allows here, in
-    // a statement on one site's shard, and not in a query over many.
+    // statements take the flags' union over their distinct sets, as `usage::COVERAGE_SUMS`.
     sqlx::query!(
         "DELETE FROM usage_days WHERE site_id = $1 AND day = ANY($2)",
         site_id,

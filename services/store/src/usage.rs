@@ -99,14 +99,16 @@ pub const ENERGY_SUMS: &str = "
     coalesce(sum(l.estimated_mj), 0)::bigint AS estimated_mj";
 
 /// The select list of [`Coverage`] over rows `l` of `ledger_rows` or [`span_rows`]
-/// (migration 0018), for a grouped query.
+/// (migration 0018), for a grouped query. The flags' union is taken over their distinct
+/// sets: rows share a few, and the union is a SQL function of some 3 µs a call (a fifth of a
+/// month's read by job when called once per row).
 pub const COVERAGE_SUMS: &str = "
     coalesce(sum(l.priced_mj), 0)::bigint AS priced_mj,
     coalesce(sum(l.price_fallback_mj), 0)::bigint AS price_fallback_mj,
     coalesce(sum(l.carbon_mj), 0)::bigint AS carbon_mj,
     coalesce(sum(l.carbon_fallback_mj), 0)::bigint AS carbon_fallback_mj,
     coalesce(sum(l.marginal_mj), 0)::bigint AS marginal_mj,
-    coalesce(flags_union_agg(l.flags), '{}') AS flags";
+    coalesce(flags_union_agg(DISTINCT l.flags), '{}') AS flags";
 
 /// The rows a usage query over `[$from, $to)` (its parameters 2 and 3), of the tenant in
 /// parameter 1 if not null and the sites in parameter 8, sums: whole days from a rollup and
@@ -479,7 +481,7 @@ pub async fn usage(
                 coalesce(sum(price_fallback_mj), 0)::bigint AS price_fallback_mj,
                 coalesce(sum(carbon_fallback_mj), 0)::bigint AS carbon_fallback_mj,
                 coalesce(sum(marginal_mj), 0)::bigint AS marginal_mj,
-                coalesce(flags_union_agg(flags), '{{}}') AS flags,
+                coalesce(flags_union_agg(DISTINCT flags), '{{}}') AS flags,
                 coalesce(sum(prompt_tokens), 0)::bigint AS prompt_tokens,
                 coalesce(sum(generated_tokens), 0)::bigint AS generated_tokens,
                 coalesce(sum(gpu_ms), 0)::bigint AS gpu_ms,
