@@ -116,36 +116,33 @@ pub const COVERAGE_SUMS: &str = "
 /// way, the same sums. With `top_jobs`, only the rows of as many jobs as parameter 7 says,
 /// those with the most energy.
 fn ledger_source(source: Source, top_jobs: bool) -> String {
-    match source {
+    let rows = match source {
         Source::Ledger => "(SELECT * FROM ledger_rows
               WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
-                AND site_id = ANY($8::bigint[])
-                AND ($7::bigint IS NULL OR job_id IN (
-                    SELECT job_id FROM ledger
-                    WHERE ($1::bigint IS NULL OR tenant_id = $1) AND hour >= $2 AND hour < $3
-                      AND site_id = ANY($8::bigint[]) AND job_id IS NOT NULL
-                    GROUP BY job_id ORDER BY sum(total_mj) DESC, job_id LIMIT $7)))"
+                AND site_id = ANY($8::bigint[]))"
             .to_owned(),
-        Source::Rollup(Rollup::Days) => format!(
-            "({})",
-            span_rows(Rollup::Days, "$1", "$2", "$3", "$8::bigint[]")
-        ),
-        Source::Rollup(Rollup::JobDays) => {
-            let span = span_rows(Rollup::JobDays, "$1", "$2", "$3", "$8::bigint[]");
-            if !top_jobs {
-                return format!("({span})");
-            }
-            // The top jobs picked once, in a subquery of their own: as a condition on the
-            // span's rows (`job_id IN (…)`), each branch of the span and each parallel worker
-            // summed the whole span again to pick them (19 times for one page view).
-            format!(
-                "(SELECT r.* FROM ({span}) r
-                  JOIN (SELECT t.job_id FROM ({span}) t WHERE t.job_id IS NOT NULL
-                        GROUP BY t.job_id ORDER BY sum(t.total_mj) DESC, t.job_id LIMIT $7) top
-                    ON top.job_id = r.job_id)"
-            )
+        Source::Rollup(rollup) => {
+            format!("({})", span_rows(rollup, "$1", "$2", "$3", "$8::bigint[]"))
         }
+    };
+    if top_jobs {
+        of_top_jobs(&rows)
+    } else {
+        rows
     }
+}
+
+/// `rows` (a subquery) narrowed to the rows of the jobs with the most energy among them, as
+/// many as parameter 7 says. The jobs are picked once, in a subquery of their own: as a
+/// condition on the rows (`job_id IN (…)`), each branch of a span and each parallel worker
+/// picked them again (19 times for one view of the tenant page).
+fn of_top_jobs(rows: &str) -> String {
+    format!(
+        "(SELECT r.* FROM {rows} r
+          JOIN (SELECT t.job_id FROM {rows} t WHERE t.job_id IS NOT NULL
+                GROUP BY t.job_id ORDER BY sum(t.total_mj) DESC, t.job_id LIMIT $7) top
+            ON top.job_id = r.job_id)"
+    )
 }
 
 /// The sites a usage query reads: the one its filter names, else every site. Named in the
