@@ -615,15 +615,22 @@ impl<'a> Hour<'a> {
 /// Rule 5: one row per job, or per tenant its tokens name (split by weighted tokens).
 fn job_rows(input: &SiteHour, acc: &[Acc]) -> Vec<Row> {
     let mut rows = Vec::with_capacity(acc.len() + 1);
-    for (j, job_acc) in acc.iter().enumerate() {
+    // Each job's token records, in input order, gathered in one pass: a window holds
+    // thousands of jobs and an hour thousands of records, too many to scan per job.
+    let mut tokens_of: Vec<Vec<&Tokens>> = vec![Vec::new(); acc.len()];
+    for t in &input.tokens {
+        if let Some(of_job) = tokens_of.get_mut(t.job) {
+            of_job.push(t);
+        }
+    }
+    for ((j, job_acc), tokens) in acc.iter().enumerate().zip(&tokens_of) {
         let has_energy = job_acc.gpu_ms != 0
             || job_acc.energy.it_mj() != 0
             || job_acc.energy.facility_overhead_mj != 0;
-        let tokens: Vec<&Tokens> = input.tokens.iter().filter(|t| t.job == j).collect();
         if !has_energy && tokens.is_empty() {
             continue;
         }
-        push_job_rows(&mut rows, j, &input.jobs[j], job_acc, &tokens);
+        push_job_rows(&mut rows, j, &input.jobs[j], job_acc, tokens);
     }
     rows
 }
