@@ -5,7 +5,7 @@
 //! queries; the use case (`wattledger::app::attribution`) runs the pure core per hour and
 //! writes the results with the functions here, in one transaction it holds.
 
-use crate::StoreResult;
+use crate::{pg_copy, StoreResult};
 use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
@@ -135,10 +135,11 @@ struct TokenSpan {
     generated: i64,
 }
 
-#[derive(Clone)]
+#[derive(Clone, Copy)]
 struct RawSample {
     meter_id: i64,
-    ts: DateTime<Utc>,
+    /// µs since the Unix epoch.
+    ts_us: i64,
     counter_mj: Option<i64>,
     power_mw: Option<i64>,
     peak_mw: Option<i64>,
@@ -195,21 +196,21 @@ pub async fn load(
     // counts, before the dedup below; a meter with a counter alone counts its intervals' mean
     // power.
     let sets = tree.power_meters();
+    // Rows come a meter's run at a time: the sets are asked once per meter, not per row.
+    let mut last: Option<(i64, bool)> = None;
+    let mut counts = |m: i64| match last {
+        Some((meter, counts)) if meter == m => counts,
+        _ => {
+            let counts =
+                sets.facility.contains(&m) || sets.it.contains(&m) || sets.gpus.contains(&m);
+            last = Some((m, counts));
+            counts
+        }
+    };
     let readings = peaks::power_readings(
         rows.iter()
-            .filter(|r| {
-                let m = &r.meter_id;
-                sets.facility.contains(m) || sets.it.contains(m) || sets.gpus.contains(m)
-            })
-            .map(|r| {
-                (
-                    r.meter_id,
-                    r.ts.timestamp_micros(),
-                    r.counter_mj,
-                    r.power_mw,
-                    r.peak_mw,
-                )
-            }),
+            .filter(|r| counts(r.meter_id))
+            .map(|r| (r.meter_id, r.ts_us, r.counter_mj, r.power_mw, r.peak_mw)),
         i64::from(gap_s) * 1_000_000,
     );
     let samples = by_meter(rows);
@@ -392,11 +393,11 @@ async fn embodied(pool: &PgPool, site_id: i64) -> StoreResult<HashMap<i64, (i64,
     .collect())
 }
 
-/// The metered meters' samples in `[from, to)` and the two on either side of it, in time
-/// order; where a meter has a step record and a raw reading at the same instant (it switched
-/// from one to the other), the step record first (raw = false sorts first). Step records and
-/// raw readings are read apart: `samples` is partitioned by (raw, ts), and only a condition
-/// on `raw` lets the time range pick the partitions.
+/// The metered meters' samples in `[from, to)` and the two on either side of it, in (meter,
+/// time) order; where a meter has a step record and a raw reading at the same instant (it
+/// switched from one to the other), the step record first (raw = false sorts first). Step
+/// records and raw readings are read apart: `samples` is partitioned by (raw, ts), and only a
+/// condition on `raw` lets the time range pick the partitions.
 async fn samples(
     pool: &PgPool,
     site_id: i64,
@@ -404,36 +405,141 @@ async fn samples(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> StoreResult<Vec<RawSample>> {
-    let mut rows = sqlx::query_as!(
-        RawSample,
-        r#"SELECT meter_id AS "meter_id!", ts AS "ts!", counter_mj, power_mw, peak_mw,
-                raw AS "raw!", counter_estimated AS "counter_estimated!" FROM samples
-         WHERE site_id = $4 AND meter_id = ANY($1) AND NOT raw AND ts >= $2 AND ts < $3
-         UNION ALL
-         SELECT meter_id, ts, counter_mj, power_mw, peak_mw, raw, counter_estimated FROM samples
-         WHERE site_id = $4 AND meter_id = ANY($1) AND raw AND ts >= $2 AND ts < $3
-         UNION ALL
-         SELECT m.id, p.ts, p.counter_mj, p.power_mw, p.peak_mw, p.raw, p.counter_estimated FROM unnest($1::bigint[]) AS m(id)
-         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw, counter_estimated FROM samples s
-                             WHERE s.site_id = $4 AND s.meter_id = m.id AND s.ts < $2
-                             ORDER BY ts DESC LIMIT 2) p
-         UNION ALL
-         SELECT m.id, n.ts, n.counter_mj, n.power_mw, n.peak_mw, n.raw, n.counter_estimated FROM unnest($1::bigint[]) AS m(id)
-         CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw, counter_estimated FROM samples s
-                             WHERE s.site_id = $4 AND s.meter_id = m.id AND s.ts >= $3
-                             ORDER BY ts LIMIT 2) n"#,
-        metered,
-        from,
-        to,
-        site_id,
-    )
-    .fetch_all(pool)
-    .await?;
+    let mut conn = pool.acquire().await?;
+    let mut rows = step_records(&mut conn, site_id, metered, from, to).await?;
+    rows.extend(
+        sqlx::query!(
+            r#"SELECT meter_id AS "meter_id!", ts AS "ts!", counter_mj, power_mw, peak_mw,
+                    raw AS "raw!", counter_estimated AS "counter_estimated!" FROM samples
+             WHERE site_id = $4 AND meter_id = ANY($1) AND raw AND ts >= $2 AND ts < $3
+             UNION ALL
+             SELECT m.id, p.ts, p.counter_mj, p.power_mw, p.peak_mw, p.raw, p.counter_estimated FROM unnest($1::bigint[]) AS m(id)
+             CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw, counter_estimated FROM samples s
+                                 WHERE s.site_id = $4 AND s.meter_id = m.id AND s.ts < $2
+                                 ORDER BY ts DESC LIMIT 2) p
+             UNION ALL
+             SELECT m.id, n.ts, n.counter_mj, n.power_mw, n.peak_mw, n.raw, n.counter_estimated FROM unnest($1::bigint[]) AS m(id)
+             CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw, counter_estimated FROM samples s
+                                 WHERE s.site_id = $4 AND s.meter_id = m.id AND s.ts >= $3
+                                 ORDER BY ts LIMIT 2) n"#,
+            metered,
+            from,
+            to,
+            site_id,
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| RawSample {
+            meter_id: r.meter_id,
+            ts_us: r.ts.timestamp_micros(),
+            counter_mj: r.counter_mj,
+            power_mw: r.power_mw,
+            peak_mw: r.peak_mw,
+            raw: r.raw,
+            counter_estimated: r.counter_estimated,
+        }),
+    );
+    drop(conn);
     if let Some(days) = crate::step_packs::packed_days(pool, site_id).await? {
         rows = with_packed(pool, site_id, metered, (from, to), days, rows).await?;
     }
-    rows.sort_unstable_by_key(|r| (r.meter_id, r.ts, r.raw));
+    Ok(in_meter_order(rows))
+}
+
+/// The step records of the metered meters in `[from, to)`, as a binary COPY: a day of a
+/// large site is millions of rows, and decoding each as a query's result row took longer than
+/// the database took to send it (BENCHMARKS.md, the 10,240-GPU fleet-day profiled). In the
+/// order the database finds them, which is not meter order.
+///
+/// A COPY takes no parameters: the values are written into its text, each from a typed value
+/// here (integers and instants printed by this function), never from a caller's string.
+async fn step_records(
+    conn: &mut PgConnection,
+    site_id: i64,
+    metered: &[i64],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> StoreResult<Vec<RawSample>> {
+    use futures_util::StreamExt;
+    use std::fmt::Write;
+    let mut ids = String::with_capacity(metered.len() * 8);
+    for (i, id) in metered.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        write!(ids, "{sep}{id}").expect("writing to a String");
+    }
+    let at = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let statement = format!(
+        "COPY (SELECT meter_id, ts, counter_mj, power_mw, peak_mw, counter_estimated FROM samples
+               WHERE site_id = {site_id} AND meter_id = ANY('{{{ids}}}'::bigint[]) AND NOT raw
+                 AND ts >= '{from}'::timestamptz AND ts < '{to}'::timestamptz)
+         TO STDOUT (FORMAT binary)",
+        from = at(from),
+        to = at(to),
+    );
+    let mut rows = Vec::new();
+    let mut reader = crate::pg_copy::Reader::new(6);
+    let mut chunks = conn.copy_out_raw(&statement).await?;
+    while let Some(chunk) = chunks.next().await {
+        reader.feed(&chunk?, |f| {
+            rows.push(RawSample {
+                meter_id: f.required(pg_copy::Fields::i64)?,
+                ts_us: f.required(pg_copy::Fields::timestamp_us)?,
+                counter_mj: f.i64()?,
+                power_mw: f.i64()?,
+                peak_mw: f.i64()?,
+                raw: false,
+                counter_estimated: f.required(pg_copy::Fields::bool)?,
+            });
+            Ok::<_, crate::StoreError>(())
+        })?;
+    }
+    reader.finish()?;
     Ok(rows)
+}
+
+/// `rows` in (meter, time, raw) order. The step records come in the order they were written
+/// (a minute of every meter, then the next): a counting sort by meter puts each meter's run
+/// together in one pass, already in time order unless data came late; only a run out of order
+/// is sorted.
+fn in_meter_order(rows: Vec<RawSample>) -> Vec<RawSample> {
+    let key = |r: &RawSample| (r.meter_id, r.ts_us, r.raw);
+    let (Some(lo), Some(hi)) = (
+        rows.iter().map(|r| r.meter_id).min(),
+        rows.iter().map(|r| r.meter_id).max(),
+    ) else {
+        return rows;
+    };
+    let span = usize::try_from(hi.abs_diff(lo)).unwrap_or(usize::MAX);
+    // Ids far apart (a site's meters among many sites'): a plain sort, no counts array.
+    if span > 4 * rows.len() + 4096 {
+        let mut rows = rows;
+        rows.sort_unstable_by_key(key);
+        return rows;
+    }
+    let slot = |r: &RawSample| (r.meter_id - lo) as usize;
+    let mut starts = vec![0usize; span + 2];
+    for r in &rows {
+        starts[slot(r) + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut next = starts.clone();
+    let mut order = vec![0u32; rows.len()];
+    for (i, r) in rows.iter().enumerate() {
+        let s = slot(r);
+        order[next[s]] = i as u32;
+        next[s] += 1;
+    }
+    let mut out: Vec<RawSample> = order.iter().map(|&i| rows[i as usize]).collect();
+    for w in starts.windows(2) {
+        let run = &mut out[w[0]..w[1]];
+        if !run.is_sorted_by_key(key) {
+            run.sort_unstable_by_key(key);
+        }
+    }
+    out
 }
 
 /// The rows read from `samples` with the packed steps of the days around `[from, to)`
@@ -459,7 +565,7 @@ async fn with_packed(
     let sides = |packed: &[(i64, PackedStep)]| {
         let mut n: HashMap<i64, (u32, u32)> = metered.iter().map(|&m| (m, (0, 0))).collect();
         let (from_us, to_us) = (from.timestamp_micros(), to.timestamp_micros());
-        let times = rows.iter().map(|r| (r.meter_id, r.ts.timestamp_micros()));
+        let times = rows.iter().map(|r| (r.meter_id, r.ts_us));
         for (m, ts) in times.chain(packed.iter().map(|(m, s)| (*m, s.ts_us))) {
             let e = n.entry(m).or_default();
             e.0 += u32::from(ts < from_us);
@@ -490,19 +596,19 @@ async fn with_packed(
     let in_packs: HashSet<(i64, i64)> = packed.iter().map(|(m, s)| (*m, s.ts_us)).collect();
     let mut all: Vec<RawSample> = rows
         .into_iter()
-        .filter(|r| r.raw || !in_packs.contains(&(r.meter_id, r.ts.timestamp_micros())))
+        .filter(|r| r.raw || !in_packs.contains(&(r.meter_id, r.ts_us)))
         .collect();
     all.extend(packed.into_iter().map(|(meter_id, s)| RawSample {
         meter_id,
-        ts: DateTime::from_timestamp_micros(s.ts_us).expect("a stored instant"),
+        ts_us: s.ts_us,
         counter_mj: s.counter_mj,
         power_mw: s.power_mw,
         peak_mw: s.peak_mw,
         raw: false,
         counter_estimated: s.counter_estimated,
     }));
-    all.sort_unstable_by_key(|r| (r.meter_id, r.ts, r.raw));
-    all.dedup_by_key(|r| (r.meter_id, r.ts, r.raw));
+    all.sort_unstable_by_key(|r| (r.meter_id, r.ts_us, r.raw));
+    all.dedup_by_key(|r| (r.meter_id, r.ts_us, r.raw));
     Ok(trim(all, from, to))
 }
 
@@ -515,8 +621,8 @@ fn trim(rows: Vec<RawSample>, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Raw
         let meter = rows[start].meter_id;
         let end = start + rows[start..].partition_point(|r| r.meter_id == meter);
         let run = &rows[start..end];
-        let first_in = run.partition_point(|r| r.ts < from);
-        let first_after = run.partition_point(|r| r.ts < to);
+        let first_in = run.partition_point(|r| r.ts_us < from.timestamp_micros());
+        let first_after = run.partition_point(|r| r.ts_us < to.timestamp_micros());
         let keep = first_in.saturating_sub(2)..(first_after + 2).min(run.len());
         out.extend(run[keep].iter().cloned());
         start = end;
@@ -526,15 +632,19 @@ fn trim(rows: Vec<RawSample>, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Raw
 
 /// Each meter's samples, one per instant (the step record where a raw reading shares it).
 fn by_meter(mut rows: Vec<RawSample>) -> HashMap<i64, Vec<Sample>> {
-    rows.dedup_by_key(|r| (r.meter_id, r.ts));
+    rows.dedup_by_key(|r| (r.meter_id, r.ts_us));
     let mut samples: HashMap<i64, Vec<Sample>> = HashMap::new();
-    for r in rows {
-        samples.entry(r.meter_id).or_default().push(Sample {
-            ts_ms: r.ts.timestamp_millis(),
-            counter_mj: r.counter_mj,
-            power_mw: r.power_mw,
-            counter_estimated: r.counter_estimated,
-        });
+    // A meter's rows are one run (meter order): one map entry per run.
+    for run in rows.chunk_by(|a, b| a.meter_id == b.meter_id) {
+        samples
+            .entry(run[0].meter_id)
+            .or_default()
+            .extend(run.iter().map(|r| Sample {
+                ts_ms: r.ts_us.div_euclid(1000),
+                counter_mj: r.counter_mj,
+                power_mw: r.power_mw,
+                counter_estimated: r.counter_estimated,
+            }));
     }
     samples
 }
@@ -1363,4 +1473,51 @@ pub fn day_of(ts: DateTime<Utc>) -> DateTime<Utc> {
 pub fn hour_of(ts: DateTime<Utc>) -> DateTime<Utc> {
     let secs = ts.timestamp().div_euclid(3600) * 3600;
     Utc.timestamp_opt(secs, 0).single().unwrap_or(ts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(meter_id: i64, ts_us: i64, raw: bool) -> RawSample {
+        RawSample {
+            meter_id,
+            ts_us,
+            counter_mj: Some(ts_us),
+            power_mw: None,
+            peak_mw: None,
+            raw,
+            counter_estimated: false,
+        }
+    }
+
+    fn keys(rows: &[RawSample]) -> Vec<(i64, i64, bool)> {
+        rows.iter().map(|r| (r.meter_id, r.ts_us, r.raw)).collect()
+    }
+
+    /// The counting sort gives what a plain sort by (meter, time, raw) gives: for rows in
+    /// write order (minute-major), late rows out of place, raw readings at a step's instant,
+    /// and ids too sparse for the counts array.
+    #[test]
+    fn rows_come_out_in_meter_time_raw_order_however_they_came_in() {
+        let mut minute_major: Vec<RawSample> = (0..5)
+            .flat_map(|k| (10..20).map(move |m| sample(m, k * 60_000_000, false)))
+            .collect();
+        // A late minute of meter 12, a raw reading at a step's instant, and the window's
+        // edge readings appended after the step records, as `samples` reads them.
+        minute_major.insert(3, sample(12, 9 * 60_000_000, false));
+        minute_major.push(sample(15, 2 * 60_000_000, true));
+        minute_major.push(sample(11, -60_000_000, false));
+        let sparse = vec![
+            sample(9_000_000, 5, false),
+            sample(1, 7, true),
+            sample(1, 7, false),
+            sample(-4, 0, false),
+        ];
+        for rows in [minute_major, sparse, Vec::new()] {
+            let mut expected = keys(&rows);
+            expected.sort_unstable();
+            assert_eq!(keys(&in_meter_order(rows)), expected);
+        }
+    }
 }

@@ -16,6 +16,9 @@ pub enum StoreError {
     /// without saying where it lives on a distributed PostgreSQL).
     #[error("table {0} is not classified in store::distribution::TABLES")]
     Unclassified(String),
+    /// A binary COPY the database sent that does not read as asked (`crate::pg_copy`).
+    #[error("reading a binary COPY: {0}")]
+    Copy(#[from] crate::pg_copy::CopyError),
     /// A packed day of step records that does not unpack: written by a newer version, or
     /// damaged.
     #[error("packed step records of meter {meter_id} on {day}: {error}")]

@@ -24,6 +24,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod operations;
 pub mod partitions;
+pub mod pg_copy;
 pub mod power;
 pub mod power_policy;
 pub mod retention;
