@@ -498,10 +498,10 @@ async fn step_records(
     Ok(rows)
 }
 
-/// `rows` in (meter, time, raw) order. The step records come in the order they were written
-/// (a minute of every meter, then the next): a counting sort by meter puts each meter's run
-/// together in one pass, already in time order unless data came late; only a run out of order
-/// is sorted.
+/// `rows` in (meter, time, raw) order, stable: rows with equal keys keep their order. The step
+/// records come in the order they were written (a minute of every meter, then the next): a
+/// counting sort by meter puts each meter's run together in one pass, already in time order
+/// unless data came late; only a run out of order is sorted.
 fn in_meter_order(rows: Vec<RawSample>) -> Vec<RawSample> {
     let key = |r: &RawSample| (r.meter_id, r.ts_us, r.raw);
     let (Some(lo), Some(hi)) = (
@@ -514,7 +514,7 @@ fn in_meter_order(rows: Vec<RawSample>) -> Vec<RawSample> {
     // Ids far apart (a site's meters among many sites'): a plain sort, no counts array.
     if span > 4 * rows.len() + 4096 {
         let mut rows = rows;
-        rows.sort_unstable_by_key(key);
+        rows.sort_by_key(key);
         return rows;
     }
     let slot = |r: &RawSample| (r.meter_id - lo) as usize;
@@ -536,7 +536,7 @@ fn in_meter_order(rows: Vec<RawSample>) -> Vec<RawSample> {
     for w in starts.windows(2) {
         let run = &mut out[w[0]..w[1]];
         if !run.is_sorted_by_key(key) {
-            run.sort_unstable_by_key(key);
+            run.sort_by_key(key);
         }
     }
     out
@@ -544,8 +544,9 @@ fn in_meter_order(rows: Vec<RawSample>) -> Vec<RawSample> {
 
 /// The rows read from `samples` with the packed steps of the days around `[from, to)`
 /// (`crate::step_packs`), then, for a meter with fewer than two readings on a side, its
-/// packs further out; an instant in both taken from its pack; trimmed to what the window
-/// reads: its own readings and each meter's two on either side, as if all were in `samples`.
+/// packs further out; an instant in both taken from its pack; in (meter, ts, raw) order and
+/// trimmed to what the window reads: its own readings and each meter's two on either side, as
+/// if all were in `samples`.
 async fn with_packed(
     pool: &PgPool,
     site_id: i64,
@@ -562,54 +563,69 @@ async fn with_packed(
         let days = Days::Between(lo.max(first_packed), hi.min(last_packed));
         packed = read(pool, site_id, metered, days).await?;
     }
-    let sides = |packed: &[(i64, PackedStep)]| {
-        let mut n: HashMap<i64, (u32, u32)> = metered.iter().map(|&m| (m, (0, 0))).collect();
-        let (from_us, to_us) = (from.timestamp_micros(), to.timestamp_micros());
-        let times = rows.iter().map(|r| (r.meter_id, r.ts_us));
-        for (m, ts) in times.chain(packed.iter().map(|(m, s)| (*m, s.ts_us))) {
-            let e = n.entry(m).or_default();
-            e.0 += u32::from(ts < from_us);
-            e.1 += u32::from(ts >= to_us);
-        }
-        n
-    };
-    let counts = sides(&packed);
-    let short = |side: fn(&(u32, u32)) -> u32| -> Vec<i64> {
-        let mut m: Vec<i64> = counts
+    let mut all = merged(packed, rows);
+    let (short_before, short_after) = short_sides(&all, metered, from, to);
+    let mut further = Vec::new();
+    if first_packed < lo && !short_before.is_empty() {
+        further.extend(read(pool, site_id, &short_before, Days::LatestBefore(lo)).await?);
+    }
+    if last_packed > hi && !short_after.is_empty() {
+        further.extend(read(pool, site_id, &short_after, Days::EarliestAfter(hi)).await?);
+    }
+    if !further.is_empty() {
+        all = merged(further, all);
+    }
+    Ok(trim(all, from, to))
+}
+
+/// Packed steps and rows in (meter, ts, raw) order, one of each: the packed ones go first and
+/// the order is stable, so where an instant is in both the pack's is the one kept.
+fn merged(packed: Vec<(i64, PackedStep)>, rows: Vec<RawSample>) -> Vec<RawSample> {
+    let mut all: Vec<RawSample> = packed
+        .into_iter()
+        .map(|(meter_id, s)| RawSample {
+            meter_id,
+            ts_us: s.ts_us,
+            counter_mj: s.counter_mj,
+            power_mw: s.power_mw,
+            peak_mw: s.peak_mw,
+            raw: false,
+            counter_estimated: s.counter_estimated,
+        })
+        .collect();
+    all.extend(rows);
+    let mut all = in_meter_order(all);
+    all.dedup_by_key(|r| (r.meter_id, r.ts_us, r.raw));
+    all
+}
+
+/// The metered meters with fewer than two readings before `from`, and those with fewer than
+/// two at or after `to`, each in id order; `rows` in meter order.
+fn short_sides(
+    rows: &[RawSample],
+    metered: &[i64],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> (Vec<i64>, Vec<i64>) {
+    let (from_us, to_us) = (from.timestamp_micros(), to.timestamp_micros());
+    let sides: HashMap<i64, (usize, usize)> = rows
+        .chunk_by(|a, b| a.meter_id == b.meter_id)
+        .map(|run| {
+            let before = run.partition_point(|r| r.ts_us < from_us);
+            let after = run.len() - run.partition_point(|r| r.ts_us < to_us);
+            (run[0].meter_id, (before, after))
+        })
+        .collect();
+    let short = |side: fn(&(usize, usize)) -> usize| -> Vec<i64> {
+        let mut m: Vec<i64> = metered
             .iter()
-            .filter(|(_, c)| side(c) < 2)
-            .map(|(m, _)| *m)
+            .copied()
+            .filter(|m| side(sides.get(m).unwrap_or(&(0, 0))) < 2)
             .collect();
         m.sort_unstable();
         m
     };
-    let (short_before, short_after) = (short(|c| c.0), short(|c| c.1));
-    if first_packed < lo && !short_before.is_empty() {
-        packed.extend(read(pool, site_id, &short_before, Days::LatestBefore(lo)).await?);
-    }
-    if last_packed > hi && !short_after.is_empty() {
-        packed.extend(read(pool, site_id, &short_after, Days::EarliestAfter(hi)).await?);
-    }
-    if packed.is_empty() {
-        return Ok(rows);
-    }
-    let in_packs: HashSet<(i64, i64)> = packed.iter().map(|(m, s)| (*m, s.ts_us)).collect();
-    let mut all: Vec<RawSample> = rows
-        .into_iter()
-        .filter(|r| r.raw || !in_packs.contains(&(r.meter_id, r.ts_us)))
-        .collect();
-    all.extend(packed.into_iter().map(|(meter_id, s)| RawSample {
-        meter_id,
-        ts_us: s.ts_us,
-        counter_mj: s.counter_mj,
-        power_mw: s.power_mw,
-        peak_mw: s.peak_mw,
-        raw: false,
-        counter_estimated: s.counter_estimated,
-    }));
-    all.sort_unstable_by_key(|r| (r.meter_id, r.ts_us, r.raw));
-    all.dedup_by_key(|r| (r.meter_id, r.ts_us, r.raw));
-    Ok(trim(all, from, to))
+    (short(|c| c.0), short(|c| c.1))
 }
 
 /// Rows in (meter, ts, raw) order, each meter's kept where they are in `[from, to)`, and its
@@ -1519,5 +1535,39 @@ mod tests {
             expected.sort_unstable();
             assert_eq!(keys(&in_meter_order(rows)), expected);
         }
+    }
+
+    /// Where a step is both in a pack and still in `samples` (packed, then written again by
+    /// late data before the rows were removed), the pack's is the one kept, whichever order
+    /// the meter's readings came in; raw readings at the same instant stay beside it.
+    #[test]
+    fn an_instant_in_a_pack_and_in_the_rows_is_taken_from_the_pack() {
+        let step = |ts_us: i64, counter_mj: i64| PackedStep {
+            ts_us,
+            counter_mj: Some(counter_mj),
+            power_mw: None,
+            peak_mw: None,
+            counter_estimated: false,
+        };
+        let packed = vec![(3, step(0, 100)), (3, step(60, 200)), (1, step(60, 7))];
+        let mut from_rows = sample(3, 60, false);
+        from_rows.counter_mj = Some(999);
+        let rows = vec![sample(3, 120, false), from_rows, sample(3, 60, true)];
+        let all = merged(packed, rows);
+        assert_eq!(
+            keys(&all),
+            [
+                (1, 60, false),
+                (3, 0, false),
+                (3, 60, false),
+                (3, 60, true),
+                (3, 120, false)
+            ]
+        );
+        assert_eq!(
+            all[2].counter_mj,
+            Some(200),
+            "the pack's reading, not the row's"
+        );
     }
 }
