@@ -1,15 +1,66 @@
-//! PostgreSQL's binary `COPY … TO STDOUT` format, read: the header, then tuples of
-//! length-prefixed fields in network byte order, then a trailer. For reads of millions of rows
-//! (a site-day's step records), where decoding each row as a query result costs more than the
-//! database takes to send it (BENCHMARKS.md, the 10,240-GPU fleet-day profiled).
+//! PostgreSQL's binary `COPY` format, written and read: the header, then tuples of
+//! length-prefixed fields in network byte order, then a trailer. Written for sample ingest (no
+//! text to format or parse); read for millions of rows (a site-day's step records), where
+//! decoding each row as a query result costs more than the database takes to send it
+//! (BENCHMARKS.md, the 10,240-GPU fleet-day profiled).
 //!
-//! Pure: the caller feeds the chunks a connection delivers, in order; a tuple may span chunks.
+//! Pure: the caller sends what [`Writer`] builds, and feeds [`Reader`] the chunks a connection
+//! delivers, in order; a tuple may span chunks.
 
 /// The binary format's signature, then its flags and header-extension length (both 0 here).
 const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01T00:00:00Z).
 const PG_EPOCH_US: i64 = 946_684_800_000_000;
+
+/// A binary COPY's bytes, built a tuple at a time.
+pub struct Writer {
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    /// The header, with room for about `bytes` more.
+    pub fn new(bytes: usize) -> Self {
+        let mut buf = Vec::with_capacity(SIGNATURE.len() + 8 + bytes + 2);
+        buf.extend_from_slice(SIGNATURE);
+        buf.extend_from_slice(&0u32.to_be_bytes());
+        buf.extend_from_slice(&0u32.to_be_bytes());
+        Writer { buf }
+    }
+
+    /// Starts a tuple of `fields` fields; the caller writes each in order.
+    pub fn tuple(&mut self, fields: i16) {
+        self.buf.extend_from_slice(&fields.to_be_bytes());
+    }
+
+    /// A `bigint`, or NULL.
+    pub fn i64(&mut self, value: Option<i64>) {
+        match value {
+            Some(v) => {
+                self.buf.extend_from_slice(&8i32.to_be_bytes());
+                self.buf.extend_from_slice(&v.to_be_bytes());
+            }
+            None => self.buf.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
+
+    /// A `timestamptz` given as µs since the Unix epoch.
+    pub fn timestamp_us(&mut self, unix_us: i64) {
+        self.i64(Some(unix_us - PG_EPOCH_US));
+    }
+
+    /// A `boolean`.
+    pub fn bool(&mut self, value: bool) {
+        self.buf.extend_from_slice(&1i32.to_be_bytes());
+        self.buf.push(u8::from(value));
+    }
+
+    /// The bytes, trailer included.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.buf.extend_from_slice(&(-1i16).to_be_bytes());
+        self.buf
+    }
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CopyError {
@@ -208,27 +259,15 @@ mod tests {
 
     /// A binary COPY of `rows`, as PostgreSQL writes it.
     fn copy_of(rows: &[Row]) -> Vec<u8> {
-        let mut out = SIGNATURE.to_vec();
-        out.extend_from_slice(&0u32.to_be_bytes());
-        out.extend_from_slice(&0u32.to_be_bytes());
+        let mut w = Writer::new(0);
         for &(a, ts_us, c, flag) in rows {
-            out.extend_from_slice(&4i16.to_be_bytes());
-            out.extend_from_slice(&8i32.to_be_bytes());
-            out.extend_from_slice(&a.to_be_bytes());
-            out.extend_from_slice(&8i32.to_be_bytes());
-            out.extend_from_slice(&(ts_us - PG_EPOCH_US).to_be_bytes());
-            match c {
-                Some(c) => {
-                    out.extend_from_slice(&8i32.to_be_bytes());
-                    out.extend_from_slice(&c.to_be_bytes());
-                }
-                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-            }
-            out.extend_from_slice(&1i32.to_be_bytes());
-            out.push(u8::from(flag));
+            w.tuple(4);
+            w.i64(Some(a));
+            w.timestamp_us(ts_us);
+            w.i64(c);
+            w.bool(flag);
         }
-        out.extend_from_slice(&(-1i16).to_be_bytes());
-        out
+        w.finish()
     }
 
     fn read(chunks: &[&[u8]]) -> Result<Vec<Row>, CopyError> {

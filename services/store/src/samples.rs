@@ -333,38 +333,21 @@ async fn copy(tx: &mut Transaction<'_, Postgres>, rows: &[SampleRow]) -> Result<
     Ok(())
 }
 
-/// Microseconds from the Unix epoch to PostgreSQL's epoch, 2000-01-01.
-const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
-
-/// The binary COPY stream: signature, flags and header extension, then per row a field
-/// count and each field as (length, big-endian value) or length -1 for NULL, then -1.
+/// The rows as a binary COPY stream (`crate::pg_copy`), in the table's column order.
 fn binary_copy(rows: &[SampleRow]) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(19 + rows.len() * 80 + 2);
-    buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
-    buf.extend_from_slice(&0i32.to_be_bytes());
-    buf.extend_from_slice(&0i32.to_be_bytes());
-    let int8 = |buf: &mut Vec<u8>, v: Option<i64>| match v {
-        Some(v) => {
-            buf.extend_from_slice(&8i32.to_be_bytes());
-            buf.extend_from_slice(&v.to_be_bytes());
-        }
-        None => buf.extend_from_slice(&(-1i32).to_be_bytes()),
-    };
+    let mut w = crate::pg_copy::Writer::new(rows.len() * 80);
     for r in rows {
-        buf.extend_from_slice(&8i16.to_be_bytes());
-        int8(&mut buf, Some(r.site_id));
-        int8(&mut buf, Some(r.meter_id));
-        int8(&mut buf, Some(r.ts.timestamp_micros() - PG_EPOCH_OFFSET_US));
-        int8(&mut buf, r.counter_mj);
-        int8(&mut buf, r.power_mw);
-        int8(&mut buf, r.peak_mw);
-        buf.extend_from_slice(&1i32.to_be_bytes());
-        buf.push(u8::from(r.raw));
-        buf.extend_from_slice(&1i32.to_be_bytes());
-        buf.push(u8::from(r.counter_estimated));
+        w.tuple(8);
+        w.i64(Some(r.site_id));
+        w.i64(Some(r.meter_id));
+        w.timestamp_us(r.ts.timestamp_micros());
+        w.i64(r.counter_mj);
+        w.i64(r.power_mw);
+        w.i64(r.peak_mw);
+        w.bool(r.raw);
+        w.bool(r.counter_estimated);
     }
-    buf.extend_from_slice(&(-1i16).to_be_bytes());
-    buf
+    w.finish()
 }
 
 #[cfg(test)]
