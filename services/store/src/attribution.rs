@@ -441,10 +441,11 @@ async fn samples(
         }),
     );
     drop(conn);
-    if let Some(days) = crate::step_packs::packed_days(pool, site_id).await? {
-        rows = with_packed(pool, site_id, metered, (from, to), days, rows).await?;
+    match crate::step_packs::packed_days(pool, site_id).await? {
+        // Merged with the packs, and so put in order, there.
+        Some(days) => with_packed(pool, site_id, metered, (from, to), days, rows).await,
+        None => Ok(in_meter_order(rows)),
     }
-    Ok(in_meter_order(rows))
 }
 
 /// The step records of the metered meters in `[from, to)`, as a binary COPY: a day of a
@@ -640,7 +641,7 @@ fn trim(rows: Vec<RawSample>, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Raw
         let first_in = run.partition_point(|r| r.ts_us < from.timestamp_micros());
         let first_after = run.partition_point(|r| r.ts_us < to.timestamp_micros());
         let keep = first_in.saturating_sub(2)..(first_after + 2).min(run.len());
-        out.extend(run[keep].iter().cloned());
+        out.extend_from_slice(&run[keep]);
         start = end;
     }
     out
