@@ -91,79 +91,88 @@ impl HourProfile {
     }
 }
 
+/// One meter's highest reading in each minute of an hour it reported in, mW.
+type MeterMinutes = [Option<i64>; MINUTES_PER_HOUR];
+
 /// Per (hour start µs, class), the profile of the meters `class_of` puts in that class.
 ///
 /// `readings` are `(meter, ts_us, mw)` in (meter, ts) order, as
 /// [`crate::peaks::power_readings`] gives them; each counts toward the minute `ts − 1 µs`
 /// falls in, and only those in `(from_us, to_us]` count (as for the site's IT peak).
-/// `class_of(meter, minute_us)` says which classes a meter's minute counts toward, none or
-/// several (a GPU changes class with the job that holds it; where a site has no node meters
-/// its GPUs are also its IT meters). One pass for every class, no map per reading: a fleet's
-/// site-hour is millions of them.
-pub fn hour_profiles<C: Ord + Copy, I: IntoIterator<Item = C>>(
+/// `class_of(meter)` gives, once per meter, what says which classes each of its minutes
+/// (`minute_us`) counts toward, none or several (a GPU changes class with the job that holds
+/// it; where a site has no node meters its GPUs are also its IT meters). One pass for every
+/// class; a meter's minutes are gathered apart and added to the shared maps once per meter,
+/// hour and class, not once per reading: a fleet's site-day is millions of them.
+pub fn hour_profiles<C, I, F>(
     readings: &[(i64, i64, i64)],
     (from_us, to_us): (i64, i64),
-    class_of: impl Fn(i64, i64) -> I,
-) -> BTreeMap<(i64, C), HourProfile> {
+    class_of: impl Fn(i64) -> F,
+) -> BTreeMap<(i64, C), HourProfile>
+where
+    C: Ord + Copy,
+    I: IntoIterator<Item = C>,
+    F: Fn(i64) -> I,
+{
     let mut out: BTreeMap<(i64, C), HourProfile> = BTreeMap::new();
-    // The current meter's own peak per (hour, class) and the minutes it reported in (bit i:
-    // minute i), added to the parts per minute when the meter's readings end.
-    let mut own: BTreeMap<(i64, C), (i64, u64)> = BTreeMap::new();
     let mut parts: BTreeMap<(i64, C), [i64; MINUTES_PER_HOUR]> = BTreeMap::new();
-    // The minute being gathered: (meter, minute start, highest reading so far).
-    let mut open: Option<(i64, i64, i64)> = None;
-    let close = |(meter, minute, mw): (i64, i64, i64),
-                 out: &mut BTreeMap<(i64, C), HourProfile>,
-                 own: &mut BTreeMap<(i64, C), (i64, u64)>| {
-        let hour = minute.div_euclid(HOUR_US) * HOUR_US;
-        let index = usize::try_from((minute - hour) / MINUTE_US).unwrap_or(0);
-        for class in class_of(meter, minute) {
-            let profile = out.entry((hour, class)).or_insert_with(|| HourProfile {
+    // The current meter's highest reading per minute, per (hour, class) it counted toward.
+    let mut mine: Vec<((i64, C), MeterMinutes)> = Vec::new();
+    for run in readings.chunk_by(|a, b| a.0 == b.0) {
+        let classes = class_of(run[0].0);
+        mine.clear();
+        let mut last = 0;
+        let mut close = |minute: i64, mw: i64| {
+            let hour = minute.div_euclid(HOUR_US) * HOUR_US;
+            let index = usize::try_from((minute - hour) / MINUTE_US).unwrap_or(0);
+            for class in classes(minute) {
+                let key = (hour, class);
+                if mine.get(last).is_none_or(|m| m.0 != key) {
+                    last = match mine.iter().position(|m| m.0 == key) {
+                        Some(i) => i,
+                        None => {
+                            mine.push((key, [None; MINUTES_PER_HOUR]));
+                            mine.len() - 1
+                        }
+                    };
+                }
+                mine[last].1[index] = Some(mw);
+            }
+        };
+        // The minute being gathered: (minute start, highest reading so far).
+        let mut open: Option<(i64, i64)> = None;
+        for &(_, ts, mw) in run {
+            if ts <= from_us || ts > to_us {
+                continue;
+            }
+            let minute = (ts - 1).div_euclid(MINUTE_US) * MINUTE_US;
+            match open {
+                Some((start, peak)) if start == minute => open = Some((start, peak.max(mw))),
+                Some((start, peak)) => {
+                    close(start, peak);
+                    open = Some((minute, mw));
+                }
+                None => open = Some((minute, mw)),
+            }
+        }
+        if let Some((start, peak)) = open {
+            close(start, peak);
+        }
+        for (key, minutes) in &mine {
+            let profile = out.entry(*key).or_insert_with(|| HourProfile {
                 minutes_mw: vec![None; MINUTES_PER_HOUR],
                 parts_peak_mw: 0,
             });
-            let slot = &mut profile.minutes_mw[index];
-            *slot = Some(slot.unwrap_or(0) + mw);
-            let (peak, minutes) = own.entry((hour, class)).or_insert((mw, 0));
-            *peak = (*peak).max(mw);
-            *minutes |= 1 << index;
-        }
-    };
-    let settle = |own: &mut BTreeMap<(i64, C), (i64, u64)>,
-                  parts: &mut BTreeMap<(i64, C), [i64; MINUTES_PER_HOUR]>| {
-        for (key, (mw, minutes)) in std::mem::take(own) {
-            let per_minute = parts.entry(key).or_insert([0; MINUTES_PER_HOUR]);
-            for (i, sum) in per_minute.iter_mut().enumerate() {
-                if minutes & (1 << i) != 0 {
-                    *sum += mw;
+            let own_peak = minutes.iter().flatten().copied().max().unwrap_or(0);
+            let per_minute = parts.entry(*key).or_insert([0; MINUTES_PER_HOUR]);
+            for ((slot, sum), mw) in profile.minutes_mw.iter_mut().zip(per_minute).zip(minutes) {
+                if let Some(mw) = mw {
+                    *slot = Some(slot.unwrap_or(0) + mw);
+                    *sum += own_peak;
                 }
             }
         }
-    };
-    for &(meter, ts, mw) in readings {
-        if ts <= from_us || ts > to_us {
-            continue;
-        }
-        let minute = (ts - 1).div_euclid(MINUTE_US) * MINUTE_US;
-        match open {
-            Some((m, start, peak)) if m == meter && start == minute => {
-                open = Some((m, start, peak.max(mw)));
-                continue;
-            }
-            Some(done) => {
-                close(done, &mut out, &mut own);
-                if done.0 != meter {
-                    settle(&mut own, &mut parts);
-                }
-            }
-            None => {}
-        }
-        open = Some((meter, minute, mw));
     }
-    if let Some(done) = open {
-        close(done, &mut out, &mut own);
-    }
-    settle(&mut own, &mut parts);
     for (key, per_minute) in parts {
         if let Some(p) = out.get_mut(&key) {
             p.parts_peak_mw = per_minute.into_iter().max().unwrap_or(0);
@@ -258,7 +267,7 @@ mod tests {
     }
 
     fn profiles(r: Vec<(i64, i64, i64)>, hours: i64) -> Vec<HourProfile> {
-        hour_profiles(&sorted(r), (0, hours * HOUR_US), |_, _| Some(()))
+        hour_profiles(&sorted(r), (0, hours * HOUR_US), |_| |_| Some(()))
             .into_values()
             .collect()
     }
@@ -329,12 +338,14 @@ mod tests {
     #[test]
     fn a_meter_counts_toward_the_class_of_each_minute() {
         let r = readings(1, 1, |_, m| m * 1_000);
-        let classes = hour_profiles(&sorted(r), (0, HOUR_US), |_, minute| {
-            Some(if minute < 30 * M {
-                PowerClass::Job(JobKind::Training)
-            } else {
-                PowerClass::Job(JobKind::Inference)
-            })
+        let classes = hour_profiles(&sorted(r), (0, HOUR_US), |_| {
+            |minute| {
+                Some(if minute < 30 * M {
+                    PowerClass::Job(JobKind::Training)
+                } else {
+                    PowerClass::Job(JobKind::Inference)
+                })
+            }
         });
         let training = &classes[&(0, PowerClass::Job(JobKind::Training))];
         let inference = &classes[&(0, PowerClass::Job(JobKind::Inference))];
@@ -372,7 +383,8 @@ mod tests {
                 .into_iter()
                 .map(|(i, t, mw)| (i, t + start, mw))
                 .collect();
-            for ((h, ()), p) in hour_profiles(&sorted(r), (start, start + HOUR_US), |_, _| Some(()))
+            for ((h, ()), p) in
+                hour_profiles(&sorted(r), (start, start + HOUR_US), |_| |_| Some(()))
             {
                 hours.push((h, class, p));
             }
@@ -414,7 +426,7 @@ mod tests {
             // Outside (from, to]: ignored.
             (1, 0, 10_000),
         ]);
-        let p = hour_profiles(&readings, (0, HOUR_US + M), |_, _| Some(()));
+        let p = hour_profiles(&readings, (0, HOUR_US + M), |_| |_| Some(()));
         let (first, next) = (&p[&(0, ())], &p[&(HOUR_US, ())]);
         assert_eq!(
             (first.peak_mw(), first.parts_peak_mw),
@@ -435,7 +447,7 @@ mod tests {
             let r = sorted(raw);
             let window = (M / 2, 2 * HOUR_US);
             let class_of = |meter: i64, minute: i64| (meter != 3).then_some((meter + minute / M) % 2);
-            let got = hour_profiles(&r, window, class_of);
+            let got = hour_profiles(&r, window, |meter| move |minute| class_of(meter, minute));
             let mut want: BTreeMap<(i64, i64), HourProfile> = BTreeMap::new();
             let mut own: BTreeMap<(i64, i64, i64), i64> = BTreeMap::new();
             let mut present: Vec<(i64, i64, i64, usize)> = Vec::new();
@@ -494,7 +506,7 @@ mod tests {
     fn a_meter_may_count_toward_several_classes() {
         let r = readings(1, 1, |_, m| m * 1_000);
         let training = PowerClass::Job(JobKind::Training);
-        let classes = hour_profiles(&sorted(r), (0, HOUR_US), |_, _| [PowerClass::It, training]);
+        let classes = hour_profiles(&sorted(r), (0, HOUR_US), |_| |_| [PowerClass::It, training]);
         assert_eq!(classes.len(), 2);
         assert_eq!(classes[&(0, PowerClass::It)], classes[&(0, training)]);
         assert_eq!(classes[&(0, PowerClass::It)].parts_peak_mw, 60_000);

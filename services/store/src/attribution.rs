@@ -190,7 +190,26 @@ pub async fn load(
     let tree = meter_tree(pool, site_id).await?;
     let embodied = embodied(pool, site_id).await?;
     crate::partitions::analyze_unmeasured(pool, from, to).await?;
-    let rows = samples(pool, site_id, &tree.metered, from, to).await?;
+    // The step records are most of the window's read and wait on the database's sending
+    // them; the jobs and their token records are read meanwhile, on another connection.
+    let jobs_and_tokens = async {
+        let jobs = jobs(
+            pool,
+            site_id,
+            from,
+            to,
+            policy.platform_tenant,
+            &tree.mig_parent,
+        )
+        .await?;
+        let tokens = tokens(pool, site_id, &jobs, from, to).await?;
+        Ok((jobs, tokens))
+    };
+    let (rows, (jobs, tokens)) = futures_util::future::try_join(
+        samples(pool, site_id, &tree.metered, from, to),
+        jobs_and_tokens,
+    )
+    .await?;
     // The power readings of the facility, IT and GPU meters, from the rows just read (IT: the
     // site's node meters, a GPU always has one, or its GPUs where it has none). Every reading
     // counts, before the dedup below; a meter with a counter alone counts its intervals' mean
@@ -214,15 +233,6 @@ pub async fn load(
         i64::from(gap_s) * 1_000_000,
     );
     let samples = by_meter(rows);
-    let jobs = jobs(
-        pool,
-        site_id,
-        from,
-        to,
-        policy.platform_tenant,
-        &tree.mig_parent,
-    )
-    .await?;
     let (from_us, to_us) = (from.timestamp_micros(), to.timestamp_micros());
     let power = power_profiles(
         &readings,
@@ -232,7 +242,6 @@ pub async fn load(
         &jobs.kinds,
     );
     let peaks = hour_peaks(&power, policy.static_pue);
-    let tokens = tokens(pool, site_id, &jobs, from, to).await?;
     Ok(Window {
         policy,
         gap_limit_ms: i64::from(gap_s) * 1000,
@@ -406,10 +415,8 @@ async fn samples(
     to: DateTime<Utc>,
 ) -> StoreResult<Vec<RawSample>> {
     let mut conn = pool.acquire().await?;
-    let mut rows = step_records(&mut conn, site_id, metered, from, to).await?;
-    rows.extend(
-        sqlx::query!(
-            r#"SELECT meter_id AS "meter_id!", ts AS "ts!", counter_mj, power_mw, peak_mw,
+    let mut others: Vec<RawSample> = sqlx::query!(
+        r#"SELECT meter_id AS "meter_id!", ts AS "ts!", counter_mj, power_mw, peak_mw,
                     raw AS "raw!", counter_estimated AS "counter_estimated!" FROM samples
              WHERE site_id = $4 AND meter_id = ANY($1) AND raw AND ts >= $2 AND ts < $3
              UNION ALL
@@ -422,46 +429,127 @@ async fn samples(
              CROSS JOIN LATERAL (SELECT ts, counter_mj, power_mw, peak_mw, raw, counter_estimated FROM samples s
                                  WHERE s.site_id = $4 AND s.meter_id = m.id AND s.ts >= $3
                                  ORDER BY ts LIMIT 2) n"#,
-            metered,
-            from,
-            to,
-            site_id,
-        )
-        .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .map(|r| RawSample {
-            meter_id: r.meter_id,
-            ts_us: r.ts.timestamp_micros(),
-            counter_mj: r.counter_mj,
-            power_mw: r.power_mw,
-            peak_mw: r.peak_mw,
-            raw: r.raw,
-            counter_estimated: r.counter_estimated,
-        }),
-    );
+        metered,
+        from,
+        to,
+        site_id,
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| RawSample {
+        meter_id: r.meter_id,
+        ts_us: r.ts.timestamp_micros(),
+        counter_mj: r.counter_mj,
+        power_mw: r.power_mw,
+        peak_mw: r.peak_mw,
+        raw: r.raw,
+        counter_estimated: r.counter_estimated,
+    })
+    .collect();
+    // Each meter's run is gathered in time order: the two readings before the window, its
+    // step records (already in time order), then its raw readings and the two after; a run
+    // is sorted again only where a raw reading falls inside the window.
+    let from_us = from.timestamp_micros();
+    others.sort_unstable_by_key(|r| (r.meter_id, r.ts_us, r.raw));
+    let (before, after): (Vec<RawSample>, Vec<RawSample>) =
+        others.into_iter().partition(|r| r.ts_us < from_us);
+    let minutes = usize::try_from((to - from).num_minutes()).unwrap_or(0);
+    let mut runs = MeterRuns::new(metered, minutes.min(24 * 60) + 4);
+    before.into_iter().for_each(|r| runs.push(r));
+    step_records(&mut conn, site_id, metered, from, to, &mut runs).await?;
+    after.into_iter().for_each(|r| runs.push(r));
     drop(conn);
+    let rows = runs.into_rows();
     match crate::step_packs::packed_days(pool, site_id).await? {
         // Merged with the packs, and so put in order, there.
         Some(days) => with_packed(pool, site_id, metered, (from, to), days, rows).await,
-        None => Ok(in_meter_order(rows)),
+        None => Ok(rows),
+    }
+}
+
+/// A window's rows gathered per metered meter as they are read, so they come out in (meter,
+/// time, raw) order without a sort of millions of rows: the step records come a minute of
+/// every meter at a time, each meter's already in time order. `metered` is in id order
+/// (as `meter_tree` reads it); a row of another meter cannot come from the window's reads,
+/// and if one did, every row would be sorted with it rather than lost.
+struct MeterRuns<'a> {
+    metered: &'a [i64],
+    runs: Vec<Vec<RawSample>>,
+    /// The run the last row went to: the next row is mostly its meter's or the next one's.
+    last: usize,
+    stray: Vec<RawSample>,
+}
+
+impl<'a> MeterRuns<'a> {
+    fn new(metered: &'a [i64], per_meter: usize) -> Self {
+        debug_assert!(metered.is_sorted());
+        MeterRuns {
+            metered,
+            runs: (0..metered.len())
+                .map(|_| Vec::with_capacity(per_meter))
+                .collect(),
+            last: 0,
+            stray: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, row: RawSample) {
+        let is = |i: usize| self.metered.get(i) == Some(&row.meter_id);
+        let run = if is(self.last) {
+            self.last
+        } else if is(self.last + 1) {
+            self.last + 1
+        } else if let Ok(i) = self.metered.binary_search(&row.meter_id) {
+            i
+        } else {
+            self.stray.push(row);
+            return;
+        };
+        self.last = run;
+        self.runs[run].push(row);
+    }
+
+    /// Every row, in (meter, time, raw) order, stable; a run out of time order (a raw
+    /// reading inside the window, data that came late) is sorted alone.
+    fn into_rows(self) -> Vec<RawSample> {
+        let key = |r: &RawSample| (r.meter_id, r.ts_us, r.raw);
+        let len = self.runs.iter().map(Vec::len).sum::<usize>() + self.stray.len();
+        let mut out = Vec::with_capacity(len);
+        for mut run in self.runs {
+            if !run.is_sorted_by_key(key) {
+                run.sort_by_key(key);
+            }
+            out.extend_from_slice(&run);
+        }
+        if self.stray.is_empty() {
+            out
+        } else {
+            out.extend(self.stray);
+            in_meter_order(out)
+        }
     }
 }
 
 /// The step records of the metered meters in `[from, to)`, as a binary COPY: a day of a
 /// large site is millions of rows, and decoding each as a query's result row took longer than
-/// the database took to send it (BENCHMARKS.md, the 10,240-GPU fleet-day profiled). In the
-/// order the database finds them, which is not meter order.
+/// the database took to send it (BENCHMARKS.md, the 10,240-GPU fleet-day profiled). Each goes
+/// to its meter's run as it comes.
 ///
 /// A COPY takes no parameters: the values are written into its text, each from a typed value
 /// here (integers and instants printed by this function), never from a caller's string.
+///
+/// An estimated counter comes as `-1 - counter` (counters are never negative, and the flag
+/// means nothing without one): PostgreSQL's cost of a COPY is mostly per field sent, and a
+/// sixth field for a flag that is almost always false cost a tenth of it.
 async fn step_records(
     conn: &mut PgConnection,
     site_id: i64,
     metered: &[i64],
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-) -> StoreResult<Vec<RawSample>> {
+    rows: &mut MeterRuns<'_>,
+) -> StoreResult<()> {
     use futures_util::StreamExt;
     use std::fmt::Write;
     let mut ids = String::with_capacity(metered.len() * 8);
@@ -471,32 +559,38 @@ async fn step_records(
     }
     let at = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let statement = format!(
-        "COPY (SELECT meter_id, ts, counter_mj, power_mw, peak_mw, counter_estimated FROM samples
+        "COPY (SELECT meter_id, ts,
+                      CASE WHEN counter_estimated THEN -1 - counter_mj ELSE counter_mj END,
+                      power_mw, peak_mw FROM samples
                WHERE site_id = {site_id} AND meter_id = ANY('{{{ids}}}'::bigint[]) AND NOT raw
                  AND ts >= '{from}'::timestamptz AND ts < '{to}'::timestamptz)
          TO STDOUT (FORMAT binary)",
         from = at(from),
         to = at(to),
     );
-    let mut rows = Vec::new();
-    let mut reader = crate::pg_copy::Reader::new(6);
+    let mut reader = crate::pg_copy::Reader::new(5);
     let mut chunks = conn.copy_out_raw(&statement).await?;
     while let Some(chunk) = chunks.next().await {
         reader.feed(&chunk?, |f| {
+            let (meter_id, ts_us) = (
+                f.required(pg_copy::Fields::i64)?,
+                f.required(pg_copy::Fields::timestamp_us)?,
+            );
+            let counter = f.i64()?;
             rows.push(RawSample {
-                meter_id: f.required(pg_copy::Fields::i64)?,
-                ts_us: f.required(pg_copy::Fields::timestamp_us)?,
-                counter_mj: f.i64()?,
+                meter_id,
+                ts_us,
+                counter_mj: counter.map(|c| if c < 0 { -1 - c } else { c }),
                 power_mw: f.i64()?,
                 peak_mw: f.i64()?,
                 raw: false,
-                counter_estimated: f.required(pg_copy::Fields::bool)?,
+                counter_estimated: counter.is_some_and(|c| c < 0),
             });
             Ok::<_, crate::StoreError>(())
         })?;
     }
     reader.finish()?;
-    Ok(rows)
+    Ok(())
 }
 
 /// `rows` in (meter, time, raw) order, stable: rows with equal keys keep their order. The step
@@ -850,28 +944,27 @@ fn power_profiles(
     allocations: &HashMap<i64, Vec<Allocation>>,
     kinds: &[Option<JobKind>],
 ) -> Vec<(DateTime<Utc>, PowerClass, HourProfile)> {
-    let gpu_class = |meter: i64, minute_us: i64| {
-        if !sets.gpus.contains(&meter) {
-            return None;
+    // Resolved once per meter: its fixed classes and, for a GPU, the allocations whose job
+    // gives each minute its class.
+    let classes = |m: i64| {
+        let facility = sets.facility.contains(&m).then_some(PowerClass::Facility);
+        let it = sets.it.contains(&m).then_some(PowerClass::It);
+        let held: &[Allocation] = match sets.gpus.contains(&m) {
+            true => allocations.get(&m).map_or(&[], Vec::as_slice),
+            false => &[],
+        };
+        move |minute_us: i64| {
+            let t_ms = minute_us / 1000 + STEP_MS - 1;
+            let job = held
+                .iter()
+                .filter(|a| a.start_ms <= t_ms && t_ms < a.end_ms)
+                .max_by_key(|a| (a.share_ppm, std::cmp::Reverse(a.job)))
+                .and_then(|a| kinds[a.job])
+                .map(PowerClass::Job);
+            // A meter may count twice: a site without node meters has its GPUs as its IT
+            // meters.
+            [facility, it, job].into_iter().flatten()
         }
-        let t_ms = minute_us / 1000 + STEP_MS - 1;
-        allocations
-            .get(&meter)?
-            .iter()
-            .filter(|a| a.start_ms <= t_ms && t_ms < a.end_ms)
-            .max_by_key(|a| (a.share_ppm, std::cmp::Reverse(a.job)))
-            .and_then(|a| kinds[a.job])
-            .map(PowerClass::Job)
-    };
-    // A meter may count twice: a site without node meters has its GPUs as its IT meters.
-    let classes = |m: i64, minute_us: i64| {
-        [
-            sets.facility.contains(&m).then_some(PowerClass::Facility),
-            sets.it.contains(&m).then_some(PowerClass::It),
-            gpu_class(m, minute_us),
-        ]
-        .into_iter()
-        .flatten()
     };
     hour_profiles(readings, (from_us, to_us), classes)
         .into_iter()
@@ -1517,24 +1610,46 @@ mod tests {
     /// and ids too sparse for the counts array.
     #[test]
     fn rows_come_out_in_meter_time_raw_order_however_they_came_in() {
-        let mut minute_major: Vec<RawSample> = (0..5)
-            .flat_map(|k| (10..20).map(move |m| sample(m, k * 60_000_000, false)))
-            .collect();
-        // A late minute of meter 12, a raw reading at a step's instant, and the window's
-        // edge readings appended after the step records, as `samples` reads them.
-        minute_major.insert(3, sample(12, 9 * 60_000_000, false));
-        minute_major.push(sample(15, 2 * 60_000_000, true));
-        minute_major.push(sample(11, -60_000_000, false));
         let sparse = vec![
             sample(9_000_000, 5, false),
             sample(1, 7, true),
             sample(1, 7, false),
             sample(-4, 0, false),
         ];
-        for rows in [minute_major, sparse, Vec::new()] {
+        for rows in [minute_major(), sparse, Vec::new()] {
             let mut expected = keys(&rows);
             expected.sort_unstable();
             assert_eq!(keys(&in_meter_order(rows)), expected);
+        }
+    }
+
+    /// Meters 10..20 written a minute of every meter at a time, with a late minute of meter
+    /// 12, a raw reading at a step's instant, and an edge reading before the window appended
+    /// after the step records.
+    fn minute_major() -> Vec<RawSample> {
+        let mut rows: Vec<RawSample> = (0..5)
+            .flat_map(|k| (10..20).map(move |m| sample(m, k * 60_000_000, false)))
+            .collect();
+        rows.insert(3, sample(12, 9 * 60_000_000, false));
+        rows.push(sample(15, 2 * 60_000_000, true));
+        rows.push(sample(11, -60_000_000, false));
+        rows
+    }
+
+    /// Rows gathered per meter as they are read come out as a sort puts them, runs out of
+    /// time order included; a row of a meter not in the window's list is sorted in with the
+    /// rest, not lost.
+    #[test]
+    fn meter_runs_give_the_order_a_sort_gives() {
+        let metered: Vec<i64> = (10..20).collect();
+        for strays in [vec![], vec![sample(30, 0, false), sample(5, 60, false)]] {
+            let mut rows = minute_major();
+            rows.extend(strays);
+            let mut runs = MeterRuns::new(&metered, 2);
+            rows.iter().for_each(|r| runs.push(*r));
+            let mut expected = keys(&rows);
+            expected.sort_unstable();
+            assert_eq!(keys(&runs.into_rows()), expected);
         }
     }
 
