@@ -462,7 +462,7 @@ async fn samples(
     drop(conn);
     let rows = runs.into_rows();
     match crate::step_packs::packed_days(pool, site_id).await? {
-        // Merged with the packs, and so put in order, there.
+        // The packed days around the window merged in, in the same order.
         Some(days) => with_packed(pool, site_id, metered, (from, to), days, rows).await,
         None => Ok(rows),
     }
@@ -522,12 +522,11 @@ impl<'a> MeterRuns<'a> {
             }
             out.extend_from_slice(&run);
         }
-        if self.stray.is_empty() {
-            out
-        } else {
+        if !self.stray.is_empty() {
             out.extend(self.stray);
-            in_meter_order(out)
+            out.sort_by_key(key);
         }
+        out
     }
 }
 
@@ -593,50 +592,6 @@ async fn step_records(
     Ok(())
 }
 
-/// `rows` in (meter, time, raw) order, stable: rows with equal keys keep their order. The step
-/// records come in the order they were written (a minute of every meter, then the next): a
-/// counting sort by meter puts each meter's run together in one pass, already in time order
-/// unless data came late; only a run out of order is sorted.
-fn in_meter_order(rows: Vec<RawSample>) -> Vec<RawSample> {
-    let key = |r: &RawSample| (r.meter_id, r.ts_us, r.raw);
-    let (Some(lo), Some(hi)) = (
-        rows.iter().map(|r| r.meter_id).min(),
-        rows.iter().map(|r| r.meter_id).max(),
-    ) else {
-        return rows;
-    };
-    let span = usize::try_from(hi.abs_diff(lo)).unwrap_or(usize::MAX);
-    // Ids far apart (a site's meters among many sites'): a plain sort, no counts array.
-    if span > 4 * rows.len() + 4096 {
-        let mut rows = rows;
-        rows.sort_by_key(key);
-        return rows;
-    }
-    let slot = |r: &RawSample| (r.meter_id - lo) as usize;
-    let mut starts = vec![0usize; span + 2];
-    for r in &rows {
-        starts[slot(r) + 1] += 1;
-    }
-    for i in 1..starts.len() {
-        starts[i] += starts[i - 1];
-    }
-    let mut next = starts.clone();
-    let mut order = vec![0u32; rows.len()];
-    for (i, r) in rows.iter().enumerate() {
-        let s = slot(r);
-        order[next[s]] = i as u32;
-        next[s] += 1;
-    }
-    let mut out: Vec<RawSample> = order.iter().map(|&i| rows[i as usize]).collect();
-    for w in starts.windows(2) {
-        let run = &mut out[w[0]..w[1]];
-        if !run.is_sorted_by_key(key) {
-            run.sort_by_key(key);
-        }
-    }
-    out
-}
-
 /// The rows read from `samples` with the packed steps of the days around `[from, to)`
 /// (`crate::step_packs`), then, for a meter with fewer than two readings on a side, its
 /// packs further out; an instant in both taken from its pack; in (meter, ts, raw) order and
@@ -658,7 +613,7 @@ async fn with_packed(
         let days = Days::Between(lo.max(first_packed), hi.min(last_packed));
         packed = read(pool, site_id, metered, days).await?;
     }
-    let mut all = merged(packed, rows);
+    let mut all = merged(metered, packed, rows);
     let (short_before, short_after) = short_sides(&all, metered, from, to);
     let mut further = Vec::new();
     if first_packed < lo && !short_before.is_empty() {
@@ -668,17 +623,23 @@ async fn with_packed(
         further.extend(read(pool, site_id, &short_after, Days::EarliestAfter(hi)).await?);
     }
     if !further.is_empty() {
-        all = merged(further, all);
+        all = merged(metered, further, all);
     }
     Ok(trim(all, from, to))
 }
 
 /// Packed steps and rows in (meter, ts, raw) order, one of each: the packed ones go first and
-/// the order is stable, so where an instant is in both the pack's is the one kept.
-fn merged(packed: Vec<(i64, PackedStep)>, rows: Vec<RawSample>) -> Vec<RawSample> {
-    let mut all: Vec<RawSample> = packed
-        .into_iter()
-        .map(|(meter_id, s)| RawSample {
+/// the order is stable, so where an instant is in both the pack's is the one kept. `rows` come
+/// in that order already, one of each (`samples`' key), and are returned as they are when no
+/// pack is read.
+fn merged(metered: &[i64], packed: Vec<(i64, PackedStep)>, rows: Vec<RawSample>) -> Vec<RawSample> {
+    if packed.is_empty() {
+        return rows;
+    }
+    let per_meter = (packed.len() + rows.len()) / metered.len().max(1) + 4;
+    let mut runs = MeterRuns::new(metered, per_meter);
+    for (meter_id, s) in packed {
+        runs.push(RawSample {
             meter_id,
             ts_us: s.ts_us,
             counter_mj: s.counter_mj,
@@ -686,10 +647,10 @@ fn merged(packed: Vec<(i64, PackedStep)>, rows: Vec<RawSample>) -> Vec<RawSample
             peak_mw: s.peak_mw,
             raw: false,
             counter_estimated: s.counter_estimated,
-        })
-        .collect();
-    all.extend(rows);
-    let mut all = in_meter_order(all);
+        });
+    }
+    rows.into_iter().for_each(|r| runs.push(r));
+    let mut all = runs.into_rows();
     all.dedup_by_key(|r| (r.meter_id, r.ts_us, r.raw));
     all
 }
@@ -1605,9 +1566,10 @@ mod tests {
         rows.iter().map(|r| (r.meter_id, r.ts_us, r.raw)).collect()
     }
 
-    /// The counting sort gives what a plain sort by (meter, time, raw) gives: for rows in
-    /// write order (minute-major), late rows out of place, raw readings at a step's instant,
-    /// and ids too sparse for the counts array.
+    /// Rows gathered per meter as they are read come out as a plain sort by (meter, time,
+    /// raw) puts them: for rows in write order (minute-major), late rows out of place, raw
+    /// readings at a step's instant, and rows of meters not in the window's list (sorted in
+    /// with the rest, not lost).
     #[test]
     fn rows_come_out_in_meter_time_raw_order_however_they_came_in() {
         let sparse = vec![
@@ -1616,10 +1578,15 @@ mod tests {
             sample(1, 7, false),
             sample(-4, 0, false),
         ];
-        for rows in [minute_major(), sparse, Vec::new()] {
+        let mut mixed = minute_major();
+        mixed.extend([sample(30, 0, false), sample(5, 60, false)]);
+        let metered: Vec<i64> = (10..20).collect();
+        for rows in [minute_major(), sparse, mixed, Vec::new()] {
             let mut expected = keys(&rows);
             expected.sort_unstable();
-            assert_eq!(keys(&in_meter_order(rows)), expected);
+            let mut runs = MeterRuns::new(&metered, 2);
+            rows.iter().for_each(|r| runs.push(*r));
+            assert_eq!(keys(&runs.into_rows()), expected);
         }
     }
 
@@ -1634,23 +1601,6 @@ mod tests {
         rows.push(sample(15, 2 * 60_000_000, true));
         rows.push(sample(11, -60_000_000, false));
         rows
-    }
-
-    /// Rows gathered per meter as they are read come out as a sort puts them, runs out of
-    /// time order included; a row of a meter not in the window's list is sorted in with the
-    /// rest, not lost.
-    #[test]
-    fn meter_runs_give_the_order_a_sort_gives() {
-        let metered: Vec<i64> = (10..20).collect();
-        for strays in [vec![], vec![sample(30, 0, false), sample(5, 60, false)]] {
-            let mut rows = minute_major();
-            rows.extend(strays);
-            let mut runs = MeterRuns::new(&metered, 2);
-            rows.iter().for_each(|r| runs.push(*r));
-            let mut expected = keys(&rows);
-            expected.sort_unstable();
-            assert_eq!(keys(&runs.into_rows()), expected);
-        }
     }
 
     /// Where a step is both in a pack and still in `samples` (packed, then written again by
@@ -1669,7 +1619,7 @@ mod tests {
         let mut from_rows = sample(3, 60, false);
         from_rows.counter_mj = Some(999);
         let rows = vec![sample(3, 120, false), from_rows, sample(3, 60, true)];
-        let all = merged(packed, rows);
+        let all = merged(&[1, 3], packed, rows);
         assert_eq!(
             keys(&all),
             [
