@@ -238,7 +238,7 @@ async fn a_closed_month_bills_by_hand_and_late_data_becomes_next_months_adjustme
         .collect();
     let unbilled_gpu_time = rows14
         .iter()
-        .filter(|r| r["InvoiceDetailId"].ends_with("-gpu-time") && r["ListUnitPrice"] == "0.000000")
+        .filter(|r| r["InvoiceDetailId"].contains("-gpu-time") && r["ListUnitPrice"] == "0.000000")
         .count();
     assert_eq!(
         rows14.len() - unbilled_gpu_time,
@@ -1072,6 +1072,37 @@ async fn the_demo_months_focus_1_4_export_passes_focus_1_4s_rules() {
     assert_eq!(sum("kWh"), usage().map(|l| l.energy_kwh).sum());
     assert_eq!(sum("GPU-Hours"), usage().map(|l| l.gpu_hours).sum());
     assert!(sum("GPU-Hours") > rust_decimal::Decimal::ZERO);
+    // GPU time is priced per device model: each GPU-time row names the model its hours ran
+    // on, and its SKU is that model's at its site. The demo's MI300Xs carry a rate of 1.85
+    // USD per GPU-hour, so their price is at least that (more where idle hours' price went
+    // to the held ones); its H100s carry none.
+    let gpu_rows = || rows.iter().filter(|r| r["ConsumedUnit"] == "GPU-Hours");
+    let mut models = std::collections::BTreeSet::new();
+    for r in gpu_rows() {
+        let model = &r["x_DeviceModel"];
+        assert!(r["SkuId"].ends_with(&format!("/{model}")), "{r:?}");
+        models.insert(model.clone());
+        let price: rust_decimal::Decimal = r["ListUnitPrice"].parse().unwrap();
+        match model.as_str() {
+            "AMD Instinct MI300X" => assert!(price >= "1.85".parse().unwrap(), "{r:?}"),
+            "NVIDIA H100 80GB HBM3" => assert!(price.is_zero(), "{r:?}"),
+            other => panic!("a device model the demo has not: {other:?}"),
+        }
+    }
+    assert_eq!(models.len(), 2, "{models:?}");
+    // The rows of a line add up to what its statement line bills for GPU time.
+    for s in &close.statements {
+        for l in s.usage(close.month) {
+            let billed: rust_decimal::Decimal = gpu_rows()
+                .filter(|r| {
+                    r["InvoiceId"] == s.number
+                        && r["InvoiceDetailId"].starts_with(&format!("L{}-gpu-time", l.no))
+                })
+                .map(|r| r["BilledCost"].parse::<rust_decimal::Decimal>().unwrap())
+                .sum();
+            assert_eq!(billed, l.billed_gpu_time_cost, "{l:?}");
+        }
+    }
     let total = report.lines().find(|l| l.contains("<testsuites")).unwrap();
     eprintln!(
         "FOCUS 1.4 validator, {} rows: {total}; failed on columns carried: {:?}",

@@ -458,6 +458,42 @@ async fn embodied_carbon_and_sci_per_token() {
             json!({"EUR": "1.8"})
         ]
     );
+    // Each ledger row's GPU time per device model adds up to the row (migration 0043), and
+    // in the scenario hour g1's idle half is the platform's, on its device model, with no
+    // hours held.
+    let parts: Vec<(String, Option<String>, i64, rust_decimal::Decimal)> = sqlx::query_as(
+        "SELECT t.key, g.device_model, sum(g.gpu_ms)::bigint, sum(g.gpu_time_cost)
+         FROM ledger_gpu_time g JOIN tenants t ON t.id = g.tenant_id
+         WHERE g.hour = $1::text::timestamptz
+         GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .bind(scenario::HOUR)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let model = || Some("Test GPU 80GB".to_owned());
+    let eur = |s: &str| s.parse::<rust_decimal::Decimal>().unwrap();
+    assert_eq!(
+        parts,
+        [
+            ("a".into(), model(), 4_800_000, eur("4.8")),
+            ("b".into(), model(), 4_200_000, eur("4.2")),
+            ("platform".into(), model(), 0, eur("1.8")),
+        ]
+    );
+    let unexplained: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ledger l
+         CROSS JOIN LATERAL (
+             SELECT coalesce(sum(g.gpu_ms), 0) AS ms, coalesce(sum(g.gpu_time_cost), 0) AS cost
+             FROM ledger_gpu_time g
+             WHERE g.site_id = l.site_id AND g.hour = l.hour AND g.tenant_id = l.tenant_id
+               AND g.job_id IS NOT DISTINCT FROM l.job_id) p
+         WHERE l.gpu_ms <> p.ms OR coalesce(l.gpu_time_cost, 0) <> p.cost",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(unexplained, 0);
     let (status, _) = app
         .ingest(
             &app.token(Role::Admin),

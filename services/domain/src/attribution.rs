@@ -132,6 +132,8 @@ pub struct Row {
     /// GPU time at the devices' GPU-hour rates, in 1e-12 currency; idle GPU time's share
     /// follows the idle policy.
     pub time_price_pico: i64,
+    /// `gpu_ms` and `time_price_pico` per device model (they are the sums of these).
+    pub gpu_time: DeviceTimes,
     /// The part of the row's own energy (GPU, node and facility overhead; not an idle share
     /// the policy spread onto it) spent after the job's work was last saved, when the job
     /// then lost it ([`crate::badput`]).
@@ -232,6 +234,9 @@ struct Hour<'a> {
     acc: Vec<Acc>,
     /// Per job: its GPU energy per device model (a short list: a job spans one or two).
     device_mj: Vec<Vec<(DeviceId, i64)>>,
+    /// Per job, and for GPU time no job held: its time and price per device model.
+    device_time: Vec<DeviceTimes>,
+    idle_time: DeviceTimes,
     idle: Acc,
     /// Per GPU, in the nodes' order: its time held in the hour, split once at its end.
     gpu_time: Vec<GpuTime>,
@@ -293,6 +298,8 @@ impl<'a> Hour<'a> {
             input,
             acc: vec![Acc::default(); jobs],
             device_mj: vec![Vec::new(); jobs],
+            device_time: vec![DeviceTimes::new(); jobs],
+            idle_time: DeviceTimes::new(),
             idle: Acc::default(),
             gpu_time: vec![GpuTime::default(); input.nodes.iter().map(|n| n.gpus.len()).sum()],
             totals: HourTotals {
@@ -561,6 +568,7 @@ impl<'a> Hour<'a> {
     fn settle_gpu_time(&mut self) {
         let gpus = self.input.nodes.iter().flat_map(|n| &n.gpus);
         let (acc, idle, totals, s) = (&mut self.acc, &mut self.idle, &mut self.totals, &mut self.s);
+        let (device_time, idle_time) = (&mut self.device_time, &mut self.idle_time);
         for (gpu, time) in gpus.zip(&self.gpu_time) {
             s.weights.clear();
             s.weights.extend(time.holders.iter().map(|h| h.1));
@@ -568,14 +576,18 @@ impl<'a> Hour<'a> {
             s.parts.resize(s.weights.len(), 0);
             split_into(time.ms, &s.weights, &mut s.parts);
             for (&(j, _), &ms) in time.holders.iter().zip(&s.parts) {
+                let price = ms * gpu.time_price_pico_per_ms;
                 acc[j].gpu_ms += ms;
                 acc[j].embodied += ms * gpu.embodied_ng_per_ms;
-                acc[j].time_price += ms * gpu.time_price_pico_per_ms;
+                acc[j].time_price += price;
+                gpu_time::add(&mut device_time[j], gpu.device, ms, price);
                 totals.allocated_gpu_ms += ms;
             }
             let unheld = s.parts[time.holders.len()];
+            let price = unheld * gpu.time_price_pico_per_ms;
             idle.embodied += unheld * gpu.embodied_ng_per_ms;
-            idle.time_price += unheld * gpu.time_price_pico_per_ms;
+            idle.time_price += price;
+            gpu_time::add(idle_time, gpu.device, 0, price);
         }
     }
 
@@ -586,14 +598,16 @@ impl<'a> Hour<'a> {
             input,
             acc,
             device_mj,
+            device_time,
+            idle_time,
             idle,
             mut totals,
             ..
         } = self;
         totals.idle_mj = idle.energy.idle_mj + idle.energy.facility_overhead_mj;
 
-        let mut rows = job_rows(input, &acc);
-        place_idle(&mut rows, &idle, &input.policy);
+        let mut rows = job_rows(input, &acc, &device_time);
+        place_idle(&mut rows, &idle, &idle_time, &input.policy);
         totals.estimated_mj = rows.iter().map(|r| r.energy.estimated_mj).sum();
         debug_assert_eq!(
             rows.iter().map(|r| r.energy.total_mj()).sum::<i64>(),
@@ -603,6 +617,9 @@ impl<'a> Hour<'a> {
             rows.is_empty()
                 || rows.iter().map(|r| r.embodied_ng).sum::<i64>() == totals.embodied_ng
         );
+        debug_assert!(rows
+            .iter()
+            .all(|r| gpu_time::totals(&r.gpu_time) == (r.gpu_ms, r.time_price_pico)));
         let devices = devices::by_device(&rows, &device_mj);
         Attributed {
             rows,
@@ -613,7 +630,7 @@ impl<'a> Hour<'a> {
 }
 
 /// Rule 5: one row per job, or per tenant its tokens name (split by weighted tokens).
-fn job_rows(input: &SiteHour, acc: &[Acc]) -> Vec<Row> {
+fn job_rows(input: &SiteHour, acc: &[Acc], device_time: &[DeviceTimes]) -> Vec<Row> {
     let mut rows = Vec::with_capacity(acc.len() + 1);
     // Each job's token records, in input order, gathered in one pass: a window holds
     // thousands of jobs and an hour thousands of records, too many to scan per job.
@@ -630,14 +647,21 @@ fn job_rows(input: &SiteHour, acc: &[Acc]) -> Vec<Row> {
         if !has_energy && tokens.is_empty() {
             continue;
         }
-        push_job_rows(&mut rows, j, &input.jobs[j], job_acc, tokens);
+        push_job_rows(
+            &mut rows,
+            j,
+            &input.jobs[j],
+            job_acc,
+            &device_time[j],
+            tokens,
+        );
     }
     rows
 }
 
 /// Rule 4: the energy no job used, to the platform tenant, or over the hour's job rows by
 /// their IT energy (the proportional policy).
-fn place_idle(rows: &mut Vec<Row>, idle: &Acc, policy: &SitePolicy) {
+fn place_idle(rows: &mut Vec<Row>, idle: &Acc, idle_time: &[DeviceTime], policy: &SitePolicy) {
     let idle_total = idle.energy.idle_mj + idle.energy.facility_overhead_mj;
     let job_it: Vec<u128> = rows
         .iter()
@@ -657,14 +681,17 @@ fn place_idle(rows: &mut Vec<Row>, idle: &Acc, policy: &SitePolicy) {
             .collect();
         let est_parts = split(idle.energy.estimated_mj, &received);
         let emb_parts = split(idle.embodied, &job_it);
-        let time_parts = split(idle.time_price, &job_it);
+        let time_parts = gpu_time::split_over(idle_time, &job_it);
         for (k, row) in rows.iter_mut().enumerate() {
             // The whole idle share, its facility overhead included, is the row's idle: a
             // statement shows it as one line, and the row's facility overhead stays its own.
             row.energy.idle_mj += idle_parts[k] + fac_parts[k];
             row.energy.estimated_mj += est_parts[k];
             row.embodied_ng += emb_parts[k];
-            row.time_price_pico += time_parts[k];
+            for t in &time_parts[k] {
+                row.time_price_pico += t.price_pico;
+                gpu_time::add(&mut row.gpu_time, t.device, 0, t.price_pico);
+            }
             if idle_parts[k] != 0 || fac_parts[k] != 0 || est_parts[k] != 0 {
                 row.quality |= idle.quality;
             }
@@ -680,6 +707,7 @@ fn place_idle(rows: &mut Vec<Row>, idle: &Acc, policy: &SitePolicy) {
             gpu_ms: 0,
             embodied_ng: idle.embodied,
             time_price_pico: idle.time_price,
+            gpu_time: idle_time.to_vec(),
             badput_mj: 0,
             quality: idle.quality,
         });
@@ -733,7 +761,14 @@ fn static_overhead(it_mj: i64, pue_overhead: Decimal) -> i64 {
         .max(0)
 }
 
-fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[&Tokens]) {
+fn push_job_rows(
+    rows: &mut Vec<Row>,
+    j: usize,
+    job: &Job,
+    acc: &Acc,
+    time: &[DeviceTime],
+    tokens: &[&Tokens],
+) {
     let base = Row {
         tenant: job.tenant,
         job: Some(j),
@@ -744,6 +779,7 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
         gpu_ms: acc.gpu_ms,
         embodied_ng: acc.embodied,
         time_price_pico: acc.time_price,
+        gpu_time: time.to_vec(),
         badput_mj: acc.badput_mj,
         quality: acc.quality,
     };
@@ -777,21 +813,23 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
         return;
     }
     let energy = acc.energy.split(&weights);
-    let gpu_ms = split(acc.gpu_ms, &weights);
     let embodied = split(acc.embodied, &weights);
-    let time_price = split(acc.time_price, &weights);
+    let gpu_time = gpu_time::split_over(time, &weights);
     // By what each row received, as estimated energy is: a row never loses more than it has.
     let received: Vec<u128> = energy.iter().map(|e| e.total_mj().max(0) as u128).collect();
     let badput = split(acc.badput_mj, &received);
-    for (k, &(tenant, prompt, generated)) in by_tenant.iter().enumerate() {
+    for (k, (&(tenant, prompt, generated), gpu_time)) in by_tenant.iter().zip(gpu_time).enumerate()
+    {
+        let (gpu_ms, time_price_pico) = gpu_time::totals(&gpu_time);
         rows.push(Row {
             tenant,
             energy: energy[k],
             prompt_tokens: prompt,
             generated_tokens: generated,
-            gpu_ms: gpu_ms[k],
+            gpu_ms,
             embodied_ng: embodied[k],
-            time_price_pico: time_price[k],
+            time_price_pico,
+            gpu_time,
             badput_mj: badput[k],
             ..base.clone()
         });
@@ -799,7 +837,9 @@ fn push_job_rows(rows: &mut Vec<Row>, j: usize, job: &Job, acc: &Acc, tokens: &[
 }
 
 mod devices;
+pub mod gpu_time;
 pub use devices::DeviceRow;
+pub use gpu_time::{DeviceTime, DeviceTimes};
 
 #[cfg(test)]
 mod tests;

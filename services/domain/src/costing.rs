@@ -13,6 +13,7 @@
 //! amounts into a figure that looks measured). Each row also carries how much of its energy
 //! was priced at the fallback rather than a signal, so a reader can tell the two apart.
 
+use crate::attribution::DeviceTime;
 use crate::badput;
 use crate::cfe;
 use crate::energy::StepGrid;
@@ -103,6 +104,20 @@ pub fn split_by_energy(units: i64, row_mj: &[i64]) -> Vec<i64> {
 /// Units of 10^-scale as a Decimal (`1234567` at scale 6 = 1.234567).
 pub fn to_decimal(units: i64, scale: u32) -> Decimal {
     Decimal::new(units, scale)
+}
+
+/// A row's GPU-time cost (at the ledger's scale) over its device models by their price, by
+/// largest remainder, so the parts add up to the row's cost exactly; `None` for every part
+/// where the row has no cost.
+pub fn gpu_time_by_device(cost: Option<Decimal>, parts: &[DeviceTime]) -> Vec<Option<Decimal>> {
+    let Some(units) = cost.and_then(|c| (c * Decimal::from(10i64.pow(COST_SCALE))).to_i64()) else {
+        return vec![None; parts.len()];
+    };
+    let weights: Vec<u128> = parts.iter().map(|p| p.price_pico.max(0) as u128).collect();
+    split(units, &weights)
+        .into_iter()
+        .map(|u| Some(to_decimal(u, COST_SCALE)))
+        .collect()
 }
 
 /// A site's rates for pricing its hours, each list in order of precedence.
@@ -297,6 +312,23 @@ mod tests {
 
     fn d(s: &str) -> Decimal {
         Decimal::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn a_rows_gpu_time_cost_goes_to_its_device_models_by_their_price() {
+        let part = |device, price_pico| DeviceTime {
+            device,
+            gpu_ms: 1,
+            price_pico,
+        };
+        // 0.000010 over prices 1 : 2 : 0 (a model with no rate): 3 + 1 remainder to the
+        // largest remainder (6.67 → 7), none to the model without a rate.
+        let parts = [part(Some(0), 1), part(Some(1), 2), part(None, 0)];
+        assert_eq!(
+            gpu_time_by_device(Some(d("0.000010")), &parts),
+            [Some(d("0.000003")), Some(d("0.000007")), Some(d("0"))]
+        );
+        assert_eq!(gpu_time_by_device(None, &parts), [None, None, None]);
     }
 
     const MIN: i64 = 60_000;

@@ -15,7 +15,7 @@ use wattledger_domain::attribution::{
     Allocation, Attributed, DeviceId, Gpu, IdlePolicy, Job, Node, SiteHour, SitePolicy, Tokens,
 };
 use wattledger_domain::badput::{self, EndState};
-use wattledger_domain::costing::HourAmounts;
+use wattledger_domain::costing::{self, HourAmounts};
 use wattledger_domain::energy::{meter_steps, MeterSteps, Sample, StepGrid};
 use wattledger_domain::headroom::{hour_profiles, HourProfile, PowerClass};
 use wattledger_domain::job_kind::JobKind;
@@ -1101,6 +1101,7 @@ pub async fn replace_ledger(
     .execute(&mut *conn)
     .await?;
     replace_devices(conn, site_id, hours, window, results).await?;
+    replace_gpu_time(conn, site_id, hours, window, results).await?;
     let mut tenants = c.tenant.clone();
     tenants.sort_unstable();
     tenants.dedup();
@@ -1164,6 +1165,74 @@ async fn replace_devices(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// Replaces the GPU time per device model of the ledger rows of `hours` (migration 0043)
+/// with `results`': each row's parts, its GPU-time cost split over them by their price.
+async fn replace_gpu_time(
+    conn: &mut PgConnection,
+    site_id: i64,
+    hours: &[DateTime<Utc>],
+    window: &Window,
+    results: &[HourResult],
+) -> StoreResult<()> {
+    sqlx::query!(
+        "DELETE FROM ledger_gpu_time WHERE site_id = $1 AND hour = ANY($2)",
+        site_id,
+        hours,
+    )
+    .execute(&mut *conn)
+    .await?;
+    let mut c = GpuTimeColumns::default();
+    for r in results {
+        for (row, amounts) in r.attributed.rows.iter().zip(&r.amounts.rows) {
+            let costs = costing::gpu_time_by_device(amounts.gpu_time_cost, &row.gpu_time);
+            for (part, cost) in row.gpu_time.iter().zip(costs) {
+                c.hour.push(r.hour);
+                c.tenant.push(row.tenant);
+                c.job.push(row.job.map(|j| window.job_ids[j]));
+                c.model.push(row.model);
+                c.device.push(
+                    part.device
+                        .map(|d| window.devices.models[d as usize].clone()),
+                );
+                c.gpu_ms.push(part.gpu_ms);
+                c.cost.push(cost);
+            }
+        }
+    }
+    if c.hour.is_empty() {
+        return Ok(());
+    }
+    sqlx::query!(
+        "INSERT INTO ledger_gpu_time (site_id, hour, tenant_id, job_id, model_id, device_model,
+                                      gpu_ms, gpu_time_cost)
+         SELECT $1, * FROM UNNEST($2::timestamptz[], $3::bigint[], $4::bigint[], $5::bigint[],
+                                  $6::text[], $7::bigint[], $8::numeric[])",
+        site_id,
+        &c.hour,
+        &c.tenant,
+        &c.job as &[Option<i64>],
+        &c.model as &[Option<i64>],
+        &c.device as &[Option<String>],
+        &c.gpu_ms,
+        &c.cost as &[Option<Decimal>],
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The GPU-time parts of an attribution run, as columns for one UNNEST insert.
+#[derive(Default)]
+struct GpuTimeColumns {
+    hour: Vec<DateTime<Utc>>,
+    tenant: Vec<i64>,
+    job: Vec<Option<i64>>,
+    model: Vec<Option<i64>>,
+    device: Vec<Option<String>>,
+    gpu_ms: Vec<i64>,
+    cost: Vec<Option<Decimal>>,
 }
 
 /// The device parts of an attribution run, as columns for one UNNEST insert.

@@ -12,6 +12,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use rust_decimal::Decimal;
 use sqlx::{PgConnection, PgPool};
 use std::collections::BTreeMap;
+use wattledger_domain::chargeback::statement::{DeviceGpuTime, GpuTimePart};
 use wattledger_domain::chargeback::{
     self, Amounts, Close, Directory, Entry, Export, Issuer, Line, LineClass, LineKey, Month,
     SiteReconciliation, Statement,
@@ -271,6 +272,48 @@ pub async fn ledger_entries(
     Ok(rows.into_iter().map(EntryRow::into_entry).collect())
 }
 
+/// The ledger's GPU time of `month` per statement line key and device model (migration
+/// 0043): the parts of the month's usage lines. Keyed as [`ledger_entries`] keys the job and
+/// platform lines (the idle share carries no GPU time).
+pub async fn ledger_gpu_time(
+    conn: &mut PgConnection,
+    month: Month,
+) -> StoreResult<Vec<DeviceGpuTime>> {
+    let rows = sqlx::query!(
+        r#"SELECT t.key AS "tenant!", s.currency::text AS "currency!", s.key AS "site!",
+                coalesce(j.kind, 'platform') AS "class!: LineClass", m.key AS "model?",
+                g.device_model AS "device_model?", sum(g.gpu_ms)::bigint AS "gpu_ms!",
+                coalesce(sum(g.gpu_time_cost), 0) AS "gpu_time_cost!"
+         FROM ledger_gpu_time g
+         JOIN tenants t ON t.id = g.tenant_id
+         JOIN sites s ON s.id = g.site_id
+         LEFT JOIN models m ON m.id = g.model_id
+         LEFT JOIN jobs j ON j.site_id = g.site_id AND j.id = g.job_id
+         WHERE g.hour >= $1 AND g.hour < $2
+         GROUP BY 1, 2, 3, 4, 5, 6"#,
+        month.start(),
+        month.end(),
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| DeviceGpuTime {
+            key: LineKey {
+                tenant: r.tenant,
+                currency: r.currency,
+                site: r.site,
+                class: r.class,
+                model: r.model,
+                period: month,
+            },
+            device_model: r.device_model,
+            gpu_ms: r.gpu_ms,
+            gpu_time_cost: r.gpu_time_cost,
+        })
+        .collect())
+}
+
 /// Everything the closes in force billed for these periods of use, by line key.
 pub async fn billed_entries(
     conn: &mut PgConnection,
@@ -400,6 +443,7 @@ pub async fn write_close(
         )
         .execute(&mut *conn)
         .await?;
+        write_gpu_time(conn, statement_id, s).await?;
         tenants.push(tenant_id);
     }
     for r in &close.reconciliation {
@@ -442,6 +486,42 @@ pub async fn write_close(
     .execute(&mut *conn)
     .await?;
     Ok(tenants)
+}
+
+/// A statement's lines' GPU time by device model (migration 0043), as the close froze it.
+async fn write_gpu_time(
+    conn: &mut PgConnection,
+    statement_id: i64,
+    s: &Statement,
+) -> StoreResult<()> {
+    let parts: Vec<(&Line, &GpuTimePart)> = s
+        .lines
+        .iter()
+        .flat_map(|l| l.gpu_time.iter().map(move |p| (l, p)))
+        .collect();
+    if parts.is_empty() {
+        return Ok(());
+    }
+    let col = |f: fn(&GpuTimePart) -> Decimal| parts.iter().map(|p| f(p.1)).collect::<Vec<_>>();
+    sqlx::query!(
+        "INSERT INTO statement_line_gpu_time (statement_id, line_no, device_model, gpu_ms,
+             gpu_time_cost, billed_gpu_time_cost, gpu_hours)
+         SELECT $1, * FROM UNNEST($2::int[], $3::text[], $4::bigint[], $5::numeric[],
+                                  $6::numeric[], $7::numeric[])",
+        statement_id,
+        &parts.iter().map(|p| p.0.no as i32).collect::<Vec<_>>(),
+        &parts
+            .iter()
+            .map(|p| p.1.device_model.clone())
+            .collect::<Vec<_>>() as &[Option<String>],
+        &parts.iter().map(|p| p.1.gpu_ms).collect::<Vec<_>>(),
+        &col(|p| p.gpu_time_cost),
+        &col(|p| p.billed_gpu_time_cost),
+        &col(|p| p.gpu_hours),
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// The webhook event a close sends each tenant with a statement.
@@ -568,6 +648,29 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
     )
     .fetch_all(pool)
     .await?;
+    // In the order a close builds them (device model by byte, the unreported one first).
+    let mut parts: BTreeMap<(i64, i32), Vec<GpuTimePart>> = BTreeMap::new();
+    for p in sqlx::query!(
+        "SELECT statement_id, line_no, device_model, gpu_ms, gpu_time_cost, billed_gpu_time_cost,
+                gpu_hours
+         FROM statement_line_gpu_time WHERE statement_id = ANY($1)
+         ORDER BY statement_id, line_no, device_model COLLATE \"C\" NULLS FIRST",
+        &ids,
+    )
+    .fetch_all(pool)
+    .await?
+    {
+        parts
+            .entry((p.statement_id, p.line_no))
+            .or_default()
+            .push(GpuTimePart {
+                device_model: p.device_model,
+                gpu_ms: p.gpu_ms,
+                gpu_time_cost: p.gpu_time_cost,
+                billed_gpu_time_cost: p.billed_gpu_time_cost,
+                gpu_hours: p.gpu_hours,
+            });
+    }
     let sites = sqlx::query!(
         "SELECT site_key, site_name, grid_region, metered_mj, attributed_mj, unallocated_mj,
                 adjustments_mj
@@ -617,6 +720,9 @@ pub async fn load(pool: &PgPool, month: Month, scope: &Scope) -> StoreResult<Opt
             billed_gpu_time_cost: l.billed_gpu_time_cost,
             energy_kwh: l.energy_kwh,
             gpu_hours: l.gpu_hours,
+            gpu_time: parts
+                .remove(&(l.statement_id, l.line_no))
+                .unwrap_or_default(),
         });
     }
     let mut reconciliation = Vec::new();

@@ -1146,3 +1146,69 @@ proptest! {
         }
     }
 }
+
+/// The shared node with a GPU-hour rate on two device models: A's training GPU is model 0
+/// at 1,000 pico per ms, B's MIG half is on a GPU of model 1 at 2,000 (its other half idle),
+/// and the endpoint's GPU reports no model. Each row's GPU time comes per device model, and
+/// the idle half's price (1.8e6 ms × 2,000) goes where the idle policy sends idle energy:
+/// to the platform tenant, or over the job rows by IT energy, 48.72 : 10.44 : 9.28 : 18.56
+/// (the endpoint's 27.84 split 1 : 2 by tokens) = 2.016e9, 0.432e9, 0.384e9, 0.768e9.
+#[test]
+fn gpu_time_comes_per_device_model_with_idle_time_where_the_policy_sends_it() {
+    let t = |device, gpu_ms, price_pico| DeviceTime {
+        device,
+        gpu_ms,
+        price_pico,
+    };
+    for policy in [IdlePolicy::Platform, IdlePolicy::Proportional] {
+        let mut input = shared_node_scenario(policy);
+        let gpus = &mut input.nodes[0].gpus;
+        (gpus[0].device, gpus[0].time_price_pico_per_ms) = (Some(0), 1_000);
+        (gpus[1].device, gpus[1].time_price_pico_per_ms) = (Some(1), 2_000);
+        let out = attribute(&input);
+        let row = |job: Option<usize>, tenant| {
+            out.rows
+                .iter()
+                .find(|r| r.job == job && r.tenant == tenant)
+                .unwrap()
+                .gpu_time
+                .clone()
+        };
+        let idle = |part: i64| -> Vec<DeviceTime> {
+            match policy {
+                IdlePolicy::Proportional => vec![t(Some(1), 0, part)],
+                IdlePolicy::Platform => vec![],
+            }
+        };
+        let with = |mut held: Vec<DeviceTime>, idle: Vec<DeviceTime>| {
+            for i in idle {
+                gpu_time::add(&mut held, i.device, i.gpu_ms, i.price_pico);
+            }
+            held
+        };
+        assert_eq!(
+            row(Some(0), A),
+            with(vec![t(Some(0), HOUR, 3_600_000_000)], idle(2_016_000_000))
+        );
+        assert_eq!(
+            row(Some(1), B),
+            with(vec![t(Some(1), HOUR / 2, 3_600_000_000)], idle(432_000_000))
+        );
+        assert_eq!(
+            row(Some(2), A),
+            with(vec![t(None, HOUR / 3, 0)], idle(384_000_000))
+        );
+        assert_eq!(
+            row(Some(2), B),
+            with(vec![t(None, 2 * HOUR / 3, 0)], idle(768_000_000))
+        );
+        if policy == IdlePolicy::Platform {
+            assert_eq!(row(None, PLATFORM), [t(Some(1), 0, 3_600_000_000)]);
+        }
+        for r in &out.rows {
+            assert_eq!(gpu_time::totals(&r.gpu_time), (r.gpu_ms, r.time_price_pico));
+        }
+        let price: i64 = out.rows.iter().map(|r| r.time_price_pico).sum();
+        assert_eq!(price, 3 * 3_600_000_000);
+    }
+}

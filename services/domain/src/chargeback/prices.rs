@@ -1,17 +1,20 @@
-//! A closed month's price list: what each site's energy and GPU time cost per unit that
-//! month, published with the close as SKU prices (FOCUS 1.4's `SkuId`, `SkuPriceId`,
-//! `ListUnitPrice`, `ContractedUnitPrice`, `PricingUnit`, `PricingCategory`).
+//! A closed month's price list: what each site's energy, and its GPU time on each device
+//! model, cost per unit that month, published with the close as SKU prices (FOCUS 1.4's
+//! `SkuId`, `SkuPriceId`, `ListUnitPrice`, `ContractedUnitPrice`, `PricingUnit`,
+//! `PricingCategory`).
 //!
 //! No single unit price made any line's cost: energy is priced step by step at the price
 //! covering each step (a tariff, time of use, a day-ahead market), and GPU time at each
-//! device model's rate. What a site's usage did cost per unit over the month is exact,
-//! though: its cost over its quantity, over every line of the month at that site (every
-//! tenant's, the idle share and the platform's). That average, to the ledger's millionth of
-//! the currency, is the site's price for the month: one SKU price per site, meter and
-//! currency, the same for every billing account. A line's list cost is its quantity at that
-//! price; what it bills is its own step-by-step cost, so the two differ by what the line's
-//! timing saved or cost against the site's average, and a site's list costs add up to its
-//! billed costs to within rounding.
+//! device model's rate, idle GPU time's share following the site's idle policy. What a
+//! site's usage did cost per unit over the month is exact, though: its cost over its
+//! quantity, over every line of the month at that site (every tenant's, the idle share and
+//! the platform's). That average, to the ledger's millionth of the currency, is the month's
+//! price: one SKU price per site and currency for energy, and one per site, device model and
+//! currency for GPU time (the device model's rate where every GPU-hour of it was held; more
+//! where its idle hours' price was spread over the held ones), the same for every billing
+//! account. A line's list cost is its quantity at that price; what it bills is its own
+//! cost, so the two differ by what the line's timing saved or cost against the site's
+//! average, and a site's list costs add up to its billed costs to within rounding.
 //!
 //! A correction (energy of an earlier, already closed month) and a credit have no price
 //! here: the month a correction's energy belongs to published its own.
@@ -70,11 +73,14 @@ impl Meter {
 /// Decimal places of a unit price: the ledger's millionth of the currency.
 pub const UNIT_PRICE_DP: u32 = 6;
 
-/// One site's price of one meter for a month, in one currency.
+/// One site's price of one meter (on one device model, for GPU time) for a month, in one
+/// currency.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkuPrice {
     pub meter: Meter,
     pub site: String,
+    /// GPU time's device model; `None` for energy, and for GPU time of no reported model.
+    pub device_model: Option<String>,
     pub currency: String,
     pub month: Month,
     /// Currency per unit, to [`UNIT_PRICE_DP`] places (half away from zero); zero for a
@@ -88,9 +94,13 @@ pub struct SkuPrice {
 }
 
 impl SkuPrice {
-    /// The product: a meter at a site, whatever the month (`energy/fra-1`).
+    /// The product: a meter at a site (on a device model), whatever the month
+    /// (`energy/fra-1`, `gpu-time/fra-1/NVIDIA H100 80GB HBM3`).
     pub fn sku_id(&self) -> String {
-        format!("{}/{}", self.meter.key(), self.site)
+        match &self.device_model {
+            Some(device) => format!("{}/{}/{device}", self.meter.key(), self.site),
+            None => format!("{}/{}", self.meter.key(), self.site),
+        }
     }
 
     /// This price of the product: `energy/fra-1/2026-10/EUR`.
@@ -99,9 +109,12 @@ impl SkuPrice {
     }
 }
 
-/// The month's prices, by meter, site and currency.
+/// What a price is keyed by: meter, site, device model and currency.
+type Key = (Meter, String, Option<String>, String);
+
+/// The month's prices, by meter, site, device model and currency.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PriceList(BTreeMap<(Meter, String, String), SkuPrice>);
+pub struct PriceList(BTreeMap<Key, SkuPrice>);
 
 impl PriceList {
     /// The prices of a close: every site's month of usage (its lines for the month itself,
@@ -109,26 +122,31 @@ impl PriceList {
     pub fn of(close: &Close) -> PriceList {
         // Exact sums: mJ and ms as integers (as a statement's totals are), cost at the
         // ledger's 1e-6.
-        let mut sums: BTreeMap<(Meter, String, String), (i64, Decimal)> = BTreeMap::new();
+        let mut sums: BTreeMap<Key, (i64, Decimal)> = BTreeMap::new();
         for s in &close.statements {
             for l in s.usage(close.month) {
                 if l.key.class == LineClass::GridCredit {
                     continue;
                 }
-                let key = |meter| (meter, l.key.site.clone(), l.key.currency.clone());
-                let e = sums.entry(key(Meter::Energy)).or_default();
+                let key = |meter, device: &Option<String>| {
+                    let (site, currency) = (l.key.site.clone(), l.key.currency.clone());
+                    (meter, site, device.clone(), currency)
+                };
+                let e = sums.entry(key(Meter::Energy, &None)).or_default();
                 e.0 += l.amounts.energy_mj;
                 e.1 += l.amounts.energy_cost;
-                if l.amounts.gpu_ms != 0 || !l.amounts.gpu_time_cost.is_zero() {
-                    let g = sums.entry(key(Meter::GpuTime)).or_default();
-                    g.0 += l.amounts.gpu_ms;
-                    g.1 += l.amounts.gpu_time_cost;
+                for part in l.gpu_time_parts().iter() {
+                    let g = sums
+                        .entry(key(Meter::GpuTime, &part.device_model))
+                        .or_default();
+                    g.0 += part.gpu_ms;
+                    g.1 += part.gpu_time_cost;
                 }
             }
         }
         let prices = sums
             .into_iter()
-            .map(|((meter, site, currency), (units, cost))| {
+            .map(|((meter, site, device_model, currency), (units, cost))| {
                 let (units, per) = (Decimal::from(units), Decimal::from(meter.per_unit()));
                 let quantity = units / per;
                 let unit_price = if units > Decimal::ZERO {
@@ -144,20 +162,33 @@ impl PriceList {
                 let price = SkuPrice {
                     meter,
                     site: site.clone(),
+                    device_model: device_model.clone(),
                     currency: currency.clone(),
                     month: close.month,
                     unit_price,
                     quantity,
                     cost,
                 };
-                ((meter, site, currency), price)
+                ((meter, site, device_model, currency), price)
             })
             .collect();
         PriceList(prices)
     }
 
-    pub fn get(&self, meter: Meter, site: &str, currency: &str) -> Option<&SkuPrice> {
-        self.0.get(&(meter, site.to_owned(), currency.to_owned()))
+    pub fn get(
+        &self,
+        meter: Meter,
+        site: &str,
+        device_model: Option<&str>,
+        currency: &str,
+    ) -> Option<&SkuPrice> {
+        let key = (
+            meter,
+            site.to_owned(),
+            device_model.map(str::to_owned),
+            currency.to_owned(),
+        );
+        self.0.get(&key)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &SkuPrice> {
@@ -166,9 +197,9 @@ impl PriceList {
 }
 
 /// The price list's columns: FOCUS's names where FOCUS has the concept, then `x_` columns
-/// with the month's quantity and cost each price is the ratio of (both to the millionth: an
-/// hour of GPU time is not a whole number of them).
-pub const COLUMNS: [&str; 14] = [
+/// with GPU time's device model and the month's quantity and cost each price is the ratio
+/// of (both to the millionth: an hour of GPU time is not a whole number of them).
+pub const COLUMNS: [&str; 15] = [
     "SkuId",
     "SkuPriceId",
     "SkuMeter",
@@ -181,11 +212,13 @@ pub const COLUMNS: [&str; 14] = [
     "RegionName",
     "PriceListPeriodStart",
     "PriceListPeriodEnd",
+    "x_DeviceModel",
     "x_MonthQuantity",
     "x_MonthCost",
 ];
 
-/// The close's price list as CSV, one row per SKU price, in (meter, site, currency) order.
+/// The close's price list as CSV, one row per SKU price, in (meter, site, device model,
+/// currency) order.
 pub fn render(close: &Close) -> String {
     let mut out = String::new();
     row(&mut out, COLUMNS.iter().map(|c| (*c).to_owned()));
@@ -206,6 +239,7 @@ pub fn render(close: &Close) -> String {
                 text(&close.directory.site(&p.site).0),
                 super::focus::time(close.month.start()),
                 super::focus::time(close.month.end()),
+                text(p.device_model.as_deref().unwrap_or_default()),
                 fixed(p.quantity, UNIT_PRICE_DP),
                 fixed(p.cost, UNIT_PRICE_DP),
             ],
@@ -232,7 +266,7 @@ pub const FORMAT: &str = "prices";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chargeback::focus::tests::sample;
+    use crate::chargeback::focus::tests::{sample, sample_with_devices};
 
     fn d(s: &str) -> Decimal {
         s.parse().unwrap()
@@ -241,7 +275,7 @@ mod tests {
     #[test]
     fn a_sites_price_is_its_months_cost_over_its_quantity() {
         let prices = PriceList::of(&sample());
-        let fra = prices.get(Meter::Energy, "fra", "EUR").unwrap();
+        let fra = prices.get(Meter::Energy, "fra", None, "EUR").unwrap();
         // Frankfurt's October: 2,000 kWh of training at 441.123456 and 100 kWh of idle
         // share at 22.000001; September's correction has no part in October's price.
         assert_eq!(fra.quantity, d("2100"));
@@ -251,15 +285,44 @@ mod tests {
         assert_eq!(fra.sku_id(), "energy/fra");
         assert_eq!(fra.sku_price_id(), "energy/fra/2026-10/EUR");
         // GPU time: 1,200.50 for 10,799,999,999 ms (the idle share's hours at no rate).
-        let gpu = prices.get(Meter::GpuTime, "fra", "EUR").unwrap();
+        let gpu = prices.get(Meter::GpuTime, "fra", None, "EUR").unwrap();
         assert_eq!(gpu.unit_price, d("0.400167"));
         assert_eq!(
             (gpu.meter.unit(), gpu.meter.category()),
             ("GPU-Hours", "Standard")
         );
-        let iad = prices.get(Meter::Energy, "iad", "USD").unwrap();
+        let iad = prices.get(Meter::Energy, "iad", None, "USD").unwrap();
         assert_eq!((iad.quantity, iad.unit_price), (d("250"), d("0.082")));
         assert_eq!(prices.iter().count(), 4);
+    }
+
+    #[test]
+    fn gpu_time_is_priced_per_device_model() {
+        let prices = PriceList::of(&sample_with_devices());
+        let gpu = |device: Option<&str>| prices.get(Meter::GpuTime, "fra", device, "EUR");
+        // 2,000 H100 hours for 800.00: the model's rate, every hour of it held.
+        let h100 = gpu(Some("NVIDIA H100 80GB HBM3")).unwrap();
+        assert_eq!((h100.quantity, h100.unit_price), (d("2000"), d("0.4")));
+        assert_eq!(h100.sku_id(), "gpu-time/fra/NVIDIA H100 80GB HBM3");
+        assert_eq!(
+            h100.sku_price_id(),
+            "gpu-time/fra/NVIDIA H100 80GB HBM3/2026-10/EUR"
+        );
+        // 3,085,714,285 ms on H200s for 400.50: 0.46725000019… per hour.
+        let h200 = gpu(Some("NVIDIA H200")).unwrap();
+        assert_eq!(h200.unit_price, d("0.467250"));
+        // The idle share's hours, which the ledger kept no device model of, are the
+        // unreported model's, at no rate.
+        let unreported = gpu(None).unwrap();
+        assert_eq!(unreported.unit_price, d("0"));
+        assert_eq!(unreported.sku_id(), "gpu-time/fra");
+        assert_eq!(prices.iter().count(), 6);
+        let out = render(&sample_with_devices());
+        let h100_row = out.split("\r\n").find(|r| r.contains("H100")).unwrap();
+        assert!(
+            h100_row.contains(",NVIDIA H100 80GB HBM3,2000.000000,800.000000"),
+            "{h100_row}"
+        );
     }
 
     #[test]
@@ -271,7 +334,7 @@ mod tests {
         assert_eq!(
             rows[1],
             "energy/fra,energy/fra/2026-10/EUR,Energy,Dynamic,kWh,EUR,0.220535,0.220535,fra,\
-             Frankfurt,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z,2100.000000,463.123457"
+             Frankfurt,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z,,2100.000000,463.123457"
         );
         assert!(rows[4].starts_with(
             "gpu-time/iad,gpu-time/iad/2026-10/USD,GPU Time,Standard,GPU-Hours,USD,0.000000,"

@@ -123,7 +123,7 @@ mod tests {
                     class: LineClass::Training, model: None, period: month.prev(),
                 }, Amounts { energy_mj: *mj, ..Default::default() }));
             }
-            let st = statements(month, 1, entries.clone());
+            let st = statements(month, 1, entries.clone(), Vec::new());
             let rows = reconcile(month, &metered, &st).unwrap();
             prop_assert_eq!(rows.len(), meters.len());
             prop_assert_eq!(rows[0].adjustments_mj, late.iter().sum::<i64>());
@@ -133,7 +133,7 @@ mod tests {
             // One mJ moved to nowhere is a failure, not a rounding.
             let mut off = entries;
             off[0].1.energy_mj += 1;
-            prop_assert!(reconcile(month, &metered, &statements(month, 1, off)).is_err());
+            prop_assert!(reconcile(month, &metered, &statements(month, 1, off, Vec::new())).is_err());
         }
     }
 }

@@ -10,6 +10,7 @@
 use super::{Amounts, Entry, LineKey, Month, MJ_PER_KWH, MS_PER_HOUR};
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// One line of a statement.
@@ -25,11 +26,94 @@ pub struct Line {
     /// For reading: kWh to 6 places and GPU-hours to 4, rounded to add up to the total.
     pub energy_kwh: Decimal,
     pub gpu_hours: Decimal,
+    /// A usage line's GPU time by device model, in device-model order (the unreported model
+    /// first); empty on an adjustment and on a line without GPU time.
+    pub gpu_time: Vec<GpuTimePart>,
+}
+
+/// A line's GPU time on one device model: what its GPU-hour price is the price of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuTimePart {
+    /// `None` for GPUs whose model was not reported, and for GPU time the ledger kept no
+    /// device model of (hours attributed before it kept them; a close frozen before).
+    pub device_model: Option<String>,
+    /// Exact, from the ledger.
+    pub gpu_ms: i64,
+    pub gpu_time_cost: Decimal,
+    /// Rounded so that a line's parts add up to what the line bills and states.
+    pub billed_gpu_time_cost: Decimal,
+    pub gpu_hours: Decimal,
+}
+
+/// The ledger's GPU time of a line's key on one device model (`store::chargeback`'s sums).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceGpuTime {
+    pub key: LineKey,
+    pub device_model: Option<String>,
+    pub gpu_ms: i64,
+    pub gpu_time_cost: Decimal,
 }
 
 impl Line {
     pub fn billed_cost(&self) -> Decimal {
         self.billed_energy_cost + self.billed_gpu_time_cost
+    }
+
+    /// The line's GPU time by device model: its parts, or, for a line with GPU time and no
+    /// parts (an adjustment, a close frozen before parts were kept), one part of no device
+    /// model that is the whole line's.
+    pub fn gpu_time_parts(&self) -> Cow<'_, [GpuTimePart]> {
+        let has_time = self.amounts.gpu_ms != 0
+            || !self.amounts.gpu_time_cost.is_zero()
+            || !self.billed_gpu_time_cost.is_zero();
+        if !self.gpu_time.is_empty() || !has_time {
+            return Cow::Borrowed(&self.gpu_time);
+        }
+        Cow::Owned(vec![GpuTimePart {
+            device_model: None,
+            gpu_ms: self.amounts.gpu_ms,
+            gpu_time_cost: self.amounts.gpu_time_cost,
+            billed_gpu_time_cost: self.billed_gpu_time_cost,
+            gpu_hours: self.gpu_hours,
+        }])
+    }
+
+    /// Sets a usage line's parts from the ledger's GPU time of its key per device model.
+    /// What the parts do not explain of the line's exact GPU time (hours attributed before
+    /// parts were kept) is a part of no device model; the billed cost and GPU-hours are
+    /// apportioned to add up to the line's.
+    fn set_gpu_time(&mut self, exact: BTreeMap<Option<String>, (i64, Decimal)>, dp: u32) {
+        let mut exact = exact;
+        let (ms, cost) = exact
+            .values()
+            .fold((0, Decimal::ZERO), |(m, c), (pm, pc)| (m + pm, c + pc));
+        let rest = (self.amounts.gpu_ms - ms, self.amounts.gpu_time_cost - cost);
+        if rest != (0, Decimal::ZERO) {
+            let e = exact.entry(None).or_default();
+            e.0 += rest.0;
+            e.1 += rest.1;
+        }
+        exact.retain(|_, (ms, cost)| *ms != 0 || !cost.is_zero());
+        let costs: Vec<Decimal> = exact.values().map(|p| p.1).collect();
+        let hours: Vec<Decimal> = exact
+            .values()
+            .map(|p| Decimal::from(p.0) / Decimal::from(MS_PER_HOUR))
+            .collect();
+        let billed = to_target(&costs, self.billed_gpu_time_cost, dp);
+        let hours = to_target(&hours, self.gpu_hours, 4);
+        self.gpu_time = exact
+            .into_iter()
+            .zip(billed.into_iter().zip(hours))
+            .map(
+                |((device_model, (gpu_ms, gpu_time_cost)), (billed, hours))| GpuTimePart {
+                    device_model,
+                    gpu_ms,
+                    gpu_time_cost,
+                    billed_gpu_time_cost: billed,
+                    gpu_hours: hours,
+                },
+            )
+            .collect();
     }
 
     /// A line for energy used in an earlier, already closed month.
@@ -79,15 +163,27 @@ pub fn minor_units(currency: &str) -> u32 {
 /// earlier part first on a tie. Works for negative parts (an adjustment that credits).
 pub fn apportion(exact: &[Decimal], dp: u32) -> (Vec<Decimal>, Decimal) {
     let total: Decimal = exact.iter().copied().sum();
-    let rounded_total = total.round_dp_with_strategy(dp, RoundingStrategy::MidpointAwayFromZero);
+    let mut rounded_total =
+        total.round_dp_with_strategy(dp, RoundingStrategy::MidpointAwayFromZero);
+    let parts = to_target(exact, rounded_total, dp);
+    rounded_total.rescale(dp);
+    (parts, rounded_total)
+}
+
+/// Rounds `exact` parts to `dp` places so that they add up to `target`, a figure at `dp`
+/// places that their sum was rounded to (by [`apportion`], or as one part of a larger
+/// apportioning): floor each, then one unit each to the largest remainders, the earlier part
+/// first on a tie.
+pub fn to_target(exact: &[Decimal], target: Decimal, dp: u32) -> Vec<Decimal> {
+    let rounded_total = target;
     let unit = Decimal::new(1, dp);
     let mut parts: Vec<Decimal> = exact
         .iter()
         .map(|x| x.round_dp_with_strategy(dp, RoundingStrategy::ToNegativeInfinity))
         .collect();
     let floors: Decimal = parts.iter().copied().sum();
-    // 0 ≤ left ≤ n: each floor is at most one unit under its part, and the total rounds to
-    // within half a unit of the sum.
+    // 0 ≤ left ≤ n: each floor is less than one unit under its part, and the target is the
+    // sum rounded (to within a unit of it, and no less than the sum of the floors).
     let left = ((rounded_total - floors) / unit).trunc();
     let mut order: Vec<usize> = (0..exact.len()).collect();
     order.sort_by(|&a, &b| {
@@ -107,9 +203,7 @@ pub fn apportion(exact: &[Decimal], dp: u32) -> (Vec<Decimal>, Decimal) {
     for p in &mut parts {
         p.rescale(dp);
     }
-    let mut rounded_total = rounded_total;
-    rounded_total.rescale(dp);
-    (parts, rounded_total)
+    parts
 }
 
 /// What late data changed since a period was billed: `current − billed` per key, for every
@@ -130,7 +224,25 @@ pub fn adjustments(current: &[Entry], billed: &[Entry]) -> Vec<Entry> {
 /// Assembles a month's statements from this month's usage and the adjustments for earlier
 /// months: one per tenant and currency, lines in a stable order (usage first, then
 /// adjustments oldest first; by site, class and model within each).
-pub fn statements(month: Month, version: u32, entries: Vec<Entry>) -> Vec<Statement> {
+///
+/// `gpu_time` is the ledger's GPU time of this month's usage per line key and device model:
+/// each usage line's parts ([`GpuTimePart`]).
+pub fn statements(
+    month: Month,
+    version: u32,
+    entries: Vec<Entry>,
+    gpu_time: Vec<DeviceGpuTime>,
+) -> Vec<Statement> {
+    let mut by_key: BTreeMap<LineKey, BTreeMap<Option<String>, (i64, Decimal)>> = BTreeMap::new();
+    for t in gpu_time.into_iter().filter(|t| t.key.period == month) {
+        let e = by_key
+            .entry(t.key)
+            .or_default()
+            .entry(t.device_model)
+            .or_default();
+        e.0 += t.gpu_ms;
+        e.1 += t.gpu_time_cost;
+    }
     // Keys that came in twice (two ledger pieces of one line) become one line.
     let mut merged: BTreeMap<LineKey, Amounts> = BTreeMap::new();
     for (k, a) in entries {
@@ -156,7 +268,17 @@ pub fn statements(month: Month, version: u32, entries: Vec<Entry>) -> Vec<Statem
                     &b.model,
                 ))
             });
-            build(month, version, tenant, currency, entries)
+            let mut statement = build(month, version, tenant, currency, entries);
+            let dp = minor_units(&statement.currency);
+            for line in statement
+                .lines
+                .iter_mut()
+                .filter(|l| !l.is_adjustment(month))
+            {
+                let exact = by_key.remove(&line.key).unwrap_or_default();
+                line.set_gpu_time(exact, dp);
+            }
+            statement
         })
         .collect()
 }
@@ -197,6 +319,7 @@ fn build(
             billed_gpu_time_cost: billed[2 * i + 1],
             energy_kwh: kwh[i],
             gpu_hours: hours[i],
+            gpu_time: Vec::new(),
         })
         .collect();
     Statement {
@@ -287,6 +410,62 @@ mod tests {
     }
 
     #[test]
+    fn a_usage_lines_gpu_time_parts_add_up_to_what_it_bills_and_states() {
+        let oct: Month = "2026-10".parse().unwrap();
+        let k = key("acme", "fra", LineClass::Training, oct);
+        let line = Amounts {
+            gpu_ms: 10_000_000,
+            gpu_time_cost: d("3.333333"),
+            ..Default::default()
+        };
+        let part = |device: &str, gpu_ms, cost: &str| DeviceGpuTime {
+            key: k.clone(),
+            device_model: Some(device.into()),
+            gpu_ms,
+            gpu_time_cost: d(cost),
+        };
+        // Two models explain 9,000,000 ms and 3.333333 of it; the ledger kept no model of
+        // the last 1,000,000 ms (hours attributed before it kept them).
+        let parts = vec![
+            part("h100", 4_500_000, "1.666667"),
+            part("h200", 4_500_000, "1.666666"),
+        ];
+        let s = statements(oct, 1, vec![(k.clone(), line)], parts);
+        let l = &s[0].lines[0];
+        let got: Vec<_> = l
+            .gpu_time
+            .iter()
+            .map(|p| {
+                (
+                    p.device_model.as_deref(),
+                    p.gpu_ms,
+                    p.billed_gpu_time_cost,
+                    p.gpu_hours,
+                )
+            })
+            .collect();
+        // 1.25 h + 1.25 h + 0.2777… h = 2.7778 h; 1.67 + 1.66 = 3.33 billed, the larger
+        // remainder's cent to the first.
+        assert_eq!(
+            got,
+            [
+                (None, 1_000_000, d("0.00"), d("0.2778")),
+                (Some("h100"), 4_500_000, d("1.67"), d("1.2500")),
+                (Some("h200"), 4_500_000, d("1.66"), d("1.2500")),
+            ]
+        );
+        assert_eq!(
+            (l.billed_gpu_time_cost, l.gpu_hours),
+            (d("3.33"), d("2.7778"))
+        );
+        // An adjustment has no parts: its GPU time is one of no device model.
+        let nov = oct.next();
+        let s = statements(nov, 1, vec![(k.clone(), line)], Vec::new());
+        assert!(s[0].lines[0].gpu_time.is_empty());
+        assert_eq!(s[0].lines[0].gpu_time_parts().len(), 1);
+    }
+
+    #[test]
     fn lines_order_usage_first_and_number_statements() {
         let nov: Month = "2026-11".parse().unwrap();
         let a = |mj| Amounts {
@@ -302,6 +481,7 @@ mod tests {
                 (key("acme", "iad", LineClass::Batch, nov), a(7)),
                 (key("acme", "fra", LineClass::Inference, nov), a(11)),
             ],
+            Vec::new(),
         );
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].number, "WL-2026-11-acme-EUR-v2");
@@ -356,7 +536,7 @@ mod tests {
                 (k, a)
             }).collect();
             let expected_total = entries.iter().fold(Amounts::default(), |t, (_, a)| t + *a);
-            let statements = statements(month, 1, entries);
+            let statements = statements(month, 1, entries, Vec::new());
             let mut seen = Amounts::default();
             for s in &statements {
                 let sum = |f: fn(&Line) -> Decimal| s.lines.iter().map(f).sum::<Decimal>();

@@ -210,7 +210,8 @@ pub async fn freeze(
     }
     let billed = store::billed_entries(&mut tx, &closed).await?;
     entries.extend(statement::adjustments(&current, &billed));
-    let statements = statement::statements(month, version as u32, entries);
+    let gpu_time = store::ledger_gpu_time(&mut tx, month).await?;
+    let statements = statement::statements(month, version as u32, entries, gpu_time);
 
     let directory = store::directory(&mut tx).await?;
     let metered = store::metered_by_site(&mut tx, month).await?;

@@ -119,6 +119,25 @@ pub struct LineView {
     pub carbon_free_mj: i64,
     #[schema(value_type = Option<String>)]
     pub cfe_score: Option<Decimal>,
+    /// The line's GPU time by device model, what the month's GPU-hour prices are per (the
+    /// `prices` export); a model of `null` is GPUs that reported none.
+    pub gpu_time: Vec<GpuTimeView>,
+}
+
+/// A line's GPU time on one device model.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GpuTimeView {
+    pub device_model: Option<String>,
+    pub gpu_ms: i64,
+    /// Rounded so that a line's parts add up to its `gpu_hours`.
+    #[schema(value_type = String)]
+    pub gpu_hours: Decimal,
+    /// Exact, to 1e-6 of the currency.
+    #[schema(value_type = String)]
+    pub gpu_time_cost: Decimal,
+    /// In the currency's minor unit; a line's parts add up to what it bills for GPU time.
+    #[schema(value_type = String)]
+    pub billed_cost: Decimal,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -249,6 +268,21 @@ fn line_view(month: Month, currency: &str, l: &Line) -> LineView {
         badput_mj: l.amounts.badput_mj,
         carbon_free_mj: l.amounts.carbon_free_mj,
         cfe_score: cfe_score(&l.amounts),
+        gpu_time: l
+            .gpu_time_parts()
+            .iter()
+            .map(|p| {
+                let mut billed = p.billed_gpu_time_cost;
+                billed.rescale(minor_units(currency));
+                GpuTimeView {
+                    device_model: p.device_model.clone(),
+                    gpu_ms: p.gpu_ms,
+                    gpu_hours: p.gpu_hours,
+                    gpu_time_cost: p.gpu_time_cost,
+                    billed_cost: billed,
+                }
+            })
+            .collect(),
     }
 }
 

@@ -89,13 +89,35 @@ pub(crate) fn time(t: DateTime<Utc>) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::chargeback::statement::statements;
+    use crate::chargeback::statement::{statements, DeviceGpuTime};
     use crate::chargeback::{Amounts, Directory, Issuer, LineKey, Month};
     use rust_decimal::Decimal;
 
     /// A small close: two tenants at two sites in two currencies, a correction for the
-    /// month before, GPU time at a rate, and an idle share.
+    /// month before, GPU time at a rate, and an idle share; its GPU time of no device model
+    /// (as a close frozen before device models were kept reads).
     pub(crate) fn sample() -> Close {
+        sample_with(|_| Vec::new())
+    }
+
+    /// [`sample`] with the training line's GPU time on two device models: 2,000 H100 hours
+    /// for 800.00 and the rest (857.142857… h) on H200s for 400.50.
+    pub(crate) fn sample_with_devices() -> Close {
+        sample_with(|training| {
+            let part = |device: &str, gpu_ms, cost: &str| DeviceGpuTime {
+                key: training.clone(),
+                device_model: Some(device.into()),
+                gpu_ms,
+                gpu_time_cost: cost.parse().unwrap(),
+            };
+            vec![
+                part("NVIDIA H100 80GB HBM3", 7_200_000_000, "800"),
+                part("NVIDIA H200", 3_085_714_285, "400.5"),
+            ]
+        })
+    }
+
+    fn sample_with(gpu_time: impl FnOnce(&LineKey) -> Vec<DeviceGpuTime>) -> Close {
         let month: Month = "2026-10".parse().unwrap();
         let key = |tenant: &str, site: &str, currency: &str, class, model: Option<&str>, period| {
             LineKey {
@@ -172,7 +194,10 @@ pub(crate) mod tests {
             issuer: Issuer {
                 name: "Example GPU Platform".into(),
             },
-            statements: statements(month, 1, entries),
+            statements: {
+                let gpu_time = gpu_time(&entries[0].0);
+                statements(month, 1, entries, gpu_time)
+            },
             reconciliation: Vec::new(),
             directory,
         }

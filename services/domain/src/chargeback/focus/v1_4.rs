@@ -8,16 +8,18 @@
 //!   organisation running the cluster sells the service, hosts it and invoices it, so it is
 //!   `ServiceProviderName`, `HostProviderName` and `InvoiceIssuerName` alike.
 //! - `InvoiceDetailId` names the row within its statement (`InvoiceId`): `L` and the line
-//!   number, and `-gpu-time` for a line's GPU-time row.
+//!   number, and `-gpu-time` for a line's GPU-time row (`-gpu-time-2` for its second device
+//!   model's, where it ran on several).
 //! - Quantities belong to a SKU price: `ConsumedQuantity`, `PricingQuantity` and
 //!   `PricingCategory` MUST be null when `SkuPriceId` is, and not null on usage. The SKU
 //!   prices are the close's price list ([`crate::chargeback::prices`]): per site and month,
 //!   energy per kWh (`Dynamic`: it follows the price of every step) and GPU time per
-//!   GPU-hour (`Standard`). A usage row's quantity is its line's kWh or GPU-hours; its list
-//!   and contracted cost are that quantity at the site's price, exactly (`ListCost` =
-//!   `ListUnitPrice` × `PricingQuantity`, as FOCUS requires); its effective and billed cost
-//!   are what the statement bills, the line's own step-by-step cost. Every line with GPU
-//!   time has a GPU-time row, at a price of 0 where no rate applied, so summing
+//!   GPU-hour of each device model (`Standard`). A usage row's quantity is its line's kWh, or
+//!   its GPU-hours on the row's device model (`x_DeviceModel`); its list and contracted cost
+//!   are that quantity at the row's price, exactly (`ListCost` = `ListUnitPrice` ×
+//!   `PricingQuantity`, as FOCUS requires); its effective and billed cost are what the
+//!   statement bills, the line's own cost. Every line with GPU time has a GPU-time row per
+//!   device model it ran on, at a price of 0 where no rate applied, so summing
 //!   `ConsumedQuantity` by unit gives the month's kWh and GPU-hours. A correction or a
 //!   credit has no SKU price (its month, or no usage), so no quantities: their kWh are in
 //!   `x_EnergyKWh`.
@@ -44,18 +46,22 @@ use super::{description, service, time};
 use crate::cfe;
 use crate::chargeback::csv::{fixed, row, text};
 use crate::chargeback::prices::{Meter, PriceList, SkuPrice, UNIT_PRICE_DP};
-use crate::chargeback::statement::minor_units;
+use crate::chargeback::statement::{minor_units, GpuTimePart};
 use crate::chargeback::{Close, Line, LineClass, Statement};
 use crate::units::kwh;
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 
-/// One row of the export: a statement line's energy (or credit), or its GPU time.
+/// One row of the export: a statement line's energy (or credit), or its GPU time on one
+/// device model.
 pub struct Charge<'a> {
     close: &'a Close,
     statement: &'a Statement,
     line: &'a Line,
-    gpu_time: bool,
+    /// The GPU time the row is for; `None` on the energy (or credit) row.
+    part: Option<&'a GpuTimePart>,
+    /// The part's number among the line's, where it has several (1-based).
+    part_no: Option<usize>,
     /// The row's SKU price, looked up once ([`Charge::sku_price`]).
     price: Option<&'a SkuPrice>,
     /// The energy row's share of its site's metered energy in the month; `None` for an
@@ -68,7 +74,7 @@ type Cell = fn(&Charge) -> String;
 
 /// The columns in order, each with its cell: FOCUS columns first (alphabetical), then the
 /// custom `x_` columns, as FOCUS requires. A new `x_` column is one more line at the end.
-pub const COLUMNS: [(&str, Cell); 56] = [
+pub const COLUMNS: [(&str, Cell); 57] = [
     ("AllocatedMethodDetails", |c| c.method_details()),
     ("AllocatedMethodId", |c| {
         c.allocated(|l| l.key.class.allocation_method().as_str().to_owned())
@@ -113,7 +119,11 @@ pub const COLUMNS: [(&str, Cell); 56] = [
     ("HostProviderName", |c| text(&c.close.issuer.name)),
     ("InvoiceDetailId", |c| {
         // `L` keeps it text: a bare number is read as one, and FOCUS wants a String.
-        let suffix = if c.gpu_time { "-gpu-time" } else { "" };
+        let suffix = match (c.part, c.part_no) {
+            (None, _) => String::new(),
+            (Some(_), None) => "-gpu-time".to_owned(),
+            (Some(_), Some(k)) => format!("-gpu-time-{k}"),
+        };
         format!("L{}{suffix}", c.line.no)
     }),
     ("InvoiceId", |c| c.statement.number.clone()),
@@ -182,6 +192,12 @@ pub const COLUMNS: [(&str, Cell); 56] = [
                 .map_or_else(String::new, |f| fixed(f, 4))
         })
     }),
+    // The device model a GPU-time row's hours ran on; empty where it was not reported.
+    ("x_DeviceModel", |c| {
+        c.part
+            .map(|p| text(p.device_model.as_deref().unwrap_or_default()))
+            .unwrap_or_default()
+    }),
 ];
 
 pub fn render(close: &Close) -> String {
@@ -195,18 +211,25 @@ pub fn render(close: &Close) -> String {
                 close,
                 statement: s,
                 line: l,
-                gpu_time: false,
+                part: None,
+                part_no: None,
                 price: None,
                 ratio: ratios.get(&(si, li)).copied(),
             };
             charge.price = charge.sku_price(&prices, Meter::Energy);
             row(&mut out, COLUMNS.iter().map(|(_, cell)| cell(&charge)));
-            charge.gpu_time = true;
-            charge.price = charge.sku_price(&prices, Meter::GpuTime);
-            let gpu_time_billed =
-                !l.billed_gpu_time_cost.is_zero() || !l.amounts.gpu_time_cost.is_zero();
-            if gpu_time_billed || (l.amounts.gpu_ms != 0 && charge.price.is_some()) {
-                row(&mut out, COLUMNS.iter().map(|(_, cell)| cell(&charge)));
+            let parts = l.gpu_time_parts();
+            for (k, part) in parts.iter().enumerate() {
+                let mut charge = Charge {
+                    part: Some(part),
+                    part_no: (parts.len() > 1).then_some(k + 1),
+                    ..charge
+                };
+                charge.price = charge.sku_price(&prices, Meter::GpuTime);
+                let billed = !part.billed_gpu_time_cost.is_zero() || !part.gpu_time_cost.is_zero();
+                if billed || (part.gpu_ms != 0 && charge.price.is_some()) {
+                    row(&mut out, COLUMNS.iter().map(|(_, cell)| cell(&charge)));
+                }
             }
         }
     }
@@ -268,7 +291,12 @@ impl Charge<'_> {
         if self.credit() || self.correction() {
             return None;
         }
-        prices.get(meter, &self.line.key.site, &self.line.key.currency)
+        let device = self.part.and_then(|p| p.device_model.as_deref());
+        prices.get(meter, &self.line.key.site, device, &self.line.key.currency)
+    }
+
+    fn gpu_time(&self) -> bool {
+        self.part.is_some()
     }
 
     /// A column of the row's SKU price: null where the row has none.
@@ -279,8 +307,8 @@ impl Charge<'_> {
     /// The row's quantity as written (kWh to 6 places, GPU-hours to 4: the statement's),
     /// with a price.
     fn priced_quantity(&self) -> Option<(&SkuPrice, Decimal, u32)> {
-        let (quantity, dp) = if self.gpu_time {
-            (self.line.gpu_hours, 4)
+        let (quantity, dp) = if let Some(part) = self.part {
+            (part.gpu_hours, 4)
         } else {
             (self.line.energy_kwh, 6)
         };
@@ -308,8 +336,8 @@ impl Charge<'_> {
 
     /// What the row bills, in the currency's minor unit.
     fn cost(&self) -> String {
-        let cost = if self.gpu_time {
-            self.line.billed_gpu_time_cost
+        let cost = if let Some(part) = self.part {
+            part.billed_gpu_time_cost
         } else {
             self.line.billed_energy_cost
         };
@@ -317,10 +345,13 @@ impl Charge<'_> {
     }
 
     fn description(&self) -> String {
-        let kind = match (self.credit(), self.gpu_time) {
-            (true, _) => "Credit",
-            (false, true) => "GPU time",
-            (false, false) => "Energy",
+        let kind = match (self.credit(), self.part) {
+            (true, _) => "Credit".to_owned(),
+            (false, Some(p)) => match &p.device_model {
+                Some(device) => format!("GPU time on {device}"),
+                None => "GPU time".to_owned(),
+            },
+            (false, None) => "Energy".to_owned(),
         };
         let site_name = text(&self.close.directory.site(&self.line.key.site).0);
         let late = if self.correction() {
@@ -338,7 +369,7 @@ impl Charge<'_> {
     /// A figure of the line's energy: on its energy (or credit) row, not on its GPU-time row,
     /// so that summing a column counts each line once.
     fn energy(&self, figure: impl FnOnce(&Line) -> String) -> String {
-        if self.gpu_time {
+        if self.gpu_time() {
             String::new()
         } else {
             figure(self.line)
@@ -365,7 +396,7 @@ impl Charge<'_> {
     /// quantity that share was measured in.
     fn method_details(&self) -> String {
         match self.ratio {
-            Some(ratio) if !self.gpu_time => format!(
+            Some(ratio) if !self.gpu_time() => format!(
                 r#"{{"Elements":[{{"AllocatedRatio":{},"UsageQuantity":{},"UsageUnit":"kWh"}}]}}"#,
                 fixed(ratio, 9),
                 fixed(self.line.energy_kwh, 6)
@@ -411,7 +442,7 @@ fn kg(g: Decimal) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chargeback::focus::tests::sample;
+    use crate::chargeback::focus::tests::{sample, sample_with_devices};
 
     /// The sample's rows, split into cells, by column name.
     fn rows(close: &Close) -> Vec<BTreeMap<&'static str, String>> {
@@ -618,6 +649,77 @@ mod tests {
             assert_eq!(late[*c], "", "{c}");
         }
         assert_eq!(late["ListCost"], late["BilledCost"]);
+    }
+
+    #[test]
+    fn a_line_on_two_device_models_has_a_gpu_time_row_for_each() {
+        let close = sample_with_devices();
+        let rows = rows(&close);
+        let gpu: Vec<&BTreeMap<&str, String>> = rows
+            .iter()
+            .filter(|r| {
+                r["BillingAccountId"] == "acme" && r["InvoiceDetailId"].starts_with("L1-gpu-time")
+            })
+            .collect();
+        let cells = |r: &BTreeMap<&str, String>, names: &[&str]| -> Vec<String> {
+            names.iter().map(|n| r[n].clone()).collect()
+        };
+        let names = [
+            "InvoiceDetailId",
+            "x_DeviceModel",
+            "SkuPriceId",
+            "PricingQuantity",
+            "ListUnitPrice",
+            "ListCost",
+            "BilledCost",
+        ];
+        assert_eq!(
+            cells(gpu[0], &names),
+            [
+                "L1-gpu-time-1",
+                "NVIDIA H100 80GB HBM3",
+                "gpu-time/fra/NVIDIA H100 80GB HBM3/2026-10/EUR",
+                "2000.0000",
+                "0.400000",
+                "800.0000000000",
+                "800.00"
+            ]
+        );
+        // 857.142856944… hours: floored to 857.1428 and given the line's last 0.0001 (the
+        // line states 2,857.1429), so the rows add up to the line.
+        assert_eq!(
+            cells(gpu[1], &names),
+            [
+                "L1-gpu-time-2",
+                "NVIDIA H200",
+                "gpu-time/fra/NVIDIA H200/2026-10/EUR",
+                "857.1429",
+                "0.467250",
+                "400.5000200250",
+                "400.50"
+            ]
+        );
+        assert_eq!(gpu.len(), 2);
+        assert!(gpu[1]["ChargeDescription"].starts_with("GPU time on NVIDIA H200 for "));
+        // The energy row names no device model; the idle share's hours (no model kept) are
+        // the unreported model's row, as before device models were kept.
+        assert_eq!(rows[0]["x_DeviceModel"], "");
+        let idle_gpu = rows
+            .iter()
+            .find(|r| r["InvoiceDetailId"] == "L2-gpu-time")
+            .unwrap();
+        assert_eq!(
+            cells(idle_gpu, &["x_DeviceModel", "SkuId", "PricingQuantity"]),
+            ["", "gpu-time/fra", "142.8571"]
+        );
+        // Summing by unit still gives the statements' GPU-hours.
+        let sum: Decimal = rows
+            .iter()
+            .filter(|r| r["ConsumedUnit"] == "GPU-Hours")
+            .map(|r| r["ConsumedQuantity"].parse::<Decimal>().unwrap())
+            .sum();
+        let usage = close.statements.iter().flat_map(|s| s.usage(close.month));
+        assert_eq!(sum, usage.map(|l| l.gpu_hours).sum::<Decimal>());
     }
 
     /// The quantity rules focus-validator 2.2.1 cannot check on this file (see the API
