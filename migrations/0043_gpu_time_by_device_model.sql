@@ -4,7 +4,9 @@
 -- carries), so that a close can publish a GPU-hour price per device model and a FOCUS row per
 -- line and device model. Written by attribution with the ledger rows, in the same transaction
 -- (store::attribution::replace_ledger): a row's parts add up to its gpu_ms and gpu_time_cost
--- exactly. device_model is NULL for GPUs whose model is not reported.
+-- exactly. device_model is NULL for GPUs whose model is not reported. Under the proportional
+-- idle policy a row also carries, per device model, its share of idle GPU time's price (no
+-- hours), whichever models its own job held.
 --
 -- Hours attributed before this migration have no parts here until they are attributed again;
 -- a close gives what their ledger rows hold and no part explains to an unreported device model.
@@ -19,6 +21,8 @@ CREATE TABLE ledger_gpu_time (
     gpu_time_cost   numeric(20, 6),
     UNIQUE NULLS NOT DISTINCT (site_id, hour, tenant_id, job_id, device_model)
 );
+-- A close reads a month of every site, as it reads the ledger (ledger_hour).
+CREATE INDEX ledger_gpu_time_hour ON ledger_gpu_time (hour);
 
 -- A statement line's GPU time per device model, as the close froze it: the exact sums from the
 -- ledger, and the billed cost and GPU-hours rounded so that a line's parts add up to what the

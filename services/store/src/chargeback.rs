@@ -67,6 +67,14 @@ pub async fn pending_hours(pool: &PgPool, month: Month) -> StoreResult<i64> {
     .await?)
 }
 
+/// Makes the transaction's reads one snapshot; the transaction's first statement.
+pub async fn repeatable_read(conn: &mut PgConnection) -> StoreResult<()> {
+    sqlx::query!("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// One close or reopening at a time: what a transaction checked must still hold at commit.
 pub async fn lock(conn: &mut PgConnection) -> StoreResult<()> {
     sqlx::query!("LOCK TABLE month_closes IN SHARE ROW EXCLUSIVE MODE")

@@ -79,7 +79,9 @@ pub const UNIT_PRICE_DP: u32 = 6;
 pub struct SkuPrice {
     pub meter: Meter,
     pub site: String,
-    /// GPU time's device model; `None` for energy, and for GPU time of no reported model.
+    /// GPU time's device model; `None` for energy, and for GPU time of no reported model or
+    /// whose model the ledger did not keep (hours attributed before migration 0043: in a
+    /// close frozen before it, all of a site's GPU time).
     pub device_model: Option<String>,
     pub currency: String,
     pub month: Month,

@@ -27,7 +27,9 @@ pub struct Line {
     pub energy_kwh: Decimal,
     pub gpu_hours: Decimal,
     /// A usage line's GPU time by device model, in device-model order (the unreported model
-    /// first); empty on an adjustment and on a line without GPU time.
+    /// first): the models its hours ran on, and under the proportional idle policy those
+    /// whose idle time's price it carries (with no hours); empty on an adjustment and on a
+    /// line without GPU time.
     pub gpu_time: Vec<GpuTimePart>,
 }
 
@@ -35,7 +37,8 @@ pub struct Line {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuTimePart {
     /// `None` for GPUs whose model was not reported, and for GPU time the ledger kept no
-    /// device model of (hours attributed before it kept them; a close frozen before).
+    /// device model of (hours attributed before migration 0043 and not since; every part of
+    /// a close frozen before it).
     pub device_model: Option<String>,
     /// Exact, from the ledger.
     pub gpu_ms: i64,
@@ -172,9 +175,9 @@ pub fn apportion(exact: &[Decimal], dp: u32) -> (Vec<Decimal>, Decimal) {
 
 /// Rounds `exact` parts to `dp` places so that they add up to `target`, a figure at `dp`
 /// places that their sum was rounded to (by [`apportion`], or as one part of a larger
-/// apportioning): floor each, then one unit each to the largest remainders, the earlier part
-/// first on a tie.
-pub fn to_target(exact: &[Decimal], target: Decimal, dp: u32) -> Vec<Decimal> {
+/// apportioning, as a line's figure is): floor each, then one unit each to the largest
+/// remainders, the earlier part first on a tie.
+fn to_target(exact: &[Decimal], target: Decimal, dp: u32) -> Vec<Decimal> {
     let rounded_total = target;
     let unit = Decimal::new(1, dp);
     let mut parts: Vec<Decimal> = exact
@@ -185,6 +188,10 @@ pub fn to_target(exact: &[Decimal], target: Decimal, dp: u32) -> Vec<Decimal> {
     // 0 ≤ left ≤ n: each floor is less than one unit under its part, and the target is the
     // sum rounded (to within a unit of it, and no less than the sum of the floors).
     let left = ((rounded_total - floors) / unit).trunc();
+    debug_assert!(
+        left >= Decimal::ZERO && left <= Decimal::from(exact.len()),
+        "{target} is not a rounding of the sum of {exact:?}"
+    );
     let mut order: Vec<usize> = (0..exact.len()).collect();
     order.sort_by(|&a, &b| {
         (exact[b] - parts[b])

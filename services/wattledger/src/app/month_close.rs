@@ -182,6 +182,11 @@ pub async fn freeze(
     now: DateTime<Utc>,
 ) -> Result<Closed, CloseError> {
     let mut tx = pool.begin().await?;
+    // One snapshot for every read below: the ledger's sums, its GPU time per device model
+    // and the meters must be of the same attribution runs, or a run committing between two
+    // reads would leave a line's parts not adding up to it. (On a distributed PostgreSQL each
+    // worker's snapshot is its own; a site's tables are co-located, and a run writes one site.)
+    store::repeatable_read(&mut tx).await?;
     store::lock(&mut tx).await?;
     let in_force = may_close(&mut tx, month, now).await?;
     let version = store::next_version(&mut tx, month).await?;

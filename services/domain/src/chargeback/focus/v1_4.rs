@@ -19,7 +19,8 @@
 //!   are that quantity at the row's price, exactly (`ListCost` = `ListUnitPrice` ×
 //!   `PricingQuantity`, as FOCUS requires); its effective and billed cost are what the
 //!   statement bills, the line's own cost. Every line with GPU time has a GPU-time row per
-//!   device model it ran on, at a price of 0 where no rate applied, so summing
+//!   device model it ran on (and, under the proportional idle policy, per model whose idle
+//!   time's price it carries, with no hours), at a price of 0 where no rate applied, so summing
 //!   `ConsumedQuantity` by unit gives the month's kWh and GPU-hours. A correction or a
 //!   credit has no SKU price (its month, or no usage), so no quantities: their kWh are in
 //!   `x_EnergyKWh`.
