@@ -12,6 +12,7 @@ mod chargeback;
 mod citus;
 mod dashboard;
 mod demo;
+mod faults;
 mod grid_events;
 mod ingest;
 mod kueue;

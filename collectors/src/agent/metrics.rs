@@ -64,6 +64,16 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "gauge",
         "When a source last completed a cycle.",
     ),
+    (
+        "wattledger_agent_clock_synced",
+        "gauge",
+        "1 once an answer from the server gave its time (readings carry it); 0 while readings carry this machine's clock.",
+    ),
+    (
+        "wattledger_agent_clock_offset_seconds",
+        "gauge",
+        "How far this machine's clock is behind the server's (negative: ahead), at the server's last answer.",
+    ),
 ];
 
 /// Counters whose `source` label names a configured source.
@@ -106,6 +116,7 @@ impl Metrics {
             }
         }
         values.insert(("wattledger_agent_push_failures_total", String::new()), 0.0);
+        values.insert(("wattledger_agent_clock_synced", String::new()), 0.0);
         Metrics {
             values: Mutex::new(values),
         }
@@ -183,13 +194,14 @@ mod tests {
             "wattledger_agent_records_dead_lettered_total{source=\"samples\"} 0\n",
             "wattledger_agent_records_pushed_total{source=\"signals\"} 0\n",
             "wattledger_agent_push_failures_total 0\n",
+            "wattledger_agent_clock_synced 0\n",
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
         let parsed = crate::sources::prom::parse(&text).unwrap();
         assert_eq!(
             parsed.samples.len(),
-            PER_SOURCE.len() + 5 * PER_ENDPOINT.len() + 1
+            PER_SOURCE.len() + 5 * PER_ENDPOINT.len() + 2
         );
         // No gauge is invented: a last success that never happened is absent, not 0.
         assert!(!text.contains("wattledger_agent_source_last_success_timestamp_seconds{"));

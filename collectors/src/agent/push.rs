@@ -4,8 +4,10 @@
 //! `push_max_records`. A refused batch (422) has its bad records written to the dead-letter
 //! file with the server's reasons and is sent again without them; a server that is away,
 //! overloaded or refusing the token is retried with capped exponential backoff, and nothing
-//! is acknowledged until it answers 2xx.
+//! is acknowledged until it answers 2xx. Every answer's time sets the agent's clock
+//! ([`super::clock`]).
 
+use super::clock::{self, Clock};
 use super::dead_letter::DeadLetter;
 use super::metrics::Metrics;
 use super::spool::{Pos, SourceState, Spool};
@@ -26,6 +28,7 @@ pub struct Pusher {
     pub metrics: Arc<Metrics>,
     pub dead_letter: DeadLetter,
     pub max_records: usize,
+    pub clock: Arc<Clock>,
 }
 
 /// Why a push did not go through this time.
@@ -136,6 +139,7 @@ impl Pusher {
                     reason: format!("{url}: {}", error_chain(&e)),
                     after: None,
                 })?;
+            set_clock(&self.clock, &self.metrics, resp.headers());
             let status = resp.status().as_u16();
             let retry_after = resp
                 .headers()
@@ -242,6 +246,28 @@ impl Pusher {
             refused.len() as u64,
         );
         Ok(())
+    }
+}
+
+/// Sets the agent's clock from an answer's time, if it carries one, and says how far this
+/// machine's clock is off: on the metric always, in the log when that changed by a second or
+/// more and is more than two.
+pub(super) fn set_clock(clock: &Clock, metrics: &Metrics, headers: &reqwest::header::HeaderMap) {
+    let Some(server) = clock::from_headers(headers) else {
+        return;
+    };
+    let received = std::time::Instant::now();
+    let first = !clock.synced();
+    let before = metrics.get("wattledger_agent_clock_offset_seconds", "");
+    let behind = clock.observe(server, received, chrono::Utc::now());
+    let behind_s = behind.num_milliseconds() as f64 / 1000.0;
+    metrics.set("wattledger_agent_clock_offset_seconds", "", behind_s);
+    metrics.set("wattledger_agent_clock_synced", "", 1.0);
+    if behind_s.abs() > 2.0 && (first || (behind_s - before).abs() >= 1.0) {
+        tracing::warn!(
+            behind_s,
+            "this machine's clock is off from the server's; readings carry the server's time"
+        );
     }
 }
 

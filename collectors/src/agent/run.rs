@@ -2,6 +2,7 @@
 //! read, and pushes the spool. A slow or failing source never holds up the others: each runs
 //! in its own task with a time limit per cycle.
 
+use super::clock::Clock;
 use super::config::Config;
 use super::dead_letter::DeadLetter;
 use super::metrics::Metrics;
@@ -10,7 +11,6 @@ use super::spool::{Entry, SourceState, Spool, SpoolError};
 use super::stepped::Stepped;
 use crate::records::{Batch, Meter};
 use crate::sources::{http, BuildError, Source, SourceError};
-use chrono::Utc;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -125,12 +125,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         });
     }
 
+    let client = http::http_client(
+        config.agent.ca_file.as_deref(),
+        Duration::from_secs_f64(config.agent.request_timeout_s),
+    )
+    .map_err(AgentError::Http)?;
+    let clock = Arc::new(Clock::in_spool(&config.agent.spool_dir));
+    learn_time(&client, &config.agent.server, &clock, &metrics).await;
     let pusher = Pusher {
-        client: http::http_client(
-            config.agent.ca_file.as_deref(),
-            Duration::from_secs_f64(config.agent.request_timeout_s),
-        )
-        .map_err(AgentError::Http)?,
+        client,
         server: config.agent.server.clone(),
         token: config.token_source()?,
         spool: spool.clone(),
@@ -138,6 +141,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         metrics: metrics.clone(),
         dead_letter: DeadLetter::new(config.dead_letter_path()),
         max_records: config.agent.push_max_records,
+        clock: clock.clone(),
     };
     tasks.spawn(pusher.run());
 
@@ -145,6 +149,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         spool: spool.clone(),
         wake: wake.clone(),
         metrics: metrics.clone(),
+        clock,
     };
     // The meters this agent declares go first, so the GPU meters and samples that name them
     // are accepted.
@@ -173,11 +178,37 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     Ok(())
 }
 
+/// Asks the server its time before the first reading, so that even the first carries it: a
+/// few quick tries, then the sources start anyway (on this machine's clock until the server
+/// answers: a server out of reach must not stop the readings).
+async fn learn_time(client: &reqwest::Client, server: &str, clock: &Clock, metrics: &Metrics) {
+    let url = format!("{}/health", server.trim_end_matches('/'));
+    for attempt in 0..3 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let answer = client
+            .get(&url)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        if let Ok(r) = answer {
+            super::push::set_clock(clock, metrics, r.headers());
+            if clock.synced() {
+                return;
+            }
+        }
+    }
+    tracing::warn!(%url, "the server did not tell its time; readings carry this machine's clock until it answers");
+}
+
 #[derive(Clone)]
 struct Shared {
     spool: Arc<Mutex<Spool>>,
     wake: Arc<Notify>,
     metrics: Arc<Metrics>,
+    /// What readings are stamped with.
+    clock: Arc<Clock>,
 }
 
 impl Shared {
@@ -194,7 +225,7 @@ impl Shared {
         let mut said_unavailable = false;
         loop {
             ticker.tick().await;
-            let now = Utc::now();
+            let now = self.clock.now();
             let outcome = tokio::time::timeout(limit, source.collect(now)).await;
             match outcome {
                 Ok(Ok(c)) => {

@@ -26,7 +26,7 @@ pub use job::{Allocation, Job};
 pub use meter::Meter;
 pub use sample::Sample;
 pub use signal::{SignalPoint, MAX_AHEAD_DAYS};
-pub use time::parse_duration;
+pub use time::{parse_duration, SERVER_TIME_HEADER};
 pub use tokens::Tokens;
 
 pub use wattledger_domain::input::record::{self, Problem, Problems, Record};

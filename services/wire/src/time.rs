@@ -1,5 +1,11 @@
 //! Times on the wire.
 
+/// The header every answer of the server carries its time in (RFC 3339, to the millisecond,
+/// UTC), stamped when the answer is built: the agent stamps its readings by it
+/// (`wattledger-agent`'s clock), so a machine whose clock is wrong still files its energy in
+/// the right hours.
+pub const SERVER_TIME_HEADER: &str = "wattledger-server-time";
+
 /// A run time as schedulers write it in annotations (`wattledger.io/duration` on a pod or a
 /// Kueue Workload): `90m`, `2h`, `1h30m`, `45s`, `2d`, or whole seconds (`3600`); `None` for
 /// anything else, overflow included (the admission question's own check bounds the value).

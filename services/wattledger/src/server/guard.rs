@@ -113,5 +113,10 @@ pub async fn responses(req: Request, next: Next) -> Response {
         }));
     h.entry(header::X_FRAME_OPTIONS)
         .or_insert(HeaderValue::from_static("DENY"));
+    // Every answer, a refusal included, tells the agent the server's time.
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    if let Ok(v) = HeaderValue::from_str(&now) {
+        h.insert(wattledger_wire::SERVER_TIME_HEADER, v);
+    }
     r
 }
