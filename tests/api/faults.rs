@@ -311,3 +311,76 @@ fn faked_agent(config: &Path, log: &Path, offset_file: &Path) -> Killed {
             .stderr(log),
     )
 }
+
+/// Overload: a server that takes two ingest batches at once, sent twenty at once. Those over
+/// the bound are answered 429 with `Retry-After` at once (their bodies unread, nothing
+/// written); sent again, every batch lands, each record once.
+#[tokio::test]
+async fn ingest_over_its_bound_is_answered_429_with_retry_after_and_lands_when_sent_again() {
+    let app = wattledger_tests::TestApp::start_with(|c| c.max_ingest_in_flight = 2).await;
+    let token = app.token(Role::Admin);
+    let batch = |b: usize| -> String {
+        let records: Vec<_> = (0..1_000)
+            .map(|i| json!({"key": format!("t-{b}-{i}"), "name": format!("Tenant {b}/{i}")}))
+            .collect();
+        json!({ "records": records }).to_string()
+    };
+    let send = |b: usize| {
+        let (http, url, token, body) = (
+            app.http.clone(),
+            format!("{}/v1/ingest/tenants", app.base),
+            token.clone(),
+            batch(b),
+        );
+        async move {
+            let r = http
+                .post(url)
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let retry_after = r
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let status = r.status().as_u16();
+            let body: serde_json::Value = r.json().await.unwrap();
+            (b, status, retry_after, body)
+        }
+    };
+    let mut pending: Vec<usize> = (0..20).collect();
+    let (mut refused, mut rounds) = (0, 0);
+    while !pending.is_empty() {
+        rounds += 1;
+        assert!(rounds <= 50, "{} batches never landed", pending.len());
+        let answers = futures::future::join_all(pending.iter().map(|&b| send(b))).await;
+        pending.clear();
+        for (b, status, retry_after, body) in answers {
+            match status {
+                200 => assert_eq!(body["received"], 1_000, "{body}"),
+                429 => {
+                    assert_eq!(retry_after.as_deref(), Some("2"));
+                    assert_eq!(body["error"]["code"], "overloaded", "{body}");
+                    refused += 1;
+                    pending.push(b);
+                }
+                other => panic!("batch {b}: {other} {body}"),
+            }
+        }
+        if !pending.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert!(
+        refused > 0,
+        "twenty batches at once and none over a bound of two"
+    );
+    let tenants: i64 = sqlx::query_scalar("SELECT count(*) FROM tenants WHERE key LIKE 't-%'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(tenants, 20 * 1_000);
+    eprintln!("overload: 20 batches at a bound of 2: {refused} answers 429, all landed in {rounds} rounds");
+}

@@ -3,7 +3,8 @@
 //! Consecutive sample and token entries are coalesced into one request of up to
 //! `push_max_records`. A refused batch (422) has its bad records written to the dead-letter
 //! file with the server's reasons and is sent again without them; a server that is away,
-//! overloaded or refusing the token is retried with capped exponential backoff, and nothing
+//! overloaded or refusing the token is retried with capped exponential backoff (or after its
+//! `Retry-After`), jittered, and nothing
 //! is acknowledged until it answers 2xx. Every answer's time sets the agent's clock
 //! ([`super::clock`]).
 
@@ -80,7 +81,7 @@ impl Pusher {
                 Err(r) => {
                     self.metrics
                         .add("wattledger_agent_push_failures_total", "", 1);
-                    let wait = r.after.unwrap_or(backoff).min(MAX_BACKOFF);
+                    let wait = jittered(r.after.unwrap_or(backoff)).min(MAX_BACKOFF);
                     tracing::warn!(reason = %r.reason, retry_in_s = wait.as_secs_f64(), "push failed; the batch stays spooled");
                     tokio::time::sleep(wait).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -271,6 +272,18 @@ pub(super) fn set_clock(clock: &Clock, metrics: &Metrics, headers: &reqwest::hea
     }
 }
 
+/// `wait` and up to as much again, at random: a fleet's agents told to come back after the
+/// same seconds (a server's `Retry-After`, the same step of backoff after one outage) do not
+/// all come back at once.
+fn jittered(wait: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // Each RandomState has new keys: the hash of nothing under them is a random number.
+    let r = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    wait + wait.mul_f64((r >> 11) as f64 / (1u64 << 53) as f64)
+}
+
 fn message(answer: &Value) -> String {
     answer
         .pointer("/error/message")
@@ -307,6 +320,16 @@ fn field_errors(answer: &Value) -> BTreeMap<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waits_are_spread_over_up_to_as_much_again() {
+        let waits: std::collections::BTreeSet<Duration> =
+            (0..20).map(|_| jittered(Duration::from_secs(2))).collect();
+        assert!(waits
+            .iter()
+            .all(|w| *w >= Duration::from_secs(2) && *w < Duration::from_secs(4)));
+        assert!(waits.len() > 10, "{waits:?}");
+    }
 
     #[test]
     fn field_errors_are_grouped_by_record() {

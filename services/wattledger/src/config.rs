@@ -100,6 +100,15 @@ pub struct Config {
         default_value_t = 300
     )]
     pub max_clock_skew_s: i64,
+    /// Ingest requests in flight at once; one more is answered 429 with `Retry-After` at once
+    /// (nothing read or written), rather than waiting on the database until it times out.
+    #[arg(
+        long,
+        global = true,
+        env = "WATTLEDGER_MAX_INGEST_IN_FLIGHT",
+        default_value_t = 256
+    )]
+    pub max_ingest_in_flight: usize,
     /// How often admission reloads reservations from every replica, ms (the staleness bound
     /// between replicas); sites, forecasts and budgets reload every 15 of these.
     #[arg(
@@ -246,6 +255,7 @@ impl Config {
             max_body_bytes: 16 * 1024 * 1024,
             max_batch_records: 50_000,
             max_clock_skew_s: 300,
+            max_ingest_in_flight: 256,
             admission_refresh_ms: 200,
             admission_default_gpu_w: 700,
             webhook_allow: Reach {

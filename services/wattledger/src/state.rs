@@ -27,6 +27,8 @@ pub struct AppState {
     pub samples: crate::app::ingest::group_commit::SampleWriter,
     /// The meters sample batches name (`ingest::meter_cache`).
     pub meters: Arc<crate::app::ingest::meter_cache::MeterCache>,
+    /// One permit per ingest request in flight (`http::ingest::in_flight`).
+    pub ingest_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -42,6 +44,9 @@ impl AppState {
                 config.max_batch_records,
             ),
             meters: Arc::default(),
+            ingest_slots: Arc::new(tokio::sync::Semaphore::new(
+                config.max_ingest_in_flight.max(1),
+            )),
             pool,
             keys: Arc::new(keys),
             config: Arc::new(config),

@@ -65,6 +65,9 @@ pub enum ApiError {
     InvalidQuery(String),
     #[error("{0}")]
     Unavailable(String),
+    /// As many requests of this kind are in flight as the server takes; nothing was read.
+    #[error("the server is taking as many ingest batches as it can: send this one again after Retry-After seconds (nothing was written)")]
+    Overloaded,
     /// The request is valid but the state does not allow it now; `code` says why.
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
@@ -96,6 +99,7 @@ impl ApiError {
             ApiError::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
             ApiError::InvalidQuery(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_query"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Overloaded => (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             // Two transactions met and this one gave way, or the database was out of reach:
             // nothing was written, and the same request can succeed later.
@@ -106,9 +110,12 @@ impl ApiError {
         }
     }
 
-    /// Seconds a client should wait before sending the same again, for a 503.
+    /// Seconds a client should wait before sending the same again, for a 503 or a 429.
     fn retry_after_s(&self) -> Option<u32> {
         match self {
+            // Agents add their own jitter (up to as much again), so they do not come back
+            // together.
+            ApiError::Overloaded => Some(2),
             ApiError::Store(StoreError::Database(sqlx::Error::Database(_))) => Some(1),
             ApiError::Store(_) | ApiError::Unavailable(_) => Some(5),
             _ => None,
@@ -143,7 +150,7 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (status, Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             if let Some(s) = self.retry_after_s() {
                 response
                     .headers_mut()

@@ -5,7 +5,7 @@
 //! A body that never became a batch (not JSON, too large, no token) has no records to
 //! count: `wattledger_http_requests_total` counts those requests by status.
 
-use super::IngestOutcome;
+use super::{IngestOutcome, Slot};
 use crate::http::error::ApiResult;
 use crate::http::extract::{Batch, Caller, RawBatch};
 use crate::state::AppState;
@@ -24,7 +24,7 @@ where
     Fut: Future<Output = Answer> + Send + 'static,
 {
     post(
-        move |state: State<AppState>, caller: Caller, batch: Batch| async move {
+        move |state: State<AppState>, caller: Caller, _slot: Slot, batch: Batch| async move {
             let telemetry = state.telemetry.clone();
             let received = batch.0.len();
             let answer = handler(state, caller, batch).await;
@@ -43,7 +43,7 @@ where
     Fut: Future<Output = Answer> + Send + 'static,
 {
     post(
-        move |state: State<AppState>, caller: Caller, raw: RawBatch| async move {
+        move |state: State<AppState>, caller: Caller, _slot: Slot, raw: RawBatch| async move {
             let telemetry = state.telemetry.clone();
             let bytes = raw.0.clone();
             let answer = handler(state, caller, raw).await;

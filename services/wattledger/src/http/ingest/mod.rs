@@ -59,6 +59,30 @@ pub fn router() -> Router<AppState> {
         )
 }
 
+/// One ingest request in flight, held until it is answered. The server takes
+/// [`crate::config::Config::max_ingest_in_flight`] at once: one more is answered 429 with
+/// `Retry-After` before its body is read, so that a fleet catching up after an outage backs
+/// off instead of queueing on the database's connections until its requests time out.
+pub struct Slot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl axum::extract::FromRequestParts<AppState> for Slot {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        _: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, ApiError> {
+        state
+            .ingest_slots
+            .clone()
+            .try_acquire_owned()
+            .map(|_permit| Slot { _permit })
+            .map_err(|_| ApiError::Overloaded)
+    }
+}
+
 /// The answers every ingest endpoint documents.
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)]
@@ -84,6 +108,10 @@ enum IngestResponses {
     /// Records are invalid: each one's index, field and reason; nothing was written.
     #[response(status = 422)]
     Invalid(ErrorBody),
+    /// Nothing was read: as many ingest batches are in flight as the server takes. Send the
+    /// same batch again after `Retry-After` seconds.
+    #[response(status = 429, headers(("Retry-After" = u32, description = "Seconds to wait")))]
+    Overloaded(ErrorBody),
     /// Nothing was written: the database was out of reach, or this batch's transaction gave
     /// way to another's on the same rows. Send the same batch again after `Retry-After`
     /// seconds.
