@@ -4,6 +4,9 @@
 //! A write-ahead log of segment files (`<id>.seg`), each a run of frames
 //! `len: u32 LE | crc32: u32 LE | JSON entry`, and a `cursor` file naming the first
 //! unacknowledged frame. A crash mid-append leaves a torn last frame, which `open` cuts off;
+//! an append that fails (a full disk: ENOSPC part-way through the frame) cuts its own bytes
+//! off at once, so the next append follows the last whole frame and nothing after a torn one
+//! is cut off with it at the next start;
 //! a crash mid-ack leaves the old cursor, so acknowledged entries are sent again, which the
 //! idempotent ingest API absorbs. Segments wholly before the cursor are deleted.
 //!
@@ -73,6 +76,16 @@ pub enum FrameError {
     Checksum,
     #[error("not an entry: {0}")]
     NotAnEntry(serde_json::Error),
+}
+
+/// Truncates a segment to `len`, durably.
+fn cut_to(path: &Path, len: u64) -> Result<(), SpoolError> {
+    let f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io_err(path))?;
+    f.set_len(len).map_err(io_err(path))?;
+    f.sync_data().map_err(io_err(path))
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
@@ -224,8 +237,17 @@ impl Spool {
         frame.extend_from_slice(&payload);
         let last = self.segments.back_mut().expect("one segment");
         let path = segment_path(&self.dir, last.id);
-        self.writer.write_all(&frame).map_err(io_err(&path))?;
-        self.writer.sync_data().map_err(io_err(&path))?;
+        let written = self
+            .writer
+            .write_all(&frame)
+            .and_then(|()| self.writer.sync_data());
+        if let Err(e) = written {
+            // What part of the frame reached the file goes: the entry was not spooled, and the
+            // caller counts it so; left there, it would read as a torn frame before the next
+            // whole one, and a restart would cut both off.
+            cut_to(&path, last.len)?;
+            return Err(io_err(&path)(e));
+        }
         last.len += frame_len;
         Ok(())
     }
@@ -455,6 +477,32 @@ mod tests {
             .iter()
             .map(|(_, e)| counter(e))
             .collect()
+    }
+
+    /// A full disk part-way through a frame: the append fails, its bytes are cut off, and the
+    /// next append (space back) is read back after a restart with everything before it.
+    #[test]
+    fn a_failed_append_leaves_no_torn_frame_before_the_next_one() {
+        let dir = tempdir("enospc");
+        let mut s = Spool::open(&dir, 1 << 30).unwrap();
+        s.append(&entry(1)).unwrap();
+        let path = segment_path(&dir, s.segments.back().unwrap().id);
+        // Half a frame reached the disk, then the write failed: a writer that cannot write
+        // stands in for ENOSPC, the half frame is written beside it.
+        let torn = OpenOptions::new().append(true).open(&path).unwrap();
+        (&torn).write_all(&[9, 0, 0, 0, 1, 2]).unwrap();
+        let writer = std::mem::replace(&mut s.writer, File::open(&path).unwrap());
+        assert!(matches!(s.append(&entry(2)), Err(SpoolError::Io { .. })));
+        assert_eq!(
+            fs::metadata(&path).unwrap().len(),
+            s.segments.back().unwrap().len
+        );
+        s.writer = writer;
+        s.append(&entry(3)).unwrap();
+        drop(s);
+        let s = Spool::open(&dir, 1 << 30).unwrap();
+        assert_eq!(pending(&s), [1, 3]);
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
