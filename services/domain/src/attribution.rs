@@ -184,7 +184,6 @@ struct Acc {
     energy: EnergyBreakdown,
     gpu_ms: i64,
     embodied: i64,
-    time_price: i64,
     badput_mj: i64,
     quality: Quality,
 }
@@ -576,17 +575,15 @@ impl<'a> Hour<'a> {
             s.parts.resize(s.weights.len(), 0);
             split_into(time.ms, &s.weights, &mut s.parts);
             for (&(j, _), &ms) in time.holders.iter().zip(&s.parts) {
-                let price = ms * gpu.time_price_pico_per_ms;
                 acc[j].gpu_ms += ms;
                 acc[j].embodied += ms * gpu.embodied_ng_per_ms;
-                acc[j].time_price += price;
+                let price = ms * gpu.time_price_pico_per_ms;
                 gpu_time::add(&mut device_time[j], gpu.device, ms, price);
                 totals.allocated_gpu_ms += ms;
             }
             let unheld = s.parts[time.holders.len()];
-            let price = unheld * gpu.time_price_pico_per_ms;
             idle.embodied += unheld * gpu.embodied_ng_per_ms;
-            idle.time_price += price;
+            let price = unheld * gpu.time_price_pico_per_ms;
             gpu_time::add(idle_time, gpu.device, 0, price);
         }
     }
@@ -696,7 +693,7 @@ fn place_idle(rows: &mut Vec<Row>, idle: &Acc, idle_time: &[DeviceTime], policy:
                 row.quality |= idle.quality;
             }
         }
-    } else if idle_total != 0 || idle.embodied != 0 || idle.time_price != 0 {
+    } else if idle_total != 0 || idle.embodied != 0 || !idle_time.is_empty() {
         rows.push(Row {
             tenant: policy.platform_tenant,
             job: None,
@@ -706,7 +703,7 @@ fn place_idle(rows: &mut Vec<Row>, idle: &Acc, idle_time: &[DeviceTime], policy:
             generated_tokens: 0,
             gpu_ms: 0,
             embodied_ng: idle.embodied,
-            time_price_pico: idle.time_price,
+            time_price_pico: gpu_time::totals(idle_time).1,
             gpu_time: idle_time.to_vec(),
             badput_mj: 0,
             quality: idle.quality,
@@ -778,7 +775,7 @@ fn push_job_rows(
         generated_tokens: 0,
         gpu_ms: acc.gpu_ms,
         embodied_ng: acc.embodied,
-        time_price_pico: acc.time_price,
+        time_price_pico: gpu_time::totals(time).1,
         gpu_time: time.to_vec(),
         badput_mj: acc.badput_mj,
         quality: acc.quality,

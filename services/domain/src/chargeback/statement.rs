@@ -85,8 +85,7 @@ impl Line {
     /// What the parts do not explain of the line's exact GPU time (hours attributed before
     /// parts were kept) is a part of no device model; the billed cost and GPU-hours are
     /// apportioned to add up to the line's.
-    fn set_gpu_time(&mut self, exact: BTreeMap<Option<String>, (i64, Decimal)>, dp: u32) {
-        let mut exact = exact;
+    fn set_gpu_time(&mut self, mut exact: BTreeMap<Option<String>, (i64, Decimal)>, dp: u32) {
         let (ms, cost) = exact
             .values()
             .fold((0, Decimal::ZERO), |(m, c), (pm, pc)| (m + pm, c + pc));
@@ -178,7 +177,6 @@ pub fn apportion(exact: &[Decimal], dp: u32) -> (Vec<Decimal>, Decimal) {
 /// apportioning, as a line's figure is): floor each, then one unit each to the largest
 /// remainders, the earlier part first on a tie.
 fn to_target(exact: &[Decimal], target: Decimal, dp: u32) -> Vec<Decimal> {
-    let rounded_total = target;
     let unit = Decimal::new(1, dp);
     let mut parts: Vec<Decimal> = exact
         .iter()
@@ -187,7 +185,7 @@ fn to_target(exact: &[Decimal], target: Decimal, dp: u32) -> Vec<Decimal> {
     let floors: Decimal = parts.iter().copied().sum();
     // 0 ≤ left ≤ n: each floor is less than one unit under its part, and the target is the
     // sum rounded (to within a unit of it, and no less than the sum of the floors).
-    let left = ((rounded_total - floors) / unit).trunc();
+    let left = ((target - floors) / unit).trunc();
     debug_assert!(
         left >= Decimal::ZERO && left <= Decimal::from(exact.len()),
         "{target} is not a rounding of the sum of {exact:?}"
