@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wattledger::auth::Role;
-use wattledger_tests::{fresh_db, SECRET};
+use wattledger_tests::{fresh_db, TestApp};
 
 /// libfaketime's preload library, where Debian's `faketime` package puts it.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -108,9 +108,7 @@ async fn skewed(skew: Skew) {
     };
     let mut srv = server(1);
     wait_healthy(&base).await;
-    let keys = wattledger::auth::Keys::new(SECRET.as_bytes()).unwrap();
-    let operator = keys.mint("skew", Role::Operator, None, 600).unwrap();
-    let http = reqwest::Client::new();
+    let api = TestApp::attach(&base, pool.clone(), &db_url);
     for (what, records) in [
         ("tenants", json!([{"key": "platform", "name": "Platform"}])),
         (
@@ -126,21 +124,11 @@ async fn skewed(skew: Skew) {
              "gpu_uuid": "GPU-skew-0"}]),
         ),
     ] {
-        let r = http
-            .post(format!("{base}/v1/ingest/{what}"))
-            .bearer_auth(&operator)
-            .json(&json!({ "records": records }))
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            r.status().is_success(),
-            "{what}: {}",
-            r.text().await.unwrap()
-        );
+        let (status, body) = api.ingest(&api.token(Role::Operator), what, records).await;
+        assert_eq!(status, 200, "{what}: {body}");
     }
 
-    let token = keys.mint("agent", Role::Collector, None, 600).unwrap();
+    let token = api.token(Role::Collector);
     let metrics_port = free_port();
     let config = dir.join("agent.toml");
     std::fs::write(
@@ -317,7 +305,7 @@ fn faked_agent(config: &Path, log: &Path, offset_file: &Path) -> Killed {
 /// written); sent again, every batch lands, each record once.
 #[tokio::test]
 async fn ingest_over_its_bound_is_answered_429_with_retry_after_and_lands_when_sent_again() {
-    let app = wattledger_tests::TestApp::start_with(|c| c.max_ingest_in_flight = 2).await;
+    let app = TestApp::start_with(|c| c.max_ingest_in_flight = 2).await;
     let token = app.token(Role::Admin);
     let batch = |b: usize| -> String {
         let records: Vec<_> = (0..1_000)
@@ -326,27 +314,15 @@ async fn ingest_over_its_bound_is_answered_429_with_retry_after_and_lands_when_s
         json!({ "records": records }).to_string()
     };
     let send = |b: usize| {
-        let (http, url, token, body) = (
-            app.http.clone(),
-            format!("{}/v1/ingest/tenants", app.base),
-            token.clone(),
-            batch(b),
-        );
+        let api = &app;
+        let (token, body) = (token.clone(), batch(b));
         async move {
-            let r = http
-                .post(url)
-                .bearer_auth(token)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .unwrap();
-            let retry_after = r
-                .headers()
+            let (status, headers, body) = api
+                .answer(reqwest::Method::POST, &token, "/v1/ingest/tenants", body)
+                .await;
+            let retry_after = headers
                 .get("retry-after")
                 .map(|v| v.to_str().unwrap().to_owned());
-            let status = r.status().as_u16();
-            let body: serde_json::Value = r.json().await.unwrap();
             (b, status, retry_after, body)
         }
     };

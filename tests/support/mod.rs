@@ -317,6 +317,18 @@ impl TestApp {
         path: &str,
         body: String,
     ) -> (u16, Value) {
+        let (status, _, body) = self.answer(method, token, path, body).await;
+        (status, body)
+    }
+
+    /// [`TestApp::send`] with the answer's headers.
+    pub async fn answer(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        path: &str,
+        body: String,
+    ) -> (u16, reqwest::header::HeaderMap, Value) {
         let r = self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -327,7 +339,8 @@ impl TestApp {
             .await
             .unwrap();
         let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        let headers = r.headers().clone();
+        (status, headers, r.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn get(&self, token: Option<&str>, path: &str) -> (u16, Value) {
