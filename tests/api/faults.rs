@@ -179,12 +179,21 @@ raw = true
         _ => {}
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    // The agent's clock as it says it, once an answer has set it: after the server's outage
+    // the agent's next push waits out its backoff (jittered), so this may take some seconds.
+    let mut metrics = String::new();
+    for _ in 0..300 {
+        metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metrics.contains("wattledger_agent_clock_offset_seconds ") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Freeze the counter and wait for the server to hold its last value.
     let last = {
